@@ -1,0 +1,5 @@
+// PLACEHOLDER: to be filled with the avx2 ops kernels.
+#include "kernels/cpu/register.h"
+namespace moeserve::cpu::detail {
+void register_ops_avx2(CpuKernels& k) { (void)k; }
+}  // namespace moeserve::cpu::detail

@@ -1,0 +1,85 @@
+// The CPU kernel table: one set of function pointers per SIMD level
+// (reference C++, AVX2, AVX-512), chosen once at run time from CPUID.
+//
+// Every entry of every level computes the same function; tests run each SIMD
+// level against the reference on random data. Callers use cpu_kernels() and
+// never name an instruction set.
+#pragma once
+
+#include <cstdint>
+#include <string_view>
+
+#include "tensor/dtype.h"
+
+namespace moeserve::cpu {
+
+enum class SimdLevel { kReference = 0, kAvx2 = 1, kAvx512 = 2 };
+std::string_view simd_level_name(SimdLevel level);
+
+// Dot product of n elements: `w` is a row of weight type T, `x` a row of
+// T's vec_dot_type (F32 for float weights, Q8_0 for Q8_0/Q4_0, Q8_K for
+// K-quants). n is a multiple of the block size of both.
+using VecDotFn = float (*)(int64_t n, const void* w, const void* x);
+
+// f32 activations -> an activation type (Q8_0 or Q8_K). n multiple of block.
+using QuantizeRowFn = void (*)(const float* src, void* dst, int64_t n);
+
+// Attention of a block of queries over an f16 KV cache, one KV head group.
+//   q:   [n_q][n_head_q_in_group][head_dim] f32 (rows of consecutive query heads
+//        that share this KV head)
+//   k,v: [n_kv][kv_stride] f16, this head's head_dim values at offset 0 of a row
+//   out: same layout as q
+// Query i sits at position q_pos0 + i and sees keys 0..q_pos0+i (causal), or
+// all n_kv keys when causal is false.
+struct AttentionArgs {
+  const float* q = nullptr;
+  const uint16_t* k = nullptr;
+  const uint16_t* v = nullptr;
+  float* out = nullptr;
+  int64_t n_q = 0;             // query tokens
+  int64_t n_heads = 1;         // query heads sharing this KV head (GQA group)
+  int64_t q_head_stride = 0;   // floats between consecutive heads of one token
+  int64_t q_token_stride = 0;  // floats between tokens (q and out)
+  int64_t n_kv = 0;            // keys/values present
+  int64_t kv_stride = 0;       // f16 elements between consecutive key (value) rows
+  int64_t head_dim = 0;
+  int64_t q_pos0 = 0;          // position of query 0 (for the causal mask)
+  bool causal = true;
+  float scale = 1.0f;          // usually 1/sqrt(head_dim)
+};
+
+struct CpuKernels {
+  SimdLevel level = SimdLevel::kReference;
+
+  VecDotFn vec_dot[kDTypeSlots] = {};          // indexed by weight type
+  QuantizeRowFn quantize_row[kDTypeSlots] = {};  // indexed by activation type (Q8_0, Q8_K)
+  // Dequantize a weight row to f32 (indexed by weight type).
+  void (*dequantize_row[kDTypeSlots])(const void* src, float* dst, int64_t n) = {};
+
+  // y = x * rsqrt(mean(x^2) + eps) * w   (w may be null: no scale). y may alias x.
+  void (*rms_norm)(const float* x, const float* w, float* y, int64_t n, float eps) = nullptr;
+  // NEOX rotate-half RoPE on the first n_rot dims of one head vector, in place:
+  // pairs (i, i + n_rot/2) rotated by angle pos * cos_sin table. cos_sin holds
+  // n_rot/2 interleaved (cos, sin) pairs for this position.
+  void (*rope_neox)(float* x, int64_t n_rot, const float* cos_sin) = nullptr;
+  // In-place softmax; returns the max (for tests and online softmax users).
+  void (*softmax)(float* x, int64_t n) = nullptr;
+  // out[i] = silu(x[i]) ; out may alias x
+  void (*silu)(const float* x, float* out, int64_t n) = nullptr;
+  // out[i] = silu(gate[i]) * up[i] ; out may alias gate
+  void (*swiglu)(const float* gate, const float* up, float* out, int64_t n) = nullptr;
+  // y[i] += a * x[i]
+  void (*axpy)(float a, const float* x, float* y, int64_t n) = nullptr;
+  // Indices of the k largest values (ties: lower index first), sorted by
+  // value descending. k <= n.
+  void (*top_k)(const float* x, int64_t n, int64_t k, int32_t* out_idx) = nullptr;
+  void (*attention)(const AttentionArgs& args) = nullptr;
+};
+
+// The best level this CPU supports (the environment variable MOESERVE_SIMD=
+// reference|avx2|avx512 can only lower it, for debugging and benchmarks).
+const CpuKernels& cpu_kernels();
+// The table of one level, or nullptr when this CPU cannot run it.
+const CpuKernels* cpu_kernels_for(SimdLevel level);
+
+}  // namespace moeserve::cpu

@@ -1,0 +1,92 @@
+#include <cstdlib>
+#include <string>
+
+#include "core/cpu_features.h"
+#include "core/log.h"
+#include "kernels/cpu/register.h"
+
+namespace moeserve::cpu {
+namespace {
+
+bool cpu_supports(SimdLevel level) {
+  const CpuFeatures& f = cpu_features();
+  switch (level) {
+    case SimdLevel::kReference: return true;
+    case SimdLevel::kAvx2: return f.avx2;
+    case SimdLevel::kAvx512: return f.avx512 && f.avx512_vnni;
+  }
+  return false;
+}
+
+CpuKernels build(SimdLevel level) {
+  CpuKernels k;
+  detail::register_quant_reference(k);
+  detail::register_ops_reference(k);
+  // Each level is only filled (and so only ever executed) when the CPU has it.
+  if (level >= SimdLevel::kAvx2) {
+    detail::register_quant_avx2(k);
+    detail::register_ops_avx2(k);
+  }
+  if (level >= SimdLevel::kAvx512) {
+    detail::register_quant_avx512(k);
+    detail::register_ops_avx512(k);
+  }
+  k.level = level;
+  return k;
+}
+
+struct Tables {
+  CpuKernels levels[3];
+  bool supported[3] = {};
+  SimdLevel best = SimdLevel::kReference;
+};
+
+SimdLevel requested_cap() {
+  const char* env = std::getenv("MOESERVE_SIMD");
+  if (env == nullptr) return SimdLevel::kAvx512;
+  const std::string v(env);
+  if (v == "reference" || v == "ref" || v == "scalar") return SimdLevel::kReference;
+  if (v == "avx2") return SimdLevel::kAvx2;
+  return SimdLevel::kAvx512;
+}
+
+const Tables& tables() {
+  static const Tables t = [] {
+    Tables out;
+    const SimdLevel cap = requested_cap();
+    for (int i = 0; i < 3; ++i) {
+      const auto level = SimdLevel(i);
+      out.supported[i] = cpu_supports(level);
+      if (out.supported[i]) {
+        out.levels[i] = build(level);
+        if (level <= cap) out.best = level;
+      }
+    }
+    MOESERVE_LOG_DEBUG("cpu kernels: {} ({})", simd_level_name(out.best), cpu_features().summary());
+    return out;
+  }();
+  return t;
+}
+
+}  // namespace
+
+std::string_view simd_level_name(SimdLevel level) {
+  switch (level) {
+    case SimdLevel::kReference: return "reference";
+    case SimdLevel::kAvx2: return "avx2";
+    case SimdLevel::kAvx512: return "avx512";
+  }
+  return "?";
+}
+
+const CpuKernels& cpu_kernels() {
+  const Tables& t = tables();
+  return t.levels[int(t.best)];
+}
+
+const CpuKernels* cpu_kernels_for(SimdLevel level) {
+  const Tables& t = tables();
+  return t.supported[int(level)] ? &t.levels[int(level)] : nullptr;
+}
+
+}  // namespace moeserve::cpu

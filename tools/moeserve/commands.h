@@ -1,0 +1,21 @@
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+#include <string>
+
+namespace moeserve::tools {
+
+std::string version_string();
+void register_all_commands(CLI::App& app);
+
+// Subcommands run from their CLI11 callback and record their exit code here
+// (0 ok, 1 error: bad input or a failure that was reported to stderr).
+void set_exit_code(int code);
+int exit_code();
+
+void register_inspect(CLI::App& app);
+void register_tokenize(CLI::App& app);
+void register_sysinfo(CLI::App& app);
+
+}  // namespace moeserve::tools
