@@ -29,8 +29,10 @@ using QuantizeRowFn = void (*)(const float* src, void* dst, int64_t n);
 //        that share this KV head)
 //   k,v: [n_kv][kv_stride] f16, this head's head_dim values at offset 0 of a row
 //   out: same layout as q
-// Query i sits at position q_pos0 + i and sees keys 0..q_pos0+i (causal), or
-// all n_kv keys when causal is false.
+//   out must not alias q (it is used as the accumulator).
+// Query i sits at position p = q_pos0 + i and sees keys 0..p (causal), or all
+// n_kv keys when causal is false. window > 0 additionally hides keys j with
+// p - j >= window (sliding-window layers). A query that sees no key gets 0.
 struct AttentionArgs {
   const float* q = nullptr;
   const uint16_t* k = nullptr;
@@ -46,6 +48,7 @@ struct AttentionArgs {
   int64_t q_pos0 = 0;          // position of query 0 (for the causal mask)
   bool causal = true;
   float scale = 1.0f;          // usually 1/sqrt(head_dim)
+  int64_t window = 0;          // 0: unlimited; else keys j with p - j < window
 };
 
 struct CpuKernels {
@@ -58,20 +61,23 @@ struct CpuKernels {
 
   // y = x * rsqrt(mean(x^2) + eps) * w   (w may be null: no scale). y may alias x.
   void (*rms_norm)(const float* x, const float* w, float* y, int64_t n, float eps) = nullptr;
-  // NEOX rotate-half RoPE on the first n_rot dims of one head vector, in place:
-  // pairs (i, i + n_rot/2) rotated by angle pos * cos_sin table. cos_sin holds
-  // n_rot/2 interleaved (cos, sin) pairs for this position.
+  // NEOX rotate-half RoPE on the first n_rot (even) dims of one head vector,
+  // in place: pair (x[i], x[i + n_rot/2]) is rotated by angle theta_i of this
+  // position. cos_sin holds n_rot/2 cosines followed by n_rot/2 sines
+  // (rope_table.h builds it), a layout that needs no shuffles in SIMD code.
   void (*rope_neox)(float* x, int64_t n_rot, const float* cos_sin) = nullptr;
-  // In-place softmax; returns the max (for tests and online softmax users).
-  void (*softmax)(float* x, int64_t n) = nullptr;
+  // In-place softmax; returns the max (for tests and online softmax users);
+  // n == 0 returns -inf.
+  float (*softmax)(float* x, int64_t n) = nullptr;
   // out[i] = silu(x[i]) ; out may alias x
   void (*silu)(const float* x, float* out, int64_t n) = nullptr;
   // out[i] = silu(gate[i]) * up[i] ; out may alias gate
   void (*swiglu)(const float* gate, const float* up, float* out, int64_t n) = nullptr;
   // y[i] += a * x[i]
   void (*axpy)(float a, const float* x, float* y, int64_t n) = nullptr;
-  // Indices of the k largest values (ties: lower index first), sorted by
-  // value descending. k <= n.
+  // Indices of the k largest values (ties: lower index first, NaN ranks below
+  // everything), sorted by value descending. k <= n; if k > n the entries
+  // past n are set to -1. n < 2^31.
   void (*top_k)(const float* x, int64_t n, int64_t k, int32_t* out_idx) = nullptr;
   void (*attention)(const AttentionArgs& args) = nullptr;
 };

@@ -1,5 +1,21 @@
-// PLACEHOLDER: to be filled with the avx512 ops kernels.
+// AVX-512 (F, BW, VL) ops: the generic kernels of ops_simd.h / attention_simd.h
+// instantiated for 16-wide vectors. Only reached after a CPUID check.
+#include "kernels/cpu/attention_simd.h"
+#include "kernels/cpu/ops_simd.h"
 #include "kernels/cpu/register.h"
+#include "kernels/cpu/simd_f32.h"
+
 namespace moeserve::cpu::detail {
-void register_ops_avx512(CpuKernels& k) { (void)k; }
+
+void register_ops_avx512(CpuKernels& k) {
+  k.rms_norm = rms_norm_simd<VecAvx512>;
+  k.rope_neox = rope_neox_simd<VecAvx512>;
+  k.softmax = softmax_simd<VecAvx512>;
+  k.silu = silu_simd<VecAvx512>;
+  k.swiglu = swiglu_simd<VecAvx512>;
+  k.axpy = axpy_simd<VecAvx512>;
+  k.top_k = top_k_simd<VecAvx512>;
+  k.attention = attention_simd<VecAvx512>;
+}
+
 }  // namespace moeserve::cpu::detail

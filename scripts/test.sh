@@ -1,0 +1,53 @@
+#!/usr/bin/env bash
+# moeserve set-up, step 2 of 2: run every test.
+#   1. unit + reference tests of the Release build (./build, from setup.sh)
+#   2. the unit tests again, built with AddressSanitizer + UBSan (./build-asan)
+#   3. the GGUF parser fuzzer for a bounded time (FUZZ_SECONDS, default 60)
+# Ends with one summary line "tests: N passed, N failed".
+set -uo pipefail
+cd "$(dirname "$0")/.."
+jobs="$(nproc)"
+passed=0
+failed=0
+
+count() {  # count <ctest log>: add its totals to passed/failed
+  local line total bad
+  line=$(grep -E "tests passed, [0-9]+ tests failed out of [0-9]+" "$1" | tail -1)
+  total=$(sed -E 's/.*out of ([0-9]+).*/\1/' <<<"$line")
+  bad=$(sed -E 's/.* ([0-9]+) tests failed.*/\1/' <<<"$line")
+  if [ -z "$line" ]; then failed=$((failed + 1)); return; fi
+  passed=$((passed + total - bad))
+  failed=$((failed + bad))
+}
+
+echo "==> [1/3] Release: unit and reference tests"
+if [ ! -d build ]; then
+  echo "error: ./build is missing: run scripts/setup.sh first" >&2
+  exit 1
+fi
+cmake --build build -j"$jobs" >/dev/null || { echo "error: build failed" >&2; exit 1; }
+ctest --test-dir build --output-on-failure -j"$jobs" 2>&1 | tee build/ctest.log
+count build/ctest.log
+
+echo "==> [2/3] AddressSanitizer + UBSan: unit tests"
+cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DMOESERVE_SANITIZE=ON \
+  -DMOESERVE_CUDA=OFF -DMOESERVE_BUILD_BENCH=OFF >/dev/null
+if cmake --build build-asan -j"$jobs" >build-asan.log 2>&1; then
+  ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
+    ctest --test-dir build-asan -L unit --output-on-failure -j"$jobs" 2>&1 | tee build-asan/ctest.log
+  count build-asan/ctest.log
+else
+  tail -50 build-asan.log
+  echo "error: sanitizer build failed" >&2
+  failed=$((failed + 1))
+fi
+
+echo "==> [3/3] fuzz: GGUF parser (${FUZZ_SECONDS:-60} s)"
+if scripts/fuzz.sh "${FUZZ_SECONDS:-60}"; then
+  passed=$((passed + 1))
+else
+  failed=$((failed + 1))
+fi
+
+echo "tests: ${passed} passed, ${failed} failed"
+[ "$failed" -eq 0 ]

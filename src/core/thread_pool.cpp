@@ -1,0 +1,174 @@
+#include "core/thread_pool.h"
+
+#include <climits>
+#include <cstdio>
+#include <cstdlib>
+
+#if defined(__linux__)
+#include <linux/futex.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+#endif
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#endif
+
+#include "core/cpu_features.h"
+
+namespace moeserve {
+namespace {
+
+// Busy-wait rounds before a waiter goes to sleep. A pause is ~40-140 cycles,
+// so this is some tens of microseconds: enough to bridge the gap between
+// back-to-back kernels without burning a core when the pool is idle.
+constexpr int kSpinRounds = 4096;
+// barrier() waits are short (inside a job), so they spin, then yield.
+constexpr int kBarrierSpinRounds = 1024;
+
+// The pool whose job this thread is running (workers: always their pool).
+thread_local const ThreadPool* tl_current_pool = nullptr;
+
+inline void cpu_relax() {
+#if defined(__x86_64__) || defined(__i386__)
+  _mm_pause();
+#else
+  std::this_thread::yield();
+#endif
+}
+
+#if defined(__linux__)
+static_assert(sizeof(std::atomic<uint32_t>) == sizeof(uint32_t));
+uint32_t* futex_word(std::atomic<uint32_t>& a) { return reinterpret_cast<uint32_t*>(&a); }
+// Sleep while *a == expected (returns at once if it already differs).
+void futex_wait(std::atomic<uint32_t>& a, uint32_t expected) {
+  syscall(SYS_futex, futex_word(a), FUTEX_WAIT_PRIVATE, expected, nullptr, nullptr, 0);
+}
+void futex_wake_all(std::atomic<uint32_t>& a) {
+  syscall(SYS_futex, futex_word(a), FUTEX_WAKE_PRIVATE, INT_MAX, nullptr, nullptr, 0);
+}
+#else
+void futex_wait(std::atomic<uint32_t>& a, uint32_t expected) { a.wait(expected); }
+void futex_wake_all(std::atomic<uint32_t>& a) { a.notify_all(); }
+#endif
+
+// Wait until `word` differs from `old`; `sleepers` counts threads in futex_wait
+// so the waking side only makes a syscall when someone sleeps. The sleeper
+// increments `sleepers` and then re-reads `word`; the waker changes `word` and
+// then reads `sleepers` (both seq_cst), so at least one of them sees the other.
+uint32_t wait_for_change(std::atomic<uint32_t>& word, uint32_t old, std::atomic<uint32_t>& sleepers) {
+  for (int i = 0; i < kSpinRounds; ++i) {
+    const uint32_t now = word.load(std::memory_order_acquire);
+    if (now != old) return now;
+    cpu_relax();
+  }
+  for (;;) {
+    sleepers.fetch_add(1, std::memory_order_seq_cst);
+    uint32_t now = word.load(std::memory_order_seq_cst);
+    if (now == old) futex_wait(word, old);
+    sleepers.fetch_sub(1, std::memory_order_seq_cst);
+    now = word.load(std::memory_order_acquire);
+    if (now != old) return now;
+  }
+}
+
+[[noreturn]] void die(const char* what) {
+  std::fprintf(stderr, "moeserve: ThreadPool: %s\n", what);
+  std::abort();
+}
+
+}  // namespace
+
+ThreadPool::ThreadPool(int n_threads) {
+  if (n_threads <= 0) n_threads = std::max(1, cpu_features().physical_cores);
+  n_threads_ = n_threads;
+  workers_.reserve(size_t(n_threads_ - 1));
+  for (int i = 1; i < n_threads_; ++i) workers_.emplace_back([this, i] { worker_main(i); });
+}
+
+ThreadPool::~ThreadPool() {
+  if (workers_.empty()) return;
+  {
+    std::lock_guard<std::mutex> lock(dispatch_mutex_);
+    stop_ = true;
+    epoch_.fetch_add(1, std::memory_order_seq_cst);
+    if (sleeping_workers_.load(std::memory_order_seq_cst) > 0) futex_wake_all(epoch_);
+  }
+  for (auto& t : workers_) t.join();
+}
+
+void ThreadPool::worker_main(int index) {
+  tl_current_pool = this;
+  // Not epoch_.load(): a job (or the destructor) may already have bumped it
+  // before this thread got scheduled. The constructor left it at 0.
+  uint32_t seen = 0;
+  for (;;) {
+    seen = wait_for_change(epoch_, seen, sleeping_workers_);
+    if (stop_) return;
+    job_.call(job_.ctx, index);
+    const uint32_t finished = done_.fetch_add(1, std::memory_order_seq_cst) + 1;
+    if (finished == uint32_t(n_threads_ - 1) && caller_sleeping_.load(std::memory_order_seq_cst) != 0) {
+      futex_wake_all(done_);
+    }
+  }
+}
+
+void ThreadPool::wait_for_workers() {
+  const uint32_t target = uint32_t(n_threads_ - 1);
+  uint32_t now = done_.load(std::memory_order_acquire);
+  for (int i = 0; i < kSpinRounds && now != target; ++i) {
+    cpu_relax();
+    now = done_.load(std::memory_order_acquire);
+  }
+  while (now != target) {
+    caller_sleeping_.store(1, std::memory_order_seq_cst);
+    now = done_.load(std::memory_order_seq_cst);
+    if (now != target) futex_wait(done_, now);
+    caller_sleeping_.store(0, std::memory_order_seq_cst);
+    now = done_.load(std::memory_order_acquire);
+  }
+}
+
+void ThreadPool::dispatch(JobRef job) {
+  if (tl_current_pool == this) {
+    die("a task dispatched more work to its own pool (nested use is not supported)");
+  }
+  if (workers_.empty()) {  // one thread: no synchronisation at all
+    const ThreadPool* outer = tl_current_pool;
+    tl_current_pool = this;
+    job.call(job.ctx, 0);
+    tl_current_pool = outer;
+    return;
+  }
+  std::lock_guard<std::mutex> lock(dispatch_mutex_);
+  job_ = job;
+  done_.store(0, std::memory_order_relaxed);
+  barrier_arrived_.store(0, std::memory_order_relaxed);
+  epoch_.fetch_add(1, std::memory_order_seq_cst);  // publishes job_ (release)
+  if (sleeping_workers_.load(std::memory_order_seq_cst) > 0) futex_wake_all(epoch_);
+
+  const ThreadPool* outer = tl_current_pool;
+  tl_current_pool = this;
+  job.call(job.ctx, 0);
+  tl_current_pool = outer;
+  wait_for_workers();  // also orders the workers' writes before our return
+}
+
+void ThreadPool::barrier() {
+  if (tl_current_pool != this) die("barrier() called outside a run_on_all job of this pool");
+  if (n_threads_ == 1) return;
+  const uint32_t generation = barrier_generation_.load(std::memory_order_acquire);
+  if (barrier_arrived_.fetch_add(1, std::memory_order_acq_rel) + 1 == uint32_t(n_threads_)) {
+    barrier_arrived_.store(0, std::memory_order_relaxed);
+    barrier_generation_.fetch_add(1, std::memory_order_release);
+    return;
+  }
+  for (int i = 0; barrier_generation_.load(std::memory_order_acquire) == generation; ++i) {
+    if (i < kBarrierSpinRounds) {
+      cpu_relax();
+    } else {
+      std::this_thread::yield();
+    }
+  }
+}
+
+}  // namespace moeserve

@@ -1,0 +1,43 @@
+// Reference conversions between f32 and every tensor type (plain C++).
+//
+// These are what writers (make-model, convert, quantize tools) use to produce
+// weights, and the ground truth that every SIMD/GPU kernel is tested against.
+// Block layouts: tensor/quant_blocks.h; math: design spec §4.
+//
+// Contract for all functions: n (or n_per_row) is a multiple of
+// dtype_block_elems(t); src and dst do not overlap. Behaviour for NaN/inf
+// input is "no crash" only: the output is unspecified.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "tensor/dtype.h"
+
+namespace moeserve {
+
+// f32 from a row of n elements of type t (any type, including Q8_K).
+void dequantize_row(DType t, const void* src, float* dst, int64_t n);
+
+// A row of n elements of type t from f32 (any type, including Q8_K).
+//  - F16/BF16: round to nearest even.
+//  - Q8_0: d = amax/127 (stored f16), q = round(x/d).
+//  - Q4_0: d = m/-8 with m the value of largest |x|, q = round(x/d)+8 in 0..15.
+//  - Q8_K: d = m/-127 with m the value of largest |x| (ties: the positive one),
+//          q = round(x/d), bsums = sums of 16 q's.
+//  - Q4_K/Q5_K/Q6_K: per sub-block least-squares scale (and min) search, then
+//    scales quantized against the super-block scale and values re-quantized
+//    with the quantized scales (see quantize_kquants.cpp).
+// Rounding is to nearest, ties to even, everywhere.
+void quantize_row(DType t, const float* src, void* dst, int64_t n);
+
+// quantize_row over n_rows consecutive rows; returns the bytes written.
+size_t quantize_rows(DType t, const float* src, void* dst, int64_t n_rows, int64_t n_per_row);
+
+// The same conversions as plain function pointers (for kernel tables).
+using DequantizeRowFn = void (*)(const void* src, float* dst, int64_t n);
+using QuantizeRowRefFn = void (*)(const float* src, void* dst, int64_t n);
+DequantizeRowFn dequantize_row_fn(DType t);
+QuantizeRowRefFn quantize_row_fn(DType t);
+
+}  // namespace moeserve

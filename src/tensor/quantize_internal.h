@@ -1,0 +1,50 @@
+// Internal to the tensor layer: per-type conversion functions shared by
+// quantize.cpp (dispatch, float and 32-element types) and
+// quantize_kquants.cpp (256-element K-quants).
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+
+#include "core/half.h"
+
+namespace moeserve::quant_detail {
+
+// Largest finite f16: scales are clamped to it so a huge input row saturates
+// instead of storing inf.
+inline constexpr float kMaxHalf = 65504.0f;
+
+// round-to-nearest-even of v, clamped to [lo, hi] (|lo|, |hi| < 2^22). NaN
+// maps to lo (never UB). Quantizers call this for every candidate code, and
+// nearbyint is a libm call on baseline x86-64, so the rounding is done by
+// adding 1.5*2^23: the sum has an ulp of 1, so the FPU rounds it to an
+// integer (nearest, ties to even) that sits in the low mantissa bits.
+inline int round_clamp(float v, int lo, int hi) {
+  // Branch-free (min/max), so the quantizers' inner loops vectorize.
+  v = v > float(lo) ? v : float(lo);
+  v = v < float(hi) ? v : float(hi);
+  constexpr float kMagic = 12582912.0f;  // 1.5 * 2^23
+  return int(float_bits(v + kMagic) & 0x7fffffu) - 0x400000;
+}
+
+// A scale as stored (f16) and as used afterwards (the rounded value), so
+// codes are always computed against the scale a reader will see.
+struct HalfScale {
+  uint16_t bits;
+  float value;
+};
+inline HalfScale half_scale(float s) {
+  if (s > kMaxHalf) s = kMaxHalf;
+  if (s < -kMaxHalf) s = -kMaxHalf;
+  const uint16_t b = fp32_to_fp16(s);
+  return {b, fp16_to_fp32(b)};
+}
+
+void quantize_q4_k(const float* src, void* dst, int64_t n);
+void quantize_q5_k(const float* src, void* dst, int64_t n);
+void quantize_q6_k(const float* src, void* dst, int64_t n);
+void dequantize_q4_k(const void* src, float* dst, int64_t n);
+void dequantize_q5_k(const void* src, float* dst, int64_t n);
+void dequantize_q6_k(const void* src, float* dst, int64_t n);
+
+}  // namespace moeserve::quant_detail

@@ -1,0 +1,216 @@
+// Q6_K reference quantizer and dequantizer.
+//
+// y = d*sc_j*(q-32) on 16 sub-blocks of 16; q-32 in -32..31, sc_j int8, d f16.
+// The quantizer mirrors the affine K-quants (quantize_kquants.cpp) with a
+// symmetric, scale-only fit:
+//   1. per sub-block, candidate inverse scales map the largest-magnitude value
+//      near level -32 (the longer side of the signed range); for each the codes
+//      are rounded and the least-squares scale for those codes computed; the
+//      best is kept, then rounding and refitting alternate;
+//   2. the 16 scales are quantized to int8 against d = max|scale|/127 (f16);
+//   3. each sub-block tries its neighbouring scale codes, and d is refit by
+//      least squares for the chosen integer codes, kept only when better.
+#include <cmath>
+
+#include "tensor/quant_blocks.h"
+#include "tensor/quantize_internal.h"
+
+namespace moeserve::quant_detail {
+namespace {
+
+constexpr int kSub = 16;
+constexpr int kNumSub = kQK_K / kSub;
+constexpr int kLevelLo = -32;
+constexpr int kLevelHi = 31;
+constexpr int kMaxScaleCode = 127;
+// Candidates: the largest-magnitude value lands on level -(32 + kStep*k).
+constexpr int kSearchSteps = 8;
+constexpr float kSearchStep = 0.25f;
+constexpr int kPolishIters = 4;
+constexpr int kSuperIters = 3;
+
+// Squared error of x ≈ scale*q; stores the signed codes when q is non-null.
+// (float sums: they only rank candidates of one sub-block.)
+float symmetric_error(const float* x, int n, float scale, int8_t* q) {
+  const float inv = scale != 0.0f ? 1.0f / scale : 0.0f;
+  float err = 0.0f;
+  for (int i = 0; i < n; ++i) {
+    const int c = round_clamp(x[i] * inv, kLevelLo, kLevelHi);
+    if (q != nullptr) q[i] = int8_t(c);
+    const float e = x[i] - scale * float(c);
+    err += e * e;
+  }
+  return err;
+}
+
+// Least-squares scale for fixed codes; false when all codes are 0.
+bool fit_scale_to_codes(const float* x, const int8_t* q, int n, float* scale) {
+  double sxq = 0, sqq = 0;
+  for (int i = 0; i < n; ++i) {
+    sxq += double(x[i]) * q[i];
+    sqq += double(q[i]) * q[i];
+  }
+  if (!(sqq > 0)) return false;
+  *scale = float(sxq / sqq);
+  return true;
+}
+
+float fit_symmetric_sub_block(const float* x, int n) {
+  float hi = 0.0f, lo = 0.0f;
+  for (int i = 0; i < n; ++i) {
+    hi = x[i] > hi ? x[i] : hi;
+    lo = x[i] < lo ? x[i] : lo;
+  }
+  const float m = -lo > hi ? lo : hi;  // signed value of largest magnitude
+  if (m == 0.0f) return 0.0f;
+  float best = m / float(kLevelLo);
+  float best_err = symmetric_error(x, n, best, nullptr);
+  int8_t q[kSub];
+  for (int k = -kSearchSteps; k <= kSearchSteps; ++k) {
+    const float iscale = (float(kLevelLo) - kSearchStep * float(k)) / m;
+    for (int i = 0; i < n; ++i) q[i] = int8_t(round_clamp(x[i] * iscale, kLevelLo, kLevelHi));
+    float cand = 0.0f;
+    if (!fit_scale_to_codes(x, q, n, &cand)) continue;
+    const float err = symmetric_error(x, n, cand, nullptr);
+    if (err < best_err) {
+      best_err = err;
+      best = cand;
+    }
+  }
+  for (int it = 0; it < kPolishIters; ++it) {
+    symmetric_error(x, n, best, q);
+    float cand = 0.0f;
+    if (!fit_scale_to_codes(x, q, n, &cand)) break;
+    const float err = symmetric_error(x, n, cand, nullptr);
+    if (!(err < best_err)) break;
+    best_err = err;
+    best = cand;
+  }
+  return best;
+}
+
+struct SymmetricSuperBlock {
+  HalfScale d{};
+  int8_t sc[kNumSub] = {};
+  int8_t q[kQK_K] = {};  // signed levels
+};
+
+void polish_scale_codes(const float* x, SymmetricSuperBlock* s) {
+  for (int j = 0; j < kNumSub; ++j) {
+    int best_sc = s->sc[j];
+    float best_err = symmetric_error(x + j * kSub, kSub, s->d.value * float(best_sc), nullptr);
+    for (int sc = s->sc[j] - 1; sc <= s->sc[j] + 1; sc += 2) {
+      if (sc < -kMaxScaleCode || sc > kMaxScaleCode) continue;
+      const float err = symmetric_error(x + j * kSub, kSub, s->d.value * float(sc), nullptr);
+      if (err < best_err) {
+        best_err = err;
+        best_sc = sc;
+      }
+    }
+    s->sc[j] = int8_t(best_sc);
+  }
+}
+
+double code_values(const float* x, SymmetricSuperBlock* s) {
+  double err = 0.0;
+  for (int j = 0; j < kNumSub; ++j) {
+    err += symmetric_error(x + j * kSub, kSub, s->d.value * float(s->sc[j]), s->q + j * kSub);
+  }
+  return err;
+}
+
+// Least-squares d for fixed integer codes: x ≈ d*(sc_j*q).
+bool refit_super_scale(const float* x, const SymmetricSuperBlock& s, float* d) {
+  double xu = 0, uu = 0;
+  for (int i = 0; i < kQK_K; ++i) {
+    const double u = double(s.sc[i / kSub]) * s.q[i];
+    xu += x[i] * u;
+    uu += u * u;
+  }
+  if (!(uu > 0)) return false;
+  *d = float(xu / uu);
+  return *d > 0;
+}
+
+void encode_symmetric_super_block(const float* x, SymmetricSuperBlock* s) {
+  float scales[kNumSub];
+  float max_abs = 0.0f;
+  for (int j = 0; j < kNumSub; ++j) {
+    scales[j] = fit_symmetric_sub_block(x + j * kSub, kSub);
+    max_abs = std::fabs(scales[j]) > max_abs ? std::fabs(scales[j]) : max_abs;
+  }
+  s->d = half_scale(max_abs / kMaxScaleCode);
+  for (int j = 0; j < kNumSub; ++j) {
+    s->sc[j] = s->d.value > 0.0f ? int8_t(round_clamp(scales[j] / s->d.value, -kMaxScaleCode, kMaxScaleCode))
+                                 : int8_t(0);
+  }
+  polish_scale_codes(x, s);
+  double err = code_values(x, s);
+  for (int it = 0; it < kSuperIters; ++it) {
+    float d = 0.0f;
+    if (!refit_super_scale(x, *s, &d)) break;
+    SymmetricSuperBlock cand = *s;
+    cand.d = half_scale(d);
+    polish_scale_codes(x, &cand);
+    const double cand_err = code_values(x, &cand);
+    if (!(cand_err < err)) break;
+    *s = cand;
+    err = cand_err;
+  }
+}
+
+// Within each half of 128 elements, element 32*i + l (i = 0..3, l = 0..31)
+// keeps its low 4 bits in ql[l + 32*(i&1)] (low nibble for i < 2, high for
+// i >= 2) and its high 2 bits in bits 2i..2i+1 of qh[l].
+void pack_q6_k(const SymmetricSuperBlock& s, BlockQ6_K* out) {
+  for (int h = 0; h < 2; ++h) {
+    const int8_t* q = s.q + 128 * h;
+    uint8_t* ql = out->ql + 64 * h;
+    uint8_t* qh = out->qh + 32 * h;
+    for (int l = 0; l < 32; ++l) {
+      const int q1 = q[l] + 32, q2 = q[l + 32] + 32, q3 = q[l + 64] + 32, q4 = q[l + 96] + 32;
+      ql[l] = uint8_t((q1 & 15) | ((q3 & 15) << 4));
+      ql[l + 32] = uint8_t((q2 & 15) | ((q4 & 15) << 4));
+      qh[l] = uint8_t((q1 >> 4) | ((q2 >> 4) << 2) | ((q3 >> 4) << 4) | ((q4 >> 4) << 6));
+    }
+  }
+  for (int j = 0; j < kNumSub; ++j) out->scales[j] = s.sc[j];
+  out->d = s.d.bits;
+}
+
+}  // namespace
+
+void quantize_q6_k(const float* src, void* dst, int64_t n) {
+  auto* out = static_cast<BlockQ6_K*>(dst);
+  SymmetricSuperBlock s;
+  for (int64_t b = 0; b < n / kQK_K; ++b) {
+    encode_symmetric_super_block(src + b * kQK_K, &s);
+    pack_q6_k(s, &out[b]);
+  }
+}
+
+void dequantize_q6_k(const void* src, float* dst, int64_t n) {
+  const auto* in = static_cast<const BlockQ6_K*>(src);
+  for (int64_t b = 0; b < n / kQK_K; ++b) {
+    const float d = fp16_to_fp32(in[b].d);
+    for (int h = 0; h < 2; ++h) {
+      const uint8_t* ql = in[b].ql + 64 * h;
+      const uint8_t* qh = in[b].qh + 32 * h;
+      const int8_t* sc = in[b].scales + 8 * h;
+      float* y = dst + b * kQK_K + 128 * h;
+      for (int l = 0; l < 32; ++l) {
+        const int is = l / 16;
+        const int q1 = (ql[l] & 15) | (((qh[l] >> 0) & 3) << 4);
+        const int q2 = (ql[l + 32] & 15) | (((qh[l] >> 2) & 3) << 4);
+        const int q3 = (ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4);
+        const int q4 = (ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4);
+        y[l] = d * float(sc[is]) * float(q1 - 32);
+        y[l + 32] = d * float(sc[is + 2]) * float(q2 - 32);
+        y[l + 64] = d * float(sc[is + 4]) * float(q3 - 32);
+        y[l + 96] = d * float(sc[is + 6]) * float(q4 - 32);
+      }
+    }
+  }
+}
+
+}  // namespace moeserve::quant_detail

@@ -1,0 +1,128 @@
+// Activation quantizers and dequantizers of every level against the
+// reference level: the SIMD quantizers repeat the reference arithmetic and
+// must produce identical bytes; dequantizers must produce identical floats.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "kernels/cpu/cpu_kernels.h"
+#include "tensor/dtype.h"
+#include "tensor/quantize.h"
+
+namespace moeserve::cpu {
+namespace {
+
+constexpr SimdLevel kSimdLevels[] = {SimdLevel::kAvx2, SimdLevel::kAvx512};
+constexpr DType kActivationTypes[] = {DType::Q8_0, DType::Q8_K};
+
+// Rows that stress the quantizers' edge cases, each a multiple of 256 long.
+std::vector<std::vector<float>> activation_rows() {
+  std::vector<std::vector<float>> rows;
+  std::mt19937 rng(42);
+  std::normal_distribution<float> g(0.0f, 1.0f);
+  for (int64_t blocks : {1, 2, 3, 5, 8, 17}) {
+    std::vector<float> r(size_t(blocks * 256));
+    for (auto& v : r) v = g(rng);
+    rows.push_back(r);
+  }
+  // Exact .5 ties after scaling: the max is 127 (scale exactly 1 for Q8_0,
+  // -1 for Q8_K), the rest k + 0.5.
+  std::vector<float> ties(256);
+  for (int i = 0; i < 256; ++i) ties[i] = (i % 32 == 0) ? 127.0f : float((i * 7) % 250 - 125) + 0.5f;
+  rows.push_back(ties);
+  // +a and -a both present (sign tie), zeros, a lone outlier.
+  std::vector<float> mixed(512, 0.0f);
+  mixed[3] = -9.0f;
+  mixed[100] = 9.0f;
+  for (int i = 256; i < 512; ++i) mixed[i] = (i % 5) * 0.01f;
+  mixed[300] = -1000.0f;
+  rows.push_back(mixed);
+  // Huge (the Q8_0 f16 scale saturates) and tiny (subnormal f16 scale) values.
+  std::vector<float> scaled(512);
+  for (int i = 0; i < 512; ++i) scaled[i] = g(rng) * (i < 256 ? 1e9f : 1e-6f);
+  rows.push_back(scaled);
+  return rows;
+}
+
+class ActivationQuantizer : public ::testing::TestWithParam<SimdLevel> {};
+
+TEST_P(ActivationQuantizer, IdenticalBytesToReference) {
+  const CpuKernels* k = cpu_kernels_for(GetParam());
+  if (k == nullptr) GTEST_SKIP() << simd_level_name(GetParam()) << " not supported on this CPU";
+  const CpuKernels* ref = cpu_kernels_for(SimdLevel::kReference);
+  const auto rows = activation_rows();
+  for (DType t : kActivationTypes) {
+    for (size_t r = 0; r < rows.size(); ++r) {
+      const int64_t n = int64_t(rows[r].size());
+      const size_t bytes = dtype_row_bytes(t, n);
+      std::vector<uint8_t> got(bytes, 0xCD), want(bytes, 0xAB);
+      k->quantize_row[dtype_slot(t)](rows[r].data(), got.data(), n);
+      ref->quantize_row[dtype_slot(t)](rows[r].data(), want.data(), n);
+      size_t first_diff = bytes;
+      for (size_t i = 0; i < bytes; ++i) {
+        if (got[i] != want[i]) {
+          first_diff = i;
+          break;
+        }
+      }
+      EXPECT_EQ(first_diff, bytes) << dtype_name(t) << " row " << r << ": first differing byte "
+                                   << first_diff;
+    }
+  }
+}
+
+// The reference table's quantizers are the tensor layer's (the ground truth).
+TEST(ActivationQuantizerReference, IsTheTensorLayerQuantizer) {
+  const CpuKernels* ref = cpu_kernels_for(SimdLevel::kReference);
+  ASSERT_NE(ref, nullptr);
+  const auto rows = activation_rows();
+  for (DType t : kActivationTypes) {
+    const int64_t n = int64_t(rows[0].size());
+    std::vector<uint8_t> got(dtype_row_bytes(t, n)), want(dtype_row_bytes(t, n));
+    ref->quantize_row[dtype_slot(t)](rows[0].data(), got.data(), n);
+    quantize_row(t, rows[0].data(), want.data(), n);
+    EXPECT_EQ(got, want) << dtype_name(t);
+  }
+}
+
+class Dequantizer : public ::testing::TestWithParam<SimdLevel> {};
+
+TEST_P(Dequantizer, IdenticalToReference) {
+  const CpuKernels* k = cpu_kernels_for(GetParam());
+  if (k == nullptr) GTEST_SKIP() << simd_level_name(GetParam()) << " not supported on this CPU";
+  std::mt19937 rng(7);
+  std::normal_distribution<float> g(0.0f, 0.05f);
+  for (DType t : kWeightDTypes) {
+    for (int64_t blocks : {1, 3, 17}) {
+      // Float types also get lengths that are not a multiple of the vector width.
+      const int64_t n = dtype_traits(t).quantized ? blocks * dtype_block_elems(t) : blocks * 256 + 7;
+      std::vector<float> src(static_cast<size_t>(n));
+      for (auto& v : src) v = g(rng);
+      std::vector<uint8_t> q(dtype_row_bytes(t, n));
+      quantize_row(t, src.data(), q.data(), n);
+      std::vector<float> got(size_t(n), -1.0f), want(static_cast<size_t>(n), -2.0f);
+      ASSERT_NE(k->dequantize_row[dtype_slot(t)], nullptr) << dtype_name(t);
+      k->dequantize_row[dtype_slot(t)](q.data(), got.data(), n);
+      dequantize_row(t, q.data(), want.data(), n);
+      for (int64_t i = 0; i < n; ++i) {
+        ASSERT_EQ(got[i], want[i]) << dtype_name(t) << " n=" << n << " i=" << i;
+      }
+    }
+  }
+}
+
+std::string level_name(const ::testing::TestParamInfo<SimdLevel>& info) {
+  return std::string(simd_level_name(info.param));
+}
+
+INSTANTIATE_TEST_SUITE_P(Simd, ActivationQuantizer, ::testing::ValuesIn(kSimdLevels), level_name);
+INSTANTIATE_TEST_SUITE_P(AllLevels, Dequantizer,
+                         ::testing::Values(SimdLevel::kReference, SimdLevel::kAvx2, SimdLevel::kAvx512),
+                         level_name);
+
+}  // namespace
+}  // namespace moeserve::cpu

@@ -1,0 +1,225 @@
+// vec_dot of every level and weight type against the reference level and
+// against a double-precision dot of the dequantized operands.
+//
+// Tolerances:
+//  - level vs reference, and any level vs the double dot of the dequantized
+//    operands: |a - b| <= 1e-5 * Σ|w_i*x_i| (dequantized values). The integer
+//    block sums are exact in every level; only the float scaling and the
+//    summation order differ (each a few ulps of the magnitude sum).
+//  - vec_dot(w, quantize(x)) vs Σ w_i*x_i with the f32 x: bounded by
+//    Cauchy-Schwarz, |Σ w (x - x_q)| <= ||w|| * ||x - x_q||, plus the above.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "core/half.h"
+#include "kernels/cpu/cpu_kernels.h"
+#include "tensor/dtype.h"
+#include "tensor/quantize.h"
+
+namespace moeserve::cpu {
+namespace {
+
+constexpr double kRelTol = 1e-5;
+
+struct Operands {
+  std::vector<uint8_t> w;  // weight row of type t
+  std::vector<uint8_t> x;  // activation row of vec_dot_type(t)
+  std::vector<float> x_f32;
+  std::vector<float> w_deq, x_deq;
+};
+
+enum class WeightData { kQuantizedGaussian, kRandomBytes };
+
+std::vector<float> gaussian(std::mt19937& rng, int64_t n, float sigma) {
+  std::normal_distribution<float> g(0.0f, sigma);
+  std::vector<float> v(static_cast<size_t>(n));
+  for (auto& e : v) e = g(rng);
+  return v;
+}
+
+// Overwrites the f16 scales of a weight row of quantized bytes with finite
+// values (random or filled bytes could be inf/nan).
+void set_finite_scales(DType t, std::vector<uint8_t>& w, std::mt19937& rng) {
+  const DTypeTraits& tr = dtype_traits(t);
+  std::uniform_real_distribution<float> scale(0.001f, 0.02f);
+  auto put_half = [&](size_t off) {
+    const uint16_t h = fp32_to_fp16(scale(rng));
+    std::memcpy(w.data() + off, &h, 2);
+  };
+  for (size_t blk = 0; blk < w.size() / tr.block_bytes; ++blk) {
+    const size_t base = blk * tr.block_bytes;
+    switch (t) {
+      case DType::Q8_0:
+      case DType::Q4_0:
+        put_half(base);
+        break;
+      case DType::Q4_K:
+      case DType::Q5_K:
+        put_half(base);
+        put_half(base + 2);
+        break;
+      case DType::Q6_K:
+        put_half(base + tr.block_bytes - 2);
+        break;
+      default:
+        break;
+    }
+  }
+}
+
+// Random bytes cover every code, scale code and high bit.
+void randomize_weight_bytes(DType t, std::vector<uint8_t>& w, std::mt19937& rng) {
+  std::uniform_int_distribution<int> byte(0, 255);
+  for (auto& b : w) b = uint8_t(byte(rng));
+  set_finite_scales(t, w, rng);
+}
+
+Operands make_operands(DType t, int64_t n, WeightData data, uint32_t seed) {
+  std::mt19937 rng(seed);
+  const DType xt = dtype_traits(t).vec_dot_type;
+  Operands op;
+  op.w.resize(dtype_row_bytes(t, n));
+  if (data == WeightData::kRandomBytes && dtype_traits(t).quantized) {
+    randomize_weight_bytes(t, op.w, rng);
+  } else {
+    const auto wf = gaussian(rng, n, 0.05f);
+    quantize_row(t, wf.data(), op.w.data(), n);
+  }
+  op.x_f32 = gaussian(rng, n, 1.0f);
+  op.x.resize(dtype_row_bytes(xt, n));
+  quantize_row(xt, op.x_f32.data(), op.x.data(), n);
+  op.w_deq.resize(size_t(n));
+  op.x_deq.resize(size_t(n));
+  dequantize_row(t, op.w.data(), op.w_deq.data(), n);
+  dequantize_row(xt, op.x.data(), op.x_deq.data(), n);
+  return op;
+}
+
+struct Exact {
+  double dot = 0;
+  double magnitude = 0;  // Σ|w*x|
+};
+
+Exact exact_dot(const std::vector<float>& w, const std::vector<float>& x) {
+  Exact e;
+  for (size_t i = 0; i < w.size(); ++i) {
+    e.dot += double(w[i]) * x[i];
+    e.magnitude += std::fabs(double(w[i]) * x[i]);
+  }
+  return e;
+}
+
+std::vector<int64_t> test_sizes(DType t) {
+  if (!dtype_traits(t).quantized) return {1, 7, 8, 16, 33, 64, 65, 1000, 4096};
+  const int64_t blk = dtype_block_elems(t);
+  std::vector<int64_t> sizes;
+  for (int64_t nb : {1, 2, 3, 5, 8, 17}) sizes.push_back(nb * blk);
+  return sizes;
+}
+
+struct Case {
+  SimdLevel level;
+  DType type;
+};
+
+void PrintTo(const Case& c, std::ostream* os) {
+  *os << simd_level_name(c.level) << "/" << dtype_name(c.type);
+}
+
+class VecDot : public ::testing::TestWithParam<Case> {
+ protected:
+  const CpuKernels* kernels() {
+    const CpuKernels* k = cpu_kernels_for(GetParam().level);
+    return k;
+  }
+};
+
+TEST_P(VecDot, MatchesReferenceAndDoubleDot) {
+  const Case c = GetParam();
+  const CpuKernels* k = kernels();
+  if (k == nullptr) GTEST_SKIP() << simd_level_name(c.level) << " not supported on this CPU";
+  const CpuKernels* ref = cpu_kernels_for(SimdLevel::kReference);
+  for (WeightData data : {WeightData::kQuantizedGaussian, WeightData::kRandomBytes}) {
+    for (int64_t n : test_sizes(c.type)) {
+      const Operands op = make_operands(c.type, n, data, uint32_t(n * 31 + int(data)));
+      const VecDotFn fn = k->vec_dot[dtype_slot(c.type)];
+      ASSERT_NE(fn, nullptr);
+      const float got = fn(n, op.w.data(), op.x.data());
+      const float want = ref->vec_dot[dtype_slot(c.type)](n, op.w.data(), op.x.data());
+      const Exact e = exact_dot(op.w_deq, op.x_deq);
+      const double tol = kRelTol * e.magnitude + 1e-30;
+      EXPECT_NEAR(got, want, tol) << "n=" << n << " data=" << int(data);
+      EXPECT_NEAR(got, e.dot, tol) << "n=" << n << " data=" << int(data);
+    }
+  }
+}
+
+TEST_P(VecDot, CloseToFloatDotWithinQuantizationError) {
+  const Case c = GetParam();
+  const CpuKernels* k = kernels();
+  if (k == nullptr) GTEST_SKIP() << simd_level_name(c.level) << " not supported on this CPU";
+  for (int64_t n : test_sizes(c.type)) {
+    const Operands op = make_operands(c.type, n, WeightData::kQuantizedGaussian, uint32_t(n + 5));
+    const float got = k->vec_dot[dtype_slot(c.type)](n, op.w.data(), op.x.data());
+    double w_norm = 0, x_err = 0;
+    for (int64_t i = 0; i < n; ++i) {
+      w_norm += double(op.w_deq[i]) * op.w_deq[i];
+      x_err += (double(op.x_f32[i]) - op.x_deq[i]) * (double(op.x_f32[i]) - op.x_deq[i]);
+    }
+    const Exact e = exact_dot(op.w_deq, op.x_f32);
+    const double bound = std::sqrt(w_norm) * std::sqrt(x_err) + kRelTol * e.magnitude + 1e-30;
+    EXPECT_NEAR(got, e.dot, bound) << "n=" << n;
+  }
+}
+
+// Every weight byte set to 0xFF, 0x80 or 0x7F (codes and scale codes at
+// their extremes: Q8_0 -1/-128/127, nibbles 15, Q6_K codes 63 and scales
+// -128, 6-bit scales and mins 63) against activations all at +127 or -127:
+// each int16 pair sum at its largest, where a wrong operand order or sign
+// trick would saturate or wrap.
+TEST_P(VecDot, ExtremeCodesDoNotSaturate) {
+  const Case c = GetParam();
+  const CpuKernels* k = kernels();
+  if (k == nullptr) GTEST_SKIP() << simd_level_name(c.level) << " not supported on this CPU";
+  if (!dtype_traits(c.type).quantized) GTEST_SKIP() << "float type";
+  const int64_t n = 4 * dtype_block_elems(c.type);
+  const DType xt = dtype_traits(c.type).vec_dot_type;
+  std::mt19937 rng(17);
+  for (uint8_t fill : {uint8_t(0xFF), uint8_t(0x80), uint8_t(0x7F)}) {
+    for (float sign : {1.0f, -1.0f}) {
+      std::vector<uint8_t> w(dtype_row_bytes(c.type, n), fill);
+      set_finite_scales(c.type, w, rng);
+      const std::vector<float> xf(size_t(n), sign);
+      std::vector<uint8_t> x(dtype_row_bytes(xt, n));
+      quantize_row(xt, xf.data(), x.data(), n);
+      std::vector<float> wd(static_cast<size_t>(n)), xd(static_cast<size_t>(n));
+      dequantize_row(c.type, w.data(), wd.data(), n);
+      dequantize_row(xt, x.data(), xd.data(), n);
+      const Exact e = exact_dot(wd, xd);
+      const float got = k->vec_dot[dtype_slot(c.type)](n, w.data(), x.data());
+      EXPECT_NEAR(got, e.dot, kRelTol * e.magnitude) << "fill " << int(fill) << " sign " << sign;
+    }
+  }
+}
+
+std::vector<Case> all_cases() {
+  std::vector<Case> cases;
+  for (SimdLevel level : {SimdLevel::kReference, SimdLevel::kAvx2, SimdLevel::kAvx512}) {
+    for (DType t : kWeightDTypes) cases.push_back({level, t});
+  }
+  return cases;
+}
+
+std::string case_name(const ::testing::TestParamInfo<Case>& info) {
+  return std::string(simd_level_name(info.param.level)) + "_" + std::string(dtype_name(info.param.type));
+}
+
+INSTANTIATE_TEST_SUITE_P(AllLevels, VecDot, ::testing::ValuesIn(all_cases()), case_name);
+
+}  // namespace
+}  // namespace moeserve::cpu
