@@ -23,6 +23,11 @@ void register_all_commands(CLI::App& app) {
   register_inspect(app);
   register_tokenize(app);
   register_sysinfo(app);
+  register_make_model(app);
+  register_convert(app);
+  register_quantize(app);
+  register_generate(app);
+  register_bench(app);
 }
 
 }  // namespace moeserve::tools

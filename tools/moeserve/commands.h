@@ -17,5 +17,10 @@ int exit_code();
 void register_inspect(CLI::App& app);
 void register_tokenize(CLI::App& app);
 void register_sysinfo(CLI::App& app);
+void register_make_model(CLI::App& app);
+void register_convert(CLI::App& app);
+void register_quantize(CLI::App& app);
+void register_generate(CLI::App& app);
+void register_bench(CLI::App& app);
 
 }  // namespace moeserve::tools

@@ -1,0 +1,1 @@
+// placeholder (a layer needs one source until its first real file lands)

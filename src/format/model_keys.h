@@ -1,0 +1,80 @@
+// The GGUF vocabulary shared by every writer (convert, make-model, quantize)
+// and reader (model loaders): metadata keys and tensor names, spelled as
+// llama.cpp writes them so files move freely between the two.
+#pragma once
+
+#include <string>
+#include <string_view>
+
+#include <fmt/format.h>
+
+namespace moeserve::keys {
+
+// general.*
+inline constexpr std::string_view kArchitecture = "general.architecture";
+inline constexpr std::string_view kName = "general.name";
+inline constexpr std::string_view kAlignment = "general.alignment";
+inline constexpr std::string_view kFileType = "general.file_type";
+inline constexpr std::string_view kQuantizationVersion = "general.quantization_version";
+
+// {arch}.* hyperparameters: arch_key("qwen3moe", kBlockCount) -> "qwen3moe.block_count"
+inline constexpr std::string_view kContextLength = "context_length";
+inline constexpr std::string_view kEmbeddingLength = "embedding_length";
+inline constexpr std::string_view kBlockCount = "block_count";
+inline constexpr std::string_view kFeedForwardLength = "feed_forward_length";
+inline constexpr std::string_view kHeadCount = "attention.head_count";
+inline constexpr std::string_view kHeadCountKv = "attention.head_count_kv";
+inline constexpr std::string_view kKeyLength = "attention.key_length";
+inline constexpr std::string_view kValueLength = "attention.value_length";
+inline constexpr std::string_view kRmsEps = "attention.layer_norm_rms_epsilon";
+inline constexpr std::string_view kRopeFreqBase = "rope.freq_base";
+inline constexpr std::string_view kRopeDimensionCount = "rope.dimension_count";
+inline constexpr std::string_view kExpertCount = "expert_count";
+inline constexpr std::string_view kExpertUsedCount = "expert_used_count";
+inline constexpr std::string_view kExpertFeedForwardLength = "expert_feed_forward_length";
+inline constexpr std::string_view kExpertSharedFeedForwardLength = "expert_shared_feed_forward_length";
+
+inline std::string arch_key(std::string_view arch, std::string_view suffix) {
+  return fmt::format("{}.{}", arch, suffix);
+}
+
+// tokenizer.*
+inline constexpr std::string_view kTokModel = "tokenizer.ggml.model";
+inline constexpr std::string_view kTokPre = "tokenizer.ggml.pre";
+inline constexpr std::string_view kTokTokens = "tokenizer.ggml.tokens";
+inline constexpr std::string_view kTokTypes = "tokenizer.ggml.token_type";
+inline constexpr std::string_view kTokMerges = "tokenizer.ggml.merges";
+inline constexpr std::string_view kTokBos = "tokenizer.ggml.bos_token_id";
+inline constexpr std::string_view kTokEos = "tokenizer.ggml.eos_token_id";
+inline constexpr std::string_view kTokEot = "tokenizer.ggml.eot_token_id";
+inline constexpr std::string_view kTokPad = "tokenizer.ggml.padding_token_id";
+inline constexpr std::string_view kTokAddBos = "tokenizer.ggml.add_bos_token";
+inline constexpr std::string_view kChatTemplate = "tokenizer.chat_template";
+
+// Global tensors.
+inline constexpr std::string_view kTokenEmbd = "token_embd.weight";
+inline constexpr std::string_view kOutputNorm = "output_norm.weight";
+inline constexpr std::string_view kOutput = "output.weight";  // absent: tied to token_embd
+
+// Per-layer tensors: blk(3, kAttnQ) -> "blk.3.attn_q.weight"
+inline constexpr std::string_view kAttnNorm = "attn_norm";
+inline constexpr std::string_view kAttnQ = "attn_q";
+inline constexpr std::string_view kAttnK = "attn_k";
+inline constexpr std::string_view kAttnV = "attn_v";
+inline constexpr std::string_view kAttnOutput = "attn_output";
+inline constexpr std::string_view kAttnQNorm = "attn_q_norm";
+inline constexpr std::string_view kAttnKNorm = "attn_k_norm";
+inline constexpr std::string_view kFfnNorm = "ffn_norm";
+inline constexpr std::string_view kFfnGate = "ffn_gate";  // dense
+inline constexpr std::string_view kFfnUp = "ffn_up";
+inline constexpr std::string_view kFfnDown = "ffn_down";
+inline constexpr std::string_view kFfnGateInp = "ffn_gate_inp";  // router
+inline constexpr std::string_view kFfnGateExps = "ffn_gate_exps";
+inline constexpr std::string_view kFfnUpExps = "ffn_up_exps";
+inline constexpr std::string_view kFfnDownExps = "ffn_down_exps";
+
+inline std::string blk(int layer, std::string_view tensor, std::string_view suffix = "weight") {
+  return fmt::format("blk.{}.{}.{}", layer, tensor, suffix);
+}
+
+}  // namespace moeserve::keys
