@@ -1,5 +1,118 @@
-// PLACEHOLDER: replaced by the real subcommand.
+// moeserve generate -m FILE -p PROMPT [-n N] [--chat] [sampling flags]:
+// streams the continuation to stdout and a stats line to stderr.
+#include <fmt/format.h>
+
+#include <cstdio>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "chat/chat_template.h"
+#include "runtime/generator.h"
+#include "runtime/model.h"
 #include "tools/moeserve/commands.h"
+
 namespace moeserve::tools {
-void register_generate(CLI::App& app) { (void)app; }
+namespace {
+
+struct GenerateCliOptions {
+  std::string model_path, prompt, system;
+  bool chat = false;
+  int64_t n_predict = 128, ctx_size = 4096, batch = 512;
+  int threads = 0;
+  runtime::SamplerOptions sampling;
+  std::vector<std::string> stop;
+};
+
+Result<std::string> render_chat(const runtime::Model& model, const GenerateCliOptions& o) {
+  const std::string& source = model.tokenizer().chat_template();
+  if (source.empty()) {
+    return make_error(StatusCode::kNotFound,
+                      "{}: the file has no chat template (tokenizer.chat_template); drop --chat and write the "
+                      "prompt in the model's format yourself", model.file().name());
+  }
+  MOESERVE_ASSIGN_OR_RETURN(chat::ChatTemplate tmpl, chat::ChatTemplate::parse(source));
+  chat::ChatRenderInput in;
+  if (!o.system.empty()) in.messages.push_back({{"role", "system"}, {"content", o.system}});
+  in.messages.push_back({{"role", "user"}, {"content", o.prompt}});
+  in.add_generation_prompt = true;
+  const tok::Tokenizer& t = model.tokenizer();
+  if (t.bos_id()) in.bos_token = t.token_text(*t.bos_id());
+  if (t.eos_id()) in.eos_token = t.token_text(*t.eos_id());
+  return tmpl.render(in);
+}
+
+Status run_generate(const GenerateCliOptions& o) {
+  MOESERVE_ASSIGN_OR_RETURN(std::unique_ptr<runtime::Model> model,
+                            runtime::Model::load(o.model_path, {.n_threads = o.threads}));
+  std::string text = o.prompt;
+  if (o.chat) {
+    MOESERVE_ASSIGN_OR_RETURN(text, render_chat(*model, o));
+  }
+  const std::vector<int32_t> prompt = model->tokenizer().encode(text);
+  if (prompt.empty()) return make_error(StatusCode::kInvalidArgument, "the prompt is empty");
+  if (int64_t(prompt.size()) > o.ctx_size) {
+    return make_error(StatusCode::kOutOfRange, "the prompt has {} tokens, more than the context size {} (raise --ctx-size)",
+                      prompt.size(), o.ctx_size);
+  }
+  runtime::Generator gen(*model, o.ctx_size);
+  runtime::GenerateOptions go;
+  go.max_tokens = o.n_predict;
+  go.n_batch = o.batch;
+  go.sampling = o.sampling;
+  go.stop = o.stop;
+  MOESERVE_ASSIGN_OR_RETURN(runtime::GenerateResult r, gen.generate(prompt, go, [](std::string_view piece) {
+    std::fwrite(piece.data(), 1, piece.size(), stdout);
+    std::fflush(stdout);
+    return true;
+  }));
+  std::fputc('\n', stdout);
+  const double decode_tps = r.tokens.size() > 1 && r.decode_seconds > 0 ? double(r.tokens.size() - 1) / r.decode_seconds : 0.0;
+  fmt::print(stderr, "prompt: {} tokens, prefill {:.1f} tok/s | generated: {} tokens, decode {:.1f} tok/s | "
+                     "first token {:.0f} ms | stop: {}\n",
+             r.prompt_tokens, r.prefill_seconds > 0 ? double(r.prompt_tokens) / r.prefill_seconds : 0.0,
+             r.tokens.size(), decode_tps, r.first_token_seconds * 1e3, runtime::stop_reason_name(r.reason));
+  return Status::ok();
+}
+
+}  // namespace
+
+void register_generate(CLI::App& app) {
+  auto o = std::make_shared<GenerateCliOptions>();
+  CLI::App* cmd = app.add_subcommand("generate", "Generate text from a prompt on the CPU (streams to stdout)");
+  cmd->add_option("-m,--model", o->model_path, "GGUF model file (qwen3moe or qwen3)")->required();
+  cmd->add_option("-p,--prompt", o->prompt, "Prompt text")->required();
+  cmd->add_option("-n,--n-predict", o->n_predict, "Maximum tokens to generate")->capture_default_str();
+  cmd->add_flag("--chat", o->chat, "Wrap the prompt as a user message with the file's chat template");
+  cmd->add_option("--system", o->system, "System message (with --chat)");
+  cmd->add_option("-c,--ctx-size", o->ctx_size, "Context size in tokens (KV cache capacity)")->capture_default_str()
+      ->check(CLI::Range(int64_t(1), int64_t(1) << 24));
+  cmd->add_option("-b,--batch", o->batch, "Prompt tokens per prefill chunk")->capture_default_str()
+      ->check(CLI::Range(int64_t(1), int64_t(1) << 16));
+  cmd->add_option("-t,--threads", o->threads, "Worker threads (0: one per physical core)")->capture_default_str();
+  cmd->add_option("--temp", o->sampling.temperature, "Sampling temperature (0: greedy)")->capture_default_str();
+  cmd->add_option("--top-k", o->sampling.top_k, "Keep the k most likely tokens (0: all)")->capture_default_str();
+  cmd->add_option("--top-p", o->sampling.top_p, "Nucleus: smallest set with this probability mass (1: off)")
+      ->capture_default_str();
+  cmd->add_option("--min-p", o->sampling.min_p, "Drop tokens below min-p x the top probability (0: off)")
+      ->capture_default_str();
+  cmd->add_option("--repeat-penalty", o->sampling.repeat_penalty, "Penalise repeated tokens (1: off)")
+      ->capture_default_str();
+  cmd->add_option("--repeat-last-n", o->sampling.repeat_last_n, "Tokens of history the penalties look at (-1: all)")
+      ->capture_default_str();
+  cmd->add_option("--presence-penalty", o->sampling.presence_penalty, "Subtracted once from seen tokens")
+      ->capture_default_str();
+  cmd->add_option("--frequency-penalty", o->sampling.frequency_penalty, "Subtracted per occurrence of seen tokens")
+      ->capture_default_str();
+  cmd->add_option("--seed", o->sampling.seed, "Random seed (same seed, same output)")->capture_default_str();
+  cmd->add_option("--stop", o->stop, "Stop when this text appears (not printed; repeatable)");
+  cmd->callback([o] {
+    const Status st = run_generate(*o);
+    if (!st.is_ok()) {
+      fmt::print(stderr, "error: {}\n", st.message());
+      set_exit_code(1);
+    }
+  });
+}
+
 }  // namespace moeserve::tools

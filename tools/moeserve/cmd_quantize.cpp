@@ -1,5 +1,76 @@
-// PLACEHOLDER: replaced by the real subcommand.
+// moeserve quantize IN OUT --type T [--threads N]: re-type the tensors of a
+// GGUF file by llama.cpp's per-tensor mixing rule (convert/quant_mix.h).
+#include <fmt/format.h>
+
+#include <memory>
+#include <string>
+
+#include "convert/quant_mix.h"
+#include "convert/quantize_model.h"
 #include "tools/moeserve/commands.h"
+
 namespace moeserve::tools {
-void register_quantize(CLI::App& app) { (void)app; }
+namespace {
+
+struct QuantizeCliOptions {
+  std::string input;
+  std::string output;
+  std::string type;
+  int threads = 0;
+  bool progress = false;
+  bool no_progress = false;
+};
+
+void run_quantize(const QuantizeCliOptions& cli) {
+  auto type = convert::file_type_from_name(cli.type);
+  if (!type) {
+    fmt::print(stderr, "error: unknown --type '{}' (supported: {})\n", cli.type, convert::supported_file_type_names());
+    set_exit_code(1);
+    return;
+  }
+  if (cli.input == cli.output) {
+    fmt::print(stderr, "error: the output must differ from the input ({})\n", cli.input);
+    set_exit_code(1);
+    return;
+  }
+  convert::QuantizeOptions options;
+  options.input_path = cli.input;
+  options.output_path = cli.output;
+  options.file_type = *type;
+  options.threads = cli.threads;
+  options.progress = cli.no_progress ? ProgressOptions::Mode::kOff
+                     : cli.progress  ? ProgressOptions::Mode::kForceOn
+                                     : ProgressOptions::Mode::kAuto;
+  auto summary = convert::quantize_model(options);
+  if (!summary) {
+    fmt::print(stderr, "error: {}\n", summary.status().to_string());
+    set_exit_code(1);
+    return;
+  }
+  fmt::print("wrote {} ({})\n{}", cli.output, cli.type, convert::format_quantize_summary(*summary));
+}
+
+}  // namespace
+
+void register_quantize(CLI::App& app) {
+  auto cli = std::make_shared<QuantizeCliOptions>();
+  CLI::App* cmd = app.add_subcommand(
+      "quantize",
+      "Write a copy of a GGUF model with its weights in another type. Any source type is read\n"
+      "(dequantized, then quantized again); all metadata is copied and general.file_type set.\n"
+      "Prints the tensor count and size per type, and the size before and after.");
+  cmd->add_option("input", cli->input, "GGUF file to read")->required();
+  cmd->add_option("output", cli->output, "GGUF file to write (written via OUT.tmp, then renamed)")->required();
+  cmd->add_option("--type", cli->type,
+                  "Target: q4_k_m (Q4_K; Q6_K for output and for attn_v/ffn_down in the first/last eighth of the\n"
+                  "layers and every third layer between; Q8_0 attn_v for 8-expert models), q5_k_m (same with Q5_K),\n"
+                  "q6_k, q8_0, q4_0, or the float types f16, bf16, f32. Norms and ffn_gate_inp stay f32; rows whose\n"
+                  "length is not a multiple of 256 fall back to q8_0")
+      ->required();
+  cmd->add_option("--threads", cli->threads, "Threads quantizing rows (default: one per physical core)");
+  cmd->add_flag("--progress", cli->progress, "Show the progress bar even when stderr is not a terminal");
+  cmd->add_flag("--no-progress", cli->no_progress, "Never show the progress bar");
+  cmd->callback([cli] { run_quantize(*cli); });
+}
+
 }  // namespace moeserve::tools

@@ -1,0 +1,360 @@
+"""Train one tiny Qwen3 (dense) or Qwen3-MoE model on the prepared corpus.
+
+fp32 master weights with bf16 autocast, AdamW, linear warm-up then cosine
+decay. The number of steps is fixed after a short timing run so training
+takes about --seconds. Before saving, every weight is rounded to a
+bf16-representable value, so a BF16 GGUF of the saved files is lossless with
+respect to the f32 model the fixtures are computed from. Saves the HF
+directory (bf16 safetensors, config, generation config, tokenizer files) and
+a JSON summary (losses, steps, time, routing statistics for the MoE model).
+"""
+import argparse
+import copy
+import json
+import math
+import os
+import shutil
+import time
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+ARCHES = ("qwen3moe", "qwen3")
+
+
+def build_config(arch, vocab_size, ids):
+    from transformers import Qwen3Config, Qwen3MoeConfig
+    base = dict(vocab_size=vocab_size, hidden_size=256, num_hidden_layers=4,
+                num_attention_heads=4, num_key_value_heads=2, hidden_act="silu",
+                max_position_embeddings=2048, rms_norm_eps=1e-6, tie_word_embeddings=False,
+                attention_bias=False, use_sliding_window=False, initializer_range=0.02,
+                bos_token_id=ids["<|endoftext|>"], eos_token_id=ids["<|im_end|>"])
+    if arch == "qwen3moe":
+        cls = Qwen3MoeConfig
+        # moe_intermediate_size 128 keeps the model near 9M parameters.
+        base.update(num_experts=16, num_experts_per_tok=4, moe_intermediate_size=128,
+                    norm_topk_prob=True, decoder_sparse_step=1, mlp_only_layers=[],
+                    intermediate_size=512, output_router_logits=False,
+                    router_aux_loss_coef=0.001)
+    else:
+        cls = Qwen3Config
+        base.update(intermediate_size=512, head_dim=64)
+    rope = {"rope_type": "default", "rope_theta": 1000000.0}
+    try:
+        cfg = cls(rope_parameters=rope, **base)
+    except TypeError:
+        cfg = cls(rope_theta=1000000.0, **base)
+    if getattr(cfg, "head_dim", None) != 64:
+        cfg.head_dim = 64
+    return cfg
+
+
+def model_class(arch):
+    from transformers import Qwen3ForCausalLM, Qwen3MoeForCausalLM
+    return Qwen3MoeForCausalLM if arch == "qwen3moe" else Qwen3ForCausalLM
+
+
+def check_model_shape(model, cfg):
+    """Fail early if the config did not produce the intended architecture."""
+    attn = model.model.layers[0].self_attn
+    assert attn.q_proj.out_features == 256 and attn.k_proj.out_features == 128, "head_dim"
+    rotary = getattr(model.model, "rotary_emb", None) or getattr(attn, "rotary_emb", None)
+    if rotary is None:
+        print("WARNING: no rotary_emb module found; rope theta not checked")
+        return
+    inv = rotary.inv_freq.detach().float().cpu()
+    want = 1.0 / (1e6 ** (torch.arange(0, 64, 2, dtype=torch.float32) / 64))
+    assert torch.allclose(inv, want, rtol=1e-4), f"rope theta: {inv[:4]} vs {want[:4]}"
+
+
+class Batcher:
+    def __init__(self, ids, seq, batch, device, seed):
+        self.data = torch.from_numpy(ids.astype(np.int64)).to(device)
+        self.seq, self.batch = seq, batch
+        self.gen = torch.Generator(device=device)
+        self.gen.manual_seed(seed)
+        self.ar = torch.arange(seq + 1, device=device)
+
+    def next(self):
+        hi = self.data.numel() - self.seq - 1
+        start = torch.randint(0, hi, (self.batch,), generator=self.gen, device=self.data.device)
+        return self.data[start[:, None] + self.ar[None, :]]
+
+
+def lm_loss(model, x):
+    logits = model(input_ids=x[:, :-1], use_cache=False).logits
+    return F.cross_entropy(logits.float().reshape(-1, logits.shape[-1]), x[:, 1:].reshape(-1))
+
+
+@torch.no_grad()
+def eval_loss(model, ids, seq, device, max_windows=256, bs=32, autocast=False):
+    n = min(max_windows, (ids.size - 1) // seq)
+    data = torch.from_numpy(ids[: n * seq + 1].astype(np.int64)).to(device)
+    total, count = 0.0, 0
+    for b in range(0, n, bs):
+        rows = [data[i * seq: i * seq + seq + 1] for i in range(b, min(n, b + bs))]
+        x = torch.stack(rows)
+        with torch.autocast("cuda", dtype=torch.bfloat16, enabled=autocast):
+            loss = lm_loss(model, x)
+        total += loss.item() * x.shape[0]
+        count += x.shape[0]
+    return total / max(1, count), n * seq
+
+
+def lr_at(step, total, peak, warmup, min_frac):
+    if step < warmup:
+        return peak * (step + 1) / warmup
+    p = min(1.0, (step - warmup) / max(1, total - warmup))
+    return peak * (min_frac + (1 - min_frac) * 0.5 * (1 + math.cos(math.pi * p)))
+
+
+def train(model, batcher, args, log):
+    decay = [p for p in model.parameters() if p.ndim >= 2]
+    no_decay = [p for p in model.parameters() if p.ndim < 2]
+    opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1},
+                             {"params": no_decay, "weight_decay": 0.0}],
+                            lr=args.lr, betas=(0.9, 0.95), eps=1e-8, fused=True)
+    total = 10 ** 9  # fixed once the step time is measured (before warm-up ends)
+    step, t0, t_mark = 0, time.time(), None
+    acc, acc_n, history = torch.zeros((), device="cuda"), 0, []
+    model.train()
+    while step < total and time.time() - t0 < args.seconds * 1.25:
+        for g in opt.param_groups:
+            g["lr"] = lr_at(step, total, args.lr, args.warmup, 0.1)
+        x = batcher.next()
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            loss = lm_loss(model, x)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        acc += loss.detach()
+        acc_n += 1
+        step += 1
+        if step == 10:
+            torch.cuda.synchronize()
+            t_mark = time.time()
+        if step == 40:
+            torch.cuda.synchronize()
+            per_step = (time.time() - t_mark) / 30
+            total = max(args.warmup + 100, int((args.seconds - (time.time() - t0)) / per_step) + step)
+            log(f"step time {per_step * 1000:.1f} ms -> {total} steps")
+        if step % 100 == 0 or step == total:
+            mean = (acc / acc_n).item()
+            history.append({"step": step, "loss": round(mean, 4), "lr": opt.param_groups[0]["lr"],
+                            "elapsed_s": round(time.time() - t0, 1)})
+            log(f"step {step}/{total} loss {mean:.4f} lr {opt.param_groups[0]['lr']:.2e} "
+                f"{time.time() - t0:.0f}s")
+            acc.zero_()
+            acc_n = 0
+    model.eval()
+    return {"steps": step, "planned_steps": total, "train_seconds": round(time.time() - t0, 1),
+            "tokens_seen": step * args.batch * args.seq,
+            "final_train_loss_last100_bf16": history[-1]["loss"] if history else None,
+            "history": history}
+
+
+def round_to_bf16(model):
+    with torch.no_grad():
+        for p in model.parameters():
+            p.copy_(p.bfloat16().float())
+
+
+@torch.no_grad()
+def routing_stats(model, ids, seq, device, n_windows=64):
+    """Per-layer top-k expert selection counts on held-out text."""
+    layers = model.model.layers
+    k = model.config.num_experts_per_tok
+    n_exp = model.config.num_experts
+    counts = [torch.zeros(n_exp, dtype=torch.long, device=device) for _ in layers]
+    hooks = []
+    for li, layer in enumerate(layers):
+        gate = layer.mlp.gate
+
+        def pre_hook(mod, inputs, li=li):
+            h = inputs[0].reshape(-1, inputs[0].shape[-1]).float()
+            top = torch.topk(F.linear(h, mod.weight.float()), k, dim=-1).indices
+            counts[li] += torch.bincount(top.reshape(-1), minlength=n_exp)
+        hooks.append(gate.register_forward_pre_hook(pre_hook))
+    try:
+        n = min(n_windows, (ids.size - 1) // seq)
+        data = torch.from_numpy(ids[: n * seq].astype(np.int64)).to(device).reshape(n, seq)
+        for b in range(0, n, 16):
+            model(input_ids=data[b: b + 16])
+    finally:
+        for h in hooks:
+            h.remove()
+    out = []
+    for li, c in enumerate(counts):
+        share = (c.double() / c.sum()).cpu()
+        srt = torch.sort(share, descending=True).values
+        nz = share[share > 0]
+        entropy = float(-(nz * nz.log()).sum())
+        out.append({"layer": li, "counts": c.cpu().tolist(),
+                    "top25pct_share": round(float(srt[: max(1, n_exp // 4)].sum()), 4),
+                    "max_share": round(float(srt[0]), 4), "min_share": round(float(srt[-1]), 4),
+                    "unused_experts": int((c == 0).sum()),
+                    "entropy_norm": round(entropy / math.log(n_exp), 4)})
+    return {"tokens": int(n * seq), "top_k": k, "experts": n_exp, "uniform_top25pct_share": 0.25,
+            "layers": out}
+
+
+def saved_tensor_names(out_dir):
+    from safetensors import safe_open
+    names = {}
+    for f in sorted(os.listdir(out_dir)):
+        if f.endswith(".safetensors"):
+            with safe_open(os.path.join(out_dir, f), "pt") as st:
+                for k in st.keys():
+                    names[k] = (f, list(st.get_slice(k).get_shape()))
+    return names
+
+
+def unfuse_experts(out_dir, n_exp, inter):
+    """Rewrite fused 3-D expert tensors as per-expert 2-D tensors (the layout
+    of the published Qwen3-MoE checkpoints), in place."""
+    from safetensors.torch import load_file, save_file
+    weight_map = {}
+    for f in sorted(os.listdir(out_dir)):
+        if not f.endswith(".safetensors"):
+            continue
+        path = os.path.join(out_dir, f)
+        tensors = load_file(path)
+        out = {}
+        for k, t in tensors.items():
+            if k.endswith("mlp.experts.gate_up_proj"):
+                pre = k[: -len("gate_up_proj")]
+                for e in range(n_exp):
+                    out[f"{pre}{e}.gate_proj.weight"] = t[e, :inter].contiguous()
+                    out[f"{pre}{e}.up_proj.weight"] = t[e, inter:].contiguous()
+            elif k.endswith("mlp.experts.down_proj"):
+                pre = k[: -len("down_proj")]
+                for e in range(n_exp):
+                    out[f"{pre}{e}.down_proj.weight"] = t[e].contiguous()
+            else:
+                out[k] = t
+        save_file(out, path, metadata={"format": "pt"})
+        weight_map.update({k: f for k in out})
+    index = os.path.join(out_dir, "model.safetensors.index.json")
+    if os.path.exists(index):
+        with open(index) as fh:
+            idx = json.load(fh)
+        idx["weight_map"] = dict(sorted(weight_map.items()))
+        with open(index, "w") as fh:
+            json.dump(idx, fh, indent=2)
+
+
+def save_model(model, cfg, arch, out_dir, ids, tok_dir, log):
+    from transformers import GenerationConfig
+    os.makedirs(out_dir, exist_ok=True)
+    m = copy.deepcopy(model).to(torch.bfloat16)
+    eot, im_end = ids["<|endoftext|>"], ids["<|im_end|>"]
+    # Same fields as Qwen3's generation_config.json.
+    m.generation_config = GenerationConfig(bos_token_id=eot, eos_token_id=[im_end, eot],
+                                           pad_token_id=eot, do_sample=True, temperature=0.6,
+                                           top_k=20, top_p=0.95)
+    try:
+        m.save_pretrained(out_dir, safe_serialization=True, max_shard_size="12MB")
+    except TypeError:
+        m.save_pretrained(out_dir, max_shard_size="12MB")
+    for f in ("tokenizer.json", "tokenizer_config.json"):
+        shutil.copy(os.path.join(tok_dir, f), os.path.join(out_dir, f))
+    names = saved_tensor_names(out_dir)
+    fused = [k for k in names if k.endswith("experts.gate_up_proj") or k.endswith("experts.down_proj")]
+    if fused:
+        log(f"saved fused expert tensors ({len(fused)}); rewriting per expert")
+        unfuse_experts(out_dir, cfg.num_experts, cfg.moe_intermediate_size)
+        names = saved_tensor_names(out_dir)
+    files = {f: os.path.getsize(os.path.join(out_dir, f)) for f in sorted(os.listdir(out_dir))}
+    log(f"saved {len(names)} tensors: {files}")
+    return names, files
+
+
+@torch.no_grad()
+def check_reload(arch, out_dir, model, batch, log):
+    cls = model_class(arch)
+    m2 = cls.from_pretrained(out_dir, dtype=torch.float32).to("cuda").eval()
+    a = model(input_ids=batch).logits
+    b = m2(input_ids=batch).logits
+    diff = float((a - b).abs().max())
+    log(f"reload check: max |logit diff| in-memory vs saved = {diff}")
+    return diff
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--arch", choices=ARCHES, required=True)
+    ap.add_argument("--data", required=True, help="output dir of corpus_tokenizer.py")
+    ap.add_argument("--out", required=True, help="HF model dir to write")
+    ap.add_argument("--summary", required=True, help="JSON summary to write")
+    ap.add_argument("--seconds", type=float, default=170)
+    ap.add_argument("--batch", type=int, default=64)
+    ap.add_argument("--seq", type=int, default=256)
+    ap.add_argument("--lr", type=float, default=2e-3)
+    ap.add_argument("--warmup", type=int, default=100)
+    ap.add_argument("--seed", type=int, default=1234)
+    args = ap.parse_args()
+
+    def log(msg):
+        print(f"[{args.arch}] {msg}", flush=True)
+
+    torch.manual_seed(args.seed)
+    torch.backends.cuda.matmul.allow_tf32 = True
+    with open(os.path.join(args.data, "corpus_manifest.json")) as f:
+        manifest = json.load(f)
+    ids = manifest["token_ids"]
+    train_ids = np.load(os.path.join(args.data, "train_ids.npy"))
+    held_ids = np.load(os.path.join(args.data, "heldout_ids.npy"))
+    cfg = build_config(args.arch, manifest["vocab_size"], ids)
+    model = model_class(args.arch)(cfg).to("cuda")
+    check_model_shape(model, cfg)
+    n_params = sum(p.numel() for p in model.parameters())
+    n_embed = model.model.embed_tokens.weight.numel() + model.lm_head.weight.numel()
+    log(f"params {n_params} (embedding+lm_head {n_embed}); config {cfg.to_json_string()}")
+    batcher = Batcher(train_ids, args.seq, args.batch, "cuda", args.seed)
+    result = train(model, batcher, args, log)
+
+    round_to_bf16(model)
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+    held_loss, held_tokens = eval_loss(model, held_ids, args.seq, "cuda")
+    train_loss, _ = eval_loss(model, train_ids[: held_ids.size * 4], args.seq, "cuda")
+    log(f"after bf16 rounding (f32 eval): heldout loss {held_loss:.4f} ({held_tokens} tokens), "
+        f"train loss {train_loss:.4f}")
+    summary = {"arch": args.arch, "params": n_params, "params_embedding_and_head": n_embed,
+               "seed": args.seed, "batch": args.batch, "seq": args.seq, "lr": args.lr,
+               "warmup": args.warmup, "schedule": "linear warm-up, cosine to 10% of peak",
+               "optimizer": "AdamW betas (0.9,0.95) wd 0.1 (matrices only), grad clip 1.0",
+               "precision": "fp32 master weights, bf16 autocast; eval in f32 without TF32",
+               "heldout_loss": round(held_loss, 4), "heldout_tokens": held_tokens,
+               "train_sample_loss": round(train_loss, 4), **result,
+               "torch": torch.__version__, "gpu": torch.cuda.get_device_name(0)}
+    import transformers
+    summary["transformers"] = transformers.__version__
+    if args.arch == "qwen3moe":
+        try:
+            summary["routing"] = routing_stats(model, held_ids, args.seq, "cuda")
+            for layer in summary["routing"]["layers"]:
+                log(f"routing layer {layer['layer']}: top25% share {layer['top25pct_share']} "
+                    f"entropy {layer['entropy_norm']} unused {layer['unused_experts']} "
+                    f"max {layer['max_share']} min {layer['min_share']}")
+        except Exception as e:  # keep the run going: the model is still useful
+            log(f"routing stats failed: {e!r}")
+    names, files = save_model(model, cfg, args.arch, args.out, ids,
+                              os.path.join(args.data, "tokenizer"), log)
+    summary["saved_files"] = files
+    summary["saved_tensors"] = {k: v[1] for k, v in sorted(names.items())}
+    try:
+        summary["reload_max_abs_logit_diff"] = check_reload(args.arch, args.out, model,
+                                                            batcher.next()[:4, :-1], log)
+    except Exception as e:
+        log(f"reload check failed: {e!r}")
+        summary["reload_error"] = repr(e)
+    with open(args.summary, "w") as f:
+        json.dump(summary, f, indent=1)
+    log("done")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,55 @@
+// Hugging Face config.json -> the hyperparameters of a GGUF file.
+//
+// Supported architectures: Qwen3MoeForCausalLM (-> qwen3moe) and
+// Qwen3ForCausalLM (-> qwen3). Features our engine (and llama.cpp's graph for
+// these architectures) does not implement are refused with an error naming
+// the key, never silently ignored: decoder_sparse_step != 1, non-empty
+// mlp_only_layers, rope scaling (rope_scaling / rope_parameters.rope_type
+// other than "default"), attention_bias, use_sliding_window, non-full
+// layer_types, and norm_topk_prob = false for qwen3moe (llama.cpp always
+// renormalises the top-k router weights for this architecture).
+#pragma once
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "core/status.h"
+#include "format/gguf_writer.h"
+
+namespace moeserve::convert {
+
+struct HfModelConfig {
+  std::string source;           // path, for messages
+  std::string hf_architecture;  // "Qwen3MoeForCausalLM"
+  std::string arch;             // "qwen3moe" | "qwen3"
+  int64_t hidden_size = 0;
+  int64_t n_layer = 0;
+  int64_t n_head = 0;
+  int64_t n_head_kv = 0;
+  int64_t head_dim = 0;
+  int64_t intermediate_size = 0;  // dense FFN (qwen3), or the unused dense size of qwen3moe
+  int64_t vocab_size = 0;
+  int64_t context_length = 0;
+  double rope_theta = 0;
+  double rms_eps = 0;
+  bool tie_word_embeddings = false;
+  // MoE (qwen3moe only; 0 for dense).
+  int64_t n_expert = 0;
+  int64_t n_expert_used = 0;
+  int64_t expert_ff = 0;
+  std::optional<int64_t> bos_token_id, eos_token_id;
+  bool is_moe() const { return n_expert > 0; }
+};
+
+// "Qwen3MoeForCausalLM (qwen3moe), Qwen3ForCausalLM (qwen3)".
+std::string supported_hf_architectures();
+
+Result<HfModelConfig> parse_hf_config(std::string_view json_text, std::string_view name);
+// Reads DIR/config.json.
+Result<HfModelConfig> load_hf_config(const std::string& dir);
+
+// general.architecture and the {arch}.* hyperparameter keys.
+void write_hf_hparams(const HfModelConfig& config, GgufWriter& writer);
+
+}  // namespace moeserve::convert

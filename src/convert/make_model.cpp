@@ -1,0 +1,138 @@
+#include "convert/make_model.h"
+
+#include <algorithm>
+#include <cmath>
+#include <memory>
+#include <vector>
+
+#include "convert/synthetic_vocab.h"
+#include "core/thread_pool.h"
+#include "format/model_keys.h"
+#include "tensor/quantize.h"
+
+namespace moeserve::convert {
+namespace {
+
+Status check_options(const MakeModelOptions& o) {
+  const ModelShape& s = o.shape;
+  if (!(o.router_skew >= 0.0) || !std::isfinite(o.router_skew)) {
+    return make_error(StatusCode::kInvalidArgument, "router skew {} must be a finite number >= 0", o.router_skew);
+  }
+  if (s.n_layer <= 0 || s.n_embd <= 0 || s.n_head <= 0 || s.n_head_kv <= 0 || s.head_dim <= 0 || s.n_vocab <= 0) {
+    return make_error(StatusCode::kInvalidArgument, "model shape '{}' has a non-positive dimension", s.preset);
+  }
+  if (s.n_head % s.n_head_kv != 0) {
+    return make_error(StatusCode::kInvalidArgument, "head count {} is not a multiple of the KV head count {}",
+                      s.n_head, s.n_head_kv);
+  }
+  if (s.is_moe() && (s.n_expert <= 0 || s.n_expert_used <= 0 || s.n_expert_used > s.n_expert || s.n_ff_exp <= 0)) {
+    return make_error(StatusCode::kInvalidArgument, "model shape '{}': bad expert counts", s.preset);
+  }
+  if (!s.is_moe() && s.n_ff <= 0) {
+    return make_error(StatusCode::kInvalidArgument, "model shape '{}': no FFN width", s.preset);
+  }
+  return Status::ok();
+}
+
+void set_hparams(const MakeModelOptions& o, GgufWriter& w) {
+  const ModelShape& s = o.shape;
+  const std::string_view arch = arch_name(s.arch);
+  auto k = [&](std::string_view suffix) { return keys::arch_key(arch, suffix); };
+  w.set_string(keys::kArchitecture, std::string(arch));
+  w.set_string(keys::kName, s.model_name);
+  w.set_u32(keys::kAlignment, 32);
+  w.set_u32(keys::kFileType, uint32_t(o.file_type));
+  if (file_type_is_quantized(o.file_type)) w.set_u32(keys::kQuantizationVersion, 2);
+  w.set_u32(k(keys::kContextLength), uint32_t(s.n_ctx));
+  w.set_u32(k(keys::kEmbeddingLength), uint32_t(s.n_embd));
+  w.set_u32(k(keys::kBlockCount), uint32_t(s.n_layer));
+  w.set_u32(k(keys::kFeedForwardLength), uint32_t(s.n_ff));
+  w.set_u32(k(keys::kHeadCount), uint32_t(s.n_head));
+  w.set_u32(k(keys::kHeadCountKv), uint32_t(s.n_head_kv));
+  w.set_u32(k(keys::kKeyLength), uint32_t(s.head_dim));
+  w.set_u32(k(keys::kValueLength), uint32_t(s.head_dim));
+  w.set_f32(k(keys::kRmsEps), float(s.rms_eps));
+  w.set_f32(k(keys::kRopeFreqBase), float(s.rope_theta));
+  w.set_u32(k(keys::kRopeDimensionCount), uint32_t(s.head_dim));
+  if (s.is_moe()) {
+    w.set_u32(k(keys::kExpertCount), uint32_t(s.n_expert));
+    w.set_u32(k(keys::kExpertUsedCount), uint32_t(s.n_expert_used));
+    w.set_u32(k(keys::kExpertFeedForwardLength), uint32_t(s.n_ff_exp));
+  }
+  // Provenance, so a synthetic file is never mistaken for a trained one.
+  w.set_u64("moeserve.synthetic.seed", o.seed);
+  w.set_f32("moeserve.synthetic.router_skew", float(o.router_skew));
+}
+
+// Shared by every deferred fill of one model: the pool and progress counters.
+struct FillContext {
+  SyntheticWeights weights;
+  std::unique_ptr<ThreadPool> pool;
+  std::function<void(uint64_t, uint64_t)> on_progress;
+  uint64_t done = 0;
+  uint64_t total = 0;
+};
+
+// Rows per pool task; tasks are small so that two busy cores stay balanced.
+constexpr int64_t kTaskElements = 1 << 16;
+// Elements per progress update (each is one pool dispatch).
+constexpr int64_t kBatchElements = 1 << 24;
+
+Status fill_tensor(FillContext& ctx, const PlannedTensor& t, std::span<uint8_t> out) {
+  const int64_t ne0 = t.ne[0], n_rows = t.n_rows();
+  const size_t row_bytes = dtype_row_bytes(t.type, ne0);
+  const int64_t rows_per_task = std::max<int64_t>(1, kTaskElements / ne0);
+  const int64_t rows_per_batch = std::max<int64_t>(rows_per_task, kBatchElements / ne0 / rows_per_task * rows_per_task);
+  std::vector<std::vector<float>> scratch(size_t(ctx.pool->size()));
+  for (int64_t batch = 0; batch < n_rows; batch += rows_per_batch) {
+    const int64_t batch_rows = std::min(rows_per_batch, n_rows - batch);
+    const int64_t n_tasks = (batch_rows + rows_per_task - 1) / rows_per_task;
+    ctx.pool->run(n_tasks, [&](int64_t task, int thread) {
+      const int64_t row0 = batch + task * rows_per_task;
+      const int64_t rows = std::min(rows_per_task, batch + batch_rows - row0);
+      std::vector<float>& buf = scratch[size_t(thread)];
+      buf.resize(size_t(rows * ne0));
+      ctx.weights.generate_rows(t, row0, rows, buf.data());
+      quantize_rows(t.type, buf.data(), out.data() + size_t(row0) * row_bytes, rows, ne0);
+    });
+    ctx.done += size_t(batch_rows) * row_bytes;
+    if (ctx.on_progress) ctx.on_progress(ctx.done, ctx.total);
+  }
+  return Status::ok();
+}
+
+}  // namespace
+
+Result<MakeModelSummary> add_synthetic_model(const MakeModelOptions& options, GgufWriter& writer) {
+  MOESERVE_RETURN_IF_ERROR(check_options(options));
+  const ModelShape& s = options.shape;
+  MOESERVE_ASSIGN_OR_RETURN(tok::VocabData vocab, make_synthetic_vocab({.vocab_size = s.n_vocab}));
+  set_hparams(options, writer);
+  set_vocab_metadata(writer, vocab);
+
+  auto ctx = std::make_shared<FillContext>(FillContext{SyntheticWeights(options.seed, options.router_skew),
+                                                       std::make_unique<ThreadPool>(options.n_threads),
+                                                       options.on_progress});
+  MakeModelSummary summary;
+  for (PlannedTensor& t : plan_tensors(s, options.file_type)) {
+    summary.n_params += t.n_elements();
+    summary.tensor_bytes += t.nbytes();
+    ++summary.n_tensors;
+    const std::string name = t.name;
+    const std::vector<int64_t> ne = t.ne;
+    const DType type = t.type;
+    auto fill = [ctx, t = std::move(t)](std::span<uint8_t> out) { return fill_tensor(*ctx, t, out); };
+    MOESERVE_RETURN_IF_ERROR(writer.add_tensor_deferred(name, type, ne, std::move(fill)));
+  }
+  ctx->total = summary.tensor_bytes;
+  return summary;
+}
+
+Result<MakeModelSummary> make_model(const MakeModelOptions& options, const std::string& path) {
+  GgufWriter writer;
+  MOESERVE_ASSIGN_OR_RETURN(MakeModelSummary summary, add_synthetic_model(options, writer));
+  MOESERVE_RETURN_IF_ERROR(writer.write(path));
+  return summary;
+}
+
+}  // namespace moeserve::convert

@@ -1,1 +1,0 @@
-// placeholder (a layer needs one source until its first real file lands)

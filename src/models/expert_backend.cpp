@@ -1,0 +1,160 @@
+#include "models/expert_backend.h"
+
+#include <algorithm>
+#include <atomic>
+
+#include "kernels/cpu/matmul.h"
+
+namespace moeserve::models {
+namespace {
+
+// Rows per tile: ~16 KiB of weights, so there are enough tiles to balance
+// two threads even for one decode token.
+int32_t rows_per_tile(size_t row_bytes) {
+  return int32_t(std::clamp<size_t>((16 * 1024) / std::max<size_t>(row_bytes, 1), 4, 256));
+}
+
+void convert_row(const cpu::CpuKernels& k, DType w_type, const float* x, uint8_t* dst, int64_t n) {
+  const DType at = dtype_traits(w_type).vec_dot_type;
+  if (at == DType::F32) {
+    std::copy(x, x + n, reinterpret_cast<float*>(dst));
+  } else {
+    k.quantize_row[dtype_slot(at)](x, dst, n);
+  }
+}
+
+// Hands out indices 0..n-1 to whoever asks, across the threads of run_on_all.
+struct Counter {
+  std::atomic<int64_t> next{0};
+  template <typename F>
+  void drain(int64_t n, F&& fn) {
+    for (int64_t i = next.fetch_add(1); i < n; i = next.fetch_add(1)) fn(i);
+  }
+};
+
+}  // namespace
+
+Status CpuExpertBackend::compute(const ExpertBatch& b) {
+  const cpu::CpuKernels& k = kernels_ != nullptr ? *kernels_ : cpu::cpu_kernels();
+  const int64_t H = b.n_embd, F = b.n_ff;
+  const size_t n_jobs = b.jobs.size();
+  for (const WeightView* w : {b.gate, b.up, b.down}) {
+    const DType at = dtype_traits(w->type).vec_dot_type;
+    if (k.vec_dot[dtype_slot(w->type)] == nullptr || (at != DType::F32 && !k.quantize_row[dtype_slot(at)])) {
+      return make_error(StatusCode::kUnsupported, "experts: no CPU kernel for {} weights", dtype_name(w->type));
+    }
+  }
+  for (auto [w, n] : {std::pair{b.gate, H}, std::pair{b.up, H}, std::pair{b.down, F}}) {
+    const int64_t block = std::max(dtype_block_elems(w->type), dtype_block_elems(dtype_traits(w->type).vec_dot_type));
+    if (n % block != 0) {
+      return make_error(StatusCode::kUnsupported, "experts: layer {}: row length {} is not a multiple of the {} block {}",
+                        b.layer, n, dtype_name(w->type), block);
+    }
+  }
+  token_offset_.assign(n_jobs + 1, 0);
+  up_tiles_.clear();
+  down_tiles_.clear();
+  const int32_t up_rows = rows_per_tile(b.gate->row_bytes), down_rows = rows_per_tile(b.down->row_bytes);
+  for (size_t j = 0; j < n_jobs; ++j) {
+    token_offset_[j + 1] = token_offset_[j] + b.jobs[j].n_tokens;
+    for (int32_t r = 0; r < F; r += up_rows) up_tiles_.push_back({int32_t(j), r, int32_t(std::min<int64_t>(F, r + up_rows))});
+    for (int32_t r = 0; r < H; r += down_rows) down_tiles_.push_back({int32_t(j), r, int32_t(std::min<int64_t>(H, r + down_rows))});
+  }
+  const int64_t total = token_offset_[n_jobs];
+  const size_t gate_ab = cpu::activation_row_bytes(b.gate->type, H), up_ab = cpu::activation_row_bytes(b.up->type, H);
+  const size_t down_ab = cpu::activation_row_bytes(b.down->type, F);
+  const bool share_x = dtype_traits(b.gate->type).vec_dot_type == dtype_traits(b.up->type).vec_dot_type;
+  xq_gate_.resize(size_t(total) * gate_ab);
+  if (!share_x) xq_up_.resize(size_t(total) * up_ab);
+  hq_.resize(size_t(total) * down_ab);
+  g_.resize(size_t(total * F));
+  u_.resize(size_t(total * F));
+  const uint8_t* xq_up = share_x ? xq_gate_.data() : xq_up_.data();
+
+  // Flat row index -> (job, token) for the conversion steps.
+  auto job_of = [&](int64_t row) {
+    return size_t(std::upper_bound(token_offset_.begin(), token_offset_.end(), row) - token_offset_.begin() - 1);
+  };
+  Counter convert_in, gate_up, act, down;
+  auto body = [&](int thread) {
+    convert_in.drain(total, [&](int64_t r) {
+      const size_t j = job_of(r);
+      const float* x = b.jobs[j].x + (r - token_offset_[j]) * H;
+      convert_row(k, b.gate->type, x, xq_gate_.data() + size_t(r) * gate_ab, H);
+      if (!share_x) convert_row(k, b.up->type, x, xq_up_.data() + size_t(r) * up_ab, H);
+    });
+    if (pool_ != nullptr) pool_->barrier();
+    gate_up.drain(int64_t(up_tiles_.size()), [&](int64_t ti) {
+      const Tile& t = up_tiles_[size_t(ti)];
+      const ExpertJob& job = b.jobs[size_t(t.job)];
+      const int64_t off = token_offset_[size_t(t.job)];
+      const uint8_t* wg = b.gate->matrix(job.expert);
+      const uint8_t* wu = b.up->matrix(job.expert);
+      for (int32_t r = t.row0; r < t.row1; ++r) {
+        for (int64_t tok = 0; tok < job.n_tokens; ++tok) {
+          const int64_t row = off + tok;
+          g_[size_t(row * F + r)] = k.vec_dot[dtype_slot(b.gate->type)](H, wg + size_t(r) * b.gate->row_bytes,
+                                                                       xq_gate_.data() + size_t(row) * gate_ab);
+          u_[size_t(row * F + r)] = k.vec_dot[dtype_slot(b.up->type)](H, wu + size_t(r) * b.up->row_bytes,
+                                                                     xq_up + size_t(row) * up_ab);
+        }
+      }
+    });
+    if (pool_ != nullptr) pool_->barrier();
+    act.drain(total, [&](int64_t r) {
+      float* g = g_.data() + r * F;
+      k.swiglu(g, u_.data() + r * F, g, F);
+      convert_row(k, b.down->type, g, hq_.data() + size_t(r) * down_ab, F);
+    });
+    if (pool_ != nullptr) pool_->barrier();
+    down.drain(int64_t(down_tiles_.size()), [&](int64_t ti) {
+      const Tile& t = down_tiles_[size_t(ti)];
+      const ExpertJob& job = b.jobs[size_t(t.job)];
+      const int64_t off = token_offset_[size_t(t.job)];
+      const uint8_t* wd = b.down->matrix(job.expert);
+      for (int32_t r = t.row0; r < t.row1; ++r) {
+        for (int64_t tok = 0; tok < job.n_tokens; ++tok) {
+          job.y[tok * H + r] = k.vec_dot[dtype_slot(b.down->type)](F, wd + size_t(r) * b.down->row_bytes,
+                                                                  hq_.data() + size_t(off + tok) * down_ab);
+        }
+      }
+    });
+    (void)thread;
+  };
+  if (pool_ != nullptr) {
+    pool_->run_on_all(body);
+  } else {
+    body(0);
+  }
+  return Status::ok();
+}
+
+Status PerExpertMatmulBackend::compute(const ExpertBatch& b) {
+  const cpu::CpuKernels& k = cpu::cpu_kernels();
+  for (const ExpertJob& job : b.jobs) {
+    g_.resize(size_t(job.n_tokens * b.n_ff));
+    u_.resize(size_t(job.n_tokens * b.n_ff));
+    auto mm = [&](const WeightView& w, const float* x, float* y) {
+      cpu::MatmulArgs a;
+      a.w = w.matrix(job.expert);
+      a.w_type = w.type;
+      a.n_rows = w.n_rows;
+      a.n_cols = w.n_cols;
+      a.w_row_stride = w.row_bytes;
+      a.x = x;
+      a.n_tokens = job.n_tokens;
+      a.y = y;
+      a.pool = pool_;
+      return cpu::matmul(a);
+    };
+    MOESERVE_RETURN_IF_ERROR(mm(*b.gate, job.x, g_.data()));
+    MOESERVE_RETURN_IF_ERROR(mm(*b.up, job.x, u_.data()));
+    for (int64_t t = 0; t < job.n_tokens; ++t) {
+      k.swiglu(g_.data() + t * b.n_ff, u_.data() + t * b.n_ff, g_.data() + t * b.n_ff, b.n_ff);
+    }
+    MOESERVE_RETURN_IF_ERROR(mm(*b.down, g_.data(), job.y));
+  }
+  return Status::ok();
+}
+
+}  // namespace moeserve::models

@@ -1,0 +1,155 @@
+#include "runtime/generator.h"
+
+#include <algorithm>
+#include <chrono>
+
+namespace moeserve::runtime {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+
+}  // namespace
+
+const char* stop_reason_name(StopReason reason) {
+  switch (reason) {
+    case StopReason::kMaxTokens: return "max tokens";
+    case StopReason::kEndOfSequence: return "end of sequence";
+    case StopReason::kStopString: return "stop string";
+    case StopReason::kContextFull: return "context full";
+    case StopReason::kCallback: return "stopped by caller";
+  }
+  return "?";
+}
+
+std::string StopStringFilter::push(std::string_view piece) {
+  if (stopped_) return {};
+  held_ += piece;
+  size_t first = std::string::npos;
+  for (const std::string& s : stops_) {
+    if (!s.empty()) first = std::min(first, held_.find(s));
+  }
+  if (first != std::string::npos) {
+    std::string out = held_.substr(0, first);
+    held_.clear();
+    stopped_ = true;
+    return out;
+  }
+  // Keep the longest tail that is a proper prefix of some stop string.
+  size_t hold = 0;
+  for (const std::string& s : stops_) {
+    for (size_t k = std::min(s.size() - (s.empty() ? 0 : 1), held_.size()); k > hold; --k) {
+      if (held_.compare(held_.size() - k, k, s, 0, k) == 0) {
+        hold = k;
+        break;
+      }
+    }
+  }
+  std::string out = held_.substr(0, held_.size() - hold);
+  held_.erase(0, held_.size() - hold);
+  return out;
+}
+
+std::string StopStringFilter::flush() {
+  std::string out = stopped_ ? std::string() : held_;
+  held_.clear();
+  return out;
+}
+
+Generator::Generator(Model& model, int64_t n_ctx)
+    : model_(model), seq_(model.hparams().n_layer, model.hparams().kv_dim(), n_ctx) {}
+
+Status Generator::prefill(std::span<const int32_t> tokens, int64_t n_batch, std::span<float> last_logits) {
+  if (int64_t(tokens.size()) > seq_.remaining()) {
+    return make_error(StatusCode::kOutOfRange,
+                      "the prompt has {} tokens but only {} of the context size {} are free (raise --ctx-size)",
+                      tokens.size(), seq_.remaining(), seq_.capacity());
+  }
+  if (n_batch < 1) return make_error(StatusCode::kInvalidArgument, "batch size must be >= 1, got {}", n_batch);
+  if (!last_logits.empty() && int64_t(last_logits.size()) < model_.hparams().n_vocab) {
+    return make_error(StatusCode::kInvalidArgument, "logits buffer smaller than the vocabulary");
+  }
+  for (size_t start = 0; start < tokens.size(); start += size_t(n_batch)) {
+    const std::span<const int32_t> chunk = tokens.subspan(start, std::min(tokens.size() - start, size_t(n_batch)));
+    const bool last = start + chunk.size() == tokens.size();
+    const int64_t last_row = int64_t(chunk.size()) - 1;
+    models::ForwardBatch b;
+    b.tokens = chunk;
+    b.pos0 = seq_.position();
+    b.kv = seq_.kv().view();
+    if (last && !last_logits.empty()) {
+      b.logit_rows = std::span<const int64_t>(&last_row, 1);
+      b.logits = last_logits.data();
+    }
+    MOESERVE_RETURN_IF_ERROR(model_.net().forward(b));
+    seq_.append(chunk);
+  }
+  return Status::ok();
+}
+
+Status Generator::decode(int32_t token, std::span<float> logits) {
+  return prefill(std::span<const int32_t>(&token, 1), 1, logits);
+}
+
+Result<GenerateResult> Generator::generate(std::span<const int32_t> prompt, const GenerateOptions& options,
+                                           const TextCallback& on_text) {
+  const int64_t n_vocab = model_.hparams().n_vocab;
+  const tok::Tokenizer& tokenizer = model_.tokenizer();
+  if (prompt.empty()) return make_error(StatusCode::kInvalidArgument, "the prompt is empty");
+  seq_.clear();
+  if (int64_t(prompt.size()) > seq_.capacity()) {
+    return make_error(StatusCode::kOutOfRange, "the prompt has {} tokens, more than the context size {} (raise --ctx-size)",
+                      prompt.size(), seq_.capacity());
+  }
+  GenerateResult r;
+  r.prompt_tokens = int64_t(prompt.size());
+  std::vector<float> logits(static_cast<size_t>(n_vocab));
+  const Clock::time_point t0 = Clock::now();
+  MOESERVE_RETURN_IF_ERROR(prefill(prompt, options.n_batch, logits));
+  r.prefill_seconds = seconds_since(t0);
+
+  Sampler sampler(options.sampling);
+  tok::IncrementalDecoder decoder(tokenizer);
+  StopStringFilter filter(options.stop);
+  bool keep_going = true;
+  auto emit = [&](const std::string& text) {
+    if (text.empty()) return;
+    r.text += text;
+    if (on_text && !on_text(text)) keep_going = false;
+  };
+  const Clock::time_point t_decode = Clock::now();
+  r.reason = StopReason::kMaxTokens;
+  for (int64_t i = 0; i < options.max_tokens; ++i) {
+    const int32_t next = sampler.sample(logits, seq_.tokens());
+    if (i == 0) r.first_token_seconds = seconds_since(t0);
+    if (options.stop_at_eos && (next == tokenizer.eos_id() || next == tokenizer.eot_id())) {
+      r.reason = StopReason::kEndOfSequence;
+      break;
+    }
+    r.tokens.push_back(next);
+    emit(filter.push(decoder.feed(next)));
+    if (filter.stopped()) {
+      r.reason = StopReason::kStopString;
+      break;
+    }
+    if (!keep_going) {
+      r.reason = StopReason::kCallback;
+      break;
+    }
+    if (i + 1 == options.max_tokens) break;
+    if (seq_.remaining() < 1) {
+      r.reason = StopReason::kContextFull;
+      break;
+    }
+    MOESERVE_RETURN_IF_ERROR(decode(next, logits));
+  }
+  if (!filter.stopped()) {
+    std::string tail = filter.push(decoder.flush());
+    if (!filter.stopped()) tail += filter.flush();
+    emit(tail);
+  }
+  r.decode_seconds = seconds_since(t_decode);
+  return r;
+}
+
+}  // namespace moeserve::runtime

@@ -1,0 +1,85 @@
+// Prompt -> streamed text: chunked prefill (n_batch tokens per forward, matrix
+// x matrix kernels), then one decode step per token until EOS/EOT, a stop
+// string, the token limit or the end of the context.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "core/status.h"
+#include "runtime/model.h"
+#include "runtime/sampler.h"
+#include "runtime/sequence.h"
+
+namespace moeserve::runtime {
+
+enum class StopReason { kMaxTokens, kEndOfSequence, kStopString, kContextFull, kCallback };
+const char* stop_reason_name(StopReason reason);
+
+struct GenerateOptions {
+  int64_t max_tokens = 128;
+  int64_t n_batch = 512;           // prefill chunk size
+  SamplerOptions sampling;
+  std::vector<std::string> stop;   // stop strings (never emitted, nor their partial text)
+  bool stop_at_eos = true;         // stop on the tokenizer's eos/eot ids
+};
+
+// Receives decoded text in pieces; return false to stop generating.
+using TextCallback = std::function<bool(std::string_view piece)>;
+
+struct GenerateResult {
+  std::string text;                // everything emitted
+  std::vector<int32_t> tokens;     // generated ids (the stop token excluded)
+  StopReason reason = StopReason::kMaxTokens;
+  int64_t prompt_tokens = 0;
+  double prefill_seconds = 0.0;
+  double decode_seconds = 0.0;     // sampling + forward of every generated token after the first
+  double first_token_seconds = 0.0;  // from start to the first sampled token
+};
+
+// Holds back text that could be the start of a stop string, so a stop
+// string split across tokens is never partly emitted.
+class StopStringFilter {
+ public:
+  explicit StopStringFilter(std::vector<std::string> stops) : stops_(std::move(stops)) {}
+  // Adds text; returns what may be emitted now. Sets stopped() once a stop
+  // string appears (the text before it is returned, the rest dropped).
+  std::string push(std::string_view piece);
+  // The held-back tail, at the end of generation without a stop.
+  std::string flush();
+  bool stopped() const { return stopped_; }
+
+ private:
+  std::vector<std::string> stops_;
+  std::string held_;
+  bool stopped_ = false;
+};
+
+class Generator {
+ public:
+  // `n_ctx` positions of KV cache (the context size).
+  Generator(Model& model, int64_t n_ctx);
+
+  Sequence& sequence() { return seq_; }
+
+  // Runs `tokens` through the model at the sequence's position in chunks of
+  // n_batch; writes the last token's logits to `last_logits` (n_vocab) when
+  // non-empty. kOutOfRange before any work when they do not fit.
+  Status prefill(std::span<const int32_t> tokens, int64_t n_batch, std::span<float> last_logits);
+  // One token at the current position; logits of it.
+  Status decode(int32_t token, std::span<float> logits);
+
+  // Clears the sequence, prefills `prompt`, generates.
+  Result<GenerateResult> generate(std::span<const int32_t> prompt, const GenerateOptions& options,
+                                  const TextCallback& on_text = {});
+
+ private:
+  Model& model_;
+  Sequence seq_;
+};
+
+}  // namespace moeserve::runtime

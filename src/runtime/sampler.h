@@ -1,0 +1,55 @@
+// Token sampling. The chain follows llama.cpp's default order:
+//   penalties (repetition, presence, frequency over the last N tokens)
+//   -> top-k -> top-p -> min-p -> temperature -> draw
+// top-p and min-p look at the softmax of the (penalised) logits before the
+// temperature is applied, as in llama.cpp. temperature <= 0 means greedy: the
+// arg-max after the penalties (ties: lowest id). The draw uses
+// std::mt19937_64 seeded from `seed`, so the same seed, logits and history
+// always give the same token.
+#pragma once
+
+#include <cstdint>
+#include <random>
+#include <span>
+#include <vector>
+
+namespace moeserve::runtime {
+
+struct SamplerOptions {
+  float temperature = 0.8f;
+  int32_t top_k = 40;           // <= 0: all tokens
+  float top_p = 0.95f;          // >= 1: off
+  float min_p = 0.05f;          // <= 0: off
+  float repeat_penalty = 1.0f;  // 1: off. logit > 0 is divided by it, else multiplied
+  int32_t repeat_last_n = 64;   // history window for all penalties (0: off, -1: all)
+  float presence_penalty = 0.0f;   // subtracted once from each token seen in the window
+  float frequency_penalty = 0.0f;  // subtracted per occurrence
+  uint64_t seed = 0;
+};
+
+struct TokenProb {
+  int32_t id;
+  float p;
+};
+
+class Sampler {
+ public:
+  explicit Sampler(const SamplerOptions& options) : options_(options), rng_(options.seed) {}
+
+  const SamplerOptions& options() const { return options_; }
+  bool greedy() const { return options_.temperature <= 0.0f; }
+
+  // Penalises logits in place for the tokens in the last repeat_last_n of history.
+  void apply_penalties(std::span<float> logits, std::span<const int32_t> history) const;
+  // The distribution the draw uses (after penalties and every filter),
+  // sorted by probability descending, summing to 1. Greedy: the arg-max alone.
+  std::vector<TokenProb> distribution(std::span<const float> logits, std::span<const int32_t> history) const;
+  // Picks the next token (advances the random state unless greedy).
+  int32_t sample(std::span<const float> logits, std::span<const int32_t> history);
+
+ private:
+  SamplerOptions options_;
+  std::mt19937_64 rng_;
+};
+
+}  // namespace moeserve::runtime

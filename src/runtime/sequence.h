@@ -1,0 +1,34 @@
+// One conversation's state: the tokens so far (prompt + generated) and the
+// KV cache holding their keys and values. tokens().size() == position().
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "runtime/kv_cache.h"
+
+namespace moeserve::runtime {
+
+class Sequence {
+ public:
+  Sequence(int64_t n_layer, int64_t kv_dim, int64_t n_ctx) : kv_(n_layer, kv_dim, n_ctx) {}
+
+  int64_t position() const { return int64_t(tokens_.size()); }
+  int64_t capacity() const { return kv_.capacity(); }
+  int64_t remaining() const { return capacity() - position(); }
+  std::span<const int32_t> tokens() const { return tokens_; }
+  KvCache& kv() { return kv_; }
+
+  // Called after the model has written these tokens' K/V at position().
+  void append(std::span<const int32_t> tokens);
+  // Back to `pos` tokens (e.g. to reuse a shared prompt prefix).
+  void rewind(int64_t pos);
+  void clear() { rewind(0); }
+
+ private:
+  std::vector<int32_t> tokens_;
+  KvCache kv_;
+};
+
+}  // namespace moeserve::runtime

@@ -1,0 +1,105 @@
+#include <gtest/gtest.h>
+
+#include <vector>
+
+#include "convert/quant_mix.h"
+
+namespace moeserve::convert {
+namespace {
+
+struct MixCase {
+  FileType file_type;
+  const char* name;
+  std::vector<int64_t> ne;
+  int n_layer;
+  int n_expert;
+  bool tied;
+  DType want;
+};
+
+TEST(QuantMix, FollowsTheSpecTable) {
+  const FileType M = FileType::kQ4_K_M;
+  // Qwen3-30B-A3B shapes: 48 layers, 128 experts; use_more_bits(i, 48) is
+  // true for i < 6, i >= 42 and i = 8, 11, 14, ...
+  const std::vector<MixCase> cases = {
+      {M, "blk.0.attn_norm.weight", {2048}, 48, 128, false, DType::F32},
+      {M, "blk.0.attn_q_norm.weight", {128}, 48, 128, false, DType::F32},
+      {M, "blk.0.ffn_gate_inp.weight", {2048, 128}, 48, 128, false, DType::F32},
+      {M, "output.weight", {2048, 151936}, 48, 128, false, DType::Q6_K},
+      {M, "token_embd.weight", {2048, 151936}, 48, 128, false, DType::Q4_K},
+      {M, "token_embd.weight", {2048, 151936}, 48, 128, true, DType::Q6_K},
+      {M, "blk.0.attn_v.weight", {2048, 512}, 48, 128, false, DType::Q6_K},
+      {M, "blk.7.attn_v.weight", {2048, 512}, 48, 128, false, DType::Q4_K},
+      {M, "blk.8.attn_v.weight", {2048, 512}, 48, 128, false, DType::Q6_K},
+      {M, "blk.42.attn_v.weight", {2048, 512}, 48, 128, false, DType::Q6_K},
+      {M, "blk.47.ffn_down_exps.weight", {768, 2048, 128}, 48, 128, false, DType::Q6_K},
+      {M, "blk.10.ffn_down_exps.weight", {768, 2048, 128}, 48, 128, false, DType::Q4_K},
+      {M, "blk.11.ffn_down_exps.weight", {768, 2048, 128}, 48, 128, false, DType::Q6_K},
+      {M, "blk.11.ffn_down.weight", {3072, 1024}, 48, 0, false, DType::Q6_K},
+      {M, "blk.11.ffn_gate_exps.weight", {2048, 768, 128}, 48, 128, false, DType::Q4_K},
+      {M, "blk.11.ffn_up_exps.weight", {2048, 768, 128}, 48, 128, false, DType::Q4_K},
+      {M, "blk.0.attn_q.weight", {2048, 4096}, 48, 128, false, DType::Q4_K},
+      {M, "blk.0.attn_k.weight", {2048, 512}, 48, 128, false, DType::Q4_K},
+      {M, "blk.0.attn_output.weight", {4096, 2048}, 48, 128, false, DType::Q4_K},
+      // 8-expert models: attn_v -> Q8_0 in every layer.
+      {M, "blk.7.attn_v.weight", {2048, 512}, 48, 8, false, DType::Q8_0},
+      {M, "blk.0.attn_v.weight", {2048, 512}, 48, 8, false, DType::Q8_0},
+      // Fallbacks for rows that are not a multiple of 256 (or 32).
+      {M, "blk.7.attn_q.weight", {96, 64}, 48, 0, false, DType::Q8_0},
+      {M, "output.weight", {96, 64}, 48, 0, false, DType::Q8_0},
+      {M, "blk.7.attn_q.weight", {100, 64}, 48, 0, false, DType::F16},
+      // Other file types.
+      {FileType::kQ8_0, "blk.0.attn_q.weight", {2048, 4096}, 48, 128, false, DType::Q8_0},
+      {FileType::kQ8_0, "output.weight", {2048, 4096}, 48, 128, false, DType::Q8_0},
+      {FileType::kQ8_0, "blk.0.ffn_gate_inp.weight", {2048, 128}, 48, 128, false, DType::F32},
+      {FileType::kQ4_0, "blk.0.attn_q.weight", {2048, 4096}, 48, 128, false, DType::Q4_0},
+      {FileType::kQ4_0, "output.weight", {2048, 4096}, 48, 128, false, DType::Q6_K},
+      {FileType::kQ6_K, "blk.3.ffn_down_exps.weight", {768, 2048, 128}, 48, 128, false, DType::Q6_K},
+      {FileType::kQ6_K, "blk.0.attn_v.weight", {2048, 512}, 48, 8, false, DType::Q6_K},
+      {FileType::kQ5_K_M, "blk.10.ffn_down_exps.weight", {768, 2048, 128}, 48, 128, false, DType::Q5_K},
+      {FileType::kQ5_K_M, "blk.0.ffn_down_exps.weight", {768, 2048, 128}, 48, 128, false, DType::Q6_K},
+      {FileType::kF16, "blk.0.attn_q.weight", {2048, 4096}, 48, 128, false, DType::F16},
+      {FileType::kF16, "output.weight", {2048, 4096}, 48, 128, false, DType::F16},
+      {FileType::kF16, "blk.0.ffn_gate_inp.weight", {2048, 128}, 48, 128, false, DType::F32},
+      {FileType::kBF16, "blk.0.ffn_down_exps.weight", {768, 2048, 128}, 48, 128, false, DType::BF16},
+      {FileType::kBF16, "output_norm.weight", {2048}, 48, 128, false, DType::F32},
+      {FileType::kF32, "blk.0.attn_q.weight", {2048, 4096}, 48, 128, false, DType::F32},
+      {M, "blk.0.attn_norm.weight", {2048, 1}, 48, 0, false, DType::F32},  // {H, 1} is a vector
+  };
+  for (const MixCase& c : cases) {
+    const DType got = choose_tensor_type(c.file_type, {c.name, c.ne, c.n_layer, c.n_expert, c.tied});
+    EXPECT_EQ(got, c.want) << file_type_name(c.file_type) << " " << c.name << " n_expert=" << c.n_expert
+                           << " tied=" << c.tied << ": got " << dtype_name(got) << ", want " << dtype_name(c.want);
+  }
+}
+
+TEST(QuantMix, UseMoreBits) {
+  std::vector<int> more;
+  for (int i = 0; i < 48; ++i) {
+    if (use_more_bits(i, 48)) more.push_back(i);
+  }
+  const std::vector<int> want = {0, 1, 2, 3, 4, 5, 8, 11, 14, 17, 20, 23, 26, 29, 32, 35, 38, 41, 42, 43, 44, 45, 46, 47};
+  EXPECT_EQ(more, want);
+}
+
+TEST(QuantMix, FileTypeNamesAndLlamaIds) {
+  EXPECT_EQ(file_type_from_name("Q4_K_M"), FileType::kQ4_K_M);
+  EXPECT_EQ(file_type_from_name("bf16"), FileType::kBF16);
+  EXPECT_EQ(file_type_from_name("q2_k"), std::nullopt);
+  EXPECT_EQ(file_type_from_name(""), std::nullopt);
+  // llama_ftype values written to general.file_type.
+  EXPECT_EQ(uint32_t(FileType::kF32), 0u);
+  EXPECT_EQ(uint32_t(FileType::kF16), 1u);
+  EXPECT_EQ(uint32_t(FileType::kQ4_0), 2u);
+  EXPECT_EQ(uint32_t(FileType::kQ8_0), 7u);
+  EXPECT_EQ(uint32_t(FileType::kQ4_K_M), 15u);
+  EXPECT_EQ(uint32_t(FileType::kQ5_K_M), 17u);
+  EXPECT_EQ(uint32_t(FileType::kQ6_K), 18u);
+  EXPECT_EQ(uint32_t(FileType::kBF16), 32u);
+  EXPECT_TRUE(file_type_is_quantized(FileType::kQ4_0));
+  EXPECT_FALSE(file_type_is_quantized(FileType::kBF16));
+  EXPECT_NE(supported_file_type_names().find("q4_k_m"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace moeserve::convert
