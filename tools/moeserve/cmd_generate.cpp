@@ -67,6 +67,7 @@ Status run_generate(const GenerateCliOptions& o) {
     return true;
   }));
   std::fputc('\n', stdout);
+  std::fflush(stdout);  // the stats line on stderr must come after the text
   const double decode_tps = r.tokens.size() > 1 && r.decode_seconds > 0 ? double(r.tokens.size() - 1) / r.decode_seconds : 0.0;
   fmt::print(stderr, "prompt: {} tokens, prefill {:.1f} tok/s | generated: {} tokens, decode {:.1f} tok/s | "
                      "first token {:.0f} ms | stop: {}\n",
