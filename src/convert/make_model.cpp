@@ -78,7 +78,7 @@ constexpr int64_t kTaskElements = 1 << 16;
 // Elements per progress update (each is one pool dispatch).
 constexpr int64_t kBatchElements = 1 << 24;
 
-Status fill_tensor(FillContext& ctx, const PlannedTensor& t, std::span<uint8_t> out) {
+Status fill_tensor(FillContext& ctx, const SyntheticTensor& t, std::span<uint8_t> out) {
   const int64_t ne0 = t.ne[0], n_rows = t.n_rows();
   const size_t row_bytes = dtype_row_bytes(t.type, ne0);
   const int64_t rows_per_task = std::max<int64_t>(1, kTaskElements / ne0);
@@ -114,7 +114,7 @@ Result<MakeModelSummary> add_synthetic_model(const MakeModelOptions& options, Gg
                                                        std::make_unique<ThreadPool>(options.n_threads),
                                                        options.on_progress});
   MakeModelSummary summary;
-  for (PlannedTensor& t : plan_tensors(s, options.file_type)) {
+  for (SyntheticTensor& t : plan_tensors(s, options.file_type)) {
     summary.n_params += t.n_elements();
     summary.tensor_bytes += t.nbytes();
     ++summary.n_tensors;

@@ -38,10 +38,10 @@ inline float approx_normal(uint64_t bits) {
 struct PlanBuilder {
   const ModelShape& shape;
   FileType file_type;
-  std::vector<PlannedTensor> out;
+  std::vector<SyntheticTensor> out;
 
   void add(std::string name, std::vector<int64_t> ne, WeightKind kind, float stddev, int layer, bool router = false) {
-    PlannedTensor t;
+    SyntheticTensor t;
     t.name = std::move(name);
     t.ne = std::move(ne);
     t.kind = kind;
@@ -67,11 +67,11 @@ struct PlanBuilder {
 
 }  // namespace
 
-int64_t PlannedTensor::n_elements() const {
+int64_t SyntheticTensor::n_elements() const {
   return std::accumulate(ne.begin(), ne.end(), int64_t{1}, std::multiplies<>());
 }
 
-std::vector<PlannedTensor> plan_tensors(const ModelShape& s, FileType file_type) {
+std::vector<SyntheticTensor> plan_tensors(const ModelShape& s, FileType file_type) {
   PlanBuilder b{s, file_type, {}};
   const int64_t H = s.n_embd;
   b.add(std::string(keys::kTokenEmbd), {H, s.n_vocab}, WeightKind::kGaussian, 1.0f, -1);
@@ -123,7 +123,7 @@ std::vector<float> SyntheticWeights::router_row_scales(int layer, int64_t n_expe
   return scales;
 }
 
-void SyntheticWeights::generate_rows(const PlannedTensor& t, int64_t row_begin, int64_t n_rows, float* out) const {
+void SyntheticWeights::generate_rows(const SyntheticTensor& t, int64_t row_begin, int64_t n_rows, float* out) const {
   const uint64_t key = stream_key(seed_, t.name);
   const int64_t ne0 = t.ne[0];
   std::vector<float> row_scale;

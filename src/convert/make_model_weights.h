@@ -44,7 +44,7 @@ enum class WeightKind {
   kNorm,      // 1 + stddev * N(0, 1)
 };
 
-struct PlannedTensor {
+struct SyntheticTensor {
   std::string name;
   std::vector<int64_t> ne;  // GGUF order, ne[0] = row length
   DType type = DType::F32;
@@ -60,14 +60,14 @@ struct PlannedTensor {
 
 // Every tensor of the model in file order, with its type in a file of
 // `file_type` (choose_tensor_type of quant_mix.h: the same rule as quantize).
-std::vector<PlannedTensor> plan_tensors(const ModelShape& shape, FileType file_type);
+std::vector<SyntheticTensor> plan_tensors(const ModelShape& shape, FileType file_type);
 
 class SyntheticWeights {
  public:
   SyntheticWeights(uint64_t seed, double router_skew) : seed_(seed), router_skew_(router_skew) {}
 
   // Rows [row_begin, row_begin + n_rows) of `t` as f32 (n_rows * ne[0] values).
-  void generate_rows(const PlannedTensor& t, int64_t row_begin, int64_t n_rows, float* out) const;
+  void generate_rows(const SyntheticTensor& t, int64_t row_begin, int64_t n_rows, float* out) const;
 
   // The multiplier of each router row of `layer` ((rank + 1)^-S); all 1 when S = 0.
   std::vector<float> router_row_scales(int layer, int64_t n_expert) const;

@@ -70,9 +70,9 @@ TEST_F(MakeModelTest, TinyFilesHaveEveryTensorAndKey) {
       Result<GgufFile> f = GgufFile::open(path);
       ASSERT_TRUE(f.is_ok()) << f.status().to_string();
       const ModelShape shape = preset_shape(arch, "tiny");
-      const std::vector<PlannedTensor> plan = plan_tensors(shape, type);
+      const std::vector<SyntheticTensor> plan = plan_tensors(shape, type);
       ASSERT_EQ(f->tensors().size(), plan.size());
-      for (const PlannedTensor& t : plan) {
+      for (const SyntheticTensor& t : plan) {
         const GgufTensorInfo* info = f->find_tensor(t.name);
         ASSERT_NE(info, nullptr) << t.name;
         EXPECT_EQ(info->type, t.type) << t.name;
@@ -128,7 +128,7 @@ TEST_F(MakeModelTest, StoredValuesAreTheGeneratorsAndLookSane) {
   Result<GgufFile> f = GgufFile::open(path);
   ASSERT_TRUE(f.is_ok());
   const SyntheticWeights gen(3, 0.0);
-  for (const PlannedTensor& t : plan_tensors(preset_shape(ModelArch::kQwen3Moe, "tiny"), FileType::kF32)) {
+  for (const SyntheticTensor& t : plan_tensors(preset_shape(ModelArch::kQwen3Moe, "tiny"), FileType::kF32)) {
     std::vector<float> expect(size_t(t.n_elements()));
     gen.generate_rows(t, 0, t.n_rows(), expect.data());
     const GgufTensorInfo* info = f->find_tensor(t.name);
@@ -302,8 +302,8 @@ TEST_F(MakeModelTest, OneTokenThroughLayerZeroStaysBounded) {
 double top_quarter_share(double skew, bool* rank0_is_top) {
   const ModelShape s = preset_shape(ModelArch::kQwen3Moe, "small");
   const SyntheticWeights gen(5, skew);
-  const std::vector<PlannedTensor> plan = plan_tensors(s, FileType::kQ4_K_M);
-  const PlannedTensor& router = *std::find_if(plan.begin(), plan.end(), [](const PlannedTensor& t) { return t.router; });
+  const std::vector<SyntheticTensor> plan = plan_tensors(s, FileType::kQ4_K_M);
+  const SyntheticTensor& router = *std::find_if(plan.begin(), plan.end(), [](const SyntheticTensor& t) { return t.router; });
   std::vector<float> w(size_t(router.n_elements()));
   gen.generate_rows(router, 0, router.n_rows(), w.data());
 
