@@ -1,24 +1,28 @@
 #!/usr/bin/env bash
-# Fuzz the GGUF and safetensors readers with libFuzzer (clang, ASan + UBSan).
+# Fuzz the GGUF and safetensors readers, the server's protocol layer
+# (request JSON, model output parsing) and its HTTP/1.1 request parser with
+# libFuzzer (clang, ASan + UBSan).
 #   scripts/fuzz.sh [SECONDS]        (default 60, split evenly between them)
-# Configures build-fuzz/ with clang, builds fuzz_gguf and fuzz_safetensors,
-# writes seed corpora (GgufWriter; a few safetensors files written here), and
-# fuzzes each for SECONDS/2. Exits non-zero when a fuzzer finds a crash,
-# leak, timeout or sanitizer report; the input that triggered it is left in
+# Configures build-fuzz/ with clang, builds fuzz_gguf, fuzz_safetensors,
+# fuzz_server_api and fuzz_http_parser, writes seed corpora (GgufWriter; a few
+# safetensors files, request bodies and raw HTTP requests written here), and
+# fuzzes each for SECONDS/4. Exits
+# non-zero when a fuzzer finds a crash, leak, timeout or sanitizer report; the input that triggered it is left in
 # build-fuzz/fuzz-artifacts/. The grown corpora are kept in
-# build-fuzz/fuzz-corpus/{gguf,safetensors} for the next run.
+# build-fuzz/fuzz-corpus/{gguf,safetensors,server_api,http_parser} for the next run.
 # FUZZ_JOBS sets the build parallelism (default: nproc).
 set -euo pipefail
 
 seconds=${1:-60}
-per_target=$(( seconds / 2 > 0 ? seconds / 2 : 1 ))
+targets=4
+per_target=$(( seconds / targets > 0 ? seconds / targets : 1 ))
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 build=$root/build-fuzz
 jobs=${FUZZ_JOBS:-$(nproc)}
 
 CC=clang CXX=clang++ cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
   -DMOESERVE_BUILD_FUZZ=ON -DMOESERVE_BUILD_TESTS=OFF -DMOESERVE_BUILD_BENCH=OFF -DMOESERVE_CUDA=OFF >/dev/null
-ninja -C "$build" -j"$jobs" fuzz_gguf fuzz_gguf_seeds fuzz_safetensors
+ninja -C "$build" -j"$jobs" fuzz_gguf fuzz_gguf_seeds fuzz_safetensors fuzz_server_api fuzz_http_parser
 
 seeds=$build/fuzz-seeds/gguf
 corpus=$build/fuzz-corpus/gguf
@@ -55,6 +59,50 @@ printf '%s\n' '"\"dtype\""' '"\"shape\""' '"\"data_offsets\""' '"\"__metadata__\
 if ! "$build/fuzz/fuzz_safetensors" -max_total_time="$per_target" -max_len=4096 -malloc_limit_mb=256 -rss_limit_mb=2048 \
   -timeout=10 -dict="$st_dict" -artifact_prefix="$artifacts/" -print_final_stats=1 "$st_corpus" "$st_seeds"; then
   echo "fuzz.sh: fuzz_safetensors found a problem; reproduce with: $build/fuzz/fuzz_safetensors $artifacts/<crash file>" >&2
+  exit 1
+fi
+
+# Server API seeds: request bodies (the first two bytes also pick the output
+# parser's cut point and options, so model-output-like seeds are included).
+api_seeds=$build/fuzz-seeds/server_api
+api_corpus=$build/fuzz-corpus/server_api
+rm -rf "$api_seeds"
+mkdir -p "$api_seeds" "$api_corpus"
+printf '%s' '{"model":"m","messages":[{"role":"system","content":"s"},{"role":"user","content":[{"type":"text","text":"hi"}]}],"temperature":0.7,"top_p":0.9,"max_tokens":16,"stop":["\n"],"stream":true,"stream_options":{"include_usage":true}}' >"$api_seeds/chat"
+printf '%s' '{"messages":[{"role":"user","content":"w"},{"role":"assistant","content":null,"tool_calls":[{"id":"c","type":"function","function":{"name":"f","arguments":"{\"a\":1}"}}]},{"role":"tool","tool_call_id":"c","content":"ok"}],"tools":[{"type":"function","function":{"name":"f","parameters":{"type":"object"}}}],"tool_choice":"auto","chat_template_kwargs":{"enable_thinking":false}}' >"$api_seeds/tools"
+printf '%s' '{"prompt":[1,2,3],"logprobs":2,"echo":true,"seed":-1,"n":1}' >"$api_seeds/completion"
+printf '%s' '{"content":"hello","add_special":true,"with_pieces":true,"tokens":[1,2]}' >"$api_seeds/tokenize"
+printf '\x07\x03%s' '<think>
+r
+</think>
+
+a <tool_call>
+{"name": "f", "arguments": {"x": 1}}
+</tool_call>' >"$api_seeds/output"
+api_dict=$build/fuzz-seeds/server_api.dict
+printf '%s\n' '"\"messages\""' '"\"role\""' '"\"content\""' '"\"assistant\""' '"\"tool_calls\""' '"\"function\""' \
+  '"\"arguments\""' '"\"tools\""' '"\"prompt\""' '"\"temperature\""' '"\"stop\""' '"\"logprobs\""' '"<think>"' \
+  '"</think>"' '"<tool_call>"' '"</tool_call>"' '"\"name\""' >"$api_dict"
+if ! "$build/fuzz/fuzz_server_api" -max_total_time="$per_target" -max_len=4096 -malloc_limit_mb=256 -rss_limit_mb=2048 \
+  -timeout=10 -dict="$api_dict" -artifact_prefix="$artifacts/" -print_final_stats=1 "$api_corpus" "$api_seeds"; then
+  echo "fuzz.sh: fuzz_server_api found a problem; reproduce with: $build/fuzz/fuzz_server_api $artifacts/<crash file>" >&2
+  exit 1
+fi
+
+# HTTP parser seeds: raw requests (the first byte picks the feed piece size).
+http_seeds=$build/fuzz-seeds/http_parser
+http_corpus=$build/fuzz-corpus/http_parser
+rm -rf "$http_seeds"
+mkdir -p "$http_seeds" "$http_corpus"
+printf '\x07%s' $'GET /health HTTP/1.1\r\nHost: x\r\n\r\n' >"$http_seeds/get"
+printf '\x00%s' $'POST /v1/chat/completions HTTP/1.1\r\nContent-Length: 2\r\nConnection: keep-alive\r\n\r\n{}GET /a?b=1 HTTP/1.0\r\nConnection: close\r\n\r\n' >"$http_seeds/pipelined"
+printf '\x03%s' $'POST /x HTTP/1.1\r\nTransfer-Encoding: chunked\r\nExpect: 100-continue\r\n\r\n0\r\n\r\n' >"$http_seeds/chunked"
+http_dict=$build/fuzz-seeds/http_parser.dict
+printf '%s\n' '"GET "' '"POST "' '"HEAD "' '" HTTP/1.1\x0d\x0a"' '" HTTP/1.0\x0d\x0a"' '"\x0d\x0a"' '"Content-Length: "' \
+  '"Transfer-Encoding: chunked"' '"Connection: close"' '"Connection: keep-alive"' '"Expect: 100-continue"' '"%2F"' >"$http_dict"
+if ! "$build/fuzz/fuzz_http_parser" -max_total_time="$per_target" -max_len=4096 -malloc_limit_mb=256 -rss_limit_mb=2048 \
+  -timeout=10 -dict="$http_dict" -artifact_prefix="$artifacts/" -print_final_stats=1 "$http_corpus" "$http_seeds"; then
+  echo "fuzz.sh: fuzz_http_parser found a problem; reproduce with: $build/fuzz/fuzz_http_parser $artifacts/<crash file>" >&2
   exit 1
 fi
 echo "fuzz.sh: no crashes in ${seconds}s"

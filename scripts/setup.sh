@@ -16,6 +16,7 @@ packages=(
   clang libclang-rt-14-dev            # libFuzzer + sanitizer runtimes
   libfmt-dev nlohmann-json3-dev libcli11-dev libpcre2-dev
   libgtest-dev libgmock-dev libbenchmark-dev
+  chromium                            # headless browser of the web page e2e test
 )
 # Node.js (for the reference tests): Debian's nodejs+npm unless one is present.
 if ! command -v node >/dev/null 2>&1 || ! command -v npm >/dev/null 2>&1; then
@@ -28,6 +29,9 @@ DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recomme
 
 echo "==> npm ci (tests/reference: tokenizer and chat-template references)"
 (cd tests/reference && npm ci --no-audit --no-fund --loglevel=error)
+
+echo "==> npm ci (tests/server_e2e: openai client, playwright-core)"
+(cd tests/server_e2e && npm ci --no-audit --no-fund --loglevel=error)
 
 echo "==> configure + build (Release) in ./build"
 cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release

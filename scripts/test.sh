@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # moeserve set-up, step 2 of 2: run every test.
-#   1. unit + reference tests of the Release build (./build, from setup.sh)
+#   1. unit, reference and server end-to-end tests of the Release build (./build)
 #   2. the unit tests again, built with AddressSanitizer + UBSan (./build-asan)
 #   3. the GGUF parser fuzzer for a bounded time (FUZZ_SECONDS, default 60)
 # Ends with one summary line "tests: N passed, N failed".

@@ -23,6 +23,8 @@ enum class StatusCode {
   kIoError,          // the OS said no (open, mmap, read)
   kOutOfRange,       // a size or index past a limit
   kInternal,         // a bug: an invariant did not hold
+  kResourceExhausted,  // a queue or budget is full; retry later
+  kCancelled,        // stopped before it finished (caller or shutdown)
 };
 
 const char* status_code_name(StatusCode code);

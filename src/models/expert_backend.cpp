@@ -91,13 +91,10 @@ Status CpuExpertBackend::compute(const ExpertBatch& b) {
       const uint8_t* wg = b.gate->matrix(job.expert);
       const uint8_t* wu = b.up->matrix(job.expert);
       for (int32_t r = t.row0; r < t.row1; ++r) {
-        for (int64_t tok = 0; tok < job.n_tokens; ++tok) {
-          const int64_t row = off + tok;
-          g_[size_t(row * F + r)] = k.vec_dot[dtype_slot(b.gate->type)](H, wg + size_t(r) * b.gate->row_bytes,
-                                                                       xq_gate_.data() + size_t(row) * gate_ab);
-          u_[size_t(row * F + r)] = k.vec_dot[dtype_slot(b.up->type)](H, wu + size_t(r) * b.up->row_bytes,
-                                                                     xq_up + size_t(row) * up_ab);
-        }
+        cpu::vec_dot_columns(k, b.gate->type, H, wg + size_t(r) * b.gate->row_bytes, xq_gate_.data() + size_t(off) * gate_ab,
+                             gate_ab, job.n_tokens, g_.data() + off * F + r, F);
+        cpu::vec_dot_columns(k, b.up->type, H, wu + size_t(r) * b.up->row_bytes, xq_up + size_t(off) * up_ab, up_ab,
+                             job.n_tokens, u_.data() + off * F + r, F);
       }
     });
     if (pool_ != nullptr) pool_->barrier();
@@ -113,10 +110,8 @@ Status CpuExpertBackend::compute(const ExpertBatch& b) {
       const int64_t off = token_offset_[size_t(t.job)];
       const uint8_t* wd = b.down->matrix(job.expert);
       for (int32_t r = t.row0; r < t.row1; ++r) {
-        for (int64_t tok = 0; tok < job.n_tokens; ++tok) {
-          job.y[tok * H + r] = k.vec_dot[dtype_slot(b.down->type)](F, wd + size_t(r) * b.down->row_bytes,
-                                                                  hq_.data() + size_t(off + tok) * down_ab);
-        }
+        cpu::vec_dot_columns(k, b.down->type, F, wd + size_t(r) * b.down->row_bytes, hq_.data() + size_t(off) * down_ab,
+                             down_ab, job.n_tokens, job.y + r, H);
       }
     });
     (void)thread;

@@ -22,6 +22,16 @@ struct Qwen3Model::Scratch {
   std::vector<ExpertJob> jobs;
   std::vector<float> ff_gate, ff_up;  // dense FFN
   std::vector<float> final_rows;
+  // The batch's sequences and, per row, its slice and position.
+  std::vector<SequenceSlice> slices;
+  std::vector<int32_t> row_slice;
+  std::vector<int64_t> row_pos;
+  // Attention work items: a block of one sequence's query rows.
+  struct QueryBlock {
+    int32_t slice;
+    int64_t row0, n;
+  };
+  std::vector<QueryBlock> query_blocks;
 };
 
 namespace {
@@ -126,26 +136,64 @@ Status Qwen3Model::embed(std::span<const int32_t> tokens) {
   return Status::ok();
 }
 
-Status Qwen3Model::forward(const ForwardBatch& b) {
+// Validates the batch's sequence slices and records them (with each row's
+// slice and position) in the scratch; nothing else is touched on error.
+Status Qwen3Model::check_slices(const ForwardBatch& b) {
   const int64_t T = int64_t(b.tokens.size());
-  if (T == 0) return Status::ok();
-  if (b.pos0 < 0 || b.pos0 + T > b.kv.capacity || int64_t(b.kv.layers.size()) != hp_.n_layer) {
-    return make_error(StatusCode::kOutOfRange, "forward: positions {}..{} do not fit a KV cache of {} positions",
-                      b.pos0, b.pos0 + T - 1, b.kv.capacity);
+  std::vector<SequenceSlice> slices;
+  if (b.sequences.empty()) {
+    slices.push_back({0, T, b.pos0, b.kv});
+  } else {
+    slices.assign(b.sequences.begin(), b.sequences.end());
+  }
+  int64_t next_row = 0;
+  for (size_t i = 0; i < slices.size(); ++i) {
+    const SequenceSlice& q = slices[i];
+    if (q.row0 != next_row || q.n_tokens <= 0) {
+      return make_error(StatusCode::kInvalidArgument, "forward: sequence {} covers rows {}+{}, expected to start at {}",
+                        i, q.row0, q.n_tokens, next_row);
+    }
+    if (q.pos0 < 0 || q.pos0 + q.n_tokens > q.kv.capacity || int64_t(q.kv.layers.size()) != hp_.n_layer) {
+      return make_error(StatusCode::kOutOfRange, "forward: positions {}..{} do not fit a KV cache of {} positions",
+                        q.pos0, q.pos0 + q.n_tokens - 1, q.kv.capacity);
+    }
+    next_row += q.n_tokens;
+  }
+  if (next_row != T) {
+    return make_error(StatusCode::kInvalidArgument, "forward: the sequences cover {} rows, the batch has {}", next_row, T);
   }
   for (int64_t r : b.logit_rows) {
     if (r < 0 || r >= T) return make_error(StatusCode::kInvalidArgument, "forward: logit row {} outside chunk", r);
   }
+  Scratch& s = *s_;
+  s.slices = std::move(slices);
+  s.row_slice.resize(size_t(T));
+  s.row_pos.resize(size_t(T));
+  for (size_t i = 0; i < s.slices.size(); ++i) {
+    for (int64_t j = 0; j < s.slices[i].n_tokens; ++j) {
+      s.row_slice[size_t(s.slices[i].row0 + j)] = int32_t(i);
+      s.row_pos[size_t(s.slices[i].row0 + j)] = s.slices[i].pos0 + j;
+    }
+  }
+  return Status::ok();
+}
+
+Status Qwen3Model::forward(const ForwardBatch& b) {
+  const int64_t T = int64_t(b.tokens.size());
+  if (T == 0) return Status::ok();
   ensure_scratch(T);
+  MOESERVE_RETURN_IF_ERROR(check_slices(b));
   {
     ScopedTimer timer(options_.profile, &ForwardProfile::embed);
     MOESERVE_RETURN_IF_ERROR(embed(b.tokens));
     for (int64_t t = 0; t < T; ++t) {
-      if (hp_.n_rot > 0) cpu::rope_cos_sin(b.pos0 + t, hp_.n_rot, hp_.rope_freq_base, s_->cos_sin.data() + t * hp_.n_rot);
+      if (hp_.n_rot > 0) {
+        cpu::rope_cos_sin(s_->row_pos[size_t(t)], hp_.n_rot, hp_.rope_freq_base, s_->cos_sin.data() + t * hp_.n_rot);
+      }
     }
   }
   for (int il = 0; il < int(hp_.n_layer); ++il) {
-    MOESERVE_RETURN_IF_ERROR(attention_block(il, b));
+    MOESERVE_RETURN_IF_ERROR(attention_block(il));
     if (hp_.is_moe()) {
       MOESERVE_RETURN_IF_ERROR(moe_block(il, T));
     } else {
@@ -155,12 +203,12 @@ Status Qwen3Model::forward(const ForwardBatch& b) {
   return output_block(b);
 }
 
-Status Qwen3Model::attention_block(int il, const ForwardBatch& b) {
+Status Qwen3Model::attention_block(int il) {
   const Qwen3LayerWeights& l = w_.layers[size_t(il)];
   const cpu::CpuKernels& k = cpu::cpu_kernels();
   Scratch& s = *s_;
   ThreadPool* pool = options_.pool;
-  const int64_t T = int64_t(b.tokens.size()), H = hp_.n_embd, hd = hp_.head_dim;
+  const int64_t T = int64_t(s.row_pos.size()), H = hp_.n_embd, hd = hp_.head_dim;
   const int64_t qd = hp_.q_dim(), kvd = hp_.kv_dim();
   {
     ScopedTimer timer(options_.profile, &ForwardProfile::attn_proj);
@@ -170,9 +218,10 @@ Status Qwen3Model::attention_block(int il, const ForwardBatch& b) {
     MOESERVE_RETURN_IF_ERROR(mm(l.attn_q, s.xn.data(), T, s.q.data(), pool));
     MOESERVE_RETURN_IF_ERROR(mm(l.attn_k, s.xn.data(), T, s.k.data(), pool));
     MOESERVE_RETURN_IF_ERROR(mm(l.attn_v, s.xn.data(), T, s.v.data(), pool));
-    // Per-head q/k norm, RoPE, then K/V into the cache as f16.
-    const KvLayerView& cache = b.kv.layers[size_t(il)];
+    // Per-head q/k norm, RoPE, then K/V into the row's cache as f16.
     for_each_index(pool, T, [&](int64_t t) {
+      const KvLayerView& cache = s.slices[size_t(s.row_slice[size_t(t)])].kv.layers[size_t(il)];
+      const int64_t pos = s.row_pos[size_t(t)];
       const float* cs = s.cos_sin.data() + t * hp_.n_rot;
       for (int64_t h = 0; h < hp_.n_head; ++h) {
         float* qh = s.q.data() + t * qd + h * hd;
@@ -184,8 +233,8 @@ Status Qwen3Model::attention_block(int il, const ForwardBatch& b) {
         k.rms_norm(kh, l.attn_k_norm.f32(), kh, hd, hp_.rms_eps);
         if (hp_.n_rot > 0) k.rope_neox(kh, hp_.n_rot, cs);
       }
-      uint16_t* kr = cache.k + (b.pos0 + t) * kvd;
-      uint16_t* vr = cache.v + (b.pos0 + t) * kvd;
+      uint16_t* kr = cache.k + pos * kvd;
+      uint16_t* vr = cache.v + pos * kvd;
       for (int64_t i = 0; i < kvd; ++i) {
         kr[i] = fp32_to_fp16(s.k[size_t(t * kvd + i)]);
         vr[i] = fp32_to_fp16(s.v[size_t(t * kvd + i)]);
@@ -194,15 +243,28 @@ Status Qwen3Model::attention_block(int il, const ForwardBatch& b) {
   }
   {
     ScopedTimer timer(options_.profile, &ForwardProfile::attention);
-    const KvLayerView& cache = b.kv.layers[size_t(il)];
     const int64_t group = hp_.n_head / hp_.n_head_kv;
-    // Tasks: (kv head, block of queries). Later queries see more keys, so
-    // small blocks handed out dynamically balance the causal triangle.
-    const int64_t q_block = std::max<int64_t>(1, std::min<int64_t>(16, T));
-    const int64_t n_blocks = (T + q_block - 1) / q_block;
+    // Tasks: (kv head, block of one sequence's queries). Later queries see
+    // more keys, so small blocks handed out dynamically balance the causal
+    // triangle.
+    constexpr int64_t kQueryBlock = 16;
+    using QueryBlock = Scratch::QueryBlock;
+    std::vector<QueryBlock>& blocks = s.query_blocks;
+    blocks.clear();
+    for (size_t i = 0; i < s.slices.size(); ++i) {
+      const SequenceSlice& q = s.slices[i];
+      for (int64_t r = 0; r < q.n_tokens; r += kQueryBlock) {
+        blocks.push_back({int32_t(i), q.row0 + r, std::min(kQueryBlock, q.n_tokens - r)});
+      }
+    }
+    const int64_t n_blocks = int64_t(blocks.size());
     auto task = [&](int64_t idx, int) {
-      const int64_t g = idx % hp_.n_head_kv, blk = idx / hp_.n_head_kv;
-      const int64_t t0 = blk * q_block, n = std::min(q_block, T - t0);
+      const int64_t g = idx % hp_.n_head_kv;
+      const QueryBlock& qb = blocks[size_t(idx / hp_.n_head_kv)];
+      const SequenceSlice& seq = s.slices[size_t(qb.slice)];
+      const KvLayerView& cache = seq.kv.layers[size_t(il)];
+      const int64_t t0 = qb.row0, n = qb.n;
+      const int64_t p0 = seq.pos0 + (t0 - seq.row0);
       cpu::AttentionArgs a;
       a.q = s.q.data() + t0 * qd + g * group * hd;
       a.out = s.attn.data() + t0 * qd + g * group * hd;
@@ -212,10 +274,10 @@ Status Qwen3Model::attention_block(int il, const ForwardBatch& b) {
       a.n_heads = group;
       a.q_head_stride = hd;
       a.q_token_stride = qd;
-      a.n_kv = b.pos0 + t0 + n;
+      a.n_kv = p0 + n;
       a.kv_stride = kvd;
       a.head_dim = hd;
-      a.q_pos0 = b.pos0 + t0;
+      a.q_pos0 = p0;
       a.scale = 1.0f / std::sqrt(float(hd));
       k.attention(a);
     };

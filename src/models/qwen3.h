@@ -29,10 +29,25 @@ struct KvView {
   int64_t capacity = 0;                 // positions the rows can hold
 };
 
+// One sequence's share of a batch: rows [row0, row0 + n_tokens) of the
+// batch are its tokens at positions pos0.. of its own KV cache.
+struct SequenceSlice {
+  int64_t row0 = 0;
+  int64_t n_tokens = 0;
+  int64_t pos0 = 0;  // cache rows 0..pos0-1 are valid
+  KvView kv;
+};
+
+// The tokens of one forward pass. Either one sequence (`pos0` + `kv`) or,
+// when `sequences` is non-empty, several (continuous batching): the slices
+// must cover the rows in order without gaps. Every matrix product runs over
+// all rows at once; attention stays within each sequence. Each row's result
+// depends only on its own sequence, bit for bit, whatever else is batched.
 struct ForwardBatch {
   std::span<const int32_t> tokens;      // this chunk
-  int64_t pos0 = 0;                     // position of tokens[0]; cache rows 0..pos0-1 are valid
-  KvView kv;
+  int64_t pos0 = 0;                     // single sequence: position of tokens[0]; cache rows 0..pos0-1 are valid
+  KvView kv;                            // single sequence: its cache
+  std::span<const SequenceSlice> sequences;  // non-empty: several sequences (pos0/kv above unused)
   std::span<const int64_t> logit_rows;  // chunk indices whose logits are wanted (ascending or not)
   float* logits = nullptr;              // [logit_rows.size()][n_vocab]
 };
@@ -68,7 +83,8 @@ class Qwen3Model {
   struct Scratch;
   void ensure_scratch(int64_t n_tokens);
   Status embed(std::span<const int32_t> tokens);
-  Status attention_block(int il, const ForwardBatch& b);
+  Status check_slices(const ForwardBatch& b);
+  Status attention_block(int il);
   Status moe_block(int il, int64_t T);
   Status dense_ffn_block(int il, int64_t T);
   Status output_block(const ForwardBatch& b);

@@ -219,6 +219,34 @@ std::string case_name(const ::testing::TestParamInfo<Case>& info) {
   return std::string(simd_level_name(info.param.level)) + "_" + std::string(dtype_name(info.param.type));
 }
 
+// Multi-column dots (vec_dot_columns, through vec_dot_cols where a level has
+// it) equal vec_dot of each column bit for bit, for every column count, so a
+// token's result does not depend on which tokens share its batch.
+TEST_P(VecDot, ColumnsAreBitIdenticalToSingleDots) {
+  const CpuKernels* k = kernels();
+  if (k == nullptr) GTEST_SKIP() << "level not supported on this CPU";
+  const DType t = GetParam().type;
+  const DType xt = dtype_traits(t).vec_dot_type;
+  for (int64_t n : test_sizes(t)) {
+    const size_t x_bytes = dtype_row_bytes(xt, n) + 8;  // padded stride
+    std::vector<uint8_t> xs(x_bytes * 9);
+    std::mt19937 rng{uint32_t(n)};
+    const Operands w = make_operands(t, n, WeightData::kRandomBytes, uint32_t(n) + 1);
+    for (int i = 0; i < 9; ++i) {
+      const auto xf = gaussian(rng, n, 1.0f);
+      quantize_row(xt, xf.data(), xs.data() + size_t(i) * x_bytes, n);
+    }
+    for (int64_t cols = 0; cols <= 9; ++cols) {
+      std::vector<float> out(size_t(cols) * 3 + 1, -1.0f);
+      vec_dot_columns(*k, t, n, w.w.data(), xs.data(), x_bytes, cols, out.data(), 3);
+      for (int64_t i = 0; i < cols; ++i) {
+        const float want = k->vec_dot[dtype_slot(t)](n, w.w.data(), xs.data() + size_t(i) * x_bytes);
+        ASSERT_EQ(out[size_t(i) * 3], want) << "n=" << n << " cols=" << cols << " column " << i;
+      }
+    }
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(AllLevels, VecDot, ::testing::ValuesIn(all_cases()), case_name);
 
 }  // namespace

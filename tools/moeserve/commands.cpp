@@ -27,6 +27,7 @@ void register_all_commands(CLI::App& app) {
   register_convert(app);
   register_quantize(app);
   register_generate(app);
+  register_serve(app);
   register_bench(app);
 }
 

@@ -22,5 +22,6 @@ void register_convert(CLI::App& app);
 void register_quantize(CLI::App& app);
 void register_generate(CLI::App& app);
 void register_bench(CLI::App& app);
+void register_serve(CLI::App& app);
 
 }  // namespace moeserve::tools

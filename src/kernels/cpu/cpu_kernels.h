@@ -21,6 +21,13 @@ std::string_view simd_level_name(SimdLevel level);
 // K-quants). n is a multiple of the block size of both.
 using VecDotFn = float (*)(int64_t n, const void* w, const void* x);
 
+// Dots of one weight row with n_x activation rows at once (1 <= n_x <=
+// kMaxDotColumns): out[i * out_stride] = vec_dot(n, w, x + i * x_stride),
+// bit for bit — the row is decoded once for all columns.
+constexpr int kMaxDotColumns = 4;
+using VecDotColsFn = void (*)(int64_t n, const void* w, const void* x, size_t x_stride, int n_x, float* out,
+                              int64_t out_stride);
+
 // f32 activations -> an activation type (Q8_0 or Q8_K). n multiple of block.
 using QuantizeRowFn = void (*)(const float* src, void* dst, int64_t n);
 
@@ -55,6 +62,9 @@ struct CpuKernels {
   SimdLevel level = SimdLevel::kReference;
 
   VecDotFn vec_dot[kDTypeSlots] = {};          // indexed by weight type
+  // Multi-column vec_dot (indexed by weight type); null: call vec_dot per
+  // column (vec_dot_columns() below does either).
+  VecDotColsFn vec_dot_cols[kDTypeSlots] = {};
   QuantizeRowFn quantize_row[kDTypeSlots] = {};  // indexed by activation type (Q8_0, Q8_K)
   // Dequantize a weight row to f32 (indexed by weight type).
   void (*dequantize_row[kDTypeSlots])(const void* src, float* dst, int64_t n) = {};
@@ -81,6 +91,23 @@ struct CpuKernels {
   void (*top_k)(const float* x, int64_t n, int64_t k, int32_t* out_idx) = nullptr;
   void (*attention)(const AttentionArgs& args) = nullptr;
 };
+
+// out[i * out_stride] = vec_dot(w, x_i) for n_x columns (any n_x >= 0), in
+// groups of kMaxDotColumns through vec_dot_cols where the level has it.
+inline void vec_dot_columns(const CpuKernels& k, DType w_type, int64_t n, const void* w, const void* x, size_t x_stride,
+                            int64_t n_x, float* out, int64_t out_stride) {
+  const VecDotColsFn cols = k.vec_dot_cols[dtype_slot(w_type)];
+  const auto* xb = static_cast<const uint8_t*>(x);
+  if (cols == nullptr || n_x == 1) {
+    const VecDotFn dot = k.vec_dot[dtype_slot(w_type)];
+    for (int64_t i = 0; i < n_x; ++i) out[i * out_stride] = dot(n, w, xb + size_t(i) * x_stride);
+    return;
+  }
+  for (int64_t i = 0; i < n_x; i += kMaxDotColumns) {
+    const int m = int(n_x - i < kMaxDotColumns ? n_x - i : kMaxDotColumns);
+    cols(n, w, xb + size_t(i) * x_stride, x_stride, m, out + i * out_stride, out_stride);
+  }
+}
 
 // The best level this CPU supports (the environment variable MOESERVE_SIMD=
 // reference|avx2|avx512 can only lower it, for debugging and benchmarks).

@@ -160,10 +160,13 @@ Status matmul(const MatmulArgs& a) {
   auto run_tile = [&](int64_t tile, int) {
     const int64_t n0 = tile * plan.rows_per_tile;
     const int64_t n1 = std::min(a.n_rows, n0 + plan.rows_per_tile);
-    for (int64_t t = 0; t < a.n_tokens; ++t) {
-      const void* x_row = xq + size_t(t) * xq_stride;
-      float* y_row = a.y + t * y_stride;
-      for (int64_t n = n0; n < n1; ++n) y_row[n] = dot(K, w + size_t(n) * w_stride, x_row);
+    if (a.n_tokens == 1) {
+      for (int64_t n = n0; n < n1; ++n) a.y[n] = dot(K, w + size_t(n) * w_stride, xq);
+      return;
+    }
+    // Each row against every token, kMaxDotColumns tokens per decode of the row.
+    for (int64_t n = n0; n < n1; ++n) {
+      vec_dot_columns(k, a.w_type, K, w + size_t(n) * w_stride, xq, xq_stride, a.n_tokens, a.y + n, y_stride);
     }
   };
   if (n_threads > 1 && plan.n_tiles > 1) {

@@ -1,4 +1,5 @@
-// AVX-512 vec_dot of the K-quants (Q4_K, Q5_K, Q6_K) with Q8_K activations.
+// AVX-512 vec_dot of Q5_K with Q8_K activations (Q4_K and Q6_K have
+// multi-column kernels in quant_kquants_cols_avx512.cpp).
 //
 // One 512-bit register holds 64 codes, which lines up with the layouts:
 //  - Q4_K/Q5_K: chunk c of 32 qs bytes expands to [low nibbles | high
@@ -59,14 +60,6 @@ constexpr __mmask16 kHighHalf32 = 0xFF00u;
 
 inline __m256i load256(const void* p) { return _mm256_loadu_si256(static_cast<const __m256i*>(p)); }
 inline __m512i load512(const void* p) { return _mm512_loadu_si512(p); }
-
-// Shuffle pattern: in 128-bit lane k, broadcast int16 element idx[k].
-inline __m512i lane_bcast16_pattern(int i0, int i1, int i2, int i3) {
-  auto p = [](int k) { return _mm_set1_epi16(int16_t(0x0100 + 0x0202 * k)); };
-  const __m256i lo = _mm256_setr_m128i(p(i0), p(i1));
-  const __m256i hi = _mm256_setr_m128i(p(i2), p(i3));
-  return _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
-}
 
 // The 8 6-bit scales (bytes 0..7) and 8 mins (bytes 8..15) of a Q4_K/Q5_K
 // block: the bit moves of k_scale_min() on 32-bit words (4 codes each), with
@@ -146,54 +139,11 @@ float affine_kquant_dot(int64_t n, const void* wv, const void* xv) {
   return _mm512_reduce_add_ps(acc);
 }
 
-// ---- Q6_K ---------------------------------------------------------------------
-
-// Σ sc_j * Σ q*x over one 128-element half (codes 0..63, offset not removed).
-// sc8: this half's 8 scales as int16, in every 128-bit lane.
-inline __m512i q6_half_sum(const uint8_t* ql, const uint8_t* qh, const int8_t* xq, __m512i sc8) {
-  const __m512i low4 = _mm512_set1_epi8(15);
-  const __m512i top2 = _mm512_set1_epi8(0x30);
-  const __m512i l = load512(ql);
-  // [qh | qh >> 2]: bits 0..1 / 4..5 of each byte are the high bits of
-  // quarters 0 / 2 (first 256 bits) and 1 / 3 (second 256 bits).
-  const __m512i hh = _mm512_broadcast_i64x4(load256(qh));
-  const __m512i hz = _mm512_mask_srli_epi16(hh, kHighHalf16, hh, 2);
-  const __m512i q_a =
-      _mm512_or_si512(_mm512_and_si512(l, low4), _mm512_and_si512(_mm512_slli_epi16(hz, 4), top2));
-  const __m512i q_b =
-      _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(l, 4), low4), _mm512_and_si512(hz, top2));
-  const __m512i s_a = _mm512_shuffle_epi8(sc8, lane_bcast16_pattern(0, 1, 2, 3));  // elements 0..63
-  const __m512i s_b = _mm512_shuffle_epi8(sc8, lane_bcast16_pattern(4, 5, 6, 7));  // elements 64..127
-  const __m512i p_a = _mm512_madd_epi16(_mm512_maddubs_epi16(q_a, load512(xq)), s_a);
-  const __m512i p_b = _mm512_madd_epi16(_mm512_maddubs_epi16(q_b, load512(xq + 64)), s_b);
-  return _mm512_add_epi32(p_a, p_b);
-}
-
-float q6_k_dot(int64_t n, const void* wv, const void* xv) {
-  const auto* w = static_cast<const BlockQ6_K*>(wv);
-  const auto* x = static_cast<const BlockQ8_K*>(xv);
-  __m512 acc = _mm512_setzero_ps();
-  for (int64_t b = 0; b < n / kQK_K; ++b) {
-    prefetch_ahead(w + b, sizeof(BlockQ6_K));
-    const __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(w[b].scales)));
-    const __m512i sc_h0 = _mm512_broadcast_i32x4(_mm256_castsi256_si128(sc16));
-    const __m512i sc_h1 = _mm512_broadcast_i32x4(_mm256_extracti128_si256(sc16, 1));
-    __m512i sum = _mm512_add_epi32(q6_half_sum(w[b].ql, w[b].qh, x[b].qs, sc_h0),
-                                   q6_half_sum(w[b].ql + 64, w[b].qh + 32, x[b].qs + 128, sc_h1));
-    // Remove the +32 code offset: Σ sc_j * 32 * bsums[j].
-    const __m256i offset = _mm256_slli_epi32(_mm256_madd_epi16(sc16, load256(x[b].bsums)), 5);
-    sum = _mm512_sub_epi32(sum, _mm512_zextsi256_si512(offset));
-    acc = _mm512_fmadd_ps(_mm512_set1_ps(x[b].d * half_to_float(w[b].d)), _mm512_cvtepi32_ps(sum), acc);
-  }
-  return _mm512_reduce_add_ps(acc);
-}
-
 }  // namespace
 
 void register_quant_kquants_avx512(CpuKernels& k) {
-  k.vec_dot[dtype_slot(DType::Q4_K)] = affine_kquant_dot<BlockQ4_K, false>;
+  // Q4_K and Q6_K: quant_kquants_cols_avx512.cpp (multi-column kernels).
   k.vec_dot[dtype_slot(DType::Q5_K)] = affine_kquant_dot<BlockQ5_K, true>;
-  k.vec_dot[dtype_slot(DType::Q6_K)] = q6_k_dot;
 }
 
 }  // namespace moeserve::cpu::detail

@@ -1,0 +1,106 @@
+// Server benchmark: aggregate generated tokens/s and time to first token with
+// 1, 4 and 16 concurrent streams, and the prefix-cache speed-up for a long
+// shared system prompt. Starts `moeserve serve` itself (node 20, no packages).
+//
+//   node bench/server/bench_server.mjs --bin build/bin/moeserve --model M.gguf \
+//        [--threads 2] [--tokens 64] [--concurrency 1,4,16] [--ctx 4096]
+import { spawn } from 'node:child_process';
+import { parseArgs } from 'node:util';
+
+const { values: opt } = parseArgs({
+  options: {
+    bin: { type: 'string', default: 'build/bin/moeserve' },
+    model: { type: 'string' },
+    threads: { type: 'string', default: '0' },
+    tokens: { type: 'string', default: '64' },
+    concurrency: { type: 'string', default: '1,4,16' },
+    ctx: { type: 'string', default: '4096' },
+  },
+});
+if (!opt.model) throw new Error('--model FILE is required');
+
+function startServer(parallel) {
+  const args = ['serve', '-m', opt.model, '--port', '0', '--parallel', String(parallel), '--ctx-size', opt.ctx,
+                '--threads', opt.threads, '--queue', '64'];
+  const proc = spawn(opt.bin, args, { stdio: ['ignore', 'pipe', 'inherit'] });
+  return new Promise((resolve, reject) => {
+    let out = '';
+    proc.stdout.on('data', (d) => {
+      out += d;
+      const m = out.match(/ready at (http:\/\/[^/\s]+)\//);
+      if (m) resolve({ url: m[1], proc });
+    });
+    proc.on('exit', (code) => reject(new Error(`server exited with ${code}`)));
+  });
+}
+
+// One streamed completion; returns {ttft, tokens, seconds, cached}.
+async function stream(url, body) {
+  const t0 = performance.now();
+  const res = await fetch(`${url}/v1/chat/completions`, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json' },
+    body: JSON.stringify({ ...body, stream: true, stream_options: { include_usage: true } }),
+  });
+  if (!res.ok) throw new Error(`HTTP ${res.status}: ${await res.text()}`);
+  let ttft = null, usage = null, buf = '';
+  const dec = new TextDecoder();
+  for await (const part of res.body) {
+    buf += dec.decode(part, { stream: true });
+    let i;
+    while ((i = buf.indexOf('\n\n')) >= 0) {
+      const ev = buf.slice(0, i);
+      buf = buf.slice(i + 2);
+      if (!ev.startsWith('data: ') || ev === 'data: [DONE]') continue;
+      const j = JSON.parse(ev.slice(6));
+      if (j.usage) usage = j.usage;
+      const d = j.choices?.[0]?.delta;
+      if (ttft === null && d && (d.content || d.reasoning_content)) ttft = performance.now() - t0;
+    }
+  }
+  return { ttft, tokens: usage.completion_tokens, seconds: (performance.now() - t0) / 1e3,
+           cached: usage.prompt_tokens_details?.cached_tokens ?? 0, prompt: usage.prompt_tokens };
+}
+
+const words = 'alpha beta gamma delta epsilon zeta eta theta iota kappa lambda mu nu xi omicron pi rho sigma'.split(' ');
+const userPrompt = (i) => `Request ${i}: ` + Array.from({ length: 24 }, (_, k) => words[(i * 7 + k * 3) % words.length]).join(' ');
+const n = Number(opt.tokens);
+
+const median = (a) => { const s = [...a].sort((x, y) => x - y); return s[Math.floor(s.length / 2)]; };
+const rows = [];
+for (const c of opt.concurrency.split(',').map(Number)) {
+  const { url, proc } = await startServer(c);
+  try {
+    await stream(url, { messages: [{ role: 'user', content: 'warm up' }], max_tokens: 4, temperature: 0 });
+    const t0 = performance.now();
+    const rs = await Promise.all(Array.from({ length: c }, (_, i) =>
+      stream(url, { messages: [{ role: 'user', content: userPrompt(i) }], max_tokens: n, temperature: 0 })));
+    const wall = (performance.now() - t0) / 1e3;
+    const total = rs.reduce((a, r) => a + r.tokens, 0);
+    rows.push({ c, total, wall, agg: total / wall, ttft: median(rs.map((r) => r.ttft)),
+                ttftMax: Math.max(...rs.map((r) => r.ttft)), perStream: median(rs.map((r) => r.tokens / r.seconds)) });
+  } finally {
+    proc.kill('SIGTERM');
+  }
+}
+console.log('| streams | generated tokens | wall s | aggregate tok/s | per-stream tok/s (median) | TTFT median ms | TTFT max ms |');
+console.log('|---:|---:|---:|---:|---:|---:|---:|');
+for (const r of rows) {
+  console.log(`| ${r.c} | ${r.total} | ${r.wall.toFixed(2)} | ${r.agg.toFixed(1)} | ${r.perStream.toFixed(1)} | ${r.ttft.toFixed(0)} | ${r.ttftMax.toFixed(0)} |`);
+}
+
+// Prefix cache: the same long system prompt, different questions.
+{
+  const { url, proc } = await startServer(1);
+  try {
+    const system = 'You are a careful assistant. ' + Array.from({ length: 300 }, (_, k) => words[k % words.length]).join(' ');
+    const ask = (q) => stream(url, { messages: [{ role: 'system', content: system }, { role: 'user', content: q }],
+                                      max_tokens: 8, temperature: 0 });
+    const cold = await ask('First question?');
+    const warm = await ask('Second, different question?');
+    console.log(`\nprefix cache: prompt ${cold.prompt} tokens; cold TTFT ${cold.ttft.toFixed(0)} ms, ` +
+                `warm TTFT ${warm.ttft.toFixed(0)} ms (${warm.cached} tokens reused) -> ${(cold.ttft / warm.ttft).toFixed(1)}x`);
+  } finally {
+    proc.kill('SIGTERM');
+  }
+}

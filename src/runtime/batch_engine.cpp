@@ -1,0 +1,342 @@
+#include "runtime/batch_engine.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+
+#include "tokenizer/tokenizer.h"
+
+namespace moeserve::runtime {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double now_seconds() {
+  static const Clock::time_point start = Clock::now();
+  return std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+// log-softmax of the raw logits: the chosen token's logprob and the top n.
+void fill_logprobs(std::span<const float> logits, int32_t chosen, int top_n, TokenEvent& ev) {
+  const float mx = *std::max_element(logits.begin(), logits.end());
+  double sum = 0.0;
+  for (float l : logits) sum += std::exp(double(l - mx));
+  const float log_z = mx + float(std::log(sum));
+  ev.logprob = logits[size_t(chosen)] - log_z;
+  ev.top.clear();
+  if (top_n <= 0) return;
+  std::vector<int32_t> ids(logits.size());
+  for (size_t i = 0; i < ids.size(); ++i) ids[i] = int32_t(i);
+  const size_t n = std::min(ids.size(), size_t(top_n));
+  std::partial_sort(ids.begin(), ids.begin() + ptrdiff_t(n), ids.end(), [&](int32_t a, int32_t b) {
+    return logits[size_t(a)] > logits[size_t(b)] || (logits[size_t(a)] == logits[size_t(b)] && a < b);
+  });
+  for (size_t i = 0; i < n; ++i) ev.top.push_back({ids[i], logits[size_t(ids[i])] - log_z});
+}
+
+}  // namespace
+
+struct BatchEngine::Slot {
+  Slot(const models::Qwen3HParams& hp, int64_t n_ctx) : seq(hp.n_layer, hp.kv_dim(), n_ctx) {}
+  Sequence seq;
+  bool busy = false;
+  uint64_t id = 0;
+  uint64_t admitted = 0;  // admission order: prompts are prefilled first come, first served
+  EngineRequest req;
+  std::unique_ptr<Sampler> sampler;
+  std::unique_ptr<tok::IncrementalDecoder> decoder;
+  std::unique_ptr<StopStringFilter> filter;
+  int64_t prompt_done = 0;  // prompt tokens already in the KV cache
+  bool decoding = false;    // the prompt is done; `pending` is the next token to feed
+  int32_t pending = 0;
+  RequestStats stats;
+  double submitted = 0.0;
+};
+
+BatchEngine::BatchEngine(Model& model, const EngineOptions& options)
+    : model_(model), options_(options), prefix_(options.prefix_cache_bytes) {
+  options_.n_slots = std::max(1, options_.n_slots);
+  options_.n_batch = std::max<int64_t>(options_.n_batch, options_.n_slots);
+  for (int i = 0; i < options_.n_slots; ++i) {
+    slots_.push_back(std::make_unique<Slot>(model.hparams(), options_.n_ctx));
+  }
+  totals_.n_slots = options_.n_slots;
+  totals_.kv_capacity_tokens = options_.n_slots * options_.n_ctx;
+  thread_ = std::thread([this] { run(); });
+}
+
+BatchEngine::~BatchEngine() {
+  {
+    std::lock_guard lock(mu_);
+    stopping_ = true;
+  }
+  wake_.notify_all();
+  thread_.join();
+}
+
+Result<uint64_t> BatchEngine::submit(EngineRequest r) {
+  const int64_t n_prompt = int64_t(r.prompt.size());
+  if (n_prompt == 0) return make_error(StatusCode::kInvalidArgument, "the prompt is empty");
+  if (n_prompt >= options_.n_ctx) {
+    return make_error(StatusCode::kOutOfRange,
+                      "the prompt has {} tokens; the context holds {} (leave room for at least one generated token)",
+                      n_prompt, options_.n_ctx);
+  }
+  if (r.max_tokens < 1 || n_prompt + r.max_tokens > options_.n_ctx) {
+    return make_error(StatusCode::kOutOfRange, "prompt ({} tokens) + max_tokens ({}) exceeds the context of {} tokens",
+                      n_prompt, r.max_tokens, options_.n_ctx);
+  }
+  const int32_t n_vocab = int32_t(model_.hparams().n_vocab);
+  for (int32_t t : r.prompt) {
+    if (t < 0 || t >= n_vocab) {
+      return make_error(StatusCode::kInvalidArgument, "token id {} is outside the vocabulary (0..{})", t, n_vocab - 1);
+    }
+  }
+  std::lock_guard lock(mu_);
+  if (stopping_) return make_error(StatusCode::kCancelled, "the server is shutting down");
+  const int64_t free_slots = options_.n_slots - active_.load();
+  if (int64_t(queue_.size()) >= int64_t(options_.max_queue) + std::max<int64_t>(free_slots, 0)) {
+    return make_error(StatusCode::kResourceExhausted, "the request queue is full ({} waiting); retry later",
+                      queue_.size());
+  }
+  const uint64_t id = next_id_++;
+  queue_.push_back({id, std::move(r), now_seconds()});
+  wake_.notify_one();
+  return id;
+}
+
+void BatchEngine::cancel(uint64_t id) {
+  {
+    std::lock_guard lock(mu_);
+    cancelled_.push_back(id);
+  }
+  wake_.notify_one();
+}
+
+EngineStats BatchEngine::stats() const {
+  std::lock_guard lock(mu_);
+  EngineStats s = totals_;
+  s.queue_depth = int64_t(queue_.size());
+  s.active_slots = active_.load();
+  s.kv_used_tokens = kv_used_.load();
+  s.prefix = prefix_.stats();
+  return s;
+}
+
+void BatchEngine::run() {
+  for (;;) {
+    {
+      std::unique_lock lock(mu_);
+      wake_.wait(lock, [&] { return stopping_ || !queue_.empty() || !cancelled_.empty() || active_.load() > 0; });
+      if (stopping_) break;
+    }
+    admit_waiting();
+    if (active_.load() > 0) step();
+  }
+  // Shutdown: everything still queued or running ends as cancelled.
+  std::deque<Pending> left;
+  {
+    std::lock_guard lock(mu_);
+    left.swap(queue_);
+  }
+  for (Pending& p : left) {
+    if (p.request.on_finish) p.request.on_finish(Status(StatusCode::kCancelled, "the server is shutting down"), {});
+  }
+  for (auto& s : slots_) {
+    if (s->busy) finish(*s, Status(StatusCode::kCancelled, "the server is shutting down"));
+  }
+}
+
+// Applies cancellations, then moves queued requests into free slots,
+// starting each from its longest cached prefix.
+void BatchEngine::admit_waiting() {
+  std::vector<uint64_t> cancelled;
+  std::vector<Pending> dropped, admitted;
+  {
+    std::lock_guard lock(mu_);
+    cancelled.swap(cancelled_);
+    for (uint64_t id : cancelled) {
+      auto it = std::find_if(queue_.begin(), queue_.end(), [&](const Pending& p) { return p.id == id; });
+      if (it != queue_.end()) {
+        dropped.push_back(std::move(*it));
+        queue_.erase(it);
+      }
+    }
+    int64_t free_slots = 0;
+    for (auto& s : slots_) free_slots += s->busy ? 0 : 1;
+    while (free_slots > 0 && !queue_.empty()) {
+      admitted.push_back(std::move(queue_.front()));
+      queue_.pop_front();
+      --free_slots;
+    }
+  }
+  for (Pending& p : dropped) {
+    RequestStats st;
+    st.reason = StopReason::kCallback;
+    st.prompt_tokens = int64_t(p.request.prompt.size());
+    if (p.request.on_finish) p.request.on_finish(Status::ok(), st);
+  }
+  for (auto& s : slots_) {
+    if (s->busy && std::find(cancelled.begin(), cancelled.end(), s->id) != cancelled.end()) {
+      s->stats.reason = StopReason::kCallback;
+      finish(*s, Status::ok());
+    }
+  }
+  for (Pending& p : admitted) {
+    Slot& s = **std::find_if(slots_.begin(), slots_.end(), [](const auto& x) { return !x->busy; });
+    s.busy = true;
+    s.id = p.id;
+    s.admitted = ++admission_counter_;
+    s.req = std::move(p.request);
+    s.sampler = std::make_unique<Sampler>(s.req.sampling);
+    s.decoder = std::make_unique<tok::IncrementalDecoder>(model_.tokenizer());
+    s.filter = std::make_unique<StopStringFilter>(s.req.stop);
+    s.decoding = false;
+    s.stats = {};
+    s.stats.prompt_tokens = int64_t(s.req.prompt.size());
+    s.submitted = p.submitted;
+    s.stats.queue_seconds = now_seconds() - p.submitted;
+    s.seq.clear();
+    const int64_t reuse = options_.prefix_cache_bytes > 0
+                              ? prefix_.restore(s.req.prompt, int64_t(s.req.prompt.size()) - 1, s.seq.kv())
+                              : 0;
+    s.seq.append(std::span<const int32_t>(s.req.prompt).first(size_t(reuse)));
+    s.prompt_done = reuse;
+    s.stats.cached_tokens = reuse;
+    active_.fetch_add(1);
+  }
+}
+
+// One forward: every decoding slot's pending token, then prompt chunks
+// (oldest admission first) up to the step's token budget.
+bool BatchEngine::step() {
+  std::vector<int32_t> tokens;
+  std::vector<models::SequenceSlice> slices;
+  std::vector<int64_t> logit_rows;
+  std::vector<Slot*> row_owner;  // per logit row
+  std::vector<std::pair<Slot*, int64_t>> fed;  // slot, tokens appended
+  int64_t n_decode = 0, n_prefill = 0;
+  for (auto& s : slots_) {
+    if (!s->busy || !s->decoding) continue;
+    slices.push_back({int64_t(tokens.size()), 1, s->seq.position(), s->seq.kv().view()});
+    logit_rows.push_back(int64_t(tokens.size()));
+    row_owner.push_back(s.get());
+    tokens.push_back(s->pending);
+    fed.push_back({s.get(), 1});
+    ++n_decode;
+  }
+  std::vector<Slot*> prefilling;
+  for (auto& s : slots_) {
+    if (s->busy && !s->decoding) prefilling.push_back(s.get());
+  }
+  std::sort(prefilling.begin(), prefilling.end(), [](Slot* a, Slot* b) { return a->admitted < b->admitted; });
+  int64_t budget = options_.n_batch - n_decode;
+  for (Slot* s : prefilling) {
+    if (budget <= 0) break;
+    const int64_t left = int64_t(s->req.prompt.size()) - s->prompt_done;
+    const int64_t n = std::min(left, budget);
+    slices.push_back({int64_t(tokens.size()), n, s->seq.position(), s->seq.kv().view()});
+    tokens.insert(tokens.end(), s->req.prompt.begin() + s->prompt_done, s->req.prompt.begin() + s->prompt_done + n);
+    if (n == left) {
+      logit_rows.push_back(int64_t(tokens.size()) - 1);
+      row_owner.push_back(s);
+    }
+    fed.push_back({s, n});
+    budget -= n;
+    n_prefill += n;
+  }
+  if (tokens.empty()) return false;
+  const int64_t n_vocab = model_.hparams().n_vocab;
+  logits_.resize(logit_rows.size() * size_t(n_vocab));
+  models::ForwardBatch b;
+  b.tokens = tokens;
+  b.sequences = slices;
+  b.logit_rows = logit_rows;
+  b.logits = logits_.data();
+  const double t0 = now_seconds();
+  const Status st = model_.net().forward(b);
+  const double dt = now_seconds() - t0;
+  if (!st.is_ok()) {
+    for (auto& [s, n] : fed) finish(*s, st);
+    return true;
+  }
+  {
+    std::lock_guard lock(mu_);
+    const double total = double(n_decode + n_prefill);
+    totals_.decode_tokens += n_decode;
+    totals_.decode_seconds += dt * double(n_decode) / total;
+    totals_.prefill_tokens += n_prefill;
+    totals_.prefill_seconds += dt * double(n_prefill) / total;
+  }
+  size_t row = 0;
+  for (auto& [s, n] : fed) {
+    const auto first = s->decoding ? std::span<const int32_t>(&s->pending, 1)
+                                   : std::span<const int32_t>(s->req.prompt).subspan(size_t(s->prompt_done), size_t(n));
+    s->seq.append(first);
+    if (!s->decoding) s->prompt_done += n;
+    ++row;
+  }
+  for (size_t i = 0; i < row_owner.size(); ++i) {
+    handle_logits(*row_owner[i], logits_.data() + i * size_t(n_vocab));
+  }
+  int64_t used = 0;
+  for (auto& s : slots_) used += s->busy ? s->seq.position() : 0;
+  kv_used_.store(used);
+  return true;
+}
+
+// Samples the next token of a slot whose last fed token produced `logits`,
+// emits it, and ends the request when it should stop — the same sequence of
+// decisions as Generator::generate.
+void BatchEngine::handle_logits(Slot& s, const float* logits) {
+  const tok::Tokenizer& tokenizer = model_.tokenizer();
+  const std::span<const float> lg(logits, size_t(model_.hparams().n_vocab));
+  const int32_t next = s.sampler->sample(lg, s.seq.tokens());
+  if (s.stats.completion_tokens == 0) s.stats.first_token_seconds = now_seconds() - s.submitted;
+  s.decoding = true;
+  if (s.req.stop_at_eos && (next == tokenizer.eos_id() || next == tokenizer.eot_id())) {
+    s.stats.reason = StopReason::kEndOfSequence;
+    finish(s, Status::ok());
+    return;
+  }
+  ++s.stats.completion_tokens;
+  TokenEvent ev;
+  ev.token = next;
+  ev.text = s.filter->push(s.decoder->feed(next));
+  if (s.req.top_logprobs >= 0) fill_logprobs(lg, next, s.req.top_logprobs, ev);
+  const bool keep = !s.req.on_token || s.req.on_token(ev);
+  if (s.filter->stopped()) {
+    s.stats.reason = StopReason::kStopString;
+  } else if (!keep) {
+    s.stats.reason = StopReason::kCallback;
+  } else if (s.stats.completion_tokens >= s.req.max_tokens) {
+    s.stats.reason = StopReason::kMaxTokens;
+  } else if (s.seq.remaining() < 1) {
+    s.stats.reason = StopReason::kContextFull;
+  } else {
+    s.pending = next;
+    return;
+  }
+  finish(s, Status::ok());
+}
+
+void BatchEngine::finish(Slot& s, const Status& status) {
+  if (status.is_ok() && s.stats.reason != StopReason::kStopString) {
+    std::string tail = s.filter->push(s.decoder->flush());
+    if (!s.filter->stopped()) tail += s.filter->flush();
+    s.stats.tail_text = std::move(tail);
+  }
+  s.stats.total_seconds = now_seconds() - s.submitted;
+  if (status.is_ok() && options_.prefix_cache_bytes > 0 && s.seq.position() > 0) {
+    prefix_.store(s.seq.tokens(), s.seq.kv());
+  }
+  EngineRequest req = std::move(s.req);
+  const RequestStats stats = s.stats;
+  s.busy = false;
+  s.req = {};
+  s.seq.clear();
+  active_.fetch_sub(1);
+  if (req.on_finish) req.on_finish(status, stats);
+}
+
+}  // namespace moeserve::runtime

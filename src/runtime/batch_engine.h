@@ -1,0 +1,141 @@
+// Continuous batching: one engine thread serves up to n_slots sequences at
+// once. Each step runs ONE forward over a batch made of every decoding
+// sequence's next token plus, within the step's token budget, a chunk of a
+// waiting prompt — so a long prompt is prefilled in pieces between decode
+// steps and running streams never stall behind it. Finished or cancelled
+// sequences free their slot at the next step; their KV rows go to the
+// prefix cache, and a new prompt starts from its longest cached prefix.
+//
+// Greedy output does not depend on what else is batched: each row of a
+// batched forward is bit-identical to running its sequence alone
+// (models/qwen3.h), and sampling, detokenizing and stop handling are per
+// sequence, exactly as in Generator::generate.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "core/status.h"
+#include "runtime/generator.h"
+#include "runtime/model.h"
+#include "runtime/prefix_cache.h"
+#include "runtime/sampler.h"
+
+namespace moeserve::runtime {
+
+struct TokenLogprob {
+  int32_t id = 0;
+  float logprob = 0.0f;
+};
+
+// One generated token, delivered on the engine thread.
+struct TokenEvent {
+  int32_t token = 0;
+  std::string text;                // text this token releases (may be empty: held back for UTF-8 or a stop string)
+  float logprob = 0.0f;            // when logprobs were requested
+  std::vector<TokenLogprob> top;   // the top_logprobs most likely tokens
+};
+
+struct RequestStats {
+  StopReason reason = StopReason::kMaxTokens;
+  int64_t prompt_tokens = 0;
+  int64_t cached_tokens = 0;       // prompt tokens restored from the prefix cache
+  int64_t completion_tokens = 0;
+  double queue_seconds = 0.0;      // submit -> slot
+  double first_token_seconds = 0.0;  // submit -> first token
+  double total_seconds = 0.0;
+  std::string tail_text;           // text released at the end (held-back bytes), also sent as a last token-less piece
+};
+
+struct EngineRequest {
+  std::vector<int32_t> prompt;     // non-empty, shorter than the context
+  int64_t max_tokens = 16;         // >= 1; prompt + max_tokens <= context
+  SamplerOptions sampling;
+  std::vector<std::string> stop;
+  bool stop_at_eos = true;
+  int top_logprobs = -1;           // -1: no logprobs; 0..20: chosen token's logprob + this many alternatives
+  // Called on the engine thread, in order; keep them short. on_token
+  // returning false cancels the request (e.g. the client disconnected).
+  std::function<bool(const TokenEvent&)> on_token;
+  // Exactly once per accepted request, last: ok, or the error that ended it.
+  std::function<void(const Status&, const RequestStats&)> on_finish;
+};
+
+struct EngineOptions {
+  int n_slots = 4;                 // sequences decoded together
+  int64_t n_ctx = 4096;            // context (KV positions) per slot
+  int64_t n_batch = 512;           // tokens per forward (decode rows + prefill chunk)
+  size_t max_queue = 64;           // waiting requests beyond the slots; more: kResourceExhausted
+  size_t prefix_cache_bytes = size_t(256) << 20;  // 0: no prefix cache
+};
+
+struct EngineStats {
+  int64_t queue_depth = 0;
+  int64_t active_slots = 0;
+  int64_t n_slots = 0;
+  int64_t kv_used_tokens = 0;      // positions held by active sequences
+  int64_t kv_capacity_tokens = 0;  // n_slots * n_ctx
+  int64_t prefill_tokens = 0;      // totals since start
+  double prefill_seconds = 0.0;
+  int64_t decode_tokens = 0;
+  double decode_seconds = 0.0;
+  PrefixCacheStats prefix;
+};
+
+class BatchEngine {
+ public:
+  BatchEngine(Model& model, const EngineOptions& options);
+  ~BatchEngine();  // stops the thread; queued and running requests finish with kCancelled
+  BatchEngine(const BatchEngine&) = delete;
+  BatchEngine& operator=(const BatchEngine&) = delete;
+
+  // Queues a request and returns its id. kInvalidArgument / kOutOfRange for
+  // a request that can never run (empty prompt, past the context),
+  // kResourceExhausted when the queue is full; nothing is queued then.
+  Result<uint64_t> submit(EngineRequest request);
+  // Ends a queued or running request at the next step (on_finish follows).
+  void cancel(uint64_t id);
+
+  EngineStats stats() const;
+  const EngineOptions& options() const { return options_; }
+  int64_t n_ctx() const { return options_.n_ctx; }
+
+ private:
+  struct Slot;
+  struct Pending {
+    uint64_t id;
+    EngineRequest request;
+    double submitted;  // seconds on the engine clock
+  };
+  void run();
+  void admit_waiting();
+  bool step();
+  void finish(Slot& slot, const Status& status);
+  void handle_logits(Slot& slot, const float* logits);
+
+  Model& model_;
+  EngineOptions options_;
+  PrefixCache prefix_;
+  std::vector<std::unique_ptr<Slot>> slots_;
+  mutable std::mutex mu_;
+  std::condition_variable wake_;
+  std::deque<Pending> queue_;
+  std::vector<uint64_t> cancelled_;
+  bool stopping_ = false;
+  uint64_t next_id_ = 1;
+  uint64_t admission_counter_ = 0;  // engine thread only
+  EngineStats totals_;  // counters under mu_
+  std::atomic<int64_t> active_{0}, kv_used_{0};
+  std::vector<float> logits_;
+  std::thread thread_;
+};
+
+}  // namespace moeserve::runtime

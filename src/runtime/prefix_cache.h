@@ -1,0 +1,64 @@
+// Prefix cache: KV rows of earlier sequences, kept so a new request whose
+// prompt starts with the same tokens (a shared system prompt, the earlier
+// turns of a chat) skips recomputing them.
+//
+// Entries are copies of a finished sequence's f16 K/V rows [0, n) for every
+// layer, keyed by its tokens. A lookup takes the longest common prefix with
+// any entry — any prefix of an entry is valid, since row p depends only on
+// tokens 0..p. Evicts least recently used entries to stay under a byte
+// budget. Thread-safe (one mutex; copies are memcpy-fast next to a forward).
+#pragma once
+
+#include <cstdint>
+#include <list>
+#include <mutex>
+#include <span>
+#include <vector>
+
+#include "runtime/kv_cache.h"
+
+namespace moeserve::runtime {
+
+struct PrefixCacheStats {
+  int64_t hits = 0;           // lookups that reused at least one token
+  int64_t misses = 0;
+  int64_t reused_tokens = 0;  // tokens restored instead of computed
+  size_t bytes = 0;
+  size_t entries = 0;
+};
+
+class PrefixCache {
+ public:
+  explicit PrefixCache(size_t max_bytes) : max_bytes_(max_bytes) {}
+
+  // Copies the K/V rows of the longest cached prefix of `tokens`, at most
+  // `max_tokens` long, into rows [0, n) of `kv` and returns n (0: a miss).
+  // The caller records those tokens in its sequence.
+  int64_t restore(std::span<const int32_t> tokens, int64_t max_tokens, KvCache& kv);
+
+  // Keeps rows [0, tokens.size()) of `kv`. An entry that is a prefix of
+  // `tokens` is replaced; if `tokens` is a prefix of an entry nothing is
+  // copied (that entry is refreshed). Sequences larger than the whole budget
+  // are not kept.
+  void store(std::span<const int32_t> tokens, const KvCache& kv);
+
+  PrefixCacheStats stats() const;
+  void clear();
+
+ private:
+  struct Entry {
+    std::vector<int32_t> tokens;
+    int64_t kv_dim = 0;
+    std::vector<uint16_t> rows;  // per layer: K rows [n][kv_dim], then V rows [n][kv_dim]
+    size_t bytes() const { return rows.size() * sizeof(uint16_t) + tokens.size() * sizeof(int32_t); }
+  };
+  void evict_to(size_t budget);
+
+  size_t max_bytes_;
+  mutable std::mutex mu_;
+  std::list<Entry> lru_;  // front: most recently used
+  size_t bytes_ = 0;
+  PrefixCacheStats stats_;
+};
+
+}  // namespace moeserve::runtime

@@ -1,0 +1,84 @@
+// OpenAI-compatible request bodies (/v1/chat/completions, /v1/completions)
+// and llama.cpp's /tokenize and /detokenize, parsed and validated into plain
+// structs. Every function here takes the raw body and never throws: bad input
+// of any kind (malformed or hostile JSON, wrong types, out-of-range values)
+// comes back as a 400 ApiError whose `param` names the offending field.
+// Unknown fields are ignored, and a field set to null counts as absent (many
+// client libraries send null for "unset").
+#pragma once
+
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "runtime/sampler.h"
+#include "server/api/api_error.h"
+#include "server/api/json_body.h"
+
+namespace moeserve::server::api {
+
+inline constexpr size_t kMaxStopStrings = 16;
+inline constexpr int kMaxTopLogprobs = 20;
+
+struct GenerationParams {
+  // Fields the request leaves out keep SamplerOptions' defaults; temperature
+  // 0 means greedy. `seed` is only meaningful when seed_given (otherwise the
+  // server picks one).
+  runtime::SamplerOptions sampling;
+  int64_t max_tokens = -1;  // -1: until the context ends
+  std::vector<std::string> stop;
+  bool logprobs = false;
+  int top_logprobs = 0;
+  bool seed_given = false;
+};
+
+struct ChatCompletionRequest {
+  std::string model;
+  // Normalized for the chat template: role (developer -> system), content as
+  // a string, assistant tool_calls with arguments parsed into objects,
+  // tool_call_id, name and reasoning_content where given.
+  nlohmann::ordered_json messages = nlohmann::ordered_json::array();
+  nlohmann::ordered_json tools;      // null when none; else [{"type":"function","function":{...}}]
+  std::string tool_choice = "auto";  // auto | none | required | <function name>
+  bool stream = false;
+  bool include_usage = false;           // stream_options.include_usage
+  std::optional<bool> enable_thinking;  // "enable_thinking" or chat_template_kwargs.enable_thinking
+  // The rest of chat_template_kwargs (without enable_thinking): extra
+  // template variables for ChatRenderInput::extra.
+  nlohmann::ordered_json template_kwargs = nlohmann::ordered_json::object();
+  GenerationParams params;
+
+  // Whether generated text should be scanned for tool calls.
+  bool tools_enabled() const { return tools.is_array() && !tools.empty() && tool_choice != "none"; }
+};
+
+struct CompletionRequest {
+  std::string model;
+  std::string prompt_text;             // when !prompt_is_tokens
+  std::vector<int32_t> prompt_tokens;  // when prompt_is_tokens
+  bool prompt_is_tokens = false;
+  bool stream = false;
+  bool include_usage = false;
+  bool echo = false;
+  GenerationParams params;
+};
+
+struct TokenizeRequest {
+  std::string content;
+  bool add_special = false;
+  bool with_pieces = false;
+};
+
+struct DetokenizeRequest {
+  std::vector<int32_t> tokens;
+};
+
+Parsed<ChatCompletionRequest> parse_chat_completion_request(std::string_view body);
+Parsed<CompletionRequest> parse_completion_request(std::string_view body);
+Parsed<TokenizeRequest> parse_tokenize_request(std::string_view body);
+Parsed<DetokenizeRequest> parse_detokenize_request(std::string_view body);
+
+}  // namespace moeserve::server::api

@@ -1,0 +1,214 @@
+#include "server/api/request_fields.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+namespace moeserve::server::api::detail {
+
+void fail(std::string message, std::string param) {
+  throw RequestError{invalid_request(std::move(message), std::move(param))};
+}
+
+const ojson* find_field(const ojson& object, std::string_view name) {
+  auto it = object.find(name);
+  if (it == object.end() || it->is_null()) return nullptr;
+  return &*it;
+}
+
+namespace {
+
+std::string in_quotes(std::string_view name) {
+  std::string out;  // (not "'" + std::string(name) + "'": GCC 12 warns falsely on that, -Wrestrict)
+  out.reserve(name.size() + 2);
+  out += '\'';
+  out.append(name);
+  out += '\'';
+  return out;
+}
+
+std::string param_or(std::string param, std::string_view name) {
+  return param.empty() ? std::string(name) : std::move(param);
+}
+
+}  // namespace
+
+std::optional<bool> read_bool(const ojson& object, std::string_view name, std::string param) {
+  const ojson* v = find_field(object, name);
+  if (!v) return std::nullopt;
+  param = param_or(std::move(param), name);
+  if (!v->is_boolean()) fail(in_quotes(param) + " must be a boolean", param);
+  return v->get<bool>();
+}
+
+std::optional<std::string> read_string(const ojson& object, std::string_view name, std::string param) {
+  const ojson* v = find_field(object, name);
+  if (!v) return std::nullopt;
+  param = param_or(std::move(param), name);
+  if (!v->is_string()) fail(in_quotes(param) + " must be a string", param);
+  return v->get<std::string>();
+}
+
+std::optional<double> read_number(const ojson& object, std::string_view name,
+                                  const std::function<bool(double)>& ok, std::string_view expected) {
+  const ojson* v = find_field(object, name);
+  if (!v) return std::nullopt;
+  // JSON has no NaN, but a huge exponent parses to infinity: the range check rejects it.
+  if (!v->is_number() || !std::isfinite(v->get<double>()) || !ok(v->get<double>())) {
+    fail(in_quotes(name) + " must be " + std::string(expected), std::string(name));
+  }
+  return v->get<double>();
+}
+
+namespace {
+
+// The integer value of `v` if it is an integer in [min, max].
+std::optional<int64_t> integer_in(const ojson& v, int64_t min, int64_t max) {
+  if (v.is_number_unsigned()) {
+    uint64_t u = v.get<uint64_t>();
+    if (u > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) return std::nullopt;
+    int64_t i = static_cast<int64_t>(u);
+    if (i < min || i > max) return std::nullopt;
+    return i;
+  }
+  if (v.is_number_integer()) {
+    int64_t i = v.get<int64_t>();
+    if (i < min || i > max) return std::nullopt;
+    return i;
+  }
+  return std::nullopt;
+}
+
+}  // namespace
+
+std::optional<int64_t> read_integer(const ojson& object, std::string_view name, int64_t min, int64_t max,
+                                    std::string_view expected) {
+  const ojson* v = find_field(object, name);
+  if (!v) return std::nullopt;
+  std::optional<int64_t> i = integer_in(*v, min, max);
+  if (!i) fail(in_quotes(name) + " must be " + std::string(expected), std::string(name));
+  return i;
+}
+
+std::vector<int32_t> read_token_ids(const ojson& array, const std::string& param) {
+  std::vector<int32_t> ids;
+  ids.reserve(array.size());
+  for (const ojson& v : array) {
+    std::optional<int64_t> id = integer_in(v, 0, std::numeric_limits<int32_t>::max());
+    if (!id) fail(in_quotes(param) + " must contain only token ids (integers >= 0)", param);
+    ids.push_back(static_cast<int32_t>(*id));
+  }
+  return ids;
+}
+
+namespace {
+
+constexpr int64_t kInt32Max = std::numeric_limits<int32_t>::max();
+constexpr int64_t kInt64Max = std::numeric_limits<int64_t>::max();
+
+void read_sampling(const ojson& body, runtime::SamplerOptions& s) {
+  auto in = [](double lo, double hi) { return [lo, hi](double v) { return v >= lo && v <= hi; }; };
+  if (auto v = read_number(body, "temperature", in(0, 2), "a number between 0 and 2")) {
+    s.temperature = static_cast<float>(*v);
+  }
+  if (auto v = read_number(
+          body, "top_p", [](double x) { return x > 0 && x <= 1; }, "a number greater than 0 and at most 1")) {
+    s.top_p = static_cast<float>(*v);
+  }
+  if (auto v = read_number(body, "min_p", in(0, 1), "a number between 0 and 1"))
+    s.min_p = static_cast<float>(*v);
+  // top_k beyond int32 means "every token", the same as 0.
+  if (auto v = read_integer(body, "top_k", 0, kInt64Max, "an integer >= 0")) {
+    s.top_k = static_cast<int32_t>(std::min(*v, kInt32Max));
+  }
+  if (auto v = read_number(body, "presence_penalty", in(-2, 2), "a number between -2 and 2")) {
+    s.presence_penalty = static_cast<float>(*v);
+  }
+  if (auto v = read_number(body, "frequency_penalty", in(-2, 2), "a number between -2 and 2")) {
+    s.frequency_penalty = static_cast<float>(*v);
+  }
+  if (auto v = read_number(
+          body, "repeat_penalty", [](double x) { return x > 0; }, "a number greater than 0")) {
+    s.repeat_penalty = static_cast<float>(*v);
+  }
+  if (auto v = read_integer(body, "repeat_last_n", -1, kInt32Max, "an integer >= -1")) {
+    s.repeat_last_n = static_cast<int32_t>(*v);
+  }
+}
+
+// seed: any JSON integer (OpenAI allows negative ones); its bits seed the RNG.
+void read_seed(const ojson& body, GenerationParams& p) {
+  const ojson* v = find_field(body, "seed");
+  if (!v) return;
+  if (v->is_number_unsigned()) {
+    p.sampling.seed = v->get<uint64_t>();
+  } else if (v->is_number_integer()) {
+    p.sampling.seed = static_cast<uint64_t>(v->get<int64_t>());
+  } else {
+    fail("'seed' must be an integer", "seed");
+  }
+  p.seed_given = true;
+}
+
+void read_stop(const ojson& body, GenerationParams& p) {
+  const ojson* v = find_field(body, "stop");
+  if (!v) return;
+  const std::string expected = "'stop' must be a non-empty string or an array of up to " +
+                               std::to_string(kMaxStopStrings) + " non-empty strings";
+  if (v->is_string()) {
+    if (v->get_ref<const std::string&>().empty()) fail(expected, "stop");
+    p.stop.push_back(v->get<std::string>());
+    return;
+  }
+  if (!v->is_array() || v->size() > kMaxStopStrings) fail(expected, "stop");
+  for (const ojson& s : *v) {
+    if (!s.is_string() || s.get_ref<const std::string&>().empty()) fail(expected, "stop");
+    p.stop.push_back(s.get<std::string>());
+  }
+}
+
+// Chat: logprobs is a bool and top_logprobs a separate count.
+// Completions: logprobs is the count itself (0 = only the sampled token's).
+void read_logprobs(const ojson& body, Endpoint endpoint, GenerationParams& p) {
+  const std::string range = "an integer between 0 and " + std::to_string(kMaxTopLogprobs);
+  if (endpoint == Endpoint::kChat) {
+    p.logprobs = read_bool(body, "logprobs").value_or(false);
+    if (auto n = read_integer(body, "top_logprobs", 0, kMaxTopLogprobs, range)) {
+      if (*n > 0 && !p.logprobs) fail("'top_logprobs' requires 'logprobs' to be true", "top_logprobs");
+      p.top_logprobs = static_cast<int>(*n);
+    }
+    return;
+  }
+  const ojson* v = find_field(body, "logprobs");
+  if (!v) return;
+  if (v->is_boolean()) {  // lenient: some clients send true/false
+    p.logprobs = v->get<bool>();
+    return;
+  }
+  auto n = read_integer(body, "logprobs", 0, kMaxTopLogprobs, range);
+  p.logprobs = true;
+  p.top_logprobs = static_cast<int>(*n);
+}
+
+}  // namespace
+
+GenerationParams read_generation_params(const ojson& body, Endpoint endpoint) {
+  GenerationParams p;
+  read_sampling(body, p.sampling);
+  read_seed(body, p);
+  if (const ojson* n = find_field(body, "n")) {
+    if (!(n->is_number_integer() && n->get<int64_t>() == 1)) fail("only n=1 is supported", "n");
+  }
+  auto max_tokens = read_integer(body, "max_tokens", 1, kInt64Max, "an integer >= 1");
+  auto max_completion = read_integer(body, "max_completion_tokens", 1, kInt64Max, "an integer >= 1");
+  if (max_completion) {
+    p.max_tokens = *max_completion;
+  } else if (max_tokens) {
+    p.max_tokens = *max_tokens;
+  }
+  read_stop(body, p);
+  read_logprobs(body, endpoint, p);
+  return p;
+}
+
+}  // namespace moeserve::server::api::detail

@@ -1,0 +1,266 @@
+#include "server/api_service.h"
+
+#include <algorithm>
+#include <random>
+
+#include "server/api/openai_request.h"
+#include "server/api/response_format.h"
+#include "tokenizer/tokenizer.h"
+
+namespace moeserve::server {
+namespace {
+
+ApiReply json_reply(int status, const api::json& body) {
+  ApiReply r;
+  r.status = status;
+  r.body = api::dump_json(body);
+  return r;
+}
+
+// Engine refusals as HTTP errors: a full queue is 429 (retry), shutting
+// down is 503, anything else is the caller's fault.
+api::ApiError submit_error(const Status& st) {
+  switch (st.code()) {
+    case StatusCode::kResourceExhausted: return api::too_many_requests(st.message());
+    case StatusCode::kCancelled: return api::unavailable(st.message());
+    case StatusCode::kOutOfRange: return api::invalid_request(st.message(), "messages", "context_length_exceeded");
+    default: return api::invalid_request(st.message());
+  }
+}
+
+bool ends_with(std::string_view s, std::string_view tail) {
+  return s.size() >= tail.size() && s.substr(s.size() - tail.size()) == tail;
+}
+
+}  // namespace
+
+ApiService::ApiService(runtime::Model& model, runtime::BatchEngine& engine, ServiceConfig config)
+    : model_(model), engine_(engine), config_(std::move(config)), metrics_(std::make_shared<api::Metrics>()) {
+  const std::string& source = model.tokenizer().chat_template();
+  if (source.empty()) {
+    template_error_ = "the model file has no chat template (tokenizer.chat_template); use /v1/completions";
+  } else {
+    auto t = chat::ChatTemplate::parse(source);
+    if (t.is_ok()) {
+      template_ = std::move(t.value());
+    } else {
+      template_error_ = "the model's chat template does not parse: " + t.status().message();
+    }
+  }
+  metrics_->set(api::Gauge::kSlotsTotal, double(engine.options().n_slots));
+  metrics_->set(api::Gauge::kKvCacheCapacityTokens, double(engine.options().n_slots * engine.options().n_ctx));
+}
+
+ApiReply ApiService::error_reply(const api::ApiError& e) { return json_reply(e.status, e.to_json()); }
+
+ApiReply ApiService::handle(const ApiRequest& r) {
+  ApiReply reply = route(r);
+  // Label by route, never by the raw path: garbage paths must not grow the metrics.
+  static constexpr std::string_view kRoutes[] = {"/health", "/v1/models", "/metrics", "/", "/v1/chat/completions",
+                                                 "/v1/completions", "/tokenize", "/detokenize"};
+  const bool known = std::find(std::begin(kRoutes), std::end(kRoutes), r.path) != std::end(kRoutes);
+  metrics_->record_request(known ? std::string_view(r.path) : std::string_view("other"), reply.status);
+  return reply;
+}
+
+ApiReply ApiService::route(const ApiRequest& r) {
+  const bool open_route = r.path == "/health" || r.path == "/" || r.path == "/index.html";
+  if (!config_.api_key.empty() && !open_route && r.authorization != "Bearer " + config_.api_key) {
+    return error_reply(api::unauthorized(r.authorization.empty() ? "missing API key: send 'Authorization: Bearer KEY'"
+                                                                  : "incorrect API key provided"));
+  }
+  if (r.method == "GET") {
+    if (r.path == "/health") return health();
+    if (r.path == "/v1/models" || r.path == "/models") return models();
+    if (r.path == "/metrics") return metrics_text();
+    if (r.path == "/" || r.path == "/index.html") {
+      ApiReply page;
+      page.content_type = "text/html; charset=utf-8";
+      page.body = config_.web_page;
+      return page;
+    }
+  } else if (r.method == "POST") {
+    if (r.path == "/v1/chat/completions" || r.path == "/chat/completions") return chat_completions(r);
+    if (r.path == "/v1/completions" || r.path == "/completions") return completions(r);
+    if (r.path == "/tokenize") return tokenize(r.body);
+    if (r.path == "/detokenize") return detokenize(r.body);
+  }
+  return error_reply(api::not_found("no route for " + r.method + " " + r.path, "unknown_url"));
+}
+
+ApiReply ApiService::health() const { return json_reply(200, {{"status", "ok"}}); }
+
+ApiReply ApiService::models() const {
+  const api::ModelInfo info{config_.model_id, api::unix_time_now()};
+  return json_reply(200, api::models_list(std::span(&info, 1)));
+}
+
+std::optional<api::ApiError> ApiService::check_model(const std::string& requested) const {
+  if (requested.empty() || requested == config_.model_id) return std::nullopt;
+  return api::not_found("the model '" + requested + "' does not exist; this server serves '" + config_.model_id + "'",
+                        "model_not_found");
+}
+
+ApiReply ApiService::chat_completions(const ApiRequest& r) {
+  auto parsed = api::parse_chat_completion_request(r.body);
+  if (!parsed.ok()) return error_reply(parsed.error);
+  const api::ChatCompletionRequest& req = *parsed.value;
+  if (auto e = check_model(req.model)) return error_reply(*e);
+  if (!template_) return error_reply(api::invalid_request(template_error_));
+  chat::ChatRenderInput in;
+  in.messages = req.messages;
+  if (req.tools.is_array() && req.tool_choice != "none") in.tools = req.tools;
+  in.enable_thinking = req.enable_thinking;
+  in.extra = req.template_kwargs;
+  const tok::Tokenizer& t = model_.tokenizer();
+  if (t.bos_id()) in.bos_token = t.token_text(*t.bos_id());
+  if (t.eos_id()) in.eos_token = t.token_text(*t.eos_id());
+  auto text = template_->render(in);
+  if (!text.is_ok()) return error_reply(api::invalid_request("the chat template rejected the messages: " +
+                                                             text.status().message(), "messages"));
+  SessionConfig c;
+  c.endpoint = Endpoint::kChat;
+  c.stream = req.stream;
+  c.include_usage = req.include_usage;
+  c.meta = {api::make_id("chatcmpl-"), config_.model_id, api::unix_time_now()};
+  c.parser.parse_reasoning = true;
+  // Templates that open the reasoning block themselves (thinking forced on).
+  c.parser.starts_in_reasoning = ends_with(*text, "<think>\n") || ends_with(*text, "<think>");
+  c.parser.parse_tool_calls = req.tools_enabled();
+  c.top_logprobs = req.params.logprobs ? req.params.top_logprobs : -1;
+  return run(t.encode(*text), req.params, std::move(c), r.client_alive);
+}
+
+ApiReply ApiService::completions(const ApiRequest& r) {
+  auto parsed = api::parse_completion_request(r.body);
+  if (!parsed.ok()) return error_reply(parsed.error);
+  const api::CompletionRequest& req = *parsed.value;
+  if (auto e = check_model(req.model)) return error_reply(*e);
+  const tok::Tokenizer& t = model_.tokenizer();
+  std::vector<int32_t> prompt = req.prompt_is_tokens ? req.prompt_tokens : t.encode(req.prompt_text);
+  SessionConfig c;
+  c.endpoint = Endpoint::kCompletion;
+  c.stream = req.stream;
+  c.include_usage = req.include_usage;
+  c.meta = {api::make_id("cmpl-"), config_.model_id, api::unix_time_now()};
+  c.top_logprobs = req.params.logprobs ? req.params.top_logprobs : -1;
+  if (req.echo) {
+    const int32_t n_vocab = int32_t(model_.hparams().n_vocab);
+    for (int32_t id : prompt) {
+      if (id < 0 || id >= n_vocab) return error_reply(api::invalid_request("token id out of range", "prompt"));
+    }
+    c.echo = req.prompt_is_tokens ? t.decode(prompt) : req.prompt_text;
+  }
+  return run(std::move(prompt), req.params, std::move(c), r.client_alive);
+}
+
+ApiReply ApiService::run(std::vector<int32_t> prompt, const api::GenerationParams& params, SessionConfig config,
+                         const std::function<bool()>& client_alive) {
+  const int64_t n_ctx = engine_.n_ctx(), n_prompt = int64_t(prompt.size());
+  if (n_prompt == 0) return error_reply(api::invalid_request("the prompt is empty", "prompt"));
+  if (n_prompt >= n_ctx) {
+    return error_reply(api::invalid_request(
+        fmt::format("the prompt has {} tokens; this server's context holds {} (including the answer)", n_prompt, n_ctx),
+        "messages", "context_length_exceeded"));
+  }
+  int64_t max_tokens = params.max_tokens < 0 ? n_ctx - n_prompt : params.max_tokens;
+  if (n_prompt + max_tokens > n_ctx) {
+    return error_reply(api::invalid_request(
+        fmt::format("max_tokens is {} but only {} tokens of the {}-token context are left after the {}-token prompt",
+                    max_tokens, n_ctx - n_prompt, n_ctx, n_prompt),
+        "max_tokens", "context_length_exceeded"));
+  }
+  runtime::EngineRequest er;
+  er.prompt = std::move(prompt);
+  er.max_tokens = max_tokens;
+  er.sampling = params.sampling;
+  if (!params.seed_given) er.sampling.seed = std::random_device{}() ^ (seed_counter_.fetch_add(1) << 32);
+  er.stop = params.stop;
+  er.top_logprobs = config.top_logprobs;
+  const bool stream = config.stream;
+  auto session = std::make_shared<GenerationSession>(std::move(config), model_.tokenizer());
+  er.on_token = [session](const runtime::TokenEvent& ev) { return session->on_token(ev); };
+  er.on_finish = [session, metrics = metrics_](const Status& st, const runtime::RequestStats& s) {
+    metrics->add(api::Counter::kPromptTokens, s.prompt_tokens);
+    metrics->add(api::Counter::kGeneratedTokens, s.completion_tokens);
+    metrics->record_prefix_lookup(s.cached_tokens > 0, s.cached_tokens);
+    session->on_finish(st, s);
+  };
+  auto id = engine_.submit(std::move(er));
+  if (!id.is_ok()) return error_reply(submit_error(id.status()));
+  if (stream) {
+    ApiReply r;
+    r.content_type = "text/event-stream";
+    r.stream = session;
+    r.cancel = [this, session, id = *id] {
+      session->client_gone();
+      engine_.cancel(id);
+    };
+    return r;
+  }
+  std::optional<SessionOutcome> done;
+  while (!(done = session->wait_for(std::chrono::milliseconds(250)))) {
+    if (client_alive && !client_alive()) {
+      session->client_gone();
+      engine_.cancel(*id);
+      done = session->wait();
+      break;
+    }
+  }
+  const SessionOutcome out = *done;
+  if (!out.status.is_ok()) return error_reply(api::server_error(out.status.message()));
+  return json_reply(200, session->response_json());
+}
+
+ApiReply ApiService::tokenize(const std::string& body) {
+  auto parsed = api::parse_tokenize_request(body);
+  if (!parsed.ok()) return error_reply(parsed.error);
+  const tok::Tokenizer& t = model_.tokenizer();
+  tok::EncodeOptions o;
+  if (!parsed.value->add_special) o.add_bos = false;
+  const std::vector<int32_t> ids = t.encode(parsed.value->content, o);
+  api::json tokens = api::json::array();
+  for (int32_t id : ids) {
+    if (parsed.value->with_pieces) {
+      tokens.push_back({{"id", id}, {"piece", t.decode(std::span<const int32_t>(&id, 1))}});
+    } else {
+      tokens.push_back(id);
+    }
+  }
+  return json_reply(200, {{"tokens", tokens}});
+}
+
+ApiReply ApiService::detokenize(const std::string& body) {
+  auto parsed = api::parse_detokenize_request(body);
+  if (!parsed.ok()) return error_reply(parsed.error);
+  const int32_t n_vocab = int32_t(model_.hparams().n_vocab);
+  for (int32_t id : parsed.value->tokens) {
+    if (id < 0 || id >= n_vocab) {
+      return error_reply(api::invalid_request(fmt::format("token id {} is outside the vocabulary (0..{})", id, n_vocab - 1),
+                                              "tokens"));
+    }
+  }
+  return json_reply(200, {{"content", model_.tokenizer().decode(parsed.value->tokens)}});
+}
+
+ApiReply ApiService::metrics_text() {
+  const runtime::EngineStats s = engine_.stats();
+  {
+    std::lock_guard lock(scrape_mu_);
+    metrics_->record_prefill(s.prefill_tokens - last_scrape_.prefill_tokens,
+                             s.prefill_seconds - last_scrape_.prefill_seconds);
+    metrics_->record_decode(s.decode_tokens - last_scrape_.decode_tokens, s.decode_seconds - last_scrape_.decode_seconds);
+    last_scrape_ = s;
+  }
+  metrics_->set(api::Gauge::kQueueDepth, double(s.queue_depth));
+  metrics_->set(api::Gauge::kActiveSlots, double(s.active_slots));
+  metrics_->set(api::Gauge::kKvCacheUsedTokens, double(s.kv_used_tokens));
+  metrics_->set(api::Gauge::kPrefixCacheBytes, double(s.prefix.bytes));
+  metrics_->set(api::Gauge::kPrefixCacheEntries, double(s.prefix.entries));
+  ApiReply r;
+  r.content_type = "text/plain; version=0.0.4; charset=utf-8";
+  r.body = metrics_->render_prometheus();
+  return r;
+}
+
+}  // namespace moeserve::server

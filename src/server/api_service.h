@@ -1,0 +1,81 @@
+// The OpenAI-compatible API, independent of the HTTP library: a request
+// (method, path, headers that matter, body) goes in, a reply comes out —
+// either a complete body or a GenerationSession to stream from. The HTTP
+// front end (http_server.h) only moves bytes; tests drive this directly.
+#pragma once
+
+#include <atomic>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+
+#include "chat/chat_template.h"
+#include "runtime/batch_engine.h"
+#include "runtime/model.h"
+#include "server/api/api_error.h"
+#include "server/api/metrics.h"
+#include "server/api/openai_request.h"
+#include "server/generation_session.h"
+
+namespace moeserve::server {
+
+struct ServiceConfig {
+  std::string model_id;      // what /v1/models lists and requests may name
+  std::string api_key;       // empty: no authentication
+  std::string web_page;      // HTML served at "/"
+};
+
+struct ApiRequest {
+  std::string method;
+  std::string path;
+  std::string body;
+  std::string authorization;  // the Authorization header, if any
+  // Plain (non-streamed) generations poll this while they wait; false means
+  // the client hung up, and the request is cancelled so its slot frees.
+  std::function<bool()> client_alive;
+};
+
+struct ApiReply {
+  int status = 200;
+  std::string content_type = "application/json";
+  std::string body;
+  std::shared_ptr<GenerationSession> stream;  // set: SSE; body unused
+  std::function<void()> cancel;               // streams: call when the client goes away
+};
+
+class ApiService {
+ public:
+  ApiService(runtime::Model& model, runtime::BatchEngine& engine, ServiceConfig config);
+
+  ApiReply handle(const ApiRequest& request);
+  api::Metrics& metrics() { return *metrics_; }
+  // Error reply for failures outside handle() (body too large, bad request line).
+  static ApiReply error_reply(const api::ApiError& e);
+
+ private:
+  ApiReply route(const ApiRequest& r);
+  ApiReply chat_completions(const ApiRequest& r);
+  ApiReply completions(const ApiRequest& r);
+  ApiReply tokenize(const std::string& body);
+  ApiReply detokenize(const std::string& body);
+  ApiReply models() const;
+  ApiReply health() const;
+  ApiReply metrics_text();
+  std::optional<api::ApiError> check_model(const std::string& requested) const;
+  // Submits the prompt and returns the reply (a stream, or the finished body).
+  ApiReply run(std::vector<int32_t> prompt, const api::GenerationParams& params, SessionConfig config,
+               const std::function<bool()>& client_alive);
+
+  runtime::Model& model_;
+  runtime::BatchEngine& engine_;
+  ServiceConfig config_;
+  std::optional<chat::ChatTemplate> template_;
+  std::string template_error_;
+  std::shared_ptr<api::Metrics> metrics_;  // shared with engine callbacks, which may outlive this
+  std::mutex scrape_mu_;
+  runtime::EngineStats last_scrape_;
+  std::atomic<uint64_t> seed_counter_{0};
+};
+
+}  // namespace moeserve::server

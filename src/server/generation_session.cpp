@@ -1,0 +1,177 @@
+#include "server/generation_session.h"
+
+#include "server/api/api_error.h"
+#include "tokenizer/tokenizer.h"
+
+namespace moeserve::server {
+
+GenerationSession::GenerationSession(SessionConfig config, const tok::Tokenizer& tokenizer)
+    : config_(std::move(config)), tokenizer_(tokenizer), parser_(config_.parser) {
+  if (config_.stream && config_.endpoint == Endpoint::kChat) push_chunk(api::chat_chunk_role(config_.meta));
+  if (config_.stream && config_.endpoint == Endpoint::kCompletion && !config_.echo.empty()) {
+    api::CompletionChoiceResult piece;
+    piece.text = config_.echo;
+    piece.finish_reason.clear();
+    push_chunk(api::text_completion_chunk(config_.meta, piece));
+  }
+}
+
+void GenerationSession::push_chunk(const api::json& chunk) { out_.push_back(api::sse_data(chunk)); }
+
+api::TokenLogprob GenerationSession::logprob_entry(const runtime::TokenEvent& ev) const {
+  api::TokenLogprob lp;
+  const int32_t id = ev.token;
+  lp.token = tokenizer_.decode(std::span<const int32_t>(&id, 1));
+  lp.logprob = ev.logprob;
+  for (const runtime::TokenLogprob& t : ev.top) {
+    const int32_t tid = t.id;
+    lp.top.push_back({tokenizer_.decode(std::span<const int32_t>(&tid, 1)), t.logprob});
+  }
+  return lp;
+}
+
+// A streamed chat delta (content / reasoning / finished tool calls), with the
+// logprobs of the tokens behind it. Caller holds mu_.
+void GenerationSession::stream_delta(api::OutputDelta&& delta, std::vector<api::TokenLogprob>&& lps) {
+  if (delta.empty() && lps.empty()) return;
+  api::ChatDelta d;
+  d.content = std::move(delta.content);
+  d.reasoning = std::move(delta.reasoning);
+  d.tool_calls = std::move(delta.tool_calls);
+  d.first_tool_index = tool_calls_streamed_;
+  tool_calls_streamed_ += d.tool_calls.size();
+  if (!lps.empty()) d.logprobs = api::chat_logprobs(lps);
+  push_chunk(api::chat_chunk_delta(config_.meta, d));
+}
+
+bool GenerationSession::on_token(const runtime::TokenEvent& ev) {
+  std::lock_guard lock(mu_);
+  if (gone_) return false;
+  std::optional<api::TokenLogprob> lp;
+  if (config_.top_logprobs >= 0) {
+    lp = logprob_entry(ev);
+    logprobs_.push_back(*lp);
+  }
+  if (config_.endpoint == Endpoint::kCompletion) {
+    text_ += ev.text;
+    if (config_.stream && (!ev.text.empty() || lp)) {
+      api::CompletionChoiceResult piece;
+      piece.text = ev.text;
+      piece.finish_reason.clear();
+      if (lp) piece.logprobs = api::completion_logprobs(std::span(&*lp, 1), 0);
+      push_chunk(api::text_completion_chunk(config_.meta, piece));
+    }
+  } else {
+    api::OutputDelta delta = parser_.push(ev.text);
+    if (config_.stream) {
+      std::vector<api::TokenLogprob> lps;
+      if (lp) lps.push_back(*lp);
+      api::OutputDelta copy = delta;
+      stream_delta(std::move(copy), std::move(lps));
+    }
+    parsed_.append(std::move(delta));
+  }
+  cv_.notify_all();
+  return true;
+}
+
+std::string GenerationSession::finish_reason() const {
+  using runtime::StopReason;
+  if (stats_.reason == StopReason::kMaxTokens || stats_.reason == StopReason::kContextFull) return "length";
+  if (config_.endpoint == Endpoint::kChat && !parsed_.tool_calls.empty()) return "tool_calls";
+  return "stop";
+}
+
+api::Usage GenerationSession::usage() const {
+  api::Usage u;
+  u.prompt_tokens = stats_.prompt_tokens;
+  u.completion_tokens = stats_.completion_tokens;
+  u.cached_tokens = stats_.cached_tokens;
+  return u;
+}
+
+void GenerationSession::on_finish(const Status& status, const runtime::RequestStats& stats) {
+  std::lock_guard lock(mu_);
+  status_ = status;
+  stats_ = stats;
+  if (config_.endpoint == Endpoint::kCompletion) {
+    text_ += stats.tail_text;
+    if (config_.stream && status.is_ok()) {
+      api::CompletionChoiceResult piece;
+      piece.text = stats.tail_text;
+      piece.finish_reason = finish_reason();
+      push_chunk(api::text_completion_chunk(config_.meta, piece));
+    }
+  } else {
+    api::OutputDelta delta = parser_.push(stats.tail_text);
+    delta.append(parser_.finish());
+    if (config_.stream) {
+      api::OutputDelta copy = delta;
+      stream_delta(std::move(copy), {});
+    }
+    parsed_.append(std::move(delta));
+    if (config_.stream && status.is_ok()) push_chunk(api::chat_chunk_finish(config_.meta, finish_reason()));
+  }
+  if (config_.stream) {
+    if (!status.is_ok()) {
+      api::ApiError e = api::server_error(status.message());
+      out_.push_back(api::sse_data(e.to_json()));
+    } else if (config_.include_usage) {
+      push_chunk(config_.endpoint == Endpoint::kChat ? api::chat_chunk_usage(config_.meta, usage())
+                                                      : api::text_completion_usage_chunk(config_.meta, usage()));
+    }
+    out_.push_back(api::sse_done());
+  }
+  finished_ = true;
+  cv_.notify_all();
+}
+
+bool GenerationSession::next(std::string& out, std::chrono::milliseconds wait) {
+  std::unique_lock lock(mu_);
+  cv_.wait_for(lock, wait, [&] { return !out_.empty() || finished_; });
+  const bool got = !out_.empty();
+  while (!out_.empty()) {
+    out += out_.front();
+    out_.pop_front();
+  }
+  return got || !finished_;
+}
+
+void GenerationSession::client_gone() {
+  std::lock_guard lock(mu_);
+  gone_ = true;
+}
+
+SessionOutcome GenerationSession::wait() {
+  std::unique_lock lock(mu_);
+  cv_.wait(lock, [&] { return finished_; });
+  return {status_, stats_};
+}
+
+std::optional<SessionOutcome> GenerationSession::wait_for(std::chrono::milliseconds timeout) {
+  std::unique_lock lock(mu_);
+  if (!cv_.wait_for(lock, timeout, [&] { return finished_; })) return std::nullopt;
+  return SessionOutcome{status_, stats_};
+}
+
+api::json GenerationSession::response_json() const {
+  std::lock_guard lock(mu_);
+  if (config_.endpoint == Endpoint::kCompletion) {
+    api::CompletionChoiceResult c;
+    c.text = config_.echo + text_;
+    c.finish_reason = finish_reason();
+    if (config_.top_logprobs >= 0) {
+      c.logprobs = api::completion_logprobs(logprobs_, int64_t(config_.echo.size()));
+    }
+    return api::text_completion(config_.meta, c, usage());
+  }
+  api::ChatChoiceResult c;
+  c.content = parsed_.content;
+  c.reasoning = parsed_.reasoning;
+  c.tool_calls = parsed_.tool_calls;
+  c.finish_reason = finish_reason();
+  if (config_.top_logprobs >= 0) c.logprobs = api::chat_logprobs(logprobs_);
+  return api::chat_completion(config_.meta, c, usage());
+}
+
+}  // namespace moeserve::server

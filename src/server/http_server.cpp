@@ -1,0 +1,194 @@
+#include "server/http_server.h"
+
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <sys/eventfd.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+
+#include "server/http/connection.h"
+#include "server/http/listener.h"
+#include "server/http/worker_pool.h"
+
+namespace moeserve::server {
+namespace {
+
+using std::chrono::milliseconds;
+
+http::HttpReply to_http(ApiReply&& r) {
+  http::HttpReply h;
+  h.status = r.status;
+  h.content_type = std::move(r.content_type);
+  h.body = std::move(r.body);
+  if (r.stream) {
+    h.next = [session = r.stream](std::string& out, milliseconds wait) { return session->next(out, wait); };
+  }
+  h.cancel = std::move(r.cancel);
+  return h;
+}
+
+// Refusals made by the HTTP layer get an OpenAI-style body too.
+http::HttpReply error_reply(int status, const std::string& message) {
+  api::ApiError e;
+  switch (status) {
+    case 413:
+      e = {413,
+           "invalid_request_error",
+           "the request body is larger than the server's limit",
+           {},
+           "body_too_large"};
+      break;
+    case 500:
+      e = api::server_error(message);
+      break;
+    case 503:
+      e = api::unavailable(message);
+      break;
+    default:
+      e = {status, "invalid_request_error", message, {}, {}};
+      break;
+  }
+  return to_http(ApiService::error_reply(e));
+}
+
+http::ConnectionOptions connection_options(const HttpOptions& o) {
+  const milliseconds timeout(1000 * std::max(1, o.timeout_seconds));
+  http::ConnectionOptions c;
+  c.limits = {o.max_head_bytes, o.max_header_lines, o.max_body_bytes};
+  c.head_timeout = o.head_timeout_ms > 0 ? milliseconds(o.head_timeout_ms) : timeout;
+  c.idle_timeout =
+      o.idle_timeout_ms > 0 ? milliseconds(o.idle_timeout_ms) : std::min(timeout, milliseconds(5000));
+  c.body_timeout = timeout;
+  c.write_timeout = timeout;
+  return c;
+}
+
+// Every thread is busy and the queue is full: a short 503 instead of an
+// ever-growing backlog. Non-blocking; a client that cannot take it loses it.
+void refuse_busy(int fd) {
+  const http::HttpReply r = error_reply(503, "the server is busy; retry shortly");
+  const std::string out = http::response_head(r, false) + r.body;
+  [[maybe_unused]] const ssize_t n = ::send(fd, out.data(), out.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
+  ::shutdown(fd, SHUT_WR);
+  ::close(fd);
+}
+
+}  // namespace
+
+struct HttpServer::Impl {
+  HttpOptions options;
+  int listen_fd = -1;
+  int wake_fd = -1;  // eventfd: readable once stop() ran
+  std::atomic<bool> stopping{false};
+  http::Handler test_handler;
+
+  void accept_ready(http::WorkerPool& pool);
+};
+
+HttpServer::HttpServer(HttpOptions options) : impl_(std::make_unique<Impl>()) {
+  impl_->options = std::move(options);
+  impl_->wake_fd = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+}
+
+HttpServer::~HttpServer() {
+  stop();
+  if (impl_->listen_fd >= 0) ::close(impl_->listen_fd);
+  if (impl_->wake_fd >= 0) ::close(impl_->wake_fd);
+}
+
+void HttpServer::set_handler(http::Handler handler) { impl_->test_handler = std::move(handler); }
+
+Result<int> HttpServer::bind() {
+  if (impl_->wake_fd < 0) return make_error(StatusCode::kIoError, "cannot create the server's stop event");
+  if (impl_->listen_fd >= 0) ::close(impl_->listen_fd);
+  MOESERVE_ASSIGN_OR_RETURN(const http::Listener l,
+                            http::open_listener(impl_->options.host, impl_->options.port));
+  impl_->listen_fd = l.fd;
+  return l.port;
+}
+
+Status HttpServer::run() {
+  Impl& m = *impl_;
+  if (m.listen_fd < 0)
+    return make_error(StatusCode::kIoError, "HttpServer::run() before a successful bind()");
+  http::ConnectionContext ctx;
+  ctx.options = connection_options(m.options);
+  ctx.handler = [this](const http::HttpRequest& r, const std::function<bool()>& alive) {
+    return handle(r, alive);
+  };
+  ctx.error_reply = error_reply;
+  ctx.wake_fd = m.wake_fd;
+  ctx.stopping = &m.stopping;
+  const size_t threads = size_t(std::max(4, m.options.threads));
+  const size_t queue = threads * size_t(std::max(1, m.options.queue_per_thread));
+  Status result = Status::ok();
+  {
+    http::WorkerPool pool(threads, queue, [&ctx](int fd) { http::Connection(fd, ctx).serve(); });
+    while (!m.stopping.load()) {
+      pollfd fds[2] = {{m.listen_fd, POLLIN, 0}, {m.wake_fd, POLLIN, 0}};
+      if (::poll(fds, 2, -1) < 0 && errno != EINTR) {
+        result = make_error(StatusCode::kIoError, "the HTTP server stopped with an error");
+        break;
+      }
+      if (fds[1].revents & POLLIN) break;
+      if (fds[0].revents & POLLIN) m.accept_ready(pool);
+    }
+    pool.shutdown();  // the stop event ends every connection promptly
+  }
+  ::close(m.listen_fd);
+  m.listen_fd = -1;
+  return result;
+}
+
+void HttpServer::Impl::accept_ready(http::WorkerPool& pool) {
+  for (int i = 0; i < 64; ++i) {
+    const int fd = ::accept4(listen_fd, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
+    if (fd < 0) {
+      // Out of descriptors: back off briefly instead of spinning on a
+      // listening socket that stays readable.
+      if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
+        pollfd wake{wake_fd, POLLIN, 0};
+        ::poll(&wake, 1, 50);
+      }
+      return;
+    }
+    // SSE chunks are small and must go out at once.
+    const int one = 1;
+    ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    if (!pool.offer(fd)) refuse_busy(fd);
+  }
+}
+
+void HttpServer::stop() {
+  // Async-signal-safe: a lock-free atomic store and a write().
+  if (!impl_) return;
+  impl_->stopping.store(true);
+  const uint64_t one = 1;
+  [[maybe_unused]] const ssize_t n = ::write(impl_->wake_fd, &one, sizeof one);
+}
+
+http::HttpReply HttpServer::handle(const http::HttpRequest& request,
+                                   const std::function<bool()>& client_alive) {
+  if (impl_->test_handler) return impl_->test_handler(request, client_alive);
+  ApiService* service = service_.load();
+  if (service == nullptr) {
+    http::HttpReply r =
+        to_http(ApiService::error_reply(api::unavailable("the model is still loading; retry shortly")));
+    if (request.path == "/health") r.body = R"({"status":"loading"})";
+    return r;
+  }
+  ApiRequest r;
+  // HEAD is GET without the body (the connection drops the body).
+  r.method = request.method == "HEAD" ? "GET" : request.method;
+  r.path = request.path;
+  r.body = request.body;
+  r.authorization = std::string(request.header("Authorization"));
+  r.client_alive = client_alive;
+  return to_http(service->handle(r));
+}
+
+}  // namespace moeserve::server

@@ -1,0 +1,217 @@
+// Continuous batching: every request's output equals the same request run
+// alone through Generator (greedy, bit-exact rows), prefix-cache reuse does
+// not change results, and the queue/cancel/error paths behave.
+#include "runtime/batch_engine.h"
+
+#include <gtest/gtest.h>
+
+#include <condition_variable>
+#include <mutex>
+
+namespace moeserve::runtime {
+namespace {
+
+const std::string kModel = std::string(MOESERVE_TEST_DATA_DIR) + "/models/qwen3moe-tiny.bf16.gguf";
+
+std::unique_ptr<Model> load(int threads) {
+  auto m = Model::load(kModel, {.n_threads = threads});
+  EXPECT_TRUE(m.is_ok()) << m.status().to_string();
+  return std::move(m.value());
+}
+
+// Collects one request's stream and waits for its end.
+struct Collector {
+  std::mutex mu;
+  std::condition_variable cv;
+  std::string text;
+  std::vector<int32_t> tokens;
+  std::vector<TokenEvent> events;
+  bool done = false;
+  Status status;
+  RequestStats stats;
+  int cancel_after = -1;  // on_token returns false after this many tokens
+
+  void attach(EngineRequest& r) {
+    r.on_token = [this](const TokenEvent& ev) {
+      std::lock_guard lock(mu);
+      text += ev.text;
+      tokens.push_back(ev.token);
+      events.push_back(ev);
+      return cancel_after < 0 || int(tokens.size()) < cancel_after;
+    };
+    r.on_finish = [this](const Status& st, const RequestStats& s) {
+      std::lock_guard lock(mu);
+      status = st;
+      stats = s;
+      text += s.tail_text;
+      done = true;
+      cv.notify_all();
+    };
+  }
+  void wait() {
+    std::unique_lock lock(mu);
+    ASSERT_TRUE(cv.wait_for(lock, std::chrono::seconds(120), [&] { return done; })) << "request never finished";
+  }
+};
+
+EngineRequest greedy(std::vector<int32_t> prompt, int64_t max_tokens) {
+  EngineRequest r;
+  r.prompt = std::move(prompt);
+  r.max_tokens = max_tokens;
+  r.sampling.temperature = 0.0f;
+  return r;
+}
+
+std::vector<std::vector<int32_t>> prompts(const Model& m) {
+  std::vector<std::vector<int32_t>> out;
+  for (const char* p : {"def main(", "import os\nimport sys\n", "class Foo:\n    def __init__(self", "# comment",
+                        "for i in range(", "return self._", "while True:\n", "x = [", "def main(args"}) {
+    out.push_back(m.tokenizer().encode(p));
+  }
+  return out;
+}
+
+TEST(BatchEngine, ConcurrentGreedyMatchesSoloGeneration) {
+  auto model = load(2);
+  const auto ps = prompts(*model);
+  std::vector<GenerateResult> solo;
+  {
+    Generator gen(*model, 256);
+    for (const auto& p : ps) {
+      GenerateOptions o;
+      o.max_tokens = 24;
+      o.sampling.temperature = 0.0f;
+      solo.push_back(gen.generate(p, o).value());
+    }
+  }
+  for (size_t prefix_mb : {size_t(0), size_t(64)}) {
+    EngineOptions eo;
+    eo.n_slots = 4;  // 9 requests: some wait in the queue
+    eo.n_ctx = 256;
+    eo.n_batch = 8;  // small, so prompts are prefilled in several chunks between decode steps
+    eo.prefix_cache_bytes = prefix_mb << 20;
+    BatchEngine engine(*model, eo);
+    std::vector<std::unique_ptr<Collector>> cs;
+    for (int round = 0; round < 2; ++round) {  // round 2 hits the prefix cache (when on)
+      cs.clear();
+      for (const auto& p : ps) {
+        cs.push_back(std::make_unique<Collector>());
+        EngineRequest r = greedy(p, 24);
+        cs.back()->attach(r);
+        ASSERT_TRUE(engine.submit(std::move(r)).is_ok());
+      }
+      int64_t cached = 0;
+      for (size_t i = 0; i < ps.size(); ++i) {
+        cs[i]->wait();
+        ASSERT_TRUE(cs[i]->status.is_ok()) << cs[i]->status.to_string();
+        EXPECT_EQ(cs[i]->tokens, solo[i].tokens) << "prompt " << i << " round " << round;
+        EXPECT_EQ(cs[i]->text, solo[i].text) << "prompt " << i;
+        EXPECT_EQ(cs[i]->stats.completion_tokens, int64_t(solo[i].tokens.size()));
+        cached += cs[i]->stats.cached_tokens;
+      }
+      if (prefix_mb == 0) {
+        EXPECT_EQ(cached, 0);
+      } else if (round == 1) {
+        EXPECT_GT(cached, 0);  // every prompt was seen in round 0
+      }
+    }
+    const EngineStats st = engine.stats();
+    EXPECT_EQ(st.active_slots, 0);
+    EXPECT_EQ(st.queue_depth, 0);
+    EXPECT_GT(st.decode_tokens, 0);
+    EXPECT_GT(st.prefill_tokens, 0);
+    if (prefix_mb > 0) {
+      EXPECT_GT(st.prefix.hits, 0);
+    }
+  }
+}
+
+TEST(BatchEngine, LogprobsAreNormalisedAndSorted) {
+  auto model = load(1);
+  EngineOptions eo;
+  eo.n_slots = 1;
+  eo.n_ctx = 64;
+  BatchEngine engine(*model, eo);
+  Collector c;
+  EngineRequest r = greedy(model->tokenizer().encode("def "), 5);
+  r.top_logprobs = 3;
+  c.attach(r);
+  ASSERT_TRUE(engine.submit(std::move(r)).is_ok());
+  c.wait();
+  ASSERT_EQ(c.events.size(), 5u);
+  for (const TokenEvent& ev : c.events) {
+    ASSERT_EQ(ev.top.size(), 3u);
+    EXPECT_EQ(ev.top[0].id, ev.token);  // greedy picks the most likely token
+    EXPECT_FLOAT_EQ(ev.top[0].logprob, ev.logprob);
+    EXPECT_LE(ev.logprob, 0.0f);
+    EXPECT_GE(ev.top[0].logprob, ev.top[1].logprob);
+    EXPECT_GE(ev.top[1].logprob, ev.top[2].logprob);
+  }
+}
+
+TEST(BatchEngine, RejectsWhatCanNeverRunAndAFullQueue) {
+  auto model = load(1);
+  EngineOptions eo;
+  eo.n_slots = 1;
+  eo.n_ctx = 32;
+  eo.max_queue = 1;
+  BatchEngine engine(*model, eo);
+  EXPECT_EQ(engine.submit(greedy({}, 4)).status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(engine.submit(greedy(std::vector<int32_t>(32, 65), 1)).status().code(), StatusCode::kOutOfRange);
+  EXPECT_EQ(engine.submit(greedy(std::vector<int32_t>(20, 65), 13)).status().code(), StatusCode::kOutOfRange);
+  EXPECT_EQ(engine.submit(greedy({1 << 30}, 4)).status().code(), StatusCode::kInvalidArgument);
+  // One running (long), one waiting, then the queue is full.
+  Collector a, b;
+  EngineRequest ra = greedy({65, 66}, 29), rb = greedy({67}, 29);
+  ra.stop_at_eos = rb.stop_at_eos = false;
+  a.cancel_after = 3;  // the first stream "disconnects" after 3 tokens
+  a.attach(ra);
+  b.attach(rb);
+  ASSERT_TRUE(engine.submit(std::move(ra)).is_ok());
+  auto id_b = engine.submit(std::move(rb));
+  ASSERT_TRUE(id_b.is_ok());
+  auto third = engine.submit(greedy({68}, 4));
+  if (third.is_ok()) {
+    // The engine had already admitted the first request: one more fits the queue.
+    EXPECT_EQ(engine.submit(greedy({69}, 4)).status().code(), StatusCode::kResourceExhausted);
+  } else {
+    EXPECT_EQ(third.status().code(), StatusCode::kResourceExhausted);
+  }
+  engine.cancel(*id_b);
+  a.wait();
+  b.wait();
+  EXPECT_EQ(a.stats.reason, StopReason::kCallback);
+  EXPECT_EQ(a.tokens.size(), 3u);
+  EXPECT_EQ(b.stats.reason, StopReason::kCallback);
+  EXPECT_LT(b.tokens.size(), 29u);
+}
+
+TEST(BatchEngine, StopStringsAndMaxTokens) {
+  auto model = load(1);
+  EngineOptions eo;
+  eo.n_slots = 2;
+  eo.n_ctx = 128;
+  BatchEngine engine(*model, eo);
+  Collector full;
+  EngineRequest r = greedy(model->tokenizer().encode("import "), 20);
+  r.stop_at_eos = false;
+  full.attach(r);
+  ASSERT_TRUE(engine.submit(std::move(r)).is_ok());
+  full.wait();
+  EXPECT_EQ(full.stats.reason, StopReason::kMaxTokens);
+  EXPECT_EQ(full.tokens.size(), 20u);
+  ASSERT_GE(full.text.size(), 6u);
+  const std::string stop = full.text.substr(full.text.size() / 2, 3);
+  Collector cut;
+  EngineRequest r2 = greedy(model->tokenizer().encode("import "), 20);
+  r2.stop_at_eos = false;
+  r2.stop = {stop};
+  cut.attach(r2);
+  ASSERT_TRUE(engine.submit(std::move(r2)).is_ok());
+  cut.wait();
+  EXPECT_EQ(cut.stats.reason, StopReason::kStopString);
+  EXPECT_EQ(cut.text, full.text.substr(0, full.text.find(stop)));
+}
+
+}  // namespace
+}  // namespace moeserve::runtime

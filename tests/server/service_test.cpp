@@ -1,0 +1,201 @@
+// ApiService end to end without sockets: the trained tiny model behind a
+// BatchEngine, requests in, OpenAI-shaped replies out.
+#include "server/api_service.h"
+
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+
+namespace moeserve::server {
+namespace {
+
+using nlohmann::json;
+
+const std::string kModel = std::string(MOESERVE_TEST_DATA_DIR) + "/models/qwen3moe-tiny.bf16.gguf";
+
+struct Fixture {
+  std::unique_ptr<runtime::Model> model;
+  std::unique_ptr<runtime::BatchEngine> engine;
+  std::unique_ptr<ApiService> service;
+
+  explicit Fixture(runtime::EngineOptions eo = {}, std::string api_key = {}) {
+    model = std::move(runtime::Model::load(kModel, {.n_threads = 1}).value());
+    if (eo.n_ctx == 4096) eo.n_ctx = 256;
+    engine = std::make_unique<runtime::BatchEngine>(*model, eo);
+    ServiceConfig c;
+    c.model_id = "tiny";
+    c.api_key = std::move(api_key);
+    c.web_page = "<html>chat</html>";
+    service = std::make_unique<ApiService>(*model, *engine, c);
+  }
+  ~Fixture() {
+    engine.reset();  // before the service: finishing requests touch sessions only
+  }
+  ApiReply post(const std::string& path, const std::string& body, const std::string& auth = {}) {
+    return service->handle({"POST", path, body, auth, {}});
+  }
+  ApiReply get(const std::string& path, const std::string& auth = {}) { return service->handle({"GET", path, "", auth, {}}); }
+};
+
+std::string drain(const ApiReply& r) {
+  std::string all;
+  while (r.stream->next(all, std::chrono::milliseconds(100))) {
+  }
+  return all;
+}
+
+// The data: payloads of an SSE body, [DONE] excluded (asserted last).
+std::vector<json> sse_events(const std::string& body) {
+  std::vector<json> out;
+  size_t pos = 0;
+  bool done = false;
+  while ((pos = body.find("data: ", pos)) != std::string::npos) {
+    const size_t end = body.find("\n\n", pos);
+    const std::string payload = body.substr(pos + 6, end - pos - 6);
+    EXPECT_FALSE(done) << "data after [DONE]";
+    if (payload == "[DONE]") {
+      done = true;
+    } else {
+      out.push_back(json::parse(payload));
+    }
+    pos = end;
+  }
+  EXPECT_TRUE(done) << "stream did not end with [DONE]";
+  return out;
+}
+
+const char* kChat = R"({"model":"tiny","messages":[{"role":"system","content":"You write Python."},
+  {"role":"user","content":"Write a function"}],"max_tokens":24,"temperature":0})";
+
+TEST(ApiService, ChatPlainAndStreamedGiveTheSameGreedyText) {
+  Fixture f;
+  const ApiReply plain = f.post("/v1/chat/completions", kChat);
+  ASSERT_EQ(plain.status, 200) << plain.body;
+  const json p = json::parse(plain.body);
+  EXPECT_EQ(p["object"], "chat.completion");
+  EXPECT_EQ(p["model"], "tiny");
+  const std::string content = p["choices"][0]["message"]["content"];
+  EXPECT_FALSE(content.empty());
+  EXPECT_EQ(p["usage"]["completion_tokens"], 24);
+  EXPECT_EQ(p["choices"][0]["finish_reason"], "length");
+
+  json req = json::parse(kChat);
+  req["stream"] = true;
+  req["stream_options"] = {{"include_usage", true}};
+  const ApiReply s = f.post("/v1/chat/completions", req.dump());
+  ASSERT_EQ(s.status, 200);
+  ASSERT_TRUE(s.stream);
+  EXPECT_EQ(s.content_type, "text/event-stream");
+  const std::vector<json> ev = sse_events(drain(s));
+  std::string streamed;
+  std::string finish;
+  for (const json& e : ev) {
+    if (e.contains("usage") && e["choices"].empty()) {
+      EXPECT_EQ(e["usage"]["completion_tokens"], 24);
+      EXPECT_GT(e["usage"]["prompt_tokens_details"]["cached_tokens"], 0);  // the same prompt ran just before
+      continue;
+    }
+    const json& c = e["choices"][0];
+    if (c["delta"].contains("content")) streamed += c["delta"]["content"].get<std::string>();
+    if (!c["finish_reason"].is_null()) finish = c["finish_reason"];
+  }
+  EXPECT_EQ(streamed, content);
+  EXPECT_EQ(finish, "length");
+}
+
+TEST(ApiService, CompletionsWithTokenPromptEchoAndLogprobs) {
+  Fixture f;
+  const std::vector<int32_t> ids = f.model->tokenizer().encode("def main(");
+  json req = {{"prompt", ids}, {"max_tokens", 5}, {"temperature", 0}, {"echo", true}, {"logprobs", 2}};
+  const ApiReply r = f.post("/v1/completions", req.dump());
+  ASSERT_EQ(r.status, 200) << r.body;
+  const json j = json::parse(r.body);
+  const std::string text = j["choices"][0]["text"];
+  EXPECT_EQ(text.rfind("def main(", 0), 0u) << text;
+  const json& lp = j["choices"][0]["logprobs"];
+  ASSERT_EQ(lp["tokens"].size(), 5u);
+  ASSERT_EQ(lp["top_logprobs"][0].size(), 2u);
+  EXPECT_LE(lp["token_logprobs"][0].get<double>(), 0.0);
+}
+
+TEST(ApiService, ErrorsAreOpenAiShapedWithTheRightStatus) {
+  runtime::EngineOptions eo;
+  eo.n_ctx = 64;
+  Fixture f(eo);
+  auto expect = [&](const ApiReply& r, int status, const std::string& param = {}) {
+    EXPECT_EQ(r.status, status) << r.body;
+    const json j = json::parse(r.body);
+    ASSERT_TRUE(j.contains("error")) << r.body;
+    EXPECT_TRUE(j["error"]["message"].is_string());
+    if (!param.empty()) {
+      EXPECT_EQ(j["error"]["param"], param) << r.body;
+    }
+  };
+  expect(f.post("/v1/chat/completions", "{not json"), 400);
+  expect(f.post("/v1/chat/completions", R"({"messages":"hi"})"), 400, "messages");
+  expect(f.post("/v1/chat/completions", R"({"model":"tiny"})"), 400, "messages");
+  expect(f.post("/v1/chat/completions", R"({"messages":[{"role":"user","content":"x"}],"temperature":"hot"})"), 400,
+         "temperature");
+  expect(f.post("/v1/chat/completions", R"({"model":"gpt-9","messages":[{"role":"user","content":"x"}]})"), 404);
+  expect(f.post("/v1/chat/completions", R"({"messages":[{"role":"user","content":"x"}],"max_tokens":100000})"), 400,
+         "max_tokens");
+  const std::string long_prompt(2000, 'a');
+  expect(f.post("/v1/completions", json{{"prompt", long_prompt}}.dump()), 400);
+  expect(f.get("/v2/nothing"), 404);
+  // Nothing above disturbed the engine: a normal request still works.
+  EXPECT_EQ(f.post("/v1/completions", R"({"prompt":"x = ","max_tokens":3})").status, 200);
+}
+
+TEST(ApiService, ApiKeyGuardsEverythingButHealthAndThePage) {
+  Fixture f({}, "sekret");
+  EXPECT_EQ(f.get("/v1/models").status, 401);
+  EXPECT_EQ(f.get("/v1/models", "Bearer wrong").status, 401);
+  EXPECT_EQ(f.get("/v1/models", "Bearer sekret").status, 200);
+  EXPECT_EQ(f.get("/health").status, 200);
+  EXPECT_EQ(f.get("/").status, 200);
+  EXPECT_EQ(f.post("/v1/completions", R"({"prompt":"x"})").status, 401);
+}
+
+TEST(ApiService, FullQueueIs429AndCancelledStreamFreesTheSlot) {
+  runtime::EngineOptions eo;
+  eo.n_slots = 1;
+  eo.max_queue = 0;
+  Fixture f(eo);
+  const std::string long_stream = R"({"prompt":"import os","max_tokens":200,"stream":true})";
+  const ApiReply a = f.post("/v1/completions", long_stream);
+  ASSERT_EQ(a.status, 200);
+  // Wait until it holds the slot, then a second request has nowhere to go.
+  std::string first;
+  ASSERT_TRUE(a.stream->next(first, std::chrono::seconds(10)));
+  const ApiReply b = f.post("/v1/completions", R"({"prompt":"x","max_tokens":2})");
+  EXPECT_EQ(b.status, 429) << b.body;
+  // The client goes away: the slot frees and new work runs.
+  a.cancel();
+  drain(a);
+  const ApiReply c = f.post("/v1/completions", R"({"prompt":"x","max_tokens":2})");
+  EXPECT_EQ(c.status, 200) << c.body;
+  EXPECT_EQ(f.engine->stats().active_slots, 0);
+}
+
+TEST(ApiService, TokenizeDetokenizeModelsAndMetrics) {
+  Fixture f;
+  const ApiReply t = f.post("/tokenize", R"({"content":"def main():"})");
+  ASSERT_EQ(t.status, 200);
+  const json ids = json::parse(t.body)["tokens"];
+  ASSERT_FALSE(ids.empty());
+  const ApiReply d = f.post("/detokenize", json{{"tokens", ids}}.dump());
+  ASSERT_EQ(d.status, 200);
+  EXPECT_EQ(json::parse(d.body)["content"], "def main():");
+  EXPECT_EQ(f.post("/detokenize", R"({"tokens":[99999999]})").status, 400);
+  const json m = json::parse(f.get("/v1/models").body);
+  EXPECT_EQ(m["data"][0]["id"], "tiny");
+  f.post("/v1/completions", R"({"prompt":"x = ","max_tokens":3})");
+  const std::string metrics = f.get("/metrics").body;
+  EXPECT_NE(metrics.find("moeserve_requests_total{endpoint=\"/v1/completions\",status=\"200\"} 1"), std::string::npos)
+      << metrics;
+  EXPECT_NE(metrics.find("moeserve_generated_tokens_total 3"), std::string::npos) << metrics;
+  EXPECT_NE(metrics.find("moeserve_slots_total"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace moeserve::server

@@ -1,0 +1,129 @@
+// moeserve serve -m FILE [--host H] [--port P] [--parallel N] [--ctx-size N]
+//                [--api-key KEY] [--threads N] ...: the OpenAI-compatible
+// HTTP server. It listens at once (GET /health says "loading"), loads the
+// model, prints "moeserve serve: ready at http://HOST:PORT/" and serves
+// until SIGINT/SIGTERM.
+#include <fmt/core.h>
+
+#include <csignal>
+#include <filesystem>
+#include <memory>
+#include <thread>
+
+#include "runtime/batch_engine.h"
+#include "runtime/model.h"
+#include "server/api_service.h"
+#include "server/http_server.h"
+#include "server/web_page.h"
+#include "tools/moeserve/commands.h"
+
+namespace moeserve::tools {
+namespace {
+
+struct ServeCliOptions {
+  std::string model_path;
+  std::string alias;
+  std::string api_key;
+  server::HttpOptions http;
+  int parallel = 4;
+  int64_t ctx_size = 0;
+  int64_t batch = 512;
+  int threads = 0;
+  size_t queue = 64;
+  size_t prefix_cache_mb = 256;
+  size_t max_body_kb = 1024;
+};
+
+server::HttpServer* g_server = nullptr;
+
+void on_signal(int) {
+  // httplib's stop() only flips a flag and shuts the listening socket down.
+  if (g_server != nullptr) g_server->stop();
+}
+
+Status run_serve(ServeCliOptions o) {
+  o.http.max_body_bytes = o.max_body_kb * 1024;
+  o.http.threads = std::max(o.http.threads, 2 * (o.parallel + int(o.queue)) + 16);
+  server::HttpServer http(o.http);
+  MOESERVE_ASSIGN_OR_RETURN(const int port, http.bind());
+  g_server = &http;
+  std::signal(SIGINT, on_signal);
+  std::signal(SIGTERM, on_signal);
+  std::signal(SIGPIPE, SIG_IGN);
+  Status served;
+  std::thread listener([&] { served = http.run(); });
+  auto stop_listener = [&] {
+    http.stop();
+    listener.join();
+    g_server = nullptr;
+  };
+  fmt::print(stderr, "moeserve serve: listening on http://{}:{}/ (loading {})\n", o.http.host, port, o.model_path);
+  auto model = runtime::Model::load(o.model_path, {.n_threads = o.threads});
+  if (!model.is_ok()) {
+    stop_listener();
+    return model.status();
+  }
+  runtime::EngineOptions eo;
+  eo.n_slots = o.parallel;
+  const int64_t trained = (*model)->hparams().n_ctx_train;
+  eo.n_ctx = o.ctx_size > 0 ? o.ctx_size : std::min<int64_t>(trained > 0 ? trained : 4096, 4096);
+  eo.n_batch = o.batch;
+  eo.max_queue = o.queue;
+  eo.prefix_cache_bytes = o.prefix_cache_mb << 20;
+  auto engine = std::make_unique<runtime::BatchEngine>(**model, eo);
+  server::ServiceConfig sc;
+  sc.model_id = !o.alias.empty() ? o.alias : std::filesystem::path(o.model_path).stem().string();
+  sc.api_key = o.api_key;
+  sc.web_page = std::string(server::web_page());
+  auto service = std::make_unique<server::ApiService>(**model, *engine, sc);
+  http.set_service(service.get());
+  fmt::print(stderr, "moeserve serve: model '{}', {} slots x {} tokens of context, {} threads\n", sc.model_id,
+             eo.n_slots, eo.n_ctx, (*model)->pool().size());
+  fmt::print(stdout, "moeserve serve: ready at http://{}:{}/\n", o.http.host, port);
+  std::fflush(stdout);
+  listener.join();
+  g_server = nullptr;
+  http.set_service(nullptr);
+  engine.reset();  // finishes what is still running (as cancelled) before the service goes
+  service.reset();
+  fmt::print(stderr, "moeserve serve: stopped\n");
+  return served;
+}
+
+}  // namespace
+
+void register_serve(CLI::App& app) {
+  auto o = std::make_shared<ServeCliOptions>();
+  CLI::App* cmd = app.add_subcommand(
+      "serve", "OpenAI-compatible HTTP server (/v1/chat/completions, /v1/completions, /v1/models, /metrics, web chat at /)");
+  cmd->add_option("-m,--model", o->model_path, "GGUF model file (qwen3moe or qwen3)")->required();
+  cmd->add_option("--host", o->http.host, "Address to listen on (0.0.0.0: every interface)")->capture_default_str();
+  cmd->add_option("--port", o->http.port, "TCP port (0: pick a free one; the ready line tells which)")
+      ->capture_default_str()->check(CLI::Range(0, 65535));
+  cmd->add_option("--parallel", o->parallel, "Sequences decoded together (continuous batching slots)")
+      ->capture_default_str()->check(CLI::Range(1, 256));
+  cmd->add_option("-c,--ctx-size", o->ctx_size, "Context per slot in tokens (0: the model's, at most 4096)")
+      ->capture_default_str()->check(CLI::Range(int64_t(0), int64_t(1) << 20));
+  cmd->add_option("-b,--batch", o->batch, "Tokens per forward step (decode rows + a prompt chunk)")
+      ->capture_default_str()->check(CLI::Range(int64_t(1), int64_t(1) << 16));
+  cmd->add_option("--api-key", o->api_key, "Require 'Authorization: Bearer KEY' (except /health and the web page)");
+  cmd->add_option("-t,--threads", o->threads, "Compute threads (0: one per physical core)")->capture_default_str();
+  cmd->add_option("--queue", o->queue, "Requests that may wait for a slot; more get 429")->capture_default_str()
+      ->check(CLI::Range(size_t(0), size_t(100000)));
+  cmd->add_option("--prefix-cache-mb", o->prefix_cache_mb, "Memory for reusable prompt prefixes (0: off)")
+      ->capture_default_str();
+  cmd->add_option("--timeout", o->http.timeout_seconds, "Seconds a socket may stay silent before it is closed")
+      ->capture_default_str()->check(CLI::Range(1, 3600));
+  cmd->add_option("--max-body-kb", o->max_body_kb, "Largest request body accepted, in KiB (larger: 413)")
+      ->capture_default_str()->check(CLI::Range(size_t(1), size_t(1) << 20));
+  cmd->add_option("--alias", o->alias, "Model id for /v1/models and requests (default: the file name)");
+  cmd->callback([o] {
+    const Status st = run_serve(*o);
+    if (!st.is_ok()) {
+      fmt::print(stderr, "error: {}\n", st.message());
+      set_exit_code(1);
+    }
+  });
+}
+
+}  // namespace moeserve::tools
