@@ -15,6 +15,9 @@ const { values: opt } = parseArgs({
     tokens: { type: 'string', default: '64' },
     concurrency: { type: 'string', default: '1,4,16' },
     ctx: { type: 'string', default: '4096' },
+    // Per-token chunks even when a token's text is empty (synthetic
+    // make-model vocabularies decode many ids to ""): logprobs on.
+    logprobs: { type: 'boolean', default: false },
   },
 });
 if (!opt.model) throw new Error('--model FILE is required');
@@ -40,7 +43,8 @@ async function stream(url, body) {
   const res = await fetch(`${url}/v1/chat/completions`, {
     method: 'POST',
     headers: { 'content-type': 'application/json' },
-    body: JSON.stringify({ ...body, stream: true, stream_options: { include_usage: true } }),
+    body: JSON.stringify({ ...body, stream: true, stream_options: { include_usage: true },
+                           ...(opt.logprobs ? { logprobs: true } : {}) }),
   });
   if (!res.ok) throw new Error(`HTTP ${res.status}: ${await res.text()}`);
   let ttft = null, usage = null, buf = '';
@@ -55,7 +59,8 @@ async function stream(url, body) {
       const j = JSON.parse(ev.slice(6));
       if (j.usage) usage = j.usage;
       const d = j.choices?.[0]?.delta;
-      if (ttft === null && d && (d.content || d.reasoning_content)) ttft = performance.now() - t0;
+      const tokenChunk = d && (d.content || d.reasoning_content || j.choices[0].logprobs);
+      if (ttft === null && tokenChunk) ttft = performance.now() - t0;
     }
   }
   return { ttft, tokens: usage.completion_tokens, seconds: (performance.now() - t0) / 1e3,

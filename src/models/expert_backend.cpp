@@ -8,10 +8,13 @@
 namespace moeserve::models {
 namespace {
 
-// Rows per tile: ~16 KiB of weights, so there are enough tiles to balance
-// two threads even for one decode token.
-int32_t rows_per_tile(size_t row_bytes) {
-  return int32_t(std::clamp<size_t>((16 * 1024) / std::max<size_t>(row_bytes, 1), 4, 256));
+// Rows per tile: ~16 KiB of weights when several tokens share an expert
+// (the tile stays in cache while they run over it), ~64 KiB when each expert
+// has one token (decode: longer sequential streams, fewer hand-offs; still
+// dozens of tiles per phase to balance the threads).
+int32_t rows_per_tile(size_t row_bytes, bool one_token_per_job) {
+  const size_t bytes = one_token_per_job ? 64 * 1024 : 16 * 1024;
+  return int32_t(std::clamp<size_t>(bytes / std::max<size_t>(row_bytes, 1), 4, 1024));
 }
 
 void convert_row(const cpu::CpuKernels& k, DType w_type, const float* x, uint8_t* dst, int64_t n) {
@@ -54,7 +57,9 @@ Status CpuExpertBackend::compute(const ExpertBatch& b) {
   token_offset_.assign(n_jobs + 1, 0);
   up_tiles_.clear();
   down_tiles_.clear();
-  const int32_t up_rows = rows_per_tile(b.gate->row_bytes), down_rows = rows_per_tile(b.down->row_bytes);
+  const bool decode = std::all_of(b.jobs.begin(), b.jobs.end(), [](const ExpertJob& j) { return j.n_tokens == 1; });
+  const int32_t up_rows = rows_per_tile(b.gate->row_bytes, decode);
+  const int32_t down_rows = rows_per_tile(b.down->row_bytes, decode);
   for (size_t j = 0; j < n_jobs; ++j) {
     token_offset_[j + 1] = token_offset_[j] + b.jobs[j].n_tokens;
     for (int32_t r = 0; r < F; r += up_rows) up_tiles_.push_back({int32_t(j), r, int32_t(std::min<int64_t>(F, r + up_rows))});

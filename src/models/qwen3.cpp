@@ -64,7 +64,7 @@ void for_each_index(ThreadPool* pool, int64_t n, F&& fn) {
   }
 }
 
-Status mm(const WeightView& w, const float* x, int64_t T, float* y, ThreadPool* pool) {
+cpu::MatmulArgs mm_args(const WeightView& w, const float* x, int64_t T, float* y, ThreadPool* pool) {
   cpu::MatmulArgs a;
   a.w = w.data;
   a.w_type = w.type;
@@ -75,7 +75,11 @@ Status mm(const WeightView& w, const float* x, int64_t T, float* y, ThreadPool* 
   a.n_tokens = T;
   a.y = y;
   a.pool = pool;
-  return cpu::matmul(a);
+  return a;
+}
+
+Status mm(const WeightView& w, const float* x, int64_t T, float* y, ThreadPool* pool) {
+  return cpu::matmul(mm_args(w, x, T, y, pool));
 }
 
 }  // namespace
@@ -215,9 +219,10 @@ Status Qwen3Model::attention_block(int il) {
     for_each_index(pool, T, [&](int64_t t) {
       k.rms_norm(s.x.data() + t * H, l.attn_norm.f32(), s.xn.data() + t * H, H, hp_.rms_eps);
     });
-    MOESERVE_RETURN_IF_ERROR(mm(l.attn_q, s.xn.data(), T, s.q.data(), pool));
-    MOESERVE_RETURN_IF_ERROR(mm(l.attn_k, s.xn.data(), T, s.k.data(), pool));
-    MOESERVE_RETURN_IF_ERROR(mm(l.attn_v, s.xn.data(), T, s.v.data(), pool));
+    const cpu::MatmulArgs qkv[] = {mm_args(l.attn_q, s.xn.data(), T, s.q.data(), pool),
+                                   mm_args(l.attn_k, s.xn.data(), T, s.k.data(), pool),
+                                   mm_args(l.attn_v, s.xn.data(), T, s.v.data(), pool)};
+    MOESERVE_RETURN_IF_ERROR(cpu::matmul_group(qkv));
     // Per-head q/k norm, RoPE, then K/V into the row's cache as f16.
     for_each_index(pool, T, [&](int64_t t) {
       const KvLayerView& cache = s.slices[size_t(s.row_slice[size_t(t)])].kv.layers[size_t(il)];
@@ -302,8 +307,9 @@ Status Qwen3Model::dense_ffn_block(int il, int64_t T) {
   const cpu::CpuKernels& k = cpu::cpu_kernels();
   Scratch& s = *s_;
   const int64_t H = hp_.n_embd, F = hp_.n_ff;
-  MOESERVE_RETURN_IF_ERROR(mm(l.ffn_gate, s.xn.data(), T, s.ff_gate.data(), options_.pool));
-  MOESERVE_RETURN_IF_ERROR(mm(l.ffn_up, s.xn.data(), T, s.ff_up.data(), options_.pool));
+  const cpu::MatmulArgs gate_up[] = {mm_args(l.ffn_gate, s.xn.data(), T, s.ff_gate.data(), options_.pool),
+                                     mm_args(l.ffn_up, s.xn.data(), T, s.ff_up.data(), options_.pool)};
+  MOESERVE_RETURN_IF_ERROR(cpu::matmul_group(gate_up));
   for_each_index(options_.pool, T, [&](int64_t t) {
     k.swiglu(s.ff_gate.data() + t * F, s.ff_up.data() + t * F, s.ff_gate.data() + t * F, F);
   });

@@ -46,7 +46,38 @@ void Sampler::apply_penalties(std::span<float> logits, std::span<const int32_t> 
   }
 }
 
+namespace {
+
+// Index of the largest value; ties go to the lowest index, NaN ranks below
+// everything (the order by_logit below defines).
+int32_t arg_max(std::span<const float> l) {
+  int32_t best = -1;
+  float best_v = -INFINITY;
+  for (size_t i = 0; i < l.size(); ++i) {
+    const float v = std::isnan(l[i]) ? -INFINITY : l[i];
+    if (best < 0 || v > best_v) best = int32_t(i), best_v = v;
+  }
+  return best;
+}
+
+}  // namespace
+
+bool Sampler::penalties_active() const {
+  const SamplerOptions& o = options_;
+  return o.repeat_last_n != 0 &&
+         (o.repeat_penalty != 1.0f || o.presence_penalty != 0.0f || o.frequency_penalty != 0.0f);
+}
+
 std::vector<TokenProb> Sampler::distribution(std::span<const float> logits, std::span<const int32_t> history) const {
+  if (greedy()) {
+    // Greedy is an arg-max: no candidate list (this runs once per token
+    // per sequence, over the whole vocabulary).
+    if (logits.empty()) return {};
+    if (!penalties_active()) return {{arg_max(logits), 1.0f}};
+    std::vector<float> l(logits.begin(), logits.end());
+    apply_penalties(l, history);
+    return {{arg_max(l), 1.0f}};
+  }
   std::vector<float> l(logits.begin(), logits.end());
   apply_penalties(l, history);
   std::vector<Candidate> c(l.size());
@@ -55,10 +86,6 @@ std::vector<TokenProb> Sampler::distribution(std::span<const float> logits, std:
     return a.logit != b.logit ? a.logit > b.logit : a.id < b.id;
   };
   const SamplerOptions& o = options_;
-  if (greedy()) {
-    if (c.empty()) return {};
-    return {{std::min_element(c.begin(), c.end(), by_logit)->id, 1.0f}};
-  }
   // top-k (partial sort keeps this cheap for a 150k vocabulary).
   const size_t k = o.top_k > 0 ? std::min(c.size(), size_t(o.top_k)) : c.size();
   std::partial_sort(c.begin(), c.begin() + ptrdiff_t(k), c.end(), by_logit);

@@ -38,6 +38,8 @@ class Sampler {
 
   const SamplerOptions& options() const { return options_; }
   bool greedy() const { return options_.temperature <= 0.0f; }
+  // Whether any repetition/presence/frequency penalty changes logits.
+  bool penalties_active() const;
 
   // Penalises logits in place for the tokens in the last repeat_last_n of history.
   void apply_penalties(std::span<float> logits, std::span<const int32_t> history) const;

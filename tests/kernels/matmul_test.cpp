@@ -226,3 +226,43 @@ TEST(Matmul, WeightRowStrideIsHonoured) {
 
 }  // namespace
 }  // namespace moeserve::cpu
+
+namespace moeserve::cpu {
+namespace {
+
+// matmul_group: products sharing x (as q/k/v do, with different types of
+// the same activation type) give exactly the separate matmul() results, in
+// one dispatch; products that cannot share fall back to one at a time.
+TEST(MatmulGroup, EqualsSeparateProductsBitForBit) {
+  ThreadPool pool(2);
+  for (int64_t T : {1, 3, 9}) {
+    Problem q(DType::Q4_K, T, 512, 40, 7), k(DType::Q6_K, T, 512, 13, 8), v(DType::Q4_K, T, 512, 29, 9);
+    k.x = q.x;  // one shared input
+    v.x = q.x;
+    std::vector<float> yq(size_t(T * q.y_stride)), yk(size_t(T * k.y_stride)), yv(size_t(T * v.y_stride));
+    std::vector<float> gq(yq.size()), gk(yk.size()), gv(yv.size());
+    ASSERT_TRUE(matmul(q.args(yq, &pool, nullptr)).is_ok());
+    ASSERT_TRUE(matmul(k.args(yk, &pool, nullptr)).is_ok());
+    ASSERT_TRUE(matmul(v.args(yv, &pool, nullptr)).is_ok());
+    MatmulArgs group[] = {q.args(gq, &pool, nullptr), k.args(gk, &pool, nullptr), v.args(gv, &pool, nullptr)};
+    group[1].x = group[0].x;
+    group[2].x = group[0].x;
+    ASSERT_TRUE(matmul_group(group).is_ok());
+    EXPECT_EQ(gq, yq) << "T=" << T;
+    EXPECT_EQ(gk, yk) << "T=" << T;
+    EXPECT_EQ(gv, yv) << "T=" << T;
+    // A different activation type (f32 weights) in the group: still right.
+    Problem f(DType::F32, T, 512, 7, 10);
+    f.x = q.x;
+    std::vector<float> yf(size_t(T * f.y_stride)), gf(yf.size());
+    ASSERT_TRUE(matmul(f.args(yf, &pool, nullptr)).is_ok());
+    MatmulArgs mixed[] = {q.args(gq, &pool, nullptr), f.args(gf, &pool, nullptr)};
+    mixed[1].x = mixed[0].x;
+    ASSERT_TRUE(matmul_group(mixed).is_ok());
+    EXPECT_EQ(gf, yf);
+    EXPECT_EQ(gq, yq);
+  }
+}
+
+}  // namespace
+}  // namespace moeserve::cpu

@@ -10,6 +10,7 @@
 #include <memory>
 #include <thread>
 
+#include "core/mapped_file.h"
 #include "runtime/batch_engine.h"
 #include "runtime/model.h"
 #include "server/api_service.h"
@@ -63,6 +64,9 @@ Status run_serve(ServeCliOptions o) {
     stop_listener();
     return model.status();
   }
+  // Fault every weight page in now: the first requests would otherwise pay
+  // for it (a page fault per 4 KiB) in their latency.
+  MappedFile::populate((*model)->file().bytes());
   runtime::EngineOptions eo;
   eo.n_slots = o.parallel;
   const int64_t trained = (*model)->hparams().n_ctx_train;

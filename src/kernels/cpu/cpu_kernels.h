@@ -24,7 +24,7 @@ using VecDotFn = float (*)(int64_t n, const void* w, const void* x);
 // Dots of one weight row with n_x activation rows at once (1 <= n_x <=
 // kMaxDotColumns): out[i * out_stride] = vec_dot(n, w, x + i * x_stride),
 // bit for bit — the row is decoded once for all columns.
-constexpr int kMaxDotColumns = 4;
+constexpr int kMaxDotColumns = 8;
 using VecDotColsFn = void (*)(int64_t n, const void* w, const void* x, size_t x_stride, int n_x, float* out,
                               int64_t out_stride);
 

@@ -11,6 +11,7 @@ namespace {
 // Weight bytes per tile: small enough to stay in L1/L2 while every token of
 // the call runs over it.
 constexpr size_t kTileBytes = 32 * 1024;
+constexpr size_t kMatvecTileBytes = 256 * 1024;
 // At least this many tiles per thread (when N allows), so a thread slowed by
 // another process does not hold up the call (tiles are handed out one by one).
 constexpr int64_t kTilesPerThread = 4;
@@ -73,8 +74,8 @@ struct TilePlan {
   int64_t n_tiles = 0;
 };
 
-TilePlan plan_tiles(int64_t n_rows, size_t row_bytes, int n_threads) {
-  int64_t rows = std::max<int64_t>(1, int64_t(kTileBytes / std::max<size_t>(row_bytes, 1)));
+TilePlan plan_tiles(int64_t n_rows, size_t row_bytes, int n_threads, size_t tile_bytes) {
+  int64_t rows = std::max<int64_t>(1, int64_t(tile_bytes / std::max<size_t>(row_bytes, 1)));
   const int64_t balanced = (n_rows + kTilesPerThread * n_threads - 1) / (kTilesPerThread * n_threads);
   if (n_threads > 1) rows = std::min(rows, std::max<int64_t>(1, balanced));
   TilePlan p;
@@ -119,25 +120,37 @@ Status quantize_activations(const QuantizeActivationsArgs& a) {
   return Status::ok();
 }
 
-Status matmul(const MatmulArgs& a) {
-  const CpuKernels& k = a.kernels != nullptr ? *a.kernels : cpu_kernels();
+namespace {
+
+// A checked matmul ready to run tile by tile.
+struct Prepared {
+  const MatmulArgs* a = nullptr;
+  const CpuKernels* k = nullptr;
+  const uint8_t* xq = nullptr;  // activation rows as vec_dot wants them
+  size_t xq_stride = 0;
+  size_t w_stride = 0;
+  int64_t y_stride = 0;
+  TilePlan plan;
+};
+
+Result<Prepared> prepare(const MatmulArgs& a) {
+  Prepared p;
+  p.a = &a;
+  p.k = a.kernels != nullptr ? a.kernels : &cpu_kernels();
+  const CpuKernels& k = *p.k;
   MOESERVE_RETURN_IF_ERROR(check_args(a, k));
-  if (a.n_rows == 0 || a.n_tokens == 0) return Status::ok();
-
   const int64_t K = a.n_cols;
-  const size_t w_stride = a.w_row_stride != 0 ? a.w_row_stride : dtype_row_bytes(a.w_type, K);
-  const int64_t y_stride = a.y_stride != 0 ? a.y_stride : a.n_rows;
-
-  // Activation rows as vec_dot wants them: f32 x itself for float weights,
-  // otherwise converted once (or supplied by the caller).
-  const uint8_t* xq = static_cast<const uint8_t*>(a.x_quant);
-  size_t xq_stride = activation_row_bytes(a.w_type, K);
-  if (xq == nullptr) {
+  p.w_stride = a.w_row_stride != 0 ? a.w_row_stride : dtype_row_bytes(a.w_type, K);
+  p.y_stride = a.y_stride != 0 ? a.y_stride : a.n_rows;
+  // F32 x itself for float weights, otherwise converted once (or supplied by the caller).
+  p.xq = static_cast<const uint8_t*>(a.x_quant);
+  p.xq_stride = activation_row_bytes(a.w_type, K);
+  if (p.xq == nullptr) {
     if (act_type(a.w_type) == DType::F32) {
-      xq = reinterpret_cast<const uint8_t*>(a.x);
-      xq_stride = size_t(a.x_stride != 0 ? a.x_stride : K) * sizeof(float);
+      p.xq = reinterpret_cast<const uint8_t*>(a.x);
+      p.xq_stride = size_t(a.x_stride != 0 ? a.x_stride : K) * sizeof(float);
     } else {
-      void* buf = activation_scratch(xq_stride * size_t(a.n_tokens));
+      void* buf = activation_scratch(p.xq_stride * size_t(a.n_tokens));
       QuantizeActivationsArgs qa;
       qa.w_type = a.w_type;
       qa.x = a.x;
@@ -148,31 +161,85 @@ Status matmul(const MatmulArgs& a) {
       qa.pool = a.pool;
       qa.kernels = &k;
       MOESERVE_RETURN_IF_ERROR(quantize_activations(qa));
-      xq = static_cast<const uint8_t*>(buf);
+      p.xq = static_cast<const uint8_t*>(buf);
     }
   }
-
-  const VecDotFn dot = k.vec_dot[dtype_slot(a.w_type)];
-  const auto* w = static_cast<const uint8_t*>(a.w);
   const int n_threads = a.pool != nullptr ? a.pool->size() : 1;
-  const TilePlan plan = plan_tiles(a.n_rows, w_stride, n_threads);
-  // One tile: its rows stay cached while every token runs over them.
-  auto run_tile = [&](int64_t tile, int) {
-    const int64_t n0 = tile * plan.rows_per_tile;
-    const int64_t n1 = std::min(a.n_rows, n0 + plan.rows_per_tile);
-    if (a.n_tokens == 1) {
-      for (int64_t n = n0; n < n1; ++n) a.y[n] = dot(K, w + size_t(n) * w_stride, xq);
-      return;
-    }
-    // Each row against every token, kMaxDotColumns tokens per decode of the row.
-    for (int64_t n = n0; n < n1; ++n) {
-      vec_dot_columns(k, a.w_type, K, w + size_t(n) * w_stride, xq, xq_stride, a.n_tokens, a.y + n, y_stride);
-    }
-  };
-  if (n_threads > 1 && plan.n_tiles > 1) {
-    a.pool->run(plan.n_tiles, run_tile);
+  // One token: nothing to keep in cache, so longer runs of rows (fewer
+  // hand-offs, longer sequential streams for the prefetchers).
+  p.plan = plan_tiles(a.n_rows, p.w_stride, n_threads, a.n_tokens == 1 ? kMatvecTileBytes : kTileBytes);
+  return p;
+}
+
+// One tile: its rows stay cached while every token runs over them.
+void run_tile(const Prepared& p, int64_t tile) {
+  const MatmulArgs& a = *p.a;
+  const int64_t n0 = tile * p.plan.rows_per_tile;
+  const int64_t n1 = std::min(a.n_rows, n0 + p.plan.rows_per_tile);
+  const auto* w = static_cast<const uint8_t*>(a.w);
+  if (a.n_tokens == 1) {
+    const VecDotFn dot = p.k->vec_dot[dtype_slot(a.w_type)];
+    for (int64_t n = n0; n < n1; ++n) a.y[n] = dot(a.n_cols, w + size_t(n) * p.w_stride, p.xq);
+    return;
+  }
+  // Each row against every token, kMaxDotColumns tokens per decode of the row.
+  for (int64_t n = n0; n < n1; ++n) {
+    vec_dot_columns(*p.k, a.w_type, a.n_cols, w + size_t(n) * p.w_stride, p.xq, p.xq_stride, a.n_tokens, a.y + n,
+                    p.y_stride);
+  }
+}
+
+}  // namespace
+
+Status matmul(const MatmulArgs& a) {
+  if (a.n_rows == 0 || a.n_tokens == 0) return check_args(a, a.kernels != nullptr ? *a.kernels : cpu_kernels());
+  MOESERVE_ASSIGN_OR_RETURN(const Prepared p, prepare(a));
+  const int n_threads = a.pool != nullptr ? a.pool->size() : 1;
+  if (n_threads > 1 && p.plan.n_tiles > 1) {
+    a.pool->run(p.plan.n_tiles, [&](int64_t tile, int) { run_tile(p, tile); });
   } else {
-    for (int64_t tile = 0; tile < plan.n_tiles; ++tile) run_tile(tile, 0);
+    for (int64_t tile = 0; tile < p.plan.n_tiles; ++tile) run_tile(p, tile);
+  }
+  return Status::ok();
+}
+
+Status matmul_group(std::span<const MatmulArgs> group) {
+  if (group.empty()) return Status::ok();
+  const MatmulArgs& first = group.front();
+  bool shared = first.x_quant == nullptr && first.n_rows > 0 && first.n_tokens > 0;
+  for (const MatmulArgs& a : group) {
+    shared = shared && a.x == first.x && a.x_stride == first.x_stride && a.n_tokens == first.n_tokens &&
+             a.n_cols == first.n_cols && a.pool == first.pool && a.kernels == first.kernels &&
+             act_type(a.w_type) == act_type(first.w_type) && a.x_quant == nullptr && a.n_rows > 0;
+  }
+  if (!shared || group.size() > 8) {
+    for (const MatmulArgs& a : group) MOESERVE_RETURN_IF_ERROR(matmul(a));
+    return Status::ok();
+  }
+  // The activations are converted once (by the first product) and every
+  // product's tiles go out in one dispatch.
+  Prepared ps[8];
+  MatmulArgs rest[8];
+  int64_t tile_end[8];
+  int64_t tiles = 0;
+  for (size_t i = 0; i < group.size(); ++i) {
+    rest[i] = group[i];
+    if (i > 0) {
+      rest[i].x_quant = ps[0].xq;
+    }
+    MOESERVE_ASSIGN_OR_RETURN(ps[i], prepare(rest[i]));
+    tiles += ps[i].plan.n_tiles;
+    tile_end[i] = tiles;
+  }
+  auto run_any = [&](int64_t t, int) {
+    size_t i = 0;
+    while (t >= tile_end[i]) ++i;
+    run_tile(ps[i], t - (i == 0 ? 0 : tile_end[i - 1]));
+  };
+  if (first.pool != nullptr && first.pool->size() > 1 && tiles > 1) {
+    first.pool->run(tiles, run_any);
+  } else {
+    for (int64_t t = 0; t < tiles; ++t) run_any(t, 0);
   }
   return Status::ok();
 }

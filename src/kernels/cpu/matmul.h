@@ -14,6 +14,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <span>
 
 #include "core/status.h"
 #include "core/thread_pool.h"
@@ -62,5 +63,12 @@ Status quantize_activations(const QuantizeActivationsArgs& args);
 // Errors (kInvalidArgument / kUnsupported) name the shape or type at fault;
 // nothing is written then.
 Status matmul(const MatmulArgs& args);
+
+// Several products over the same input (e.g. the q, k and v projections):
+// when they share x, its stride, T, K and the activation type, x is
+// converted once and all their tiles go to the pool in ONE dispatch (decode
+// pays per dispatch); otherwise they run one after another. Same results
+// as separate matmul() calls, bit for bit.
+Status matmul_group(std::span<const MatmulArgs> group);
 
 }  // namespace moeserve::cpu

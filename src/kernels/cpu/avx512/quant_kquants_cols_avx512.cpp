@@ -1,4 +1,4 @@
-// AVX-512 VNNI dot products of one Q4_K / Q6_K weight row with 1..4
+// AVX-512 VNNI dot products of one Q4_K / Q6_K weight row with 1..8
 // activation rows (Q8_K) at once: the row is decoded once and reused for
 // every column, which is what prefill (and a batch of decode rows) needs.
 // vec_dot of these types is the 1-column instance, so a token's result is
@@ -162,18 +162,22 @@ void q6_k_cols(int64_t n, const void* wv, const void* xv, size_t x_stride, float
   for (int c = 0; c < NC; ++c) out[c * out_stride] = _mm512_reduce_add_ps(acc[c]);
 }
 
-template <void (*F1)(int64_t, const void*, const void*, size_t, float*, int64_t),
-          void (*F2)(int64_t, const void*, const void*, size_t, float*, int64_t),
-          void (*F3)(int64_t, const void*, const void*, size_t, float*, int64_t),
-          void (*F4)(int64_t, const void*, const void*, size_t, float*, int64_t)>
+using ColsKernel = void (*)(int64_t, const void*, const void*, size_t, float*, int64_t);
+
+template <template <int> class Table>
 void dispatch_cols(int64_t n, const void* w, const void* x, size_t x_stride, int n_x, float* out, int64_t out_stride) {
-  switch (n_x) {
-    case 1: F1(n, w, x, x_stride, out, out_stride); break;
-    case 2: F2(n, w, x, x_stride, out, out_stride); break;
-    case 3: F3(n, w, x, x_stride, out, out_stride); break;
-    default: F4(n, w, x, x_stride, out, out_stride); break;
-  }
+  static constexpr ColsKernel kByCount[kMaxDotColumns] = {Table<1>::fn, Table<2>::fn, Table<3>::fn, Table<4>::fn,
+                                                          Table<5>::fn, Table<6>::fn, Table<7>::fn, Table<8>::fn};
+  kByCount[n_x - 1](n, w, x, x_stride, out, out_stride);
 }
+template <int NC>
+struct Q4Cols {
+  static constexpr ColsKernel fn = q4_k_cols<NC>;
+};
+template <int NC>
+struct Q6Cols {
+  static constexpr ColsKernel fn = q6_k_cols<NC>;
+};
 
 float q4_k_dot(int64_t n, const void* w, const void* x) {
   float r;
@@ -191,8 +195,9 @@ float q6_k_dot(int64_t n, const void* w, const void* x) {
 void register_quant_kquants_cols_avx512(CpuKernels& k) {
   k.vec_dot[dtype_slot(DType::Q4_K)] = q4_k_dot;
   k.vec_dot[dtype_slot(DType::Q6_K)] = q6_k_dot;
-  k.vec_dot_cols[dtype_slot(DType::Q4_K)] = dispatch_cols<q4_k_cols<1>, q4_k_cols<2>, q4_k_cols<3>, q4_k_cols<4>>;
-  k.vec_dot_cols[dtype_slot(DType::Q6_K)] = dispatch_cols<q6_k_cols<1>, q6_k_cols<2>, q6_k_cols<3>, q6_k_cols<4>>;
+  static_assert(kMaxDotColumns == 8, "dispatch_cols lists one kernel per column count");
+  k.vec_dot_cols[dtype_slot(DType::Q4_K)] = dispatch_cols<Q4Cols>;
+  k.vec_dot_cols[dtype_slot(DType::Q6_K)] = dispatch_cols<Q6Cols>;
 }
 
 }  // namespace moeserve::cpu::detail
