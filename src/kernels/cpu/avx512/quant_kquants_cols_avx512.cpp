@@ -10,35 +10,15 @@
 // registers into int16 without saturating, and one vpmaddwd applies the
 // sub-block scales to both: 4 dpbusd + 2 packs + 2 madd per 256 weights,
 // instead of the maddubs + madd pairs of a one-column kernel.
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#endif
-#include <immintrin.h>
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic pop
-#endif
-
 #include <cstdint>
 
+#include "kernels/cpu/avx512/kquant_common_avx512.h"
 #include "kernels/cpu/cpu_kernels.h"
 #include "kernels/cpu/register.h"
 #include "tensor/quant_blocks.h"
 
 namespace moeserve::cpu::detail {
 namespace {
-
-constexpr uintptr_t kPrefetchAhead = 2048;
-inline void prefetch_ahead(const void* p, uintptr_t bytes) {
-  const uintptr_t base = reinterpret_cast<uintptr_t>(p) + kPrefetchAhead;
-  for (uintptr_t off = 0; off < bytes; off += 64) _mm_prefetch(reinterpret_cast<const char*>(base + off), _MM_HINT_T0);
-}
-
-constexpr __mmask32 kHighHalf16 = 0xFFFF0000u;
-
-inline __m256i load256(const void* p) { return _mm256_loadu_si256(static_cast<const __m256i*>(p)); }
-inline __m512i load512(const void* p) { return _mm512_loadu_si512(p); }
 
 // Word-permutation index: in 128-bit lane L (0..3), words 0-3 take source
 // word lo[L] and words 4-7 take hi[L].
@@ -57,18 +37,6 @@ inline __m512i lane_pair_index(const int lo[4], const int hi[4]) {
 // (the int16 words of `scales` matching vpackssdw's lane layout).
 inline __m512i scale_pair(__m512i a, __m512i b, __m512i scales) {
   return _mm512_madd_epi16(_mm512_packs_epi32(a, b), scales);
-}
-
-// The 8 6-bit scales (bytes 0..7) and 8 mins (bytes 8..15) of a Q4_K block
-// (see quant_kquants_avx512.cpp for the bit moves).
-inline __m128i unpack_scales_mins(const uint8_t* scales) {
-  const __m128i u = _mm_loadu_si128(reinterpret_cast<const __m128i*>(scales));
-  const __m128i a = _mm_shuffle_epi32(u, _MM_SHUFFLE(2, 1, 2, 0));
-  const __m128i b = _mm_shuffle_epi32(u, _MM_SHUFFLE(1, 1, 0, 0));
-  const __m128i low = _mm_and_si128(_mm_srlv_epi32(a, _mm_setr_epi32(0, 0, 0, 4)),
-                                    _mm_setr_epi32(0x3f3f3f3f, 0x0f0f0f0f, 0x3f3f3f3f, 0x0f0f0f0f));
-  const __m128i top = _mm_and_si128(_mm_srli_epi32(b, 2), _mm_setr_epi32(0, 0x30303030, 0, 0x30303030));
-  return _mm_or_si128(low, top);
 }
 
 // ---- Q4_K ---------------------------------------------------------------------
