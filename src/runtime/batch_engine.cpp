@@ -268,13 +268,11 @@ bool BatchEngine::step() {
     totals_.prefill_tokens += n_prefill;
     totals_.prefill_seconds += dt * double(n_prefill) / total;
   }
-  size_t row = 0;
   for (auto& [s, n] : fed) {
     const auto first = s->decoding ? std::span<const int32_t>(&s->pending, 1)
                                    : std::span<const int32_t>(s->req.prompt).subspan(size_t(s->prompt_done), size_t(n));
     s->seq.append(first);
     if (!s->decoding) s->prompt_done += n;
-    ++row;
   }
   for (size_t i = 0; i < row_owner.size(); ++i) {
     handle_logits(*row_owner[i], logits_.data() + i * size_t(n_vocab));

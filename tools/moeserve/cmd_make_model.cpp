@@ -72,9 +72,7 @@ void run_make_model(const MakeModelCliOptions& cli) {
       progress = std::make_unique<Progress>(ProgressOptions{
           .label = "make-model",
           .total_units = total,
-          .mode = cli.no_progress ? ProgressOptions::Mode::kOff
-                  : cli.progress  ? ProgressOptions::Mode::kForceOn
-                                  : ProgressOptions::Mode::kAuto});
+          .mode = progress_mode(cli.progress, cli.no_progress)});
     }
     progress->add_units(done - reported);
     reported = done;

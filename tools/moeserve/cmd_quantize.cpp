@@ -38,9 +38,7 @@ void run_quantize(const QuantizeCliOptions& cli) {
   options.output_path = cli.output;
   options.file_type = *type;
   options.threads = cli.threads;
-  options.progress = cli.no_progress ? ProgressOptions::Mode::kOff
-                     : cli.progress  ? ProgressOptions::Mode::kForceOn
-                                     : ProgressOptions::Mode::kAuto;
+  options.progress = progress_mode(cli.progress, cli.no_progress);
   auto summary = convert::quantize_model(options);
   if (!summary) {
     fmt::print(stderr, "error: {}\n", summary.status().to_string());

@@ -4,6 +4,8 @@
 
 #include <string>
 
+#include "core/progress.h"
+
 namespace moeserve::tools {
 
 std::string version_string();
@@ -13,6 +15,11 @@ void register_all_commands(CLI::App& app);
 // (0 ok, 1 error: bad input or a failure that was reported to stderr).
 void set_exit_code(int code);
 int exit_code();
+
+// The --progress / --no-progress flag pair as a progress-bar mode (neither: auto, on a terminal).
+inline ProgressOptions::Mode progress_mode(bool force_on, bool off) {
+  return off ? ProgressOptions::Mode::kOff : force_on ? ProgressOptions::Mode::kForceOn : ProgressOptions::Mode::kAuto;
+}
 
 void register_inspect(CLI::App& app);
 void register_tokenize(CLI::App& app);
