@@ -4,6 +4,9 @@
 //                                 Calls rotate over copies of W totalling
 //                                 >= 1 GiB, so every call streams its weights
 //                                 from DRAM (as MoE experts do), not from L3.
+//   matvec_l2/<type>              y = W x for one expert-sized W (K=1024,
+//                                 N=512) that stays in L2: the kernel's
+//                                 compute speed, without DRAM (1 thread)
 //   matmul/<type>/threads:<n>     T=128 tokens, GFLOP/s (2*N*K*T per call)
 //   pool/dispatch/threads:<n>     one empty ThreadPool::parallel_for (latency)
 // <n> = 1 or all physical cores. Results: docs/BENCHMARKS.md.
@@ -20,6 +23,7 @@
 #include "core/cpu_features.h"
 #include "core/thread_pool.h"
 #include "kernels/cpu/matmul.h"
+#include "kernels/cpu/packed_layout.h"
 #include "tensor/dtype.h"
 #include "tensor/quantize.h"
 
@@ -89,22 +93,28 @@ void BM_PoolDispatch(benchmark::State& state, int threads) {
 // (the benchmarks run type by type; switching type frees the previous set).
 struct WeightSet {
   DType type = DType::F32;
+  bool packed = false;
   size_t matrix_bytes = 0;
   size_t copies = 0;
   std::vector<uint8_t> data;
 };
 
-const WeightSet& weights_for(DType type) {
+const WeightSet& weights_for(DType type, bool packed = false) {
   static std::unique_ptr<WeightSet> current;
-  if (current && current->type == type) return *current;
+  if (current && current->type == type && current->packed == packed) return *current;
   current.reset();
   auto set = std::make_unique<WeightSet>();
   set->type = type;
+  set->packed = packed;
   set->matrix_bytes = dtype_row_bytes(type, kK) * size_t(kN);
   set->copies = std::max<size_t>(1, (kRotationBytes + set->matrix_bytes - 1) / set->matrix_bytes);
   set->data.resize(set->matrix_bytes * set->copies);
   const auto wf = random_vector(size_t(kK * kN), 7);
   quantize_rows(type, wf.data(), set->data.data(), kN, kK);
+  if (packed) {
+    std::vector<uint8_t> rows(set->data.begin(), set->data.begin() + ptrdiff_t(set->matrix_bytes));
+    cpu::pack_rows(type, rows.data(), dtype_row_bytes(type, kK), set->data.data(), kN, kK);
+  }
   for (size_t c = 1; c < set->copies; ++c) {
     std::memcpy(set->data.data() + c * set->matrix_bytes, set->data.data(), set->matrix_bytes);
   }
@@ -123,11 +133,12 @@ cpu::MatmulArgs matmul_args(const WeightSet& ws, const std::vector<float>& x, st
   a.n_tokens = tokens;
   a.y = y.data();
   a.pool = threads > 1 ? &pool_of(threads) : nullptr;
+  a.w_packed = ws.packed;
   return a;
 }
 
-void BM_Matvec(benchmark::State& state, DType type, int threads) {
-  const WeightSet& ws = weights_for(type);
+void BM_Matvec(benchmark::State& state, DType type, int threads, bool packed) {
+  const WeightSet& ws = weights_for(type, packed);
   const auto x = random_vector(size_t(kK), 11);
   std::vector<float> y(static_cast<size_t>(kN));
   cpu::MatmulArgs a = matmul_args(ws, x, y, 1, threads);
@@ -147,8 +158,40 @@ void BM_Matvec(benchmark::State& state, DType type, int threads) {
   state.counters["MiB"] = double(ws.matrix_bytes) / double(1 << 20);
 }
 
-void BM_Matmul(benchmark::State& state, DType type, int threads) {
-  const WeightSet& ws = weights_for(type);
+void BM_MatvecCached(benchmark::State& state, DType type, bool packed) {
+  constexpr int64_t kRows = 512, kCols = 1024;
+  const auto wf = random_vector(size_t(kRows * kCols), 17);
+  std::vector<uint8_t> w(dtype_row_bytes(type, kCols) * size_t(kRows));
+  quantize_rows(type, wf.data(), w.data(), kRows, kCols);
+  if (packed) {
+    const std::vector<uint8_t> rows = w;
+    cpu::pack_rows(type, rows.data(), dtype_row_bytes(type, kCols), w.data(), kRows, kCols);
+  }
+  const auto x = random_vector(size_t(kCols), 19);
+  std::vector<float> y(static_cast<size_t>(kRows));
+  cpu::MatmulArgs a;
+  a.w = w.data();
+  a.w_type = type;
+  a.n_rows = kRows;
+  a.n_cols = kCols;
+  a.x = x.data();
+  a.n_tokens = 1;
+  a.y = y.data();
+  a.w_packed = packed;
+  for (auto _ : state) {
+    if (!cpu::matmul(a).is_ok()) {
+      state.SkipWithError("matmul failed");
+      break;
+    }
+    benchmark::DoNotOptimize(y.data());
+    benchmark::ClobberMemory();
+  }
+  state.counters["GB/s"] =
+      benchmark::Counter(double(w.size()) * double(state.iterations()) / 1e9, benchmark::Counter::kIsRate);
+}
+
+void BM_Matmul(benchmark::State& state, DType type, int threads, bool packed) {
+  const WeightSet& ws = weights_for(type, packed);
   const auto x = random_vector(size_t(kK * kMatmulTokens), 13);
   std::vector<float> y(static_cast<size_t>(kN * kMatmulTokens));
   const cpu::MatmulArgs a = matmul_args(ws, x, y, kMatmulTokens, threads);
@@ -180,13 +223,26 @@ void register_all() {
     benchmark::RegisterBenchmark(name.c_str(), BM_PoolDispatch, t)->UseRealTime();
   }
   for (DType type : kWeightDTypes) {
-    const std::string tn(dtype_name(type));
-    for (int t : thread_counts) {
-      const std::string name = "matvec/" + tn + "/threads:" + std::to_string(t);
-      benchmark::RegisterBenchmark(name.c_str(), BM_Matvec, type, t)->UseRealTime()->Unit(benchmark::kMicrosecond);
+    // Packed variants where this CPU's kernels have them (packed_layout.h).
+    const bool can_pack = cpu::cpu_kernels().packed_dot[dtype_slot(type)] != nullptr;
+    for (bool packed : {false, true}) {
+      if (packed && !can_pack) continue;
+      const std::string tn = std::string(dtype_name(type)) + (packed ? "_packed" : "");
+      for (int t : thread_counts) {
+        const std::string name = "matvec/" + tn + "/threads:" + std::to_string(t);
+        benchmark::RegisterBenchmark(name.c_str(), BM_Matvec, type, t, packed)
+            ->UseRealTime()
+            ->Unit(benchmark::kMicrosecond);
+      }
+      const std::string cached = "matvec_l2/" + tn;
+      benchmark::RegisterBenchmark(cached.c_str(), BM_MatvecCached, type, packed)
+          ->UseRealTime()
+          ->Unit(benchmark::kMicrosecond);
+      const std::string name = "matmul/" + tn + "/threads:" + std::to_string(all);
+      benchmark::RegisterBenchmark(name.c_str(), BM_Matmul, type, all, packed)
+          ->UseRealTime()
+          ->Unit(benchmark::kMillisecond);
     }
-    const std::string name = "matmul/" + tn + "/threads:" + std::to_string(all);
-    benchmark::RegisterBenchmark(name.c_str(), BM_Matmul, type, all)->UseRealTime()->Unit(benchmark::kMillisecond);
   }
 }
 

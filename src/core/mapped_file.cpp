@@ -65,4 +65,11 @@ void MappedFile::populate(std::span<const uint8_t> bytes) {
   (void)sink;
 }
 
+void MappedFile::release(std::span<const uint8_t> bytes) {
+  const size_t page = size_t(sysconf(_SC_PAGESIZE));
+  const uintptr_t begin = (reinterpret_cast<uintptr_t>(bytes.data()) + page - 1) / page * page;
+  const uintptr_t end = (reinterpret_cast<uintptr_t>(bytes.data()) + bytes.size()) / page * page;
+  if (end > begin) madvise(reinterpret_cast<void*>(begin), end - begin, MADV_DONTNEED);
+}
+
 }  // namespace moeserve

@@ -33,6 +33,12 @@ class MappedFile {
   // MADV_POPULATE_READ where the kernel has it (5.14+), else a read per page.
   static void populate(std::span<const uint8_t> bytes);
 
+  // Drops the whole pages inside `bytes` (a range of a read-only mapping)
+  // from this process (MADV_DONTNEED): they stop counting as resident and
+  // are read back from the file if touched again. For weights that were
+  // copied elsewhere (packed for the CPU kernels).
+  static void release(std::span<const uint8_t> bytes);
+
  private:
   MappedFile() = default;
   std::string path_;

@@ -75,6 +75,8 @@ class GgufFile {
   static Result<GgufFile> parse_bytes(std::span<const uint8_t> bytes, std::string name);
 
   const std::string& name() const { return name_; }  // the path, or parse_bytes' name
+  // Backed by a file mapping (open/parse), not by caller-owned bytes.
+  bool file_backed() const { return map_ != nullptr; }
   uint32_t version() const { return version_; }
   uint32_t alignment() const { return alignment_; }
   uint64_t data_offset() const { return data_offset_; }  // start of the (aligned) data section

@@ -4,6 +4,7 @@
 #include <atomic>
 
 #include "kernels/cpu/matmul.h"
+#include "kernels/cpu/packed_layout.h"
 
 namespace moeserve::models {
 namespace {
@@ -12,9 +13,40 @@ namespace {
 // (the tile stays in cache while they run over it), ~64 KiB when each expert
 // has one token (decode: longer sequential streams, fewer hand-offs; still
 // dozens of tiles per phase to balance the threads).
-int32_t rows_per_tile(size_t row_bytes, bool one_token_per_job) {
+// Packed weights go in whole groups of kPackRows rows.
+int32_t rows_per_tile(const WeightView& w, bool one_token_per_job) {
   const size_t bytes = one_token_per_job ? 64 * 1024 : 16 * 1024;
-  return int32_t(std::clamp<size_t>(bytes / std::max<size_t>(row_bytes, 1), 4, 1024));
+  const auto rows = int32_t(std::clamp<size_t>(bytes / std::max<size_t>(w.row_bytes, 1), 4, 1024));
+  return w.packed ? std::max<int32_t>(cpu::kPackRows, rows / cpu::kPackRows * cpu::kPackRows) : rows;
+}
+
+// Rows [row0, row1) of one expert matrix against n_x activation rows:
+// out[c * out_stride + r] = row r . x_c.
+struct RowsArgs {
+  const WeightView* w = nullptr;
+  const uint8_t* matrix = nullptr;
+  int64_t n = 0;  // elements per row
+  int32_t row0 = 0, row1 = 0;
+  const uint8_t* x = nullptr;
+  size_t x_stride = 0;
+  int64_t n_x = 0;
+  float* out = nullptr;
+  int64_t out_stride = 0;
+};
+
+void dot_rows(const cpu::CpuKernels& k, const RowsArgs& a) {
+  const size_t rb = a.w->row_bytes;
+  if (a.w->packed) {
+    for (int32_t r = a.row0; r < a.row1; r += cpu::kPackRows) {
+      cpu::packed_dot_columns(k, a.w->type, a.n, a.matrix + size_t(r) * rb, a.x, a.x_stride, a.n_x, a.out + r,
+                              a.out_stride);
+    }
+    return;
+  }
+  for (int32_t r = a.row0; r < a.row1; ++r) {
+    cpu::vec_dot_columns(k, a.w->type, a.n, a.matrix + size_t(r) * rb, a.x, a.x_stride, a.n_x, a.out + r,
+                         a.out_stride);
+  }
 }
 
 void convert_row(const cpu::CpuKernels& k, DType w_type, const float* x, uint8_t* dst, int64_t n) {
@@ -43,6 +75,10 @@ Status CpuExpertBackend::compute(const ExpertBatch& b) {
   const size_t n_jobs = b.jobs.size();
   for (const WeightView* w : {b.gate, b.up, b.down}) {
     const DType at = dtype_traits(w->type).vec_dot_type;
+    if (w->packed && (k.packed_dot[dtype_slot(w->type)] == nullptr || w->n_rows % cpu::kPackRows != 0)) {
+      return make_error(StatusCode::kUnsupported, "experts: packed {} weights without a packed kernel",
+                        dtype_name(w->type));
+    }
     if (k.vec_dot[dtype_slot(w->type)] == nullptr || (at != DType::F32 && !k.quantize_row[dtype_slot(at)])) {
       return make_error(StatusCode::kUnsupported, "experts: no CPU kernel for {} weights", dtype_name(w->type));
     }
@@ -58,8 +94,12 @@ Status CpuExpertBackend::compute(const ExpertBatch& b) {
   up_tiles_.clear();
   down_tiles_.clear();
   const bool decode = std::all_of(b.jobs.begin(), b.jobs.end(), [](const ExpertJob& j) { return j.n_tokens == 1; });
-  const int32_t up_rows = rows_per_tile(b.gate->row_bytes, decode);
-  const int32_t down_rows = rows_per_tile(b.down->row_bytes, decode);
+  if (b.gate->packed != b.up->packed) {
+    return make_error(StatusCode::kUnsupported, "experts: layer {}: gate and up must both be packed or both not",
+                      b.layer);
+  }
+  const int32_t up_rows = rows_per_tile(*b.gate, decode);
+  const int32_t down_rows = rows_per_tile(*b.down, decode);
   for (size_t j = 0; j < n_jobs; ++j) {
     token_offset_[j + 1] = token_offset_[j] + b.jobs[j].n_tokens;
     for (int32_t r = 0; r < F; r += up_rows) up_tiles_.push_back({int32_t(j), r, int32_t(std::min<int64_t>(F, r + up_rows))});
@@ -93,14 +133,12 @@ Status CpuExpertBackend::compute(const ExpertBatch& b) {
       const Tile& t = up_tiles_[size_t(ti)];
       const ExpertJob& job = b.jobs[size_t(t.job)];
       const int64_t off = token_offset_[size_t(t.job)];
-      const uint8_t* wg = b.gate->matrix(job.expert);
-      const uint8_t* wu = b.up->matrix(job.expert);
-      for (int32_t r = t.row0; r < t.row1; ++r) {
-        cpu::vec_dot_columns(k, b.gate->type, H, wg + size_t(r) * b.gate->row_bytes, xq_gate_.data() + size_t(off) * gate_ab,
-                             gate_ab, job.n_tokens, g_.data() + off * F + r, F);
-        cpu::vec_dot_columns(k, b.up->type, H, wu + size_t(r) * b.up->row_bytes, xq_up + size_t(off) * up_ab, up_ab,
-                             job.n_tokens, u_.data() + off * F + r, F);
-      }
+      dot_rows(k, {.w = b.gate, .matrix = b.gate->matrix(job.expert), .n = H, .row0 = t.row0, .row1 = t.row1,
+                   .x = xq_gate_.data() + size_t(off) * gate_ab, .x_stride = gate_ab, .n_x = job.n_tokens,
+                   .out = g_.data() + off * F, .out_stride = F});
+      dot_rows(k, {.w = b.up, .matrix = b.up->matrix(job.expert), .n = H, .row0 = t.row0, .row1 = t.row1,
+                   .x = xq_up + size_t(off) * up_ab, .x_stride = up_ab, .n_x = job.n_tokens,
+                   .out = u_.data() + off * F, .out_stride = F});
     });
     if (pool_ != nullptr) pool_->barrier();
     act.drain(total, [&](int64_t r) {
@@ -113,11 +151,9 @@ Status CpuExpertBackend::compute(const ExpertBatch& b) {
       const Tile& t = down_tiles_[size_t(ti)];
       const ExpertJob& job = b.jobs[size_t(t.job)];
       const int64_t off = token_offset_[size_t(t.job)];
-      const uint8_t* wd = b.down->matrix(job.expert);
-      for (int32_t r = t.row0; r < t.row1; ++r) {
-        cpu::vec_dot_columns(k, b.down->type, F, wd + size_t(r) * b.down->row_bytes, hq_.data() + size_t(off) * down_ab,
-                             down_ab, job.n_tokens, job.y + r, H);
-      }
+      dot_rows(k, {.w = b.down, .matrix = b.down->matrix(job.expert), .n = F, .row0 = t.row0, .row1 = t.row1,
+                   .x = hq_.data() + size_t(off) * down_ab, .x_stride = down_ab, .n_x = job.n_tokens, .out = job.y,
+                   .out_stride = H});
     });
     (void)thread;
   };
@@ -141,6 +177,7 @@ Status PerExpertMatmulBackend::compute(const ExpertBatch& b) {
       a.n_rows = w.n_rows;
       a.n_cols = w.n_cols;
       a.w_row_stride = w.row_bytes;
+      a.w_packed = w.packed;
       a.x = x;
       a.n_tokens = job.n_tokens;
       a.y = y;

@@ -71,6 +71,7 @@ cpu::MatmulArgs mm_args(const WeightView& w, const float* x, int64_t T, float* y
   a.n_rows = w.n_rows;
   a.n_cols = w.n_cols;
   a.w_row_stride = w.row_bytes;
+  a.w_packed = w.packed;
   a.x = x;
   a.n_tokens = T;
   a.y = y;

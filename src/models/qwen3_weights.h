@@ -23,6 +23,9 @@ struct WeightView {
   int64_t n_rows = 0;         // ne[1]
   size_t row_bytes = 0;
   size_t matrix_stride = 0;   // bytes between experts (stacked tensors)
+  // Rows in the packed layout of the CPU kernels (kernels/cpu/packed_layout.h)
+  // instead of row-major; same size, so the offsets above still hold.
+  bool packed = false;
 
   const uint8_t* matrix(int64_t m) const { return data + size_t(m) * matrix_stride; }
   const float* f32() const { return reinterpret_cast<const float*>(data); }

@@ -25,6 +25,7 @@
 #include "format/gguf.h"
 #include "models/hf_fixtures.h"
 #include "models/qwen3.h"
+#include "runtime/weight_packing.h"
 #include "tokenizer/tokenizer.h"
 #include "tokenizer/vocab_gguf.h"
 
@@ -50,16 +51,19 @@ std::string data_path(const std::string& name) { return std::string(MOESERVE_TES
 // A loaded GGUF: the network, its tokenizer and one sequence's f16 KV rows.
 struct Engine {
   GgufFile file;
+  runtime::PackedWeights packed;  // when loaded with pack: the views point here
   std::unique_ptr<Qwen3Model> net;
   std::unique_ptr<tok::Tokenizer> tokenizer;
   std::vector<std::vector<uint16_t>> k, v;
   std::vector<KvLayerView> views;
 
-  static std::unique_ptr<Engine> load(const std::string& path, ThreadPool* pool) {
+  // pack: re-lay-out the weights for this CPU's packed kernels, as
+  // runtime::Model does by default (a no-op where the CPU has none).
+  static std::unique_ptr<Engine> load(const std::string& path, ThreadPool* pool, bool pack = false) {
     auto file = GgufFile::open(path);
     EXPECT_TRUE(file.is_ok()) << path << ": " << file.status().to_string();
     if (!file.is_ok()) return nullptr;
-    auto e = std::unique_ptr<Engine>(new Engine{std::move(file).value(), nullptr, nullptr, {}, {}, {}});
+    auto e = std::unique_ptr<Engine>(new Engine{std::move(file).value(), {}, nullptr, nullptr, {}, {}, {}});
     auto hp = load_qwen3_hparams(e->file);
     EXPECT_TRUE(hp.is_ok()) << hp.status().to_string();
     if (!hp.is_ok()) return nullptr;
@@ -78,6 +82,12 @@ struct Engine {
       e->k.emplace_back(size_t(kContext * h.kv_dim()));
       e->v.emplace_back(size_t(kContext * h.kv_dim()));
       e->views.push_back({e->k.back().data(), e->v.back().data()});
+    }
+    if (pack) {
+      auto packed = runtime::pack_weights(w.value(), h, {.pool = pool});
+      EXPECT_TRUE(packed.is_ok()) << packed.status().to_string();
+      if (!packed.is_ok()) return nullptr;
+      e->packed = std::move(packed).value();
     }
     Qwen3Options o;
     o.pool = pool;
@@ -217,9 +227,11 @@ struct QuantStats {
   double kl_last = 0.0;   // mean KL over the full last-position distribution, per prompt
 };
 
+// Through the production path: packed weights where this CPU has packed
+// kernels (Q4_K / Q6_K on AVX-512), as moeserve runs them.
 QuantStats quantized_stats(const std::string& path, const Fixture& f) {
   ThreadPool pool(2);
-  auto e = Engine::load(path, &pool);
+  auto e = Engine::load(path, &pool, /*pack=*/true);
   if (!e) return {};
   const size_t V = size_t(e->n_vocab());
   QuantStats s;

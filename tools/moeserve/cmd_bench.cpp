@@ -7,6 +7,7 @@
 
 #include <chrono>
 #include <cmath>
+#include <cstdio>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <random>
@@ -24,7 +25,7 @@ struct BenchOptions {
   std::string model_path;
   int64_t n_prompt = 512, n_gen = 128, batch = 512;
   int repetitions = 3, threads = 0;
-  bool json = false, profile = false;
+  bool json = false, profile = false, no_pack = false;
   std::string expert_backend = "tiled";
 };
 
@@ -48,6 +49,31 @@ double peak_rss_gib() {
   return double(ru.ru_maxrss) / (1024.0 * 1024.0);  // ru_maxrss is KiB on Linux
 }
 
+// CPU time the hypervisor gave to other guests ("steal", /proc/stat), as a
+// share of all CPU time since `since` was read: on a shared VM, runs with
+// much steal measure the neighbours, not us. -1 when unknown.
+struct CpuTimes {
+  uint64_t steal = 0, total = 0;
+  bool ok = false;
+};
+CpuTimes read_cpu_times() {
+  CpuTimes t;
+  std::FILE* f = std::fopen("/proc/stat", "r");
+  if (f == nullptr) return t;
+  unsigned long long v[8] = {};
+  t.ok = std::fscanf(f, "cpu %llu %llu %llu %llu %llu %llu %llu %llu", &v[0], &v[1], &v[2], &v[3], &v[4], &v[5],
+                     &v[6], &v[7]) == 8;
+  std::fclose(f);
+  for (unsigned long long x : v) t.total += x;
+  t.steal = v[7];
+  return t;
+}
+double steal_percent(const CpuTimes& since) {
+  const CpuTimes now = read_cpu_times();
+  if (!since.ok || !now.ok || now.total <= since.total) return -1.0;
+  return 100.0 * double(now.steal - since.steal) / double(now.total - since.total);
+}
+
 std::string profile_line(const models::ForwardProfile& p) {
   const double tot = double(std::max<int64_t>(p.total(), 1));
   auto pct = [&](int64_t v) { return 100.0 * double(v) / tot; };
@@ -60,7 +86,7 @@ std::string profile_line(const models::ForwardProfile& p) {
 Status run_bench(const BenchOptions& o) {
   using Clock = std::chrono::steady_clock;
   MOESERVE_ASSIGN_OR_RETURN(std::unique_ptr<runtime::Model> model,
-                            runtime::Model::load(o.model_path, {.n_threads = o.threads}));
+                            runtime::Model::load(o.model_path, {.n_threads = o.threads, .pack_weights = !o.no_pack}));
   const models::Qwen3HParams& hp = model->hparams();
   // The per-expert variant is only for comparing dispatch strategies.
   models::PerExpertMatmulBackend per_expert(&model->pool());
@@ -76,6 +102,7 @@ Status run_bench(const BenchOptions& o) {
   for (int32_t& t : prompt) t = int32_t(rng() % uint32_t(model->tokenizer().vocab_size()));
   std::vector<float> logits(static_cast<size_t>(hp.n_vocab));
   std::vector<double> pp, tg, ttft;
+  const CpuTimes cpu_at_start = read_cpu_times();
   auto set_profile = [&](models::ForwardProfile* p) {
     models::Qwen3Options opt = model->net().options();
     opt.profile = o.profile ? p : nullptr;
@@ -105,6 +132,7 @@ Status run_bench(const BenchOptions& o) {
     }
   }
   set_profile(nullptr);
+  const double steal = steal_percent(cpu_at_start);
   const Stats pps = stats(pp), tgs = stats(tg), tts = stats(ttft);
   const double size_gib = double(model->file().size()) / double(1 << 30);
   const uint64_t params = model->net().weights().n_params;
@@ -116,7 +144,7 @@ Status run_bench(const BenchOptions& o) {
                         {"pp", {{"n", o.n_prompt}, {"tok_s_mean", pps.mean}, {"tok_s_stddev", pps.stddev},
                                 {"ttft_ms", tts.mean}, {"samples", pp}}},
                         {"tg", {{"n", o.n_gen}, {"tok_s_mean", tgs.mean}, {"tok_s_stddev", tgs.stddev}, {"samples", tg}}},
-                        {"peak_rss_gib", peak_rss_gib()}};
+                        {"peak_rss_gib", peak_rss_gib()}, {"cpu_steal_percent", steal}};
     fmt::print("{}\n", j.dump(2));
     return Status::ok();
   }
@@ -132,6 +160,10 @@ Status run_bench(const BenchOptions& o) {
   }
   fmt::print("\ntime to first token (pp{}): {:.1f} ± {:.1f} ms; peak RSS {:.2f} GiB; active weights {:.3f} GB/token\n",
              o.n_prompt, tts.mean, tts.stddev, peak_rss_gib(), active_gb);
+  if (steal >= 0.0) {
+    fmt::print("cpu steal during the runs: {:.1f}%{}\n", steal,
+               steal > 5.0 ? " (the hypervisor ran other guests on our CPUs: these numbers understate us)" : "");
+  }
   if (o.profile) {
     fmt::print("pp profile: {}\ntg profile: {}\n", profile_line(pp_prof), profile_line(tg_prof));
   }
@@ -158,6 +190,9 @@ void register_bench(CLI::App& app) {
                   "tiled (default: all experts of a layer in one dispatch) or per-expert (3 matmul dispatches "
                   "per expert; for comparison)")
       ->check(CLI::IsMember({"tiled", "per-expert"}))->capture_default_str();
+  cmd->add_flag("--no-pack", o->no_pack,
+                "Use every weight in place from the file (zero-copy), without the packed copy the AVX-512 "
+                "kernels are fastest with (for comparisons)");
   cmd->add_flag("--profile", o->profile, "Also print where the forward time goes (timers per part)");
   cmd->callback([o] {
     const Status st = run_bench(*o);

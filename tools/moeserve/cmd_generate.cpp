@@ -20,6 +20,7 @@ struct GenerateCliOptions {
   bool chat = false;
   int64_t n_predict = 128, ctx_size = 4096, batch = 512;
   int threads = 0;
+  bool no_pack = false;
   runtime::SamplerOptions sampling;
   std::vector<std::string> stop;
 };
@@ -44,7 +45,7 @@ Result<std::string> render_chat(const runtime::Model& model, const GenerateCliOp
 
 Status run_generate(const GenerateCliOptions& o) {
   MOESERVE_ASSIGN_OR_RETURN(std::unique_ptr<runtime::Model> model,
-                            runtime::Model::load(o.model_path, {.n_threads = o.threads}));
+                            runtime::Model::load(o.model_path, {.n_threads = o.threads, .pack_weights = !o.no_pack}));
   std::string text = o.prompt;
   if (o.chat) {
     MOESERVE_ASSIGN_OR_RETURN(text, render_chat(*model, o));
@@ -91,6 +92,9 @@ void register_generate(CLI::App& app) {
   cmd->add_option("-b,--batch", o->batch, "Prompt tokens per prefill chunk")->capture_default_str()
       ->check(CLI::Range(int64_t(1), int64_t(1) << 16));
   cmd->add_option("-t,--threads", o->threads, "Worker threads (0: one per physical core)")->capture_default_str();
+  cmd->add_flag("--no-pack", o->no_pack,
+                "Use every weight in place from the file (zero-copy), without the packed copy the AVX-512 "
+                "kernels are fastest with (saves the Q4_K/Q6_K weights' size in RAM; slower)");
   cmd->add_option("--temp", o->sampling.temperature, "Sampling temperature (0: greedy)")->capture_default_str();
   cmd->add_option("--top-k", o->sampling.top_k, "Keep the k most likely tokens (0: all)")->capture_default_str();
   cmd->add_option("--top-p", o->sampling.top_p, "Nucleus: smallest set with this probability mass (1: off)")

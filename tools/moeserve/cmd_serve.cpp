@@ -30,6 +30,7 @@ struct ServeCliOptions {
   int64_t ctx_size = 0;
   int64_t batch = 512;
   int threads = 0;
+  bool no_pack = false;
   size_t queue = 64;
   size_t prefix_cache_mb = 256;
   size_t max_body_kb = 1024;
@@ -59,14 +60,13 @@ Status run_serve(ServeCliOptions o) {
     g_server = nullptr;
   };
   fmt::print(stderr, "moeserve serve: listening on http://{}:{}/ (loading {})\n", o.http.host, port, o.model_path);
-  auto model = runtime::Model::load(o.model_path, {.n_threads = o.threads});
+  // Every weight page is faulted in at load: the first requests would
+  // otherwise pay for it (a page fault per 4 KiB) in their latency.
+  auto model = runtime::Model::load(o.model_path, {.n_threads = o.threads, .pack_weights = !o.no_pack, .populate = true});
   if (!model.is_ok()) {
     stop_listener();
     return model.status();
   }
-  // Fault every weight page in now: the first requests would otherwise pay
-  // for it (a page fault per 4 KiB) in their latency.
-  MappedFile::populate((*model)->file().bytes());
   runtime::EngineOptions eo;
   eo.n_slots = o.parallel;
   const int64_t trained = (*model)->hparams().n_ctx_train;
@@ -112,6 +112,9 @@ void register_serve(CLI::App& app) {
       ->capture_default_str()->check(CLI::Range(int64_t(1), int64_t(1) << 16));
   cmd->add_option("--api-key", o->api_key, "Require 'Authorization: Bearer KEY' (except /health and the web page)");
   cmd->add_option("-t,--threads", o->threads, "Compute threads (0: one per physical core)")->capture_default_str();
+  cmd->add_flag("--no-pack", o->no_pack,
+                "Use every weight in place from the file (zero-copy), without the packed copy the AVX-512 "
+                "kernels are fastest with (saves the Q4_K/Q6_K weights' size in RAM; slower)");
   cmd->add_option("--queue", o->queue, "Requests that may wait for a slot; more get 429")->capture_default_str()
       ->check(CLI::Range(size_t(0), size_t(100000)));
   cmd->add_option("--prefix-cache-mb", o->prefix_cache_mb, "Memory for reusable prompt prefixes (0: off)")

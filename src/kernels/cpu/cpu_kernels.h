@@ -28,6 +28,13 @@ constexpr int kMaxDotColumns = 8;
 using VecDotColsFn = void (*)(int64_t n, const void* w, const void* x, size_t x_stride, int n_x, float* out,
                               int64_t out_stride);
 
+// Dots of one packed group of kPackRows weight rows (packed_layout.h) with
+// n_x activation rows (1 <= n_x <= kMaxDotColumns): out[c * out_stride + r]
+// for row r of the group and column c. Each (row, column) result is computed
+// by the same operations whatever n_x is, so batching never changes a bit.
+using PackedDotFn = void (*)(int64_t n, const void* w, const void* x, size_t x_stride, int n_x, float* out,
+                             int64_t out_stride);
+
 // f32 activations -> an activation type (Q8_0 or Q8_K). n multiple of block.
 using QuantizeRowFn = void (*)(const float* src, void* dst, int64_t n);
 
@@ -65,6 +72,9 @@ struct CpuKernels {
   // Multi-column vec_dot (indexed by weight type); null: call vec_dot per
   // column (vec_dot_columns() below does either).
   VecDotColsFn vec_dot_cols[kDTypeSlots] = {};
+  // Packed row groups (indexed by weight type); null: no packed layout at
+  // this level, weights stay row-major.
+  PackedDotFn packed_dot[kDTypeSlots] = {};
   QuantizeRowFn quantize_row[kDTypeSlots] = {};  // indexed by activation type (Q8_0, Q8_K)
   // Dequantize a weight row to f32 (indexed by weight type).
   void (*dequantize_row[kDTypeSlots])(const void* src, float* dst, int64_t n) = {};
@@ -106,6 +116,17 @@ inline void vec_dot_columns(const CpuKernels& k, DType w_type, int64_t n, const 
   for (int64_t i = 0; i < n_x; i += kMaxDotColumns) {
     const int m = int(n_x - i < kMaxDotColumns ? n_x - i : kMaxDotColumns);
     cols(n, w, xb + size_t(i) * x_stride, x_stride, m, out + i * out_stride, out_stride);
+  }
+}
+
+// packed_dot over any number of columns (n_x >= 0), kMaxDotColumns at a time.
+inline void packed_dot_columns(const CpuKernels& k, DType w_type, int64_t n, const void* w_group, const void* x,
+                               size_t x_stride, int64_t n_x, float* out, int64_t out_stride) {
+  const PackedDotFn dot = k.packed_dot[dtype_slot(w_type)];
+  const auto* xb = static_cast<const uint8_t*>(x);
+  for (int64_t i = 0; i < n_x; i += kMaxDotColumns) {
+    const int m = int(n_x - i < kMaxDotColumns ? n_x - i : kMaxDotColumns);
+    dot(n, w_group, xb + size_t(i) * x_stride, x_stride, m, out + i * out_stride, out_stride);
   }
 }
 

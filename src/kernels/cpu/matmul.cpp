@@ -5,6 +5,8 @@
 #include <cstring>
 #include <vector>
 
+#include "kernels/cpu/packed_layout.h"
+
 namespace moeserve::cpu {
 namespace {
 
@@ -49,6 +51,16 @@ Status check_args(const MatmulArgs& a, const CpuKernels& k) {
     return make_error(StatusCode::kInvalidArgument, "matmul: x stride {} or y stride {} shorter than a row",
                       a.x_stride, a.y_stride);
   }
+  if (a.w_packed) {
+    if (k.packed_dot[dtype_slot(a.w_type)] == nullptr) {
+      return make_error(StatusCode::kUnsupported, "matmul: no packed {} kernel at level {}", dtype_name(a.w_type),
+                        simd_level_name(k.level));
+    }
+    if (a.n_rows % kPackRows != 0 || (a.w_row_stride != 0 && a.w_row_stride != dtype_row_bytes(a.w_type, a.n_cols))) {
+      return make_error(StatusCode::kInvalidArgument,
+                        "matmul: packed weights need N ({}) a multiple of {} and contiguous rows", a.n_rows, kPackRows);
+    }
+  }
   if (k.vec_dot[dtype_slot(a.w_type)] == nullptr) {
     return make_error(StatusCode::kUnsupported, "matmul: no vec_dot for {} weights at level {}", dtype_name(a.w_type),
                       simd_level_name(k.level));
@@ -74,10 +86,12 @@ struct TilePlan {
   int64_t n_tiles = 0;
 };
 
-TilePlan plan_tiles(int64_t n_rows, size_t row_bytes, int n_threads, size_t tile_bytes) {
+// row_multiple: tiles start on multiples of it (packed groups).
+TilePlan plan_tiles(int64_t n_rows, size_t row_bytes, int n_threads, size_t tile_bytes, int64_t row_multiple) {
   int64_t rows = std::max<int64_t>(1, int64_t(tile_bytes / std::max<size_t>(row_bytes, 1)));
   const int64_t balanced = (n_rows + kTilesPerThread * n_threads - 1) / (kTilesPerThread * n_threads);
   if (n_threads > 1) rows = std::min(rows, std::max<int64_t>(1, balanced));
+  rows = std::max(row_multiple, rows / row_multiple * row_multiple);
   TilePlan p;
   p.rows_per_tile = rows;
   p.n_tiles = (n_rows + rows - 1) / rows;
@@ -167,7 +181,8 @@ Result<Prepared> prepare(const MatmulArgs& a) {
   const int n_threads = a.pool != nullptr ? a.pool->size() : 1;
   // One token: nothing to keep in cache, so longer runs of rows (fewer
   // hand-offs, longer sequential streams for the prefetchers).
-  p.plan = plan_tiles(a.n_rows, p.w_stride, n_threads, a.n_tokens == 1 ? kMatvecTileBytes : kTileBytes);
+  p.plan = plan_tiles(a.n_rows, p.w_stride, n_threads, a.n_tokens == 1 ? kMatvecTileBytes : kTileBytes,
+                      a.w_packed ? kPackRows : 1);
   return p;
 }
 
@@ -177,6 +192,13 @@ void run_tile(const Prepared& p, int64_t tile) {
   const int64_t n0 = tile * p.plan.rows_per_tile;
   const int64_t n1 = std::min(a.n_rows, n0 + p.plan.rows_per_tile);
   const auto* w = static_cast<const uint8_t*>(a.w);
+  if (a.w_packed) {
+    for (int64_t n = n0; n < n1; n += kPackRows) {
+      packed_dot_columns(*p.k, a.w_type, a.n_cols, w + size_t(n) * p.w_stride, p.xq, p.xq_stride, a.n_tokens, a.y + n,
+                         p.y_stride);
+    }
+    return;
+  }
   if (a.n_tokens == 1) {
     const VecDotFn dot = p.k->vec_dot[dtype_slot(a.w_type)];
     for (int64_t n = n0; n < n1; ++n) a.y[n] = dot(a.n_cols, w + size_t(n) * p.w_stride, p.xq);

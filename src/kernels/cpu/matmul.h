@@ -29,6 +29,9 @@ struct MatmulArgs {
   int64_t n_rows = 0;           // N: outputs per token
   int64_t n_cols = 0;           // K: inputs per token, a multiple of both block sizes
   size_t w_row_stride = 0;      // bytes; 0 = dtype_row_bytes(w_type, K)
+  // W is in the packed layout (packed_layout.h): N a multiple of kPackRows,
+  // rows contiguous, and the kernel table has packed_dot for w_type.
+  bool w_packed = false;
   const float* x = nullptr;     // [T][x_stride] f32 (ignored when x_quant is set)
   int64_t n_tokens = 1;         // T
   int64_t x_stride = 0;         // floats; 0 = K

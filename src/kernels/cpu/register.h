@@ -14,5 +14,6 @@ void register_ops_avx2(CpuKernels& k);
 void register_quant_avx512(CpuKernels& k);
 void register_ops_avx512(CpuKernels& k);
 void register_quant_kquants_cols_avx512(CpuKernels& k);  // after register_quant_avx512
+void register_packed_kquants_avx512(CpuKernels& k);
 
 }  // namespace moeserve::cpu::detail

@@ -228,6 +228,7 @@ void register_quant_avx512(CpuKernels& k) {
   k.dequantize_row[dtype_slot(DType::BF16)] = dequantize_bf16;
   register_quant_kquants_avx512(k);
   register_quant_kquants_cols_avx512(k);
+  register_packed_kquants_avx512(k);
 }
 
 }  // namespace moeserve::cpu::detail

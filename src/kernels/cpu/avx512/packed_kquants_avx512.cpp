@@ -1,0 +1,232 @@
+// AVX-512 VNNI dot products of packed Q4_K / Q6_K row groups (16 rows, one
+// per 32-bit lane; packed_layout.h) with 1..kMaxDotColumns activation rows.
+//
+// Per 4 weights x 16 rows the work is one vpdpbusd against 4 activation
+// bytes broadcast from memory. The sub-block scales and the super-block
+// scales are per-lane vectors, so each row's result comes out in its lane:
+// no horizontal sums. Per (row, column) the operations are the same for any
+// number of columns, and the same as the scalar reference (ref/packed_ref.cpp),
+// so every result is bit-identical to it.
+#include <cstdint>
+
+#include "kernels/cpu/avx512/kquant_common_avx512.h"
+#include "kernels/cpu/cpu_kernels.h"
+#include "kernels/cpu/packed_layout.h"
+#include "kernels/cpu/register.h"
+#include "tensor/quant_blocks.h"
+
+namespace moeserve::cpu::detail {
+namespace {
+
+constexpr int kLanes = kPackRows;
+constexpr size_t kPlane = 64;
+constexpr size_t kQ4Group = kLanes * sizeof(BlockQ4_K);
+constexpr size_t kQ6Group = kLanes * sizeof(BlockQ6_K);
+// Columns per kernel instance: accumulators for more would spill.
+constexpr int kPackedColumns = 4;
+
+// The packed stream is one sequential read; fetch a block group ahead.
+inline void prefetch_group(const uint8_t* p, size_t bytes) {
+  for (size_t off = 0; off < bytes; off += 64)
+    _mm_prefetch(reinterpret_cast<const char*>(p + off), _MM_HINT_T0);
+}
+
+// 4 activation bytes to every lane; written as a plain load so that the
+// compiler folds it into vpdpbusd's broadcast memory operand.
+using UnalignedI32 = int32_t __attribute__((aligned(1), may_alias));
+inline __m512i bcast32(const int8_t* p) {
+  return _mm512_set1_epi32(*reinterpret_cast<const UnalignedI32*>(p));
+}
+
+// vpshufb controls moving byte k (0..3) of every dword to its byte `to`,
+// zeroing the others; built at compile time (the kernels run per 16 rows).
+struct ByteSelect {
+  alignas(64) uint8_t control[4][64];
+};
+constexpr ByteSelect make_byte_select(int to) {
+  ByteSelect s{};
+  for (int k = 0; k < 4; ++k) {
+    for (int i = 0; i < 64; ++i) s.control[k][i] = 0x80;
+    for (int d = 0; d < 16; ++d) s.control[k][4 * d + to] = uint8_t(4 * (d % 4) + k);
+  }
+  return s;
+}
+constexpr ByteSelect kToLowByte = make_byte_select(0);
+constexpr ByteSelect kToTopByte = make_byte_select(3);
+inline __m512i byte_select(const ByteSelect& s, int k) { return _mm512_load_si512(s.control[k]); }
+
+// ---- Q4_K ---------------------------------------------------------------------
+// Sub-block j = 2c (low nibbles of qs chunk c) and 2c + 1 (high nibbles).
+// High nibbles are used in place (x16, masked with 0xF0): their sums are
+// exact multiples of 16, so an arithmetic shift by 4 recovers them exactly.
+template <int NC>
+void q4_k_packed(int64_t n, const void* wv, const void* xv, size_t x_stride, float* out, int64_t out_stride) {
+  const auto* w = static_cast<const uint8_t*>(wv);
+  const BlockQ8_K* x[NC];
+  for (int c = 0; c < NC; ++c)
+    x[c] = reinterpret_cast<const BlockQ8_K*>(static_cast<const uint8_t*>(xv) + c * x_stride);
+  const __m512i low4 = _mm512_set1_epi8(0x0F), high4 = _mm512_set1_epi8(char(0xF0));
+  const __m512i m3f = _mm512_set1_epi8(0x3F), m0f = low4, m30 = _mm512_set1_epi8(0x30);
+  const __m512i words02 = _mm512_set1_epi32(0x00FF00FF);
+  __m512 acc[NC], accm[NC];
+  for (int c = 0; c < NC; ++c) acc[c] = _mm512_setzero_ps(), accm[c] = _mm512_setzero_ps();
+  for (int64_t b = 0; b < n / kQK_K; ++b) {
+    const uint8_t* g = w + size_t(b) * kQ4Group;
+    prefetch_group(g + 2 * kQ4Group, kQ4Group);
+    const __m512 d = _mm512_cvtph_ps(load256(g));
+    const __m512 dmin = _mm512_cvtph_ps(load256(g + 32));
+    const __m512i u0 = load512(g + 64), u1 = load512(g + 128), u2 = load512(g + 192);
+    // The k_scale_min() bit moves, one dword (4 codes) per row.
+    const __m512i sc03 = _mm512_and_si512(u0, m3f);
+    const __m512i sc47 =
+        _mm512_ternarylogic_epi32(_mm512_srli_epi32(u0, 2), m30, _mm512_and_si512(u2, m0f), 0xEA);
+    const __m512i m03 = _mm512_and_si512(u1, m3f);
+    const __m512i m47 = _mm512_ternarylogic_epi32(_mm512_srli_epi32(u1, 2), m30,
+                                                  _mm512_and_si512(_mm512_srli_epi32(u2, 4), m0f), 0xEA);
+    // Mins as int16 word pairs (m0, m2), (m1, m3), (m4, m6), (m5, m7).
+    const __m512i mins[4] = {
+        _mm512_and_si512(m03, words02), _mm512_and_si512(_mm512_srli_epi32(m03, 8), words02),
+        _mm512_and_si512(m47, words02), _mm512_and_si512(_mm512_srli_epi32(m47, 8), words02)};
+    __m512i isum[NC], lo[NC], hi[NC];
+    for (int c = 0; c < NC; ++c) isum[c] = _mm512_setzero_si512();
+    const uint8_t* qs = g + 256;
+#pragma GCC unroll 4
+    for (int ch = 0; ch < 4; ++ch) {
+      for (int c = 0; c < NC; ++c) lo[c] = _mm512_setzero_si512(), hi[c] = _mm512_setzero_si512();
+#pragma GCC unroll 8
+      for (int i = 0; i < 8; ++i) {
+        const __m512i q = load512(qs + kPlane * size_t(8 * ch + i));
+        const __m512i ql = _mm512_and_si512(q, low4), qh = _mm512_and_si512(q, high4);
+        for (int c = 0; c < NC; ++c) {
+          const int8_t* xq = x[c][b].qs + 64 * ch + 4 * i;
+          lo[c] = _mm512_dpbusd_epi32(lo[c], ql, bcast32(xq));
+          hi[c] = _mm512_dpbusd_epi32(hi[c], qh, bcast32(xq + 32));
+        }
+      }
+      const __m512i scales = ch < 2 ? sc03 : sc47;
+      const __m512i s_lo = _mm512_shuffle_epi8(scales, byte_select(kToLowByte, (2 * ch) % 4));
+      const __m512i s_hi = _mm512_shuffle_epi8(scales, byte_select(kToLowByte, (2 * ch + 1) % 4));
+      for (int c = 0; c < NC; ++c) {
+        const __m512i t = _mm512_add_epi32(_mm512_mullo_epi32(lo[c], s_lo),
+                                           _mm512_mullo_epi32(_mm512_srai_epi32(hi[c], 4), s_hi));
+        isum[c] = _mm512_add_epi32(isum[c], t);
+      }
+    }
+    for (int c = 0; c < NC; ++c) {
+      const BlockQ8_K& xb = x[c][b];
+      // Sums of 32 activations per sub-block, as word pairs matching `mins`.
+      int32_t bs[8];
+      for (int j = 0; j < 8; ++j) bs[j] = xb.bsums[2 * j] + xb.bsums[2 * j + 1];
+      auto pair = [&](int a, int e) {
+        return _mm512_set1_epi32(int32_t(uint32_t(uint16_t(bs[a])) | (uint32_t(bs[e]) << 16)));
+      };
+      __m512i imin = _mm512_madd_epi16(mins[0], pair(0, 2));
+      imin = _mm512_add_epi32(imin, _mm512_madd_epi16(mins[1], pair(1, 3)));
+      imin = _mm512_add_epi32(imin, _mm512_madd_epi16(mins[2], pair(4, 6)));
+      imin = _mm512_add_epi32(imin, _mm512_madd_epi16(mins[3], pair(5, 7)));
+      const __m512 xd = _mm512_set1_ps(xb.d);
+      acc[c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum[c]), _mm512_mul_ps(d, xd), acc[c]);
+      accm[c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(imin), _mm512_mul_ps(dmin, xd), accm[c]);
+    }
+  }
+  for (int c = 0; c < NC; ++c) _mm512_storeu_ps(out + c * out_stride, _mm512_sub_ps(acc[c], accm[c]));
+}
+
+// ---- Q6_K ---------------------------------------------------------------------
+// Per half h and quad i: codes of elements 128h + 32t + 4i .. +3 for t = 0..3
+// (sub-block 8h + 2t + i/4), from the ql planes a (t = 0, 2: low, high
+// nibble), b (t = 1, 3) and the qh plane (bits 2t, 2t + 1).
+template <int NC>
+void q6_k_packed(int64_t n, const void* wv, const void* xv, size_t x_stride, float* out, int64_t out_stride) {
+  const auto* w = static_cast<const uint8_t*>(wv);
+  const BlockQ8_K* x[NC];
+  for (int c = 0; c < NC; ++c)
+    x[c] = reinterpret_cast<const BlockQ8_K*>(static_cast<const uint8_t*>(xv) + c * x_stride);
+  const __m512i low4 = _mm512_set1_epi8(0x0F), m30 = _mm512_set1_epi8(0x30);
+  constexpr int kSelectLowOrB = 0xEC;  // (A & C) | B, C = low4
+  __m512 acc[NC];
+  for (int c = 0; c < NC; ++c) acc[c] = _mm512_setzero_ps();
+  for (int64_t b = 0; b < n / kQK_K; ++b) {
+    const uint8_t* g = w + size_t(b) * kQ6Group;
+    prefetch_group(g + 2 * kQ6Group, kQ6Group);
+    const uint8_t* sp = g + 48 * kPlane;
+    const __m512 d = _mm512_cvtph_ps(load256(g + 52 * kPlane));
+    alignas(64) int32_t offset[NC][16];  // 32 * (sum of the sub-block's 16 activations)
+    __m512i isum[NC], part[NC][4];
+    for (int c = 0; c < NC; ++c) {
+      const __m512i bs = _mm512_cvtepi16_epi32(load256(x[c][b].bsums));
+      _mm512_storeu_si512(offset[c], _mm512_slli_epi32(bs, 5));
+      isum[c] = _mm512_setzero_si512();
+    }
+#pragma GCC unroll 2
+    for (int h = 0; h < 2; ++h) {
+#pragma GCC unroll 2
+      for (int q = 0; q < 2; ++q) {
+        for (int c = 0; c < NC; ++c) {
+          for (int t = 0; t < 4; ++t) part[c][t] = _mm512_setzero_si512();
+        }
+#pragma GCC unroll 4
+        for (int i = 4 * q; i < 4 * q + 4; ++i) {
+          const uint8_t* p = g + 3 * kPlane * size_t(8 * h + i);
+          const __m512i qa = load512(p), qb = load512(p + kPlane), qh = load512(p + 2 * kPlane);
+          const __m512i codes[4] = {
+              _mm512_ternarylogic_epi32(qa, _mm512_and_si512(_mm512_slli_epi32(qh, 4), m30), low4,
+                                        kSelectLowOrB),
+              _mm512_ternarylogic_epi32(qb, _mm512_and_si512(_mm512_slli_epi32(qh, 2), m30), low4,
+                                        kSelectLowOrB),
+              _mm512_ternarylogic_epi32(_mm512_srli_epi32(qa, 4), _mm512_and_si512(qh, m30), low4,
+                                        kSelectLowOrB),
+              _mm512_ternarylogic_epi32(_mm512_srli_epi32(qb, 4),
+                                        _mm512_and_si512(_mm512_srli_epi32(qh, 2), m30), low4,
+                                        kSelectLowOrB)};
+          for (int c = 0; c < NC; ++c) {
+            const int8_t* xq = x[c][b].qs + 128 * h + 4 * i;
+#pragma GCC unroll 4
+            for (int t = 0; t < 4; ++t)
+              part[c][t] = _mm512_dpbusd_epi32(part[c][t], codes[t], bcast32(xq + 32 * t));
+          }
+        }
+#pragma GCC unroll 4
+        for (int t = 0; t < 4; ++t) {
+          const int s = 8 * h + 2 * t + q;
+          const __m512i sc = _mm512_srai_epi32(
+              _mm512_shuffle_epi8(load512(sp + kPlane * size_t(s / 4)), byte_select(kToTopByte, s % 4)), 24);
+          for (int c = 0; c < NC; ++c) {
+            const __m512i v = _mm512_sub_epi32(part[c][t], _mm512_set1_epi32(offset[c][s]));
+            isum[c] = _mm512_add_epi32(isum[c], _mm512_mullo_epi32(v, sc));
+          }
+        }
+      }
+    }
+    for (int c = 0; c < NC; ++c) {
+      acc[c] =
+          _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum[c]), _mm512_mul_ps(d, _mm512_set1_ps(x[c][b].d)), acc[c]);
+    }
+  }
+  for (int c = 0; c < NC; ++c) _mm512_storeu_ps(out + c * out_stride, acc[c]);
+}
+
+using GroupKernel = void (*)(int64_t, const void*, const void*, size_t, float*, int64_t);
+
+template <GroupKernel K1, GroupKernel K2, GroupKernel K3, GroupKernel K4>
+void dispatch_packed(int64_t n, const void* w, const void* x, size_t x_stride, int n_x, float* out,
+                     int64_t out_stride) {
+  static constexpr GroupKernel kByCount[kPackedColumns] = {K1, K2, K3, K4};
+  const auto* xb = static_cast<const uint8_t*>(x);
+  for (int i = 0; i < n_x; i += kPackedColumns) {
+    const int m = n_x - i < kPackedColumns ? n_x - i : kPackedColumns;
+    kByCount[m - 1](n, w, xb + size_t(i) * x_stride, x_stride, out + i * out_stride, out_stride);
+  }
+}
+
+}  // namespace
+
+void register_packed_kquants_avx512(CpuKernels& k) {
+  static_assert(kPackedColumns == 4, "dispatch_packed lists one kernel per column count");
+  k.packed_dot[dtype_slot(DType::Q4_K)] =
+      dispatch_packed<q4_k_packed<1>, q4_k_packed<2>, q4_k_packed<3>, q4_k_packed<4>>;
+  k.packed_dot[dtype_slot(DType::Q6_K)] =
+      dispatch_packed<q6_k_packed<1>, q6_k_packed<2>, q6_k_packed<3>, q6_k_packed<4>>;
+}
+
+}  // namespace moeserve::cpu::detail
