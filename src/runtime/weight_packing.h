@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "core/page_buffer.h"
+#include "core/progress.h"
 #include "core/status.h"
 #include "core/thread_pool.h"
 #include "kernels/cpu/cpu_kernels.h"
@@ -31,6 +32,9 @@ struct PackWeightsOptions {
   // Drop the copied pages of the source mapping. Only for views into a file
   // mapping (GgufFile::file_backed()): on other memory it would zero them.
   bool release_source = false;
+  // A progress bar on stderr (packing a 17 GiB model takes a minute on 2
+  // cores); kAuto: only when stderr is a terminal.
+  ProgressOptions::Mode progress = ProgressOptions::Mode::kAuto;
 };
 
 // Views that cannot be packed (other types, rows not a multiple of 16, no

@@ -152,5 +152,29 @@ TEST(WeightPacking, LeavesUnpackableViewsAlone) {
   EXPECT_FALSE(w.output.packed);
 }
 
+TEST(WeightPacking, TiedOutputGetsItsOwnPackedCopy) {
+  if (!cpu_can_pack()) GTEST_SKIP() << "this CPU has no packed kernels (AVX-512 VNNI)";
+  const size_t rb = dtype_row_bytes(DType::Q4_K, 256);
+  std::vector<uint8_t> bytes(rb * 32);
+  for (size_t i = 0; i < bytes.size(); ++i) bytes[i] = uint8_t(i * 7 + 3);
+  const std::vector<uint8_t> original = bytes;
+  models::Qwen3Weights w;
+  w.token_embd = {bytes.data(), DType::Q4_K, 256, 32, rb, 0, false};
+  w.output = w.token_embd;
+  w.tied_output = true;
+  models::Qwen3HParams hp;
+  auto r = pack_weights(w, hp, {.release_source = true});  // must not release the embedding's rows
+  ASSERT_TRUE(r.is_ok());
+  EXPECT_EQ(r.value().tensors, 1);
+  EXPECT_TRUE(w.output.packed);
+  EXPECT_NE(w.output.data, bytes.data());
+  EXPECT_EQ(w.token_embd.data, bytes.data());
+  EXPECT_FALSE(w.token_embd.packed);
+  EXPECT_EQ(bytes, original);
+  std::vector<uint8_t> back(bytes.size());
+  cpu::unpack_rows(DType::Q4_K, w.output.data, back.data(), 32, 256);
+  EXPECT_EQ(back, original);
+}
+
 }  // namespace
 }  // namespace moeserve::runtime
