@@ -18,6 +18,8 @@ struct Qwen3Model::Scratch {
   std::vector<int32_t> sel;          // [T][k] expert ids
   std::vector<float> sel_w;          // [T][k] weights
   std::vector<int32_t> order;        // (token*k + slot) sorted by expert
+  std::vector<int32_t> position;     // inverse of order: pair -> its index in order
+  std::vector<int32_t> expert_count; // counting sort: [n_expert + 1] offsets
   std::vector<float> gathered, expert_out;
   std::vector<ExpertJob> jobs;
   std::vector<float> ff_gate, ff_up;  // dense FFN
@@ -117,6 +119,7 @@ void Qwen3Model::ensure_scratch(int64_t T) {
     s.sel.resize(tk);
     s.sel_w.resize(tk);
     s.order.resize(tk);
+    s.position.resize(tk);
     s.gathered.resize(tk * H);
     s.expert_out.resize(tk * H);
   } else {
@@ -319,6 +322,36 @@ Status Qwen3Model::dense_ffn_block(int il, int64_t T) {
   return Status::ok();
 }
 
+// (token, slot) pairs grouped by expert, tokens in order within an expert
+// (a counting sort: the stable order), one ExpertJob per selected expert,
+// and each pair's input row gathered next to its expert's other rows.
+void Qwen3Model::group_by_expert(int64_t T) {
+  Scratch& s = *s_;
+  const int64_t H = hp_.n_embd, E = hp_.n_expert, K = hp_.n_expert_used, n = T * K;
+  s.expert_count.assign(size_t(E) + 1, 0);
+  for (int64_t i = 0; i < n; ++i) s.expert_count[size_t(s.sel[size_t(i)]) + 1] += 1;
+  for (int64_t e = 0; e < E; ++e) s.expert_count[size_t(e) + 1] += s.expert_count[size_t(e)];
+  s.jobs.clear();
+  for (int64_t e = 0; e < E; ++e) {
+    const int32_t begin = s.expert_count[size_t(e)], end = s.expert_count[size_t(e) + 1];
+    if (end > begin) {
+      s.jobs.push_back({int32_t(e), s.gathered.data() + int64_t(begin) * H, end - begin,
+                        s.expert_out.data() + int64_t(begin) * H});
+    }
+  }
+  for (int64_t i = 0; i < n; ++i) {
+    const int32_t at = s.expert_count[size_t(s.sel[size_t(i)])]++;
+    s.order[size_t(at)] = int32_t(i);
+    s.position[size_t(i)] = at;
+  }
+  // Gathering is a copy of T*K rows: worth the threads only for a chunk.
+  constexpr int64_t kParallelGatherRows = 64;
+  auto gather = [&](int64_t i) {
+    std::copy_n(s.xn.data() + (s.order[size_t(i)] / K) * H, H, s.gathered.data() + i * H);
+  };
+  for_each_index(n >= kParallelGatherRows ? options_.pool : nullptr, n, gather);
+}
+
 Status Qwen3Model::moe_block(int il, int64_t T) {
   const Qwen3LayerWeights& l = w_.layers[size_t(il)];
   const cpu::CpuKernels& k = cpu::cpu_kernels();
@@ -328,7 +361,7 @@ Status Qwen3Model::moe_block(int il, int64_t T) {
     ScopedTimer timer(options_.profile, &ForwardProfile::router);
     MOESERVE_RETURN_IF_ERROR(mm(l.ffn_gate_inp, s.xn.data(), T, s.router.data(), options_.pool));
     // softmax over all experts (f32) -> top-k -> renormalise to sum 1.
-    for (int64_t t = 0; t < T; ++t) {
+    for_each_index(options_.pool, T, [&](int64_t t) {
       float* p = s.router.data() + t * E;
       k.softmax(p, E);
       int32_t* ids = s.sel.data() + t * K;
@@ -336,21 +369,8 @@ Status Qwen3Model::moe_block(int il, int64_t T) {
       float sum = 0.0f;
       for (int64_t j = 0; j < K; ++j) sum += p[ids[j]];
       for (int64_t j = 0; j < K; ++j) s.sel_w[size_t(t * K + j)] = p[ids[j]] / sum;
-    }
-    // Group (token, slot) pairs by expert (stable: tokens stay in order).
-    for (int64_t i = 0; i < T * K; ++i) s.order[size_t(i)] = int32_t(i);
-    std::stable_sort(s.order.begin(), s.order.begin() + T * K,
-                     [&](int32_t a, int32_t b) { return s.sel[size_t(a)] < s.sel[size_t(b)]; });
-    s.jobs.clear();
-    for (int64_t i = 0; i < T * K; ++i) {
-      const int32_t pair = s.order[size_t(i)];
-      const int32_t e = s.sel[size_t(pair)];
-      if (s.jobs.empty() || s.jobs.back().expert != e) {
-        s.jobs.push_back({e, s.gathered.data() + i * H, 0, s.expert_out.data() + i * H});
-      }
-      s.jobs.back().n_tokens += 1;
-      std::copy_n(s.xn.data() + (pair / K) * H, H, s.gathered.data() + i * H);
-    }
+    });
+    group_by_expert(T);
   }
   {
     ScopedTimer timer(options_.profile, &ForwardProfile::experts);
@@ -365,12 +385,22 @@ Status Qwen3Model::moe_block(int il, int64_t T) {
     MOESERVE_RETURN_IF_ERROR(options_.experts->compute(batch));
   }
   ScopedTimer timer(options_.profile, &ForwardProfile::other);
-  // Scatter-add. Per token the slots are added in the order the sorted list
-  // holds them (by expert id), the same for any thread count.
-  for (int64_t i = 0; i < T * K; ++i) {
-    const int32_t pair = s.order[size_t(i)];
-    k.axpy(s.sel_w[size_t(pair)], s.expert_out.data() + i * H, s.x.data() + (pair / K) * H, H);
-  }
+  // Scatter-add, one token per task. A token's slots are added in the order
+  // of their experts' ids (the grouped order), the same for any thread count.
+  for_each_index(options_.pool, T, [&](int64_t t) {
+    constexpr int64_t kSlotsOnStack = 32;
+    int32_t on_stack[kSlotsOnStack];
+    std::vector<int32_t> on_heap;
+    int32_t* slots = on_stack;
+    if (K > kSlotsOnStack) on_heap.resize(size_t(K)), slots = on_heap.data();
+    for (int64_t j = 0; j < K; ++j) slots[j] = int32_t(t * K + j);
+    std::sort(slots, slots + K, [&](int32_t a, int32_t b) { return s.sel[size_t(a)] < s.sel[size_t(b)]; });
+    for (int64_t j = 0; j < K; ++j) {
+      const int32_t pair = slots[j];
+      k.axpy(s.sel_w[size_t(pair)], s.expert_out.data() + int64_t(s.position[size_t(pair)]) * H, s.x.data() + t * H,
+             H);
+    }
+  });
   return Status::ok();
 }
 

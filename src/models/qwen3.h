@@ -86,6 +86,7 @@ class Qwen3Model {
   Status check_slices(const ForwardBatch& b);
   Status attention_block(int il);
   Status moe_block(int il, int64_t T);
+  void group_by_expert(int64_t T);
   Status dense_ffn_block(int il, int64_t T);
   Status output_block(const ForwardBatch& b);
 
