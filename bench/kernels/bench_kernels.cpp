@@ -122,8 +122,8 @@ const WeightSet& weights_for(DType type, bool packed = false) {
   return *current;
 }
 
-cpu::MatmulArgs matmul_args(const WeightSet& ws, const std::vector<float>& x, std::vector<float>& y, int64_t tokens,
-                            int threads) {
+cpu::MatmulArgs matmul_args(const WeightSet& ws, const std::vector<float>& x, std::vector<float>& y,
+                            int64_t tokens, int threads) {
   cpu::MatmulArgs a;
   a.w = ws.data.data();
   a.w_type = ws.type;
@@ -137,22 +137,33 @@ cpu::MatmulArgs matmul_args(const WeightSet& ws, const std::vector<float>& x, st
   return a;
 }
 
-void BM_Matvec(benchmark::State& state, DType type, int threads, bool packed) {
-  const WeightSet& ws = weights_for(type, packed);
-  const auto x = random_vector(size_t(kK), 11);
-  std::vector<float> y(static_cast<size_t>(kN));
-  cpu::MatmulArgs a = matmul_args(ws, x, y, 1, threads);
-  size_t copy = 0;
+// The timed loop of the matmul benchmarks: before_call(a) may change the
+// arguments (which weight copy to read) before each call.
+template <typename BeforeCall>
+void time_matmul(benchmark::State& state, cpu::MatmulArgs a, BeforeCall&& before_call) {
   for (auto _ : state) {
-    a.w = ws.data.data() + copy * ws.matrix_bytes;
-    copy = (copy + 1) % ws.copies;
+    before_call(a);
     if (!cpu::matmul(a).is_ok()) {
       state.SkipWithError("matmul failed");
       break;
     }
-    benchmark::DoNotOptimize(y.data());
+    benchmark::DoNotOptimize(a.y);
     benchmark::ClobberMemory();
   }
+}
+void time_matmul(benchmark::State& state, const cpu::MatmulArgs& a) {
+  time_matmul(state, a, [](cpu::MatmulArgs&) {});
+}
+
+void BM_Matvec(benchmark::State& state, DType type, int threads, bool packed) {
+  const WeightSet& ws = weights_for(type, packed);
+  const auto x = random_vector(size_t(kK), 11);
+  std::vector<float> y(static_cast<size_t>(kN));
+  size_t copy = 0;
+  time_matmul(state, matmul_args(ws, x, y, 1, threads), [&](cpu::MatmulArgs& a) {
+    a.w = ws.data.data() + copy * ws.matrix_bytes;
+    copy = (copy + 1) % ws.copies;
+  });
   state.counters["GB/s"] = benchmark::Counter(double(ws.matrix_bytes) * double(state.iterations()) / 1e9,
                                               benchmark::Counter::kIsRate);
   state.counters["MiB"] = double(ws.matrix_bytes) / double(1 << 20);
@@ -178,14 +189,7 @@ void BM_MatvecCached(benchmark::State& state, DType type, bool packed) {
   a.n_tokens = 1;
   a.y = y.data();
   a.w_packed = packed;
-  for (auto _ : state) {
-    if (!cpu::matmul(a).is_ok()) {
-      state.SkipWithError("matmul failed");
-      break;
-    }
-    benchmark::DoNotOptimize(y.data());
-    benchmark::ClobberMemory();
-  }
+  time_matmul(state, a);
   state.counters["GB/s"] =
       benchmark::Counter(double(w.size()) * double(state.iterations()) / 1e9, benchmark::Counter::kIsRate);
 }
@@ -194,15 +198,7 @@ void BM_Matmul(benchmark::State& state, DType type, int threads, bool packed) {
   const WeightSet& ws = weights_for(type, packed);
   const auto x = random_vector(size_t(kK * kMatmulTokens), 13);
   std::vector<float> y(static_cast<size_t>(kN * kMatmulTokens));
-  const cpu::MatmulArgs a = matmul_args(ws, x, y, kMatmulTokens, threads);
-  for (auto _ : state) {
-    if (!cpu::matmul(a).is_ok()) {
-      state.SkipWithError("matmul failed");
-      break;
-    }
-    benchmark::DoNotOptimize(y.data());
-    benchmark::ClobberMemory();
-  }
+  time_matmul(state, matmul_args(ws, x, y, kMatmulTokens, threads));
   const double flops = 2.0 * double(kN) * double(kK) * double(kMatmulTokens);
   state.counters["GFLOP/s"] =
       benchmark::Counter(flops * double(state.iterations()) / 1e9, benchmark::Counter::kIsRate);
@@ -215,7 +211,9 @@ void register_all() {
   for (size_t mib : {size_t(1024), size_t(32)}) {
     for (int t : thread_counts) {
       const std::string name = "read/" + std::to_string(mib) + "MiB/threads:" + std::to_string(t);
-      benchmark::RegisterBenchmark(name.c_str(), BM_ReadBandwidth, mib, t)->UseRealTime()->Unit(benchmark::kMillisecond);
+      benchmark::RegisterBenchmark(name.c_str(), BM_ReadBandwidth, mib, t)
+          ->UseRealTime()
+          ->Unit(benchmark::kMillisecond);
     }
   }
   for (int t : thread_counts) {

@@ -2,18 +2,9 @@
 // read_sum_avx2.cpp): one 64-byte load per cache line reaches a higher
 // single-thread bandwidth than two 32-byte loads on the CPUs we measured.
 // Called only when cpu_features().avx512.
-// GCC 12 warns inside its own AVX-512 intrinsic headers (GCC bug 105593).
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#endif
-#include <immintrin.h>
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic pop
-#endif
-
 #include <cstddef>
+
+#include "kernels/cpu/x86_intrinsics.h"
 
 namespace moeserve::bench {
 

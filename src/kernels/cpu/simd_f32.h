@@ -14,20 +14,10 @@
 //   mask_bits, round_nearest, add_to_exponent (v * 2^n for integer-valued n).
 #pragma once
 
-// GCC 12 warns inside its own AVX-512 intrinsic headers (their "undefined
-// register" idiom, GCC bug 105593); the warning is about the header, not us.
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#endif
-#include <immintrin.h>
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic pop
-#endif
-
 #include <cstdint>
 #include <cstring>
+
+#include "kernels/cpu/x86_intrinsics.h"
 
 namespace {
 
@@ -87,7 +77,9 @@ struct VecAvx2 {
   static Reg select(Mask m, Reg if_true, Reg if_false) { return _mm256_blendv_ps(if_false, if_true, m); }
   static unsigned mask_bits(Mask m) { return unsigned(_mm256_movemask_ps(m)); }
 
-  static Reg round_nearest(Reg v) { return _mm256_round_ps(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC); }
+  static Reg round_nearest(Reg v) {
+    return _mm256_round_ps(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  }
   // v * 2^n by adding n to the exponent field; n integer-valued and the
   // result a normal float (the caller handles the ranges where it is not).
   static Reg add_to_exponent(Reg v, Reg n) {

@@ -18,6 +18,7 @@
 #include "core/half.h"
 #include "kernels/cpu/cpu_kernels.h"
 #include "kernels/cpu/register.h"
+#include "kernels/cpu/simd_common_x86.h"
 #include "tensor/quant_blocks.h"
 
 namespace moeserve::cpu::detail {
@@ -25,18 +26,6 @@ namespace moeserve::cpu::detail {
 void register_quant_kquants_avx2(CpuKernels& k);  // quant_kquants_avx2.cpp
 
 namespace {
-
-// Decode streams every weight once from DRAM, and the hardware prefetcher
-// alone overlaps that traffic poorly with the integer work (measured, Q4_K
-// single thread from DRAM: 7.3 -> 11.4 GB/s with this). The prefetch runs
-// ahead of the weight pointer, past the end of the row into the next one when
-// a caller walks consecutive rows; prefetches never fault.
-constexpr uintptr_t kPrefetchAhead = 2048;
-inline void prefetch_ahead(const void* p, uintptr_t bytes) {
-  const uintptr_t base = reinterpret_cast<uintptr_t>(p) + kPrefetchAhead;
-  for (uintptr_t off = 0; off < bytes; off += 64)
-    _mm_prefetch(reinterpret_cast<const char*>(base + off), _MM_HINT_T0);
-}
 
 inline float hsum(__m256 v) {
   __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));

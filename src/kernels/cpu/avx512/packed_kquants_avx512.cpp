@@ -63,8 +63,7 @@ template <int NC>
 void q4_k_packed(int64_t n, const void* wv, const void* xv, size_t x_stride, float* out, int64_t out_stride) {
   const auto* w = static_cast<const uint8_t*>(wv);
   const BlockQ8_K* x[NC];
-  for (int c = 0; c < NC; ++c)
-    x[c] = reinterpret_cast<const BlockQ8_K*>(static_cast<const uint8_t*>(xv) + c * x_stride);
+  activation_rows(xv, x_stride, x);
   const __m512i low4 = _mm512_set1_epi8(0x0F), high4 = _mm512_set1_epi8(char(0xF0));
   const __m512i m3f = _mm512_set1_epi8(0x3F), m0f = low4, m30 = _mm512_set1_epi8(0x30);
   const __m512i words02 = _mm512_set1_epi32(0x00FF00FF);
@@ -140,8 +139,7 @@ template <int NC>
 void q6_k_packed(int64_t n, const void* wv, const void* xv, size_t x_stride, float* out, int64_t out_stride) {
   const auto* w = static_cast<const uint8_t*>(wv);
   const BlockQ8_K* x[NC];
-  for (int c = 0; c < NC; ++c)
-    x[c] = reinterpret_cast<const BlockQ8_K*>(static_cast<const uint8_t*>(xv) + c * x_stride);
+  activation_rows(xv, x_stride, x);
   const __m512i low4 = _mm512_set1_epi8(0x0F), m30 = _mm512_set1_epi8(0x30);
   constexpr int kSelectLowOrB = 0xEC;  // (A & C) | B, C = low4
   __m512 acc[NC];

@@ -8,24 +8,14 @@
 // intermediate): Q8_0 moves the weight sign onto the activations (activations
 // are never -128, so negation cannot wrap); Q4_0 multiplies the unsigned
 // nibbles and subtracts 8*Σx, a second dpbusd against a vector of 8s.
-// GCC 12 warns inside its own AVX-512 intrinsic headers (their "undefined
-// register" idiom, GCC bug 105593); the warning is about the header, not us.
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#endif
-#include <immintrin.h>
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic pop
-#endif
-
 #include <cstdint>
 #include <cstring>
 
 #include "core/half.h"
 #include "kernels/cpu/cpu_kernels.h"
 #include "kernels/cpu/register.h"
+#include "kernels/cpu/simd_common_x86.h"
+#include "kernels/cpu/x86_intrinsics.h"
 #include "tensor/quant_blocks.h"
 
 namespace moeserve::cpu::detail {
@@ -33,18 +23,6 @@ namespace moeserve::cpu::detail {
 void register_quant_kquants_avx512(CpuKernels& k);  // quant_kquants_avx512.cpp
 
 namespace {
-
-// Decode streams every weight once from DRAM, and the hardware prefetcher
-// alone overlaps that traffic poorly with the integer work (measured, Q4_K
-// single thread from DRAM: 7.3 -> 11.4 GB/s with this). The prefetch runs
-// ahead of the weight pointer, past the end of the row into the next one when
-// a caller walks consecutive rows; prefetches never fault.
-constexpr uintptr_t kPrefetchAhead = 2048;
-inline void prefetch_ahead(const void* p, uintptr_t bytes) {
-  const uintptr_t base = reinterpret_cast<uintptr_t>(p) + kPrefetchAhead;
-  for (uintptr_t off = 0; off < bytes; off += 64)
-    _mm_prefetch(reinterpret_cast<const char*>(base + off), _MM_HINT_T0);
-}
 
 inline float hsum256(__m256 v) {
   __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
@@ -91,8 +69,6 @@ float float_dot(int64_t n, const void* wv, const void* xv) {
 }
 
 // ---- Q8_0 / Q4_0 weights x Q8_0 activations ------------------------------------
-
-inline __m256i load256(const void* p) { return _mm256_loadu_si256(static_cast<const __m256i*>(p)); }
 
 inline __m256i q8_0_block_dot(const BlockQ8_0& w, const BlockQ8_0& x) {
   const __m256i qw = load256(w.qs);

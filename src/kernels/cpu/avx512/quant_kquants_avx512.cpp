@@ -34,7 +34,6 @@ inline float half_to_float(uint16_t h) { return _cvtsh_ss(h); }
 // Mask of the 32-bit lanes of the upper 256 bits.
 constexpr __mmask16 kHighHalf32 = 0xFF00u;
 
-
 // The 8 scale and 8 min codes as int32 lanes holding the code in both int16
 // halves ((c << 16) | c). Broadcasting one such dword from memory is a plain
 // load (no shuffle-port uop) and gives the code in every int16 lane, ready

@@ -46,8 +46,9 @@ template <int NC>
 void q4_k_cols(int64_t n, const void* wv, const void* xv, size_t x_stride, float* out, int64_t out_stride) {
   const auto* w = static_cast<const BlockQ4_K*>(wv);
   const BlockQ8_K* x[NC];
-  for (int c = 0; c < NC; ++c) x[c] = reinterpret_cast<const BlockQ8_K*>(static_cast<const uint8_t*>(xv) + c * x_stride);
-  static const int lo01[4] = {0, 0, 1, 1}, hi01[4] = {2, 2, 3, 3}, lo23[4] = {4, 4, 5, 5}, hi23[4] = {6, 6, 7, 7};
+  activation_rows(xv, x_stride, x);
+  static const int lo01[4] = {0, 0, 1, 1}, hi01[4] = {2, 2, 3, 3}, lo23[4] = {4, 4, 5, 5},
+                   hi23[4] = {6, 6, 7, 7};
   const __m512i idx01 = lane_pair_index(lo01, hi01), idx23 = lane_pair_index(lo23, hi23);
   // Mins as word pairs (2j, 2j+1) = m_j, against bsums pairs (2j, 2j+1).
   const __m256i idx_min = _mm256_setr_epi16(8, 8, 9, 9, 10, 10, 11, 11, 12, 12, 13, 13, 14, 14, 15, 15);
@@ -71,12 +72,14 @@ void q4_k_cols(int64_t n, const void* wv, const void* xv, size_t x_stride, float
     for (int c = 0; c < NC; ++c) {
       const BlockQ8_K& xb = x[c][b];
       __m512i a[4];
-      for (int k = 0; k < 4; ++k) a[k] = _mm512_dpbusd_epi32(_mm512_setzero_si512(), codes[k], load512(xb.qs + 64 * k));
+      for (int k = 0; k < 4; ++k)
+        a[k] = _mm512_dpbusd_epi32(_mm512_setzero_si512(), codes[k], load512(xb.qs + 64 * k));
       const __m512i s = _mm512_add_epi32(scale_pair(a[0], a[1], s01), scale_pair(a[2], a[3], s23));
       const __m256i m = _mm256_madd_epi16(mins, load256(xb.bsums));
       const __m512 xd = _mm512_set1_ps(xb.d);
       acc[c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), _mm512_mul_ps(xd, d), acc[c]);
-      acc_min[c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(m), _mm256_mul_ps(_mm512_castps512_ps256(xd), dmin), acc_min[c]);
+      acc_min[c] =
+          _mm256_fmadd_ps(_mm256_cvtepi32_ps(m), _mm256_mul_ps(_mm512_castps512_ps256(xd), dmin), acc_min[c]);
     }
   }
   for (int c = 0; c < NC; ++c) {
@@ -96,8 +99,9 @@ template <int NC>
 void q6_k_cols(int64_t n, const void* wv, const void* xv, size_t x_stride, float* out, int64_t out_stride) {
   const auto* w = static_cast<const BlockQ6_K*>(wv);
   const BlockQ8_K* x[NC];
-  for (int c = 0; c < NC; ++c) x[c] = reinterpret_cast<const BlockQ8_K*>(static_cast<const uint8_t*>(xv) + c * x_stride);
-  static const int lo0[4] = {0, 1, 2, 3}, hi0[4] = {4, 5, 6, 7}, lo1[4] = {8, 9, 10, 11}, hi1[4] = {12, 13, 14, 15};
+  activation_rows(xv, x_stride, x);
+  static const int lo0[4] = {0, 1, 2, 3}, hi0[4] = {4, 5, 6, 7}, lo1[4] = {8, 9, 10, 11},
+                   hi1[4] = {12, 13, 14, 15};
   const __m512i idx_h0 = lane_pair_index(lo0, hi0), idx_h1 = lane_pair_index(lo1, hi1);
   const __m512i low4 = _mm512_set1_epi8(15), top2 = _mm512_set1_epi8(0x30);
   __m512 acc[NC];
@@ -112,14 +116,17 @@ void q6_k_cols(int64_t n, const void* wv, const void* xv, size_t x_stride, float
       const __m512i l = load512(w[b].ql + 64 * h);
       const __m512i hh = _mm512_broadcast_i64x4(load256(w[b].qh + 32 * h));
       const __m512i hz = _mm512_mask_srli_epi16(hh, kHighHalf16, hh, 2);
-      codes[2 * h] = _mm512_or_si512(_mm512_and_si512(l, low4), _mm512_and_si512(_mm512_slli_epi16(hz, 4), top2));
-      codes[2 * h + 1] = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(l, 4), low4), _mm512_and_si512(hz, top2));
+      codes[2 * h] =
+          _mm512_or_si512(_mm512_and_si512(l, low4), _mm512_and_si512(_mm512_slli_epi16(hz, 4), top2));
+      codes[2 * h + 1] =
+          _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(l, 4), low4), _mm512_and_si512(hz, top2));
     }
     const __m512 d = _mm512_set1_ps(_cvtsh_ss(w[b].d));
     for (int c = 0; c < NC; ++c) {
       const BlockQ8_K& xb = x[c][b];
       __m512i a[4];
-      for (int k = 0; k < 4; ++k) a[k] = _mm512_dpbusd_epi32(_mm512_setzero_si512(), codes[k], load512(xb.qs + 64 * k));
+      for (int k = 0; k < 4; ++k)
+        a[k] = _mm512_dpbusd_epi32(_mm512_setzero_si512(), codes[k], load512(xb.qs + 64 * k));
       __m512i s = _mm512_add_epi32(scale_pair(a[0], a[1], sc_h[0]), scale_pair(a[2], a[3], sc_h[1]));
       // Remove the +32 code offset: sum_j sc_j * 32 * bsums_j.
       const __m256i offset = _mm256_slli_epi32(_mm256_madd_epi16(sc16, load256(xb.bsums)), 5);
@@ -133,9 +140,11 @@ void q6_k_cols(int64_t n, const void* wv, const void* xv, size_t x_stride, float
 using ColsKernel = void (*)(int64_t, const void*, const void*, size_t, float*, int64_t);
 
 template <template <int> class Table>
-void dispatch_cols(int64_t n, const void* w, const void* x, size_t x_stride, int n_x, float* out, int64_t out_stride) {
-  static constexpr ColsKernel kByCount[kMaxDotColumns] = {Table<1>::fn, Table<2>::fn, Table<3>::fn, Table<4>::fn,
-                                                          Table<5>::fn, Table<6>::fn, Table<7>::fn, Table<8>::fn};
+void dispatch_cols(int64_t n, const void* w, const void* x, size_t x_stride, int n_x, float* out,
+                   int64_t out_stride) {
+  static constexpr ColsKernel kByCount[kMaxDotColumns] = {Table<1>::fn, Table<2>::fn, Table<3>::fn,
+                                                          Table<4>::fn, Table<5>::fn, Table<6>::fn,
+                                                          Table<7>::fn, Table<8>::fn};
   kByCount[n_x - 1](n, w, x, x_stride, out, out_stride);
 }
 template <int NC>
