@@ -5,6 +5,7 @@
 
 #include "kernels/cpu/matmul.h"
 #include "kernels/cpu/packed_layout.h"
+#include "kernels/cpu/stream_prefetch.h"
 
 namespace moeserve::models {
 namespace {
@@ -65,7 +66,23 @@ struct Counter {
   void drain(int64_t n, F&& fn) {
     for (int64_t i = next.fetch_add(1); i < n; i = next.fetch_add(1)) fn(i);
   }
+  // As drain, and before running an index, starts the prefetch of the one that
+  // will be handed out next (whichever thread gets it): the kernels prefetch
+  // each weight stream ahead of themselves, but not its first bytes.
+  template <typename Prefetch, typename F>
+  void drain_prefetching(int64_t n, Prefetch&& prefetch, F&& fn) {
+    for (int64_t i = next.fetch_add(1); i < n; i = next.fetch_add(1)) {
+      const int64_t upcoming = next.load(std::memory_order_relaxed);
+      if (upcoming < n) prefetch(upcoming);
+      fn(i);
+    }
+  }
 };
+
+// The start of rows [row0, row1) of expert `expert` in w.
+void prefetch_rows(const WeightView& w, int32_t expert, int32_t row0, int32_t row1) {
+  cpu::prefetch_stream_start(w.matrix(expert) + size_t(row0) * w.row_bytes, size_t(row1 - row0) * w.row_bytes);
+}
 
 }  // namespace
 
@@ -121,7 +138,22 @@ Status CpuExpertBackend::compute(const ExpertBatch& b) {
     return size_t(std::upper_bound(token_offset_.begin(), token_offset_.end(), row) - token_offset_.begin() - 1);
   };
   Counter convert_in, gate_up, act, down;
+  auto prefetch_up = [&](int64_t ti) {
+    const Tile& t = up_tiles_[size_t(ti)];
+    prefetch_rows(*b.gate, b.jobs[size_t(t.job)].expert, t.row0, t.row1);
+    prefetch_rows(*b.up, b.jobs[size_t(t.job)].expert, t.row0, t.row1);
+  };
+  auto prefetch_down = [&](int64_t ti) {
+    const Tile& t = down_tiles_[size_t(ti)];
+    prefetch_rows(*b.down, b.jobs[size_t(t.job)].expert, t.row0, t.row1);
+  };
+  // Each thread's first tile of a phase is most likely tile `thread`: its
+  // stream starts before the barrier that opens the phase.
+  auto prefetch_first = [&](int thread, int64_t n_tiles, auto&& prefetch) {
+    if (thread < n_tiles) prefetch(int64_t(thread));
+  };
   auto body = [&](int thread) {
+    prefetch_first(thread, int64_t(up_tiles_.size()), prefetch_up);
     convert_in.drain(total, [&](int64_t r) {
       const size_t j = job_of(r);
       const float* x = b.jobs[j].x + (r - token_offset_[j]) * H;
@@ -129,7 +161,7 @@ Status CpuExpertBackend::compute(const ExpertBatch& b) {
       if (!share_x) convert_row(k, b.up->type, x, xq_up_.data() + size_t(r) * up_ab, H);
     });
     if (pool_ != nullptr) pool_->barrier();
-    gate_up.drain(int64_t(up_tiles_.size()), [&](int64_t ti) {
+    gate_up.drain_prefetching(int64_t(up_tiles_.size()), prefetch_up, [&](int64_t ti) {
       const Tile& t = up_tiles_[size_t(ti)];
       const ExpertJob& job = b.jobs[size_t(t.job)];
       const int64_t off = token_offset_[size_t(t.job)];
@@ -146,8 +178,9 @@ Status CpuExpertBackend::compute(const ExpertBatch& b) {
       k.swiglu(g, u_.data() + r * F, g, F);
       convert_row(k, b.down->type, g, hq_.data() + size_t(r) * down_ab, F);
     });
+    prefetch_first(thread, int64_t(down_tiles_.size()), prefetch_down);
     if (pool_ != nullptr) pool_->barrier();
-    down.drain(int64_t(down_tiles_.size()), [&](int64_t ti) {
+    down.drain_prefetching(int64_t(down_tiles_.size()), prefetch_down, [&](int64_t ti) {
       const Tile& t = down_tiles_[size_t(ti)];
       const ExpertJob& job = b.jobs[size_t(t.job)];
       const int64_t off = token_offset_[size_t(t.job)];
@@ -155,7 +188,6 @@ Status CpuExpertBackend::compute(const ExpertBatch& b) {
                    .x = hq_.data() + size_t(off) * down_ab, .x_stride = down_ab, .n_x = job.n_tokens, .out = job.y,
                    .out_stride = H});
     });
-    (void)thread;
   };
   if (pool_ != nullptr) {
     pool_->run_on_all(body);

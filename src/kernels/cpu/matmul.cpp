@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "kernels/cpu/packed_layout.h"
+#include "kernels/cpu/stream_prefetch.h"
 
 namespace moeserve::cpu {
 namespace {
@@ -192,6 +193,11 @@ void run_tile(const Prepared& p, int64_t tile) {
   const int64_t n0 = tile * p.plan.rows_per_tile;
   const int64_t n1 = std::min(a.n_rows, n0 + p.plan.rows_per_tile);
   const auto* w = static_cast<const uint8_t*>(a.w);
+  if (a.n_tokens == 1 && n1 < a.n_rows) {
+    // Tiles go out in order, so the next one starts soon (on either thread);
+    // the kernels prefetch ahead of themselves but not a stream's first bytes.
+    prefetch_stream_start(w + size_t(n1) * p.w_stride, size_t(p.plan.rows_per_tile) * p.w_stride);
+  }
   if (a.w_packed) {
     for (int64_t n = n0; n < n1; n += kPackRows) {
       packed_dot_columns(*p.k, a.w_type, a.n_cols, w + size_t(n) * p.w_stride, p.xq, p.xq_stride, a.n_tokens, a.y + n,

@@ -1,0 +1,31 @@
+// Software prefetch of weight streams into L2.
+//
+// Decode reads every weight once from DRAM, and one core's 16 L1 fill
+// buffers cannot keep enough cache lines in flight to cover DRAM latency.
+// Prefetches into L2 (locality "T1") use L2's deeper miss queue, so the
+// kernels prefetch every line of a stream kStreamPrefetchDistance bytes ahead
+// of its load. The first kStreamPrefetchDistance bytes of a stream have no
+// earlier load to be prefetched from; callers that know which stream comes
+// next (the next tile of work) start it with prefetch_stream_start() while
+// the current one runs. Prefetches never fault, so reading past the end of a
+// buffer is harmless.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+namespace moeserve::cpu {
+
+// 4 KiB: measured best of 2..8 KiB on the 2-vCPU VM (docs/BENCHMARKS.md).
+inline constexpr size_t kStreamPrefetchDistance = 4096;
+
+inline void prefetch_line_to_l2(const void* p) { __builtin_prefetch(p, 0, 2); }
+
+// The first min(bytes, kStreamPrefetchDistance) bytes of a stream.
+inline void prefetch_stream_start(const void* p, size_t bytes) {
+  const auto* b = static_cast<const uint8_t*>(p);
+  const size_t n = bytes < kStreamPrefetchDistance ? bytes : kStreamPrefetchDistance;
+  for (size_t off = 0; off < n; off += 64) prefetch_line_to_l2(b + off);
+}
+
+}  // namespace moeserve::cpu
