@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "core/memory_bandwidth.h"
 #include "runtime/generator.h"
 #include "runtime/model.h"
 #include "tools/moeserve/commands.h"
@@ -74,6 +75,19 @@ double steal_percent(const CpuTimes& since) {
   return 100.0 * double(now.steal - since.steal) / double(now.total - since.total);
 }
 
+// Decode reads every active weight once per token, so the read bandwidth of
+// the moment bounds it: bound = bandwidth / active bytes per token.
+void print_decode_bound(double bw_before, double bw_after, double active_gb, double tg_tok_s) {
+  const double lo = std::min(bw_before, bw_after), hi = std::max(bw_before, bw_after);
+  if (lo <= 0.0 || active_gb <= 0.0) return;
+  fmt::print("memory read bandwidth before/after the runs: {:.1f} / {:.1f} GB/s", bw_before, bw_after);
+  if (tg_tok_s > 0.0) {
+    fmt::print("; decode bound {:.0f}-{:.0f} tok/s, tg is {:.0f}-{:.0f}% of it", lo / active_gb, hi / active_gb,
+               100.0 * tg_tok_s * active_gb / hi, 100.0 * tg_tok_s * active_gb / lo);
+  }
+  fmt::print("\n");
+}
+
 std::string profile_line(const models::ForwardProfile& p) {
   const double tot = double(std::max<int64_t>(p.total(), 1));
   auto pct = [&](int64_t v) { return 100.0 * double(v) / tot; };
@@ -85,6 +99,17 @@ std::string profile_line(const models::ForwardProfile& p) {
 
 Status run_bench(const BenchOptions& o) {
   using Clock = std::chrono::steady_clock;
+  // The memory bandwidth of the moment: before loading the model (so that the
+  // probe's buffer does not add to the peak RSS reported) and after the runs.
+  auto read_bandwidth = [&](ThreadPool& pool) {
+    Result<double> r = measure_read_bandwidth({.pool = &pool});
+    return r.is_ok() ? *r : 0.0;  // a machine short of 256 MiB just gets no bound line
+  };
+  double bw_before = 0.0;
+  {
+    ThreadPool probe_pool(o.threads);
+    bw_before = read_bandwidth(probe_pool);
+  }
   MOESERVE_ASSIGN_OR_RETURN(std::unique_ptr<runtime::Model> model,
                             runtime::Model::load(o.model_path, {.n_threads = o.threads, .pack_weights = !o.no_pack}));
   const models::Qwen3HParams& hp = model->hparams();
@@ -133,6 +158,8 @@ Status run_bench(const BenchOptions& o) {
   }
   set_profile(nullptr);
   const double steal = steal_percent(cpu_at_start);
+  const double peak_rss = peak_rss_gib();
+  const double bw_after = read_bandwidth(model->pool());
   const Stats pps = stats(pp), tgs = stats(tg), tts = stats(ttft);
   const double size_gib = double(model->file().size()) / double(1 << 30);
   const uint64_t params = model->net().weights().n_params;
@@ -144,7 +171,8 @@ Status run_bench(const BenchOptions& o) {
                         {"pp", {{"n", o.n_prompt}, {"tok_s_mean", pps.mean}, {"tok_s_stddev", pps.stddev},
                                 {"ttft_ms", tts.mean}, {"samples", pp}}},
                         {"tg", {{"n", o.n_gen}, {"tok_s_mean", tgs.mean}, {"tok_s_stddev", tgs.stddev}, {"samples", tg}}},
-                        {"peak_rss_gib", peak_rss_gib()}, {"cpu_steal_percent", steal}};
+                        {"peak_rss_gib", peak_rss}, {"cpu_steal_percent", steal},
+                        {"read_bandwidth_gb_s", {bw_before, bw_after}}};
     fmt::print("{}\n", j.dump(2));
     return Status::ok();
   }
@@ -159,11 +187,12 @@ Status run_bench(const BenchOptions& o) {
                model->pool().size(), o.n_gen, tgs.mean, tgs.stddev);
   }
   fmt::print("\ntime to first token (pp{}): {:.1f} ± {:.1f} ms; peak RSS {:.2f} GiB; active weights {:.3f} GB/token\n",
-             o.n_prompt, tts.mean, tts.stddev, peak_rss_gib(), active_gb);
+             o.n_prompt, tts.mean, tts.stddev, peak_rss, active_gb);
   if (steal >= 0.0) {
     fmt::print("cpu steal during the runs: {:.1f}%{}\n", steal,
                steal > 5.0 ? " (the hypervisor ran other guests on our CPUs: these numbers understate us)" : "");
   }
+  print_decode_bound(bw_before, bw_after, active_gb, o.n_gen > 0 ? tgs.mean : 0.0);
   if (o.profile) {
     fmt::print("pp profile: {}\ntg profile: {}\n", profile_line(pp_prof), profile_line(tg_prof));
   }
@@ -174,7 +203,10 @@ Status run_bench(const BenchOptions& o) {
 
 void register_bench(CLI::App& app) {
   auto o = std::make_shared<BenchOptions>();
-  CLI::App* cmd = app.add_subcommand("bench", "Measure prefill (pp) and decode (tg) speed, like llama-bench");
+  CLI::App* cmd = app.add_subcommand(
+      "bench",
+      "Measure prefill (pp) and decode (tg) speed, like llama-bench; also the memory read bandwidth before and "
+      "after the runs, and the share of that bound the decode reaches");
   cmd->add_option("-m,--model", o->model_path, "GGUF model file")->required();
   cmd->add_option("-p,--n-prompt", o->n_prompt, "Prompt tokens for the pp test (0: skip)")->capture_default_str()
       ->check(CLI::Range(int64_t(0), int64_t(1) << 20));
