@@ -10,15 +10,32 @@
 namespace moeserve::models {
 namespace {
 
-// Rows per tile: ~16 KiB of weights when several tokens share an expert
-// (the tile stays in cache while they run over it), ~64 KiB when each expert
-// has one token (decode: longer sequential streams, fewer hand-offs; still
-// dozens of tiles per phase to balance the threads).
-// Packed weights go in whole groups of kPackRows rows.
-int32_t rows_per_tile(const WeightView& w, bool one_token_per_job) {
-  const size_t bytes = one_token_per_job ? 64 * 1024 : 16 * 1024;
-  const auto rows = int32_t(std::clamp<size_t>(bytes / std::max<size_t>(w.row_bytes, 1), 4, 1024));
-  return w.packed ? std::max<int32_t>(cpu::kPackRows, rows / cpu::kPackRows * cpu::kPackRows) : rows;
+// Rows per tile of one expert matrix with n_rows rows. When several tokens
+// share an expert, ~16 KiB of weights (the tile stays in cache while they
+// run over it). With one token per expert (decode) the weights stream once
+// from DRAM, and every tile start costs a stream start (its first lines are
+// not prefetched ahead): up to 256 KiB per tile, but at least 4 tiles per
+// thread over the whole batch so the threads stay balanced (2 threads: 2
+// tiles per expert matrix; 16 threads: 64 rows). Measured with 2 threads:
+// 64 -> 128/256 KiB tiles gave +5-13% decode (docs/BENCHMARKS.md). A matrix
+// is split into equal tiles; packed weights go in whole groups of kPackRows.
+struct TileShape {
+  bool one_token_per_job = false;
+  size_t n_jobs = 1;
+  int n_threads = 1;
+};
+int32_t rows_per_tile(const WeightView& w, int64_t n_rows, const TileShape& shape) {
+  constexpr int64_t kTilesPerThread = 4;
+  const size_t bytes = shape.one_token_per_job ? 256 * 1024 : 16 * 1024;
+  int64_t cap = std::clamp<int64_t>(int64_t(bytes / std::max<size_t>(w.row_bytes, 1)), 4, 1024);
+  if (shape.one_token_per_job) {
+    const int64_t total_rows = int64_t(shape.n_jobs) * n_rows;
+    cap = std::min(cap, std::max<int64_t>(1, total_rows / (kTilesPerThread * shape.n_threads)));
+  }
+  const int64_t multiple = w.packed ? cpu::kPackRows : 1;
+  const int64_t tiles = (n_rows + cap - 1) / cap;
+  const int64_t even = (n_rows + tiles - 1) / tiles;
+  return int32_t(std::max(multiple, (even + multiple - 1) / multiple * multiple));
 }
 
 // Rows [row0, row1) of one expert matrix against n_x activation rows:
@@ -115,8 +132,10 @@ Status CpuExpertBackend::compute(const ExpertBatch& b) {
     return make_error(StatusCode::kUnsupported, "experts: layer {}: gate and up must both be packed or both not",
                       b.layer);
   }
-  const int32_t up_rows = rows_per_tile(*b.gate, decode);
-  const int32_t down_rows = rows_per_tile(*b.down, decode);
+  const TileShape shape{
+      .one_token_per_job = decode, .n_jobs = n_jobs, .n_threads = pool_ != nullptr ? pool_->size() : 1};
+  const int32_t up_rows = rows_per_tile(*b.gate, F, shape);
+  const int32_t down_rows = rows_per_tile(*b.down, H, shape);
   for (size_t j = 0; j < n_jobs; ++j) {
     token_offset_[j + 1] = token_offset_[j] + b.jobs[j].n_tokens;
     for (int32_t r = 0; r < F; r += up_rows) up_tiles_.push_back({int32_t(j), r, int32_t(std::min<int64_t>(F, r + up_rows))});
