@@ -9,11 +9,8 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 #endif
-#if defined(__x86_64__) || defined(__i386__)
-#include <immintrin.h>
-#endif
-
 #include "core/cpu_features.h"
+#include "core/spin_wait.h"
 
 namespace moeserve {
 namespace {
@@ -27,14 +24,6 @@ constexpr int kBarrierSpinRounds = 1024;
 
 // The pool whose job this thread is running (workers: always their pool).
 thread_local const ThreadPool* tl_current_pool = nullptr;
-
-inline void cpu_relax() {
-#if defined(__x86_64__) || defined(__i386__)
-  _mm_pause();
-#else
-  std::this_thread::yield();
-#endif
-}
 
 #if defined(__linux__)
 static_assert(sizeof(std::atomic<uint32_t>) == sizeof(uint32_t));
@@ -162,13 +151,8 @@ void ThreadPool::barrier() {
     barrier_generation_.fetch_add(1, std::memory_order_release);
     return;
   }
-  for (int i = 0; barrier_generation_.load(std::memory_order_acquire) == generation; ++i) {
-    if (i < kBarrierSpinRounds) {
-      cpu_relax();
-    } else {
-      std::this_thread::yield();
-    }
-  }
+  spin_until([&] { return barrier_generation_.load(std::memory_order_acquire) != generation; },
+             kBarrierSpinRounds);
 }
 
 }  // namespace moeserve

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <atomic>
 
+#include "core/spin_wait.h"
 #include "kernels/cpu/matmul.h"
 #include "kernels/cpu/packed_layout.h"
 #include "kernels/cpu/stream_prefetch.h"
@@ -101,12 +102,7 @@ void prefetch_rows(const WeightView& w, int32_t expert, int32_t row0, int32_t ro
   cpu::prefetch_stream_start(w.matrix(expert) + size_t(row0) * w.row_bytes, size_t(row1 - row0) * w.row_bytes);
 }
 
-}  // namespace
-
-Status CpuExpertBackend::compute(const ExpertBatch& b) {
-  const cpu::CpuKernels& k = kernels_ != nullptr ? *kernels_ : cpu::cpu_kernels();
-  const int64_t H = b.n_embd, F = b.n_ff;
-  const size_t n_jobs = b.jobs.size();
+Status check_batch(const cpu::CpuKernels& k, const ExpertBatch& b) {
   for (const WeightView* w : {b.gate, b.up, b.down}) {
     const DType at = dtype_traits(w->type).vec_dot_type;
     if (w->packed && (k.packed_dot[dtype_slot(w->type)] == nullptr || w->n_rows % cpu::kPackRows != 0)) {
@@ -117,21 +113,30 @@ Status CpuExpertBackend::compute(const ExpertBatch& b) {
       return make_error(StatusCode::kUnsupported, "experts: no CPU kernel for {} weights", dtype_name(w->type));
     }
   }
-  for (auto [w, n] : {std::pair{b.gate, H}, std::pair{b.up, H}, std::pair{b.down, F}}) {
+  for (auto [w, n] : {std::pair{b.gate, b.n_embd}, std::pair{b.up, b.n_embd}, std::pair{b.down, b.n_ff}}) {
     const int64_t block = std::max(dtype_block_elems(w->type), dtype_block_elems(dtype_traits(w->type).vec_dot_type));
     if (n % block != 0) {
       return make_error(StatusCode::kUnsupported, "experts: layer {}: row length {} is not a multiple of the {} block {}",
                         b.layer, n, dtype_name(w->type), block);
     }
   }
-  token_offset_.assign(n_jobs + 1, 0);
-  up_tiles_.clear();
-  down_tiles_.clear();
-  const bool decode = std::all_of(b.jobs.begin(), b.jobs.end(), [](const ExpertJob& j) { return j.n_tokens == 1; });
   if (b.gate->packed != b.up->packed) {
     return make_error(StatusCode::kUnsupported, "experts: layer {}: gate and up must both be packed or both not",
                       b.layer);
   }
+  return Status::ok();
+}
+
+}  // namespace
+
+void CpuExpertBackend::plan(const ExpertBatch& b) {
+  const int64_t H = b.n_embd, F = b.n_ff;
+  const size_t n_jobs = b.jobs.size();
+  token_offset_.assign(n_jobs + 1, 0);
+  up_tiles_.clear();
+  down_tiles_.clear();
+  const bool decode =
+      std::all_of(b.jobs.begin(), b.jobs.end(), [](const ExpertJob& j) { return j.n_tokens == 1; });
   const TileShape shape{
       .one_token_per_job = decode, .n_jobs = n_jobs, .n_threads = pool_ != nullptr ? pool_->size() : 1};
   const int32_t up_rows = rows_per_tile(*b.gate, F, shape);
@@ -141,71 +146,150 @@ Status CpuExpertBackend::compute(const ExpertBatch& b) {
     for (int32_t r = 0; r < F; r += up_rows) up_tiles_.push_back({int32_t(j), r, int32_t(std::min<int64_t>(F, r + up_rows))});
     for (int32_t r = 0; r < H; r += down_rows) down_tiles_.push_back({int32_t(j), r, int32_t(std::min<int64_t>(H, r + down_rows))});
   }
+  if (decode && shape.n_threads > 1) split_last_tiles(*b.down, shape.n_threads);
   const int64_t total = token_offset_[n_jobs];
-  const size_t gate_ab = cpu::activation_row_bytes(b.gate->type, H), up_ab = cpu::activation_row_bytes(b.up->type, H);
-  const size_t down_ab = cpu::activation_row_bytes(b.down->type, F);
-  const bool share_x = dtype_traits(b.gate->type).vec_dot_type == dtype_traits(b.up->type).vec_dot_type;
-  xq_gate_.resize(size_t(total) * gate_ab);
-  if (!share_x) xq_up_.resize(size_t(total) * up_ab);
-  hq_.resize(size_t(total) * down_ab);
+  xq_gate_.resize(size_t(total) * cpu::activation_row_bytes(b.gate->type, H));
+  xq_up_.resize(share_x(b) ? 0 : size_t(total) * cpu::activation_row_bytes(b.up->type, H));
+  hq_.resize(size_t(total) * cpu::activation_row_bytes(b.down->type, F));
   g_.resize(size_t(total * F));
   u_.resize(size_t(total * F));
-  const uint8_t* xq_up = share_x ? xq_gate_.data() : xq_up_.data();
+  if (progress_capacity_ < n_jobs) {
+    progress_ = std::make_unique<JobProgress[]>(n_jobs);
+    progress_capacity_ = n_jobs;
+  }
+  for (size_t j = 0; j < n_jobs; ++j) {
+    progress_[j].rows_converted.store(0, std::memory_order_relaxed);
+    progress_[j].up_rows_done.store(0, std::memory_order_relaxed);
+    progress_[j].hidden_ready.store(0, std::memory_order_relaxed);
+  }
+}
+
+// The call ends when the slowest thread finishes its last down tile: the
+// last tile of each thread is cut in kTailParts, so the threads end together.
+void CpuExpertBackend::split_last_tiles(const WeightView& down, int n_threads) {
+  constexpr int32_t kTailParts = 4;
+  const int32_t multiple = down.packed ? cpu::kPackRows : 1;
+  const size_t n_split = std::min(down_tiles_.size(), size_t(n_threads));
+  std::vector<Tile> tail(down_tiles_.end() - std::ptrdiff_t(n_split), down_tiles_.end());
+  down_tiles_.resize(down_tiles_.size() - n_split);
+  for (const Tile& t : tail) {
+    const int32_t part = std::max(multiple, (t.row1 - t.row0) / kTailParts / multiple * multiple);
+    for (int32_t r = t.row0; r < t.row1; r += part)
+      down_tiles_.push_back({t.job, r, std::min(t.row1, r + part)});
+  }
+}
+
+bool CpuExpertBackend::share_x(const ExpertBatch& b) {
+  return dtype_traits(b.gate->type).vec_dot_type == dtype_traits(b.up->type).vec_dot_type;
+}
+
+Status CpuExpertBackend::compute(const ExpertBatch& b) {
+  const cpu::CpuKernels& k = kernels_ != nullptr ? *kernels_ : cpu::cpu_kernels();
+  MOESERVE_RETURN_IF_ERROR(check_batch(k, b));
+  plan(b);
+  const int64_t H = b.n_embd, F = b.n_ff;
+  const int64_t total = token_offset_.back();
+  const size_t gate_ab = cpu::activation_row_bytes(b.gate->type, H),
+               up_ab = cpu::activation_row_bytes(b.up->type, H);
+  const size_t down_ab = cpu::activation_row_bytes(b.down->type, F);
+  const uint8_t* xq_up = share_x(b) ? xq_gate_.data() : xq_up_.data();
 
   // Flat row index -> (job, token) for the conversion steps.
   auto job_of = [&](int64_t row) {
     return size_t(std::upper_bound(token_offset_.begin(), token_offset_.end(), row) - token_offset_.begin() - 1);
   };
-  Counter convert_in, gate_up, act, down;
-  auto prefetch_up = [&](int64_t ti) {
-    const Tile& t = up_tiles_[size_t(ti)];
-    prefetch_rows(*b.gate, b.jobs[size_t(t.job)].expert, t.row0, t.row1);
-    prefetch_rows(*b.up, b.jobs[size_t(t.job)].expert, t.row0, t.row1);
+  auto convert_input = [&](int64_t r) {
+    const size_t j = job_of(r);
+    const float* x = b.jobs[j].x + (r - token_offset_[j]) * H;
+    convert_row(k, b.gate->type, x, xq_gate_.data() + size_t(r) * gate_ab, H);
+    if (!share_x(b)) convert_row(k, b.up->type, x, xq_up_.data() + size_t(r) * up_ab, H);
+    progress_[j].rows_converted.fetch_add(1, std::memory_order_release);
   };
-  auto prefetch_down = [&](int64_t ti) {
-    const Tile& t = down_tiles_[size_t(ti)];
-    prefetch_rows(*b.down, b.jobs[size_t(t.job)].expert, t.row0, t.row1);
-  };
-  // Each thread's first tile of a phase is most likely tile `thread`: its
-  // stream starts before the barrier that opens the phase.
-  auto prefetch_first = [&](int thread, int64_t n_tiles, auto&& prefetch) {
-    if (thread < n_tiles) prefetch(int64_t(thread));
-  };
-  auto body = [&](int thread) {
-    prefetch_first(thread, int64_t(up_tiles_.size()), prefetch_up);
-    convert_in.drain(total, [&](int64_t r) {
-      const size_t j = job_of(r);
-      const float* x = b.jobs[j].x + (r - token_offset_[j]) * H;
-      convert_row(k, b.gate->type, x, xq_gate_.data() + size_t(r) * gate_ab, H);
-      if (!share_x) convert_row(k, b.up->type, x, xq_up_.data() + size_t(r) * up_ab, H);
-    });
-    if (pool_ != nullptr) pool_->barrier();
-    gate_up.drain_prefetching(int64_t(up_tiles_.size()), prefetch_up, [&](int64_t ti) {
-      const Tile& t = up_tiles_[size_t(ti)];
-      const ExpertJob& job = b.jobs[size_t(t.job)];
-      const int64_t off = token_offset_[size_t(t.job)];
-      dot_rows(k, {.w = b.gate, .matrix = b.gate->matrix(job.expert), .n = H, .row0 = t.row0, .row1 = t.row1,
-                   .x = xq_gate_.data() + size_t(off) * gate_ab, .x_stride = gate_ab, .n_x = job.n_tokens,
-                   .out = g_.data() + off * F, .out_stride = F});
-      dot_rows(k, {.w = b.up, .matrix = b.up->matrix(job.expert), .n = H, .row0 = t.row0, .row1 = t.row1,
-                   .x = xq_up + size_t(off) * up_ab, .x_stride = up_ab, .n_x = job.n_tokens,
-                   .out = u_.data() + off * F, .out_stride = F});
-    });
-    if (pool_ != nullptr) pool_->barrier();
-    act.drain(total, [&](int64_t r) {
+  // The SwiGLU of a job's rows and their conversion for down, by the thread
+  // that computed the job's last gate/up rows.
+  auto finish_hidden = [&](int32_t j) {
+    const int64_t off = token_offset_[size_t(j)];
+    for (int64_t r = off; r < off + b.jobs[size_t(j)].n_tokens; ++r) {
       float* g = g_.data() + r * F;
       k.swiglu(g, u_.data() + r * F, g, F);
       convert_row(k, b.down->type, g, hq_.data() + size_t(r) * down_ab, F);
-    });
-    prefetch_first(thread, int64_t(down_tiles_.size()), prefetch_down);
-    if (pool_ != nullptr) pool_->barrier();
-    down.drain_prefetching(int64_t(down_tiles_.size()), prefetch_down, [&](int64_t ti) {
-      const Tile& t = down_tiles_[size_t(ti)];
-      const ExpertJob& job = b.jobs[size_t(t.job)];
-      const int64_t off = token_offset_[size_t(t.job)];
-      dot_rows(k, {.w = b.down, .matrix = b.down->matrix(job.expert), .n = F, .row0 = t.row0, .row1 = t.row1,
-                   .x = hq_.data() + size_t(off) * down_ab, .x_stride = down_ab, .n_x = job.n_tokens, .out = job.y,
-                   .out_stride = H});
+    }
+    progress_[size_t(j)].hidden_ready.store(1, std::memory_order_release);
+  };
+  auto gate_up_tile = [&](const Tile& t) {
+    const ExpertJob& job = b.jobs[size_t(t.job)];
+    JobProgress& progress = progress_[size_t(t.job)];
+    spin_until([&] { return progress.rows_converted.load(std::memory_order_acquire) == job.n_tokens; });
+    const int64_t off = token_offset_[size_t(t.job)];
+    dot_rows(k, {.w = b.gate,
+                 .matrix = b.gate->matrix(job.expert),
+                 .n = H,
+                 .row0 = t.row0,
+                 .row1 = t.row1,
+                 .x = xq_gate_.data() + size_t(off) * gate_ab,
+                 .x_stride = gate_ab,
+                 .n_x = job.n_tokens,
+                 .out = g_.data() + off * F,
+                 .out_stride = F});
+    dot_rows(k, {.w = b.up,
+                 .matrix = b.up->matrix(job.expert),
+                 .n = H,
+                 .row0 = t.row0,
+                 .row1 = t.row1,
+                 .x = xq_up + size_t(off) * up_ab,
+                 .x_stride = up_ab,
+                 .n_x = job.n_tokens,
+                 .out = u_.data() + off * F,
+                 .out_stride = F});
+    // acq_rel: the RMWs on up_rows_done form one release sequence, so the
+    // thread that completes the job sees every other tile's g/u rows.
+    const int32_t rows = t.row1 - t.row0;
+    if (progress.up_rows_done.fetch_add(rows, std::memory_order_acq_rel) + rows == F) finish_hidden(t.job);
+  };
+  auto down_tile = [&](const Tile& t) {
+    const ExpertJob& job = b.jobs[size_t(t.job)];
+    const JobProgress& progress = progress_[size_t(t.job)];
+    spin_until([&] { return progress.hidden_ready.load(std::memory_order_acquire) != 0; });
+    const int64_t off = token_offset_[size_t(t.job)];
+    dot_rows(k, {.w = b.down,
+                 .matrix = b.down->matrix(job.expert),
+                 .n = F,
+                 .row0 = t.row0,
+                 .row1 = t.row1,
+                 .x = hq_.data() + size_t(off) * down_ab,
+                 .x_stride = down_ab,
+                 .n_x = job.n_tokens,
+                 .out = job.y,
+                 .out_stride = H});
+  };
+  // One sequence of pieces: every gate/up tile, then every down tile. A
+  // thread runs out of gate/up tiles and goes straight on to down tiles of
+  // jobs finished earlier, so no thread waits for the slowest one between
+  // the two (no barrier), and the next piece's stream starts ahead across
+  // the switch as within each kind.
+  const int64_t n_up = int64_t(up_tiles_.size()), n_pieces = n_up + int64_t(down_tiles_.size());
+  auto prefetch_piece = [&](int64_t i) {
+    const Tile& t = i < n_up ? up_tiles_[size_t(i)] : down_tiles_[size_t(i - n_up)];
+    const int32_t expert = b.jobs[size_t(t.job)].expert;
+    if (i < n_up) {
+      prefetch_rows(*b.gate, expert, t.row0, t.row1);
+      prefetch_rows(*b.up, expert, t.row0, t.row1);
+    } else {
+      prefetch_rows(*b.down, expert, t.row0, t.row1);
+    }
+  };
+  Counter convert_in, pieces;
+  auto body = [&](int thread) {
+    // A thread's first piece is most likely piece `thread`: its stream starts
+    // while the inputs are converted.
+    if (thread < n_pieces) prefetch_piece(thread);
+    convert_in.drain(total, convert_input);
+    pieces.drain_prefetching(n_pieces, prefetch_piece, [&](int64_t i) {
+      if (i < n_up) {
+        gate_up_tile(up_tiles_[size_t(i)]);
+      } else {
+        down_tile(down_tiles_[size_t(i - n_up)]);
+      }
     });
   };
   if (pool_ != nullptr) {

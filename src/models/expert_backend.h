@@ -5,7 +5,9 @@
 // another process).
 #pragma once
 
+#include <atomic>
 #include <cstdint>
+#include <memory>
 #include <span>
 #include <vector>
 
@@ -44,9 +46,12 @@ class ExpertBackend {
 
 // Runs experts on this machine's CPU with the kernel table. One pool
 // dispatch per call: the threads first convert the inputs, then share out
-// (expert, row tile) pieces of gate/up, then the SwiGLU, then tiles of down,
-// meeting at barriers — so decode (1 token x 8 small experts) keeps every
-// thread busy instead of paying 3 dispatches per expert.
+// (expert, row tile) pieces of gate/up and then of down. There are no
+// barriers: a piece waits only for what it reads (its job's converted
+// inputs; for down, its job's SwiGLU, done by whichever thread computed the
+// job's last gate/up rows), so decode (1 token x 8 small experts) keeps
+// every thread streaming weights instead of paying 3 dispatches per expert
+// or waiting at phase ends for the slowest thread.
 // Not safe for concurrent compute() calls (it owns scratch buffers).
 class CpuExpertBackend : public ExpertBackend {
  public:
@@ -59,12 +64,24 @@ class CpuExpertBackend : public ExpertBackend {
     int32_t job;
     int32_t row0, row1;
   };
+  // How far one job has got within a compute() call.
+  struct JobProgress {
+    std::atomic<int32_t> rows_converted{0};  // input rows ready for gate/up
+    std::atomic<int32_t> up_rows_done{0};    // of n_ff gate/up rows
+    std::atomic<int32_t> hidden_ready{0};    // 1: the down input is ready
+  };
+  void plan(const ExpertBatch& b);  // tiles, scratch sizes, progress reset
+  void split_last_tiles(const WeightView& down, int n_threads);
+  static bool share_x(const ExpertBatch& b);  // gate and up read one converted input
+
   ThreadPool* pool_;
   const cpu::CpuKernels* kernels_;
   std::vector<int64_t> token_offset_;
   std::vector<Tile> up_tiles_, down_tiles_;
   std::vector<uint8_t> xq_gate_, xq_up_, hq_;
   std::vector<float> g_, u_;
+  std::unique_ptr<JobProgress[]> progress_;
+  size_t progress_capacity_ = 0;
 };
 
 // The straightforward alternative, kept for comparison (moeserve bench

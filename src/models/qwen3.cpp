@@ -4,7 +4,6 @@
 #include <chrono>
 #include <cmath>
 
-#include "core/half.h"
 #include "kernels/cpu/matmul.h"
 #include "kernels/cpu/rope_table.h"
 
@@ -242,12 +241,8 @@ Status Qwen3Model::attention_block(int il) {
         k.rms_norm(kh, l.attn_k_norm.f32(), kh, hd, hp_.rms_eps);
         if (hp_.n_rot > 0) k.rope_neox(kh, hp_.n_rot, cs);
       }
-      uint16_t* kr = cache.k + pos * kvd;
-      uint16_t* vr = cache.v + pos * kvd;
-      for (int64_t i = 0; i < kvd; ++i) {
-        kr[i] = fp32_to_fp16(s.k[size_t(t * kvd + i)]);
-        vr[i] = fp32_to_fp16(s.v[size_t(t * kvd + i)]);
-      }
+      k.quantize_row[dtype_slot(DType::F16)](s.k.data() + t * kvd, cache.k + pos * kvd, kvd);
+      k.quantize_row[dtype_slot(DType::F16)](s.v.data() + t * kvd, cache.v + pos * kvd, kvd);
     });
   }
   {
@@ -331,12 +326,14 @@ void Qwen3Model::group_by_expert(int64_t T) {
   s.expert_count.assign(size_t(E) + 1, 0);
   for (int64_t i = 0; i < n; ++i) s.expert_count[size_t(s.sel[size_t(i)]) + 1] += 1;
   for (int64_t e = 0; e < E; ++e) s.expert_count[size_t(e) + 1] += s.expert_count[size_t(e)];
+  // One token: every expert reads the same row, in place.
+  const bool gather_rows = T > 1;
   s.jobs.clear();
   for (int64_t e = 0; e < E; ++e) {
     const int32_t begin = s.expert_count[size_t(e)], end = s.expert_count[size_t(e) + 1];
     if (end > begin) {
-      s.jobs.push_back({int32_t(e), s.gathered.data() + int64_t(begin) * H, end - begin,
-                        s.expert_out.data() + int64_t(begin) * H});
+      const float* x = gather_rows ? s.gathered.data() + int64_t(begin) * H : s.xn.data();
+      s.jobs.push_back({int32_t(e), x, end - begin, s.expert_out.data() + int64_t(begin) * H});
     }
   }
   for (int64_t i = 0; i < n; ++i) {
@@ -349,7 +346,7 @@ void Qwen3Model::group_by_expert(int64_t T) {
   auto gather = [&](int64_t i) {
     std::copy_n(s.xn.data() + (s.order[size_t(i)] / K) * H, H, s.gathered.data() + i * H);
   };
-  for_each_index(n >= kParallelGatherRows ? options_.pool : nullptr, n, gather);
+  if (gather_rows) for_each_index(n >= kParallelGatherRows ? options_.pool : nullptr, n, gather);
 }
 
 Status Qwen3Model::moe_block(int il, int64_t T) {

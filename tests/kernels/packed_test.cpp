@@ -8,9 +8,11 @@
 //    for bit, and clear errors for shapes or levels it cannot take.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "core/thread_pool.h"
@@ -188,6 +190,40 @@ TEST(PackedMatmul, MatchesRowMajorAndIsThreadCountInvariant) {
         ASSERT_EQ(bits(p1[i]), bits(p2[i])) << "threads, element " << i;
       }
     }
+  }
+}
+
+// One token: the tiles shrink as the dispatch goes (guided over the bytes
+// left in the whole group), so products big enough for many tiles, at any
+// thread count, must still write every row exactly as one thread does; and a
+// group must equal its products run one by one.
+TEST(PackedMatmul, OneTokenGuidedTilesCoverEveryRowAtAnyThreadCount) {
+  if (cpu_kernels().packed_dot[dtype_slot(DType::Q4_K)] == nullptr) GTEST_SKIP() << "no packed kernels here";
+  const int64_t cols = 1024;
+  Weights q(DType::Q4_K, 1200, cols, 51), k(DType::Q6_K, 304, cols, 52), v(DType::Q4_K, 16, cols, 53);
+  const auto x = testing::random_normal(cols, 54);
+  std::vector<float> want_q(size_t(q.rows)), want_k(size_t(k.rows)), want_v(size_t(v.rows));
+  ASSERT_TRUE(matmul(packed_args(q, x, 1, want_q, true, nullptr)).is_ok());
+  ASSERT_TRUE(matmul(packed_args(k, x, 1, want_k, true, nullptr)).is_ok());
+  ASSERT_TRUE(matmul(packed_args(v, x, 1, want_v, true, nullptr)).is_ok());
+  for (int threads : {2, 3, 5, 16}) {
+    SCOPED_TRACE("threads " + std::to_string(threads));
+    ThreadPool pool(threads);
+    std::vector<float> got_q(want_q.size(), NAN), got_k(want_k.size(), NAN), got_v(want_v.size(), NAN);
+    ASSERT_TRUE(matmul(packed_args(q, x, 1, got_q, true, &pool)).is_ok());
+    for (size_t i = 0; i < got_q.size(); ++i)
+      ASSERT_EQ(bits(got_q[i]), bits(want_q[i])) << "alone, row " << i;
+    std::fill(got_q.begin(), got_q.end(), NAN);
+    const MatmulArgs group[] = {packed_args(q, x, 1, got_q, true, &pool),
+                                packed_args(k, x, 1, got_k, true, &pool),
+                                packed_args(v, x, 1, got_v, true, &pool)};
+    ASSERT_TRUE(matmul_group(group).is_ok());
+    for (size_t i = 0; i < got_q.size(); ++i)
+      ASSERT_EQ(bits(got_q[i]), bits(want_q[i])) << "group q, row " << i;
+    for (size_t i = 0; i < got_k.size(); ++i)
+      ASSERT_EQ(bits(got_k[i]), bits(want_k[i])) << "group k, row " << i;
+    for (size_t i = 0; i < got_v.size(); ++i)
+      ASSERT_EQ(bits(got_v[i]), bits(want_v[i])) << "group v, row " << i;
   }
 }
 

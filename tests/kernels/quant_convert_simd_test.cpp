@@ -17,7 +17,7 @@ namespace moeserve::cpu {
 namespace {
 
 constexpr SimdLevel kSimdLevels[] = {SimdLevel::kAvx2, SimdLevel::kAvx512};
-constexpr DType kActivationTypes[] = {DType::Q8_0, DType::Q8_K};
+constexpr DType kActivationTypes[] = {DType::Q8_0, DType::Q8_K, DType::F16};
 
 // Rows that stress the quantizers' edge cases, each a multiple of 256 long.
 std::vector<std::vector<float>> activation_rows() {
@@ -72,6 +72,51 @@ TEST_P(ActivationQuantizer, IdenticalBytesToReference) {
       EXPECT_EQ(first_diff, bytes) << dtype_name(t) << " row " << r << ": first differing byte "
                                    << first_diff;
     }
+  }
+}
+
+// f32 -> f16 (the KV cache) at lengths that are not a multiple of the vector
+// width, through rounding ties, overflow, subnormals and signed zeros. NaN
+// payloads may differ between the hardware conversion and the reference, so
+// a NaN is only checked to stay a NaN.
+TEST_P(ActivationQuantizer, F16EdgeValuesMatchReference) {
+  const CpuKernels* k = cpu_kernels_for(GetParam());
+  if (k == nullptr) GTEST_SKIP() << simd_level_name(GetParam()) << " not supported on this CPU";
+  const CpuKernels* ref = cpu_kernels_for(SimdLevel::kReference);
+  const float edges[] = {0.0f,
+                         -0.0f,
+                         1.0f + 1.0f / 2048,
+                         1.0f + 3.0f / 2048,
+                         65504.0f,
+                         65519.0f,
+                         65520.0f,
+                         -70000.0f,
+                         6.0e-8f,
+                         2.9e-8f,
+                         3.0e-8f,
+                         -1.0e-5f,
+                         6.1e-5f,
+                         1.0e-30f,
+                         INFINITY,
+                         -INFINITY};
+  std::mt19937 rng(3);
+  std::normal_distribution<float> g(0.0f, 100.0f);
+  for (int64_t n : {1, 7, 15, 16, 17, 23, 263}) {
+    std::vector<float> x(static_cast<size_t>(n));
+    for (size_t i = 0; i < x.size(); ++i) x[i] = i < std::size(edges) ? edges[i] : g(rng);
+    if (n == 263) x[200] = NAN;
+    std::vector<uint16_t> got(size_t(n) + 1, 0xCDCD), want(size_t(n) + 1, 0xCDCD);
+    k->quantize_row[dtype_slot(DType::F16)](x.data(), got.data(), n);
+    ref->quantize_row[dtype_slot(DType::F16)](x.data(), want.data(), n);
+    for (size_t i = 0; i < size_t(n); ++i) {
+      if (std::isnan(x[i])) {
+        EXPECT_EQ(got[i] & 0x7c00, 0x7c00) << "NaN stays NaN";
+        EXPECT_NE(got[i] & 0x03ff, 0) << "NaN stays NaN";
+        continue;
+      }
+      EXPECT_EQ(got[i], want[i]) << "n " << n << " index " << i << " value " << x[i];
+    }
+    EXPECT_EQ(got[size_t(n)], 0xCDCD) << "wrote past the end, n " << n;
   }
 }
 

@@ -120,17 +120,24 @@ TEST_P(ForwardTest, ChunkingAndDecodeMatchOneShot) {
   }
 }
 
-// (d) 1 vs 2 threads: bit-identical. Threads only split independent outputs
-// (matmul rows, attention heads/blocks, expert tiles), each computed by one
-// sequential reduction, and the MoE scatter-add runs in a fixed order.
+// (d) 1 vs 2 or 3 threads: bit-identical, in chunks and in decode (one
+// token at a time: other tile shapes, and the expert pieces run without
+// barriers). Threads only split independent outputs (matmul rows, attention
+// heads/blocks, expert tiles), each computed by one sequential reduction,
+// and the MoE scatter-add runs in a fixed order.
 TEST_P(ForwardTest, ThreadCountDoesNotChangeResults) {
   const TinyModel tm = model();
   const std::vector<int32_t> tokens = prompt(13, 3);
-  ThreadPool one(1), two(2);
-  const std::vector<float> a = Runner::make(tm, &one)->run(tokens, 4);
-  const std::vector<float> b = Runner::make(tm, &two)->run(tokens, 4);
-  ASSERT_EQ(a.size(), b.size());
-  for (size_t i = 0; i < a.size(); ++i) ASSERT_EQ(a[i], b[i]) << i;
+  ThreadPool one(1), two(2), three(3);
+  for (size_t chunk : {4u, 1u}) {
+    const std::vector<float> a = Runner::make(tm, &one)->run(tokens, chunk);
+    for (ThreadPool* pool : {&two, &three}) {
+      const std::vector<float> b = Runner::make(tm, pool)->run(tokens, chunk);
+      ASSERT_EQ(a.size(), b.size());
+      for (size_t i = 0; i < a.size(); ++i)
+        ASSERT_EQ(a[i], b[i]) << "chunk " << chunk << " threads " << pool->size() << " i " << i;
+    }
+  }
 }
 
 // (e) Continuous batching: several sequences in one forward (a decode row,

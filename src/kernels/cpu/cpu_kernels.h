@@ -35,7 +35,8 @@ using VecDotColsFn = void (*)(int64_t n, const void* w, const void* x, size_t x_
 using PackedDotFn = void (*)(int64_t n, const void* w, const void* x, size_t x_stride, int n_x, float* out,
                              int64_t out_stride);
 
-// f32 activations -> an activation type (Q8_0 or Q8_K). n multiple of block.
+// f32 activations -> an activation type (Q8_0 or Q8_K; F16 for the KV
+// cache). n multiple of block.
 using QuantizeRowFn = void (*)(const float* src, void* dst, int64_t n);
 
 // Attention of a block of queries over an f16 KV cache, one KV head group.
@@ -75,7 +76,7 @@ struct CpuKernels {
   // Packed row groups (indexed by weight type); null: no packed layout at
   // this level, weights stay row-major.
   PackedDotFn packed_dot[kDTypeSlots] = {};
-  QuantizeRowFn quantize_row[kDTypeSlots] = {};  // indexed by activation type (Q8_0, Q8_K)
+  QuantizeRowFn quantize_row[kDTypeSlots] = {};  // indexed by target type (Q8_0, Q8_K, F16)
   // Dequantize a weight row to f32 (indexed by weight type).
   void (*dequantize_row[kDTypeSlots])(const void* src, float* dst, int64_t n) = {};
 

@@ -14,7 +14,10 @@ namespace {
 // Weight bytes per tile: small enough to stay in L1/L2 while every token of
 // the call runs over it.
 constexpr size_t kTileBytes = 32 * 1024;
-constexpr size_t kMatvecTileBytes = 256 * 1024;
+// The shortest tile of a one-token product (see plan_streamed_tiles).
+constexpr size_t kMinMatvecTileBytes = 16 * 1024;
+// Products per matmul_group dispatch.
+constexpr size_t kMaxGroup = 8;
 // At least this many tiles per thread (when N allows), so a thread slowed by
 // another process does not hold up the call (tiles are handed out one by one).
 constexpr int64_t kTilesPerThread = 4;
@@ -82,23 +85,6 @@ void* activation_scratch(size_t bytes) {
   return buffer.data();
 }
 
-struct TilePlan {
-  int64_t rows_per_tile = 1;
-  int64_t n_tiles = 0;
-};
-
-// row_multiple: tiles start on multiples of it (packed groups).
-TilePlan plan_tiles(int64_t n_rows, size_t row_bytes, int n_threads, size_t tile_bytes, int64_t row_multiple) {
-  int64_t rows = std::max<int64_t>(1, int64_t(tile_bytes / std::max<size_t>(row_bytes, 1)));
-  const int64_t balanced = (n_rows + kTilesPerThread * n_threads - 1) / (kTilesPerThread * n_threads);
-  if (n_threads > 1) rows = std::min(rows, std::max<int64_t>(1, balanced));
-  rows = std::max(row_multiple, rows / row_multiple * row_multiple);
-  TilePlan p;
-  p.rows_per_tile = rows;
-  p.n_tiles = (n_rows + rows - 1) / rows;
-  return p;
-}
-
 }  // namespace
 
 size_t activation_row_bytes(DType w_type, int64_t n_cols) { return dtype_row_bytes(act_type(w_type), n_cols); }
@@ -145,7 +131,7 @@ struct Prepared {
   size_t xq_stride = 0;
   size_t w_stride = 0;
   int64_t y_stride = 0;
-  TilePlan plan;
+  const uint8_t* row_ptr(int64_t n) const { return static_cast<const uint8_t*>(a->w) + size_t(n) * w_stride; }
 };
 
 Result<Prepared> prepare(const MatmulArgs& a) {
@@ -179,41 +165,105 @@ Result<Prepared> prepare(const MatmulArgs& a) {
       p.xq = static_cast<const uint8_t*>(buf);
     }
   }
-  const int n_threads = a.pool != nullptr ? a.pool->size() : 1;
-  // One token: nothing to keep in cache, so longer runs of rows (fewer
-  // hand-offs, longer sequential streams for the prefetchers).
-  p.plan = plan_tiles(a.n_rows, p.w_stride, n_threads, a.n_tokens == 1 ? kMatvecTileBytes : kTileBytes,
-                      a.w_packed ? kPackRows : 1);
   return p;
 }
 
-// One tile: its rows stay cached while every token runs over them.
-void run_tile(const Prepared& p, int64_t tile) {
-  const MatmulArgs& a = *p.a;
-  const int64_t n0 = tile * p.plan.rows_per_tile;
-  const int64_t n1 = std::min(a.n_rows, n0 + p.plan.rows_per_tile);
-  const auto* w = static_cast<const uint8_t*>(a.w);
-  if (a.n_tokens == 1 && n1 < a.n_rows) {
-    // Tiles go out in order, so the next one starts soon (on either thread);
-    // the kernels prefetch ahead of themselves but not a stream's first bytes.
-    prefetch_stream_start(w + size_t(n1) * p.w_stride, size_t(p.plan.rows_per_tile) * p.w_stride);
+// Rows [row0, row1) of one product of a dispatch.
+struct RowTile {
+  int32_t product;
+  int64_t row0, row1;
+};
+
+int64_t round_up(int64_t n, int64_t to) { return (n + to - 1) / to * to; }
+
+// Several tokens: tiles of ~kTileBytes that stay cached while every token
+// runs over them, at least kTilesPerThread per thread when N allows.
+void plan_cached_tiles(std::span<const Prepared> ps, int n_threads, std::vector<RowTile>& tiles) {
+  for (size_t i = 0; i < ps.size(); ++i) {
+    const Prepared& p = ps[i];
+    const int64_t n_rows = p.a->n_rows, multiple = p.a->w_packed ? kPackRows : 1;
+    int64_t rows = std::max<int64_t>(1, int64_t(kTileBytes / std::max<size_t>(p.w_stride, 1)));
+    const int64_t balanced = (n_rows + kTilesPerThread * n_threads - 1) / (kTilesPerThread * n_threads);
+    if (n_threads > 1) rows = std::min(rows, std::max<int64_t>(1, balanced));
+    rows = std::max(multiple, rows / multiple * multiple);
+    for (int64_t r = 0; r < n_rows; r += rows) tiles.push_back({int32_t(i), r, std::min(n_rows, r + rows)});
   }
+}
+
+// One token: the weights stream once from DRAM and every tile start is a
+// stream start, so the tiles are guided: each takes a 1/(2 x threads) share
+// of the bytes left in the whole dispatch (at least kMinMatvecTileBytes).
+// The threads start on long streams and end on short tiles, together.
+void plan_streamed_tiles(std::span<const Prepared> ps, int n_threads, std::vector<RowTile>& tiles) {
+  size_t left = 0;
+  for (const Prepared& p : ps) left += size_t(p.a->n_rows) * p.w_stride;
+  for (size_t i = 0; i < ps.size(); ++i) {
+    const Prepared& p = ps[i];
+    const int64_t n_rows = p.a->n_rows, multiple = p.a->w_packed ? kPackRows : 1;
+    const size_t stride = std::max<size_t>(p.w_stride, 1);
+    const int64_t min_rows = round_up(std::max<int64_t>(1, int64_t(kMinMatvecTileBytes / stride)), multiple);
+    for (int64_t r = 0; r < n_rows;) {
+      const size_t share = n_threads > 1 ? left / (2 * size_t(n_threads)) : left;
+      int64_t rows = std::max(min_rows, round_up(int64_t((share + stride - 1) / stride), multiple));
+      if (n_rows - r - rows < min_rows) rows = n_rows - r;  // no sliver at the end of a product
+      tiles.push_back({int32_t(i), r, r + rows});
+      r += rows;
+      left -= size_t(rows) * p.w_stride;
+    }
+  }
+}
+
+// Rows [n0, n1) of one product: each row (group of packed rows) against
+// every token while it is in cache.
+void run_rows(const Prepared& p, int64_t n0, int64_t n1) {
+  const MatmulArgs& a = *p.a;
   if (a.w_packed) {
     for (int64_t n = n0; n < n1; n += kPackRows) {
-      packed_dot_columns(*p.k, a.w_type, a.n_cols, w + size_t(n) * p.w_stride, p.xq, p.xq_stride, a.n_tokens, a.y + n,
+      packed_dot_columns(*p.k, a.w_type, a.n_cols, p.row_ptr(n), p.xq, p.xq_stride, a.n_tokens, a.y + n,
                          p.y_stride);
     }
     return;
   }
   if (a.n_tokens == 1) {
     const VecDotFn dot = p.k->vec_dot[dtype_slot(a.w_type)];
-    for (int64_t n = n0; n < n1; ++n) a.y[n] = dot(a.n_cols, w + size_t(n) * p.w_stride, p.xq);
+    for (int64_t n = n0; n < n1; ++n) a.y[n] = dot(a.n_cols, p.row_ptr(n), p.xq);
     return;
   }
   // Each row against every token, kMaxDotColumns tokens per decode of the row.
   for (int64_t n = n0; n < n1; ++n) {
-    vec_dot_columns(*p.k, a.w_type, a.n_cols, w + size_t(n) * p.w_stride, p.xq, p.xq_stride, a.n_tokens, a.y + n,
+    vec_dot_columns(*p.k, a.w_type, a.n_cols, p.row_ptr(n), p.xq, p.xq_stride, a.n_tokens, a.y + n,
                     p.y_stride);
+  }
+}
+
+// Every product's tiles in one dispatch.
+void run_products(std::span<const Prepared> ps) {
+  const MatmulArgs& first = *ps.front().a;
+  ThreadPool* pool = first.pool;
+  const int n_threads = pool != nullptr ? pool->size() : 1;
+  const bool streamed = first.n_tokens == 1;
+  std::vector<RowTile> tiles;
+  if (streamed) {
+    plan_streamed_tiles(ps, n_threads, tiles);
+  } else {
+    plan_cached_tiles(ps, n_threads, tiles);
+  }
+  const int64_t n_tiles = int64_t(tiles.size());
+  auto run_tile = [&](int64_t t, int) {
+    if (streamed && t + 1 < n_tiles) {
+      // Tiles go out in order, so the next one starts soon (on either thread);
+      // the kernels prefetch ahead of themselves but not a stream's first bytes.
+      const RowTile& next = tiles[size_t(t + 1)];
+      const Prepared& np = ps[size_t(next.product)];
+      prefetch_stream_start(np.row_ptr(next.row0), size_t(next.row1 - next.row0) * np.w_stride);
+    }
+    const RowTile& tile = tiles[size_t(t)];
+    run_rows(ps[size_t(tile.product)], tile.row0, tile.row1);
+  };
+  if (n_threads > 1 && n_tiles > 1) {
+    pool->run(n_tiles, run_tile);
+  } else {
+    for (int64_t t = 0; t < n_tiles; ++t) run_tile(t, 0);
   }
 }
 
@@ -222,12 +272,7 @@ void run_tile(const Prepared& p, int64_t tile) {
 Status matmul(const MatmulArgs& a) {
   if (a.n_rows == 0 || a.n_tokens == 0) return check_args(a, a.kernels != nullptr ? *a.kernels : cpu_kernels());
   MOESERVE_ASSIGN_OR_RETURN(const Prepared p, prepare(a));
-  const int n_threads = a.pool != nullptr ? a.pool->size() : 1;
-  if (n_threads > 1 && p.plan.n_tiles > 1) {
-    a.pool->run(p.plan.n_tiles, [&](int64_t tile, int) { run_tile(p, tile); });
-  } else {
-    for (int64_t tile = 0; tile < p.plan.n_tiles; ++tile) run_tile(p, tile);
-  }
+  run_products(std::span<const Prepared>(&p, 1));
   return Status::ok();
 }
 
@@ -240,35 +285,20 @@ Status matmul_group(std::span<const MatmulArgs> group) {
              a.n_cols == first.n_cols && a.pool == first.pool && a.kernels == first.kernels &&
              act_type(a.w_type) == act_type(first.w_type) && a.x_quant == nullptr && a.n_rows > 0;
   }
-  if (!shared || group.size() > 8) {
+  if (!shared || group.size() > kMaxGroup) {
     for (const MatmulArgs& a : group) MOESERVE_RETURN_IF_ERROR(matmul(a));
     return Status::ok();
   }
   // The activations are converted once (by the first product) and every
   // product's tiles go out in one dispatch.
-  Prepared ps[8];
-  MatmulArgs rest[8];
-  int64_t tile_end[8];
-  int64_t tiles = 0;
+  Prepared ps[kMaxGroup];
+  MatmulArgs rest[kMaxGroup];
   for (size_t i = 0; i < group.size(); ++i) {
     rest[i] = group[i];
-    if (i > 0) {
-      rest[i].x_quant = ps[0].xq;
-    }
+    if (i > 0) rest[i].x_quant = ps[0].xq;
     MOESERVE_ASSIGN_OR_RETURN(ps[i], prepare(rest[i]));
-    tiles += ps[i].plan.n_tiles;
-    tile_end[i] = tiles;
   }
-  auto run_any = [&](int64_t t, int) {
-    size_t i = 0;
-    while (t >= tile_end[i]) ++i;
-    run_tile(ps[i], t - (i == 0 ? 0 : tile_end[i - 1]));
-  };
-  if (first.pool != nullptr && first.pool->size() > 1 && tiles > 1) {
-    first.pool->run(tiles, run_any);
-  } else {
-    for (int64_t t = 0; t < tiles; ++t) run_any(t, 0);
-  }
+  run_products(std::span<const Prepared>(ps, group.size()));
   return Status::ok();
 }
 

@@ -224,6 +224,18 @@ void dequantize_f16(const void* src, float* dst, int64_t n) {
   for (; i < n; ++i) dst[i] = half_to_float(h[i]);
 }
 
+// f32 -> f16 rounding to nearest even (F16C), as fp32_to_fp16.
+void quantize_f16(const float* src, void* dst, int64_t n) {
+  auto* h = static_cast<uint16_t*>(dst);
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m128i v =
+        _mm256_cvtps_ph(_mm256_loadu_ps(src + i), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(h + i), v);
+  }
+  for (; i < n; ++i) h[i] = fp32_to_fp16(src[i]);
+}
+
 void dequantize_bf16(const void* src, float* dst, int64_t n) {
   const auto* h = static_cast<const uint16_t*>(src);
   int64_t i = 0;
@@ -253,6 +265,7 @@ void register_quant_avx2(CpuKernels& k) {
   k.vec_dot[dtype_slot(DType::Q4_0)] = q8_0_act_dot<BlockQ4_0, load_q4_0>;
   k.quantize_row[dtype_slot(DType::Q8_0)] = quantize_q8_0;
   k.quantize_row[dtype_slot(DType::Q8_K)] = quantize_q8_k;
+  k.quantize_row[dtype_slot(DType::F16)] = quantize_f16;
   k.dequantize_row[dtype_slot(DType::F16)] = dequantize_f16;
   k.dequantize_row[dtype_slot(DType::BF16)] = dequantize_bf16;
   k.dequantize_row[dtype_slot(DType::Q8_0)] = dequantize_q8_0;

@@ -181,6 +181,18 @@ void dequantize_f16(const void* src, float* dst, int64_t n) {
   }
 }
 
+// f32 -> f16 rounding to nearest even, as fp32_to_fp16.
+void quantize_f16(const float* src, void* dst, int64_t n) {
+  auto* h = static_cast<uint16_t*>(dst);
+  for (int64_t i = 0; i < n; i += 16) {
+    const int64_t left = n - i;
+    const __mmask16 m = left >= 16 ? __mmask16(0xffff) : __mmask16((1u << left) - 1);
+    const __m256i v =
+        _mm512_cvtps_ph(_mm512_maskz_loadu_ps(m, src + i), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    _mm256_mask_storeu_epi16(h + i, m, v);
+  }
+}
+
 void dequantize_bf16(const void* src, float* dst, int64_t n) {
   const auto* h = static_cast<const uint16_t*>(src);
   for (int64_t i = 0; i < n; i += 16) {
@@ -200,6 +212,7 @@ void register_quant_avx512(CpuKernels& k) {
   k.vec_dot[dtype_slot(DType::Q4_0)] = q8_0_act_dot<BlockQ4_0, q4_0_block_dot>;
   k.quantize_row[dtype_slot(DType::Q8_0)] = quantize_q8_0;
   k.quantize_row[dtype_slot(DType::Q8_K)] = quantize_q8_k;
+  k.quantize_row[dtype_slot(DType::F16)] = quantize_f16;
   k.dequantize_row[dtype_slot(DType::F16)] = dequantize_f16;
   k.dequantize_row[dtype_slot(DType::BF16)] = dequantize_bf16;
   register_quant_kquants_avx512(k);

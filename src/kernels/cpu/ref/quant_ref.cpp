@@ -151,6 +151,7 @@ void register_quant_reference(CpuKernels& k) {
   // The tensor layer's reference conversions are the ground truth.
   k.quantize_row[dtype_slot(DType::Q8_0)] = quantize_row_fn(DType::Q8_0);
   k.quantize_row[dtype_slot(DType::Q8_K)] = quantize_row_fn(DType::Q8_K);
+  k.quantize_row[dtype_slot(DType::F16)] = quantize_row_fn(DType::F16);
   for (DType t : kAllDTypes) k.dequantize_row[dtype_slot(t)] = dequantize_row_fn(t);
 }
 
