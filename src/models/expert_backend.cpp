@@ -183,93 +183,97 @@ bool CpuExpertBackend::share_x(const ExpertBatch& b) {
   return dtype_traits(b.gate->type).vec_dot_type == dtype_traits(b.up->type).vec_dot_type;
 }
 
-Status CpuExpertBackend::compute(const ExpertBatch& b) {
-  const cpu::CpuKernels& k = kernels_ != nullptr ? *kernels_ : cpu::cpu_kernels();
-  MOESERVE_RETURN_IF_ERROR(check_batch(k, b));
-  plan(b);
-  const int64_t H = b.n_embd, F = b.n_ff;
-  const int64_t total = token_offset_.back();
-  const size_t gate_ab = cpu::activation_row_bytes(b.gate->type, H),
-               up_ab = cpu::activation_row_bytes(b.up->type, H);
-  const size_t down_ab = cpu::activation_row_bytes(b.down->type, F);
-  const uint8_t* xq_up = share_x(b) ? xq_gate_.data() : xq_up_.data();
+// One compute() call: the batch, its kernels and scratch layout, and the
+// pieces the threads run. Gate/up and down pieces form one sequence (every
+// gate/up tile, then every down tile): a thread out of gate/up tiles goes
+// straight on to down tiles of jobs finished earlier, so no thread waits for
+// the slowest one between the two, and the next piece's stream starts ahead
+// across the switch as within each kind.
+struct CpuExpertBackend::Pass {
+  Pass(CpuExpertBackend& backend, const ExpertBatch& batch, const cpu::CpuKernels& kernels)
+      : be(backend),
+        b(batch),
+        k(kernels),
+        H(batch.n_embd),
+        F(batch.n_ff),
+        gate_ab(cpu::activation_row_bytes(batch.gate->type, H)),
+        up_ab(cpu::activation_row_bytes(batch.up->type, H)),
+        down_ab(cpu::activation_row_bytes(batch.down->type, F)),
+        xq_up(share_x(batch) ? backend.xq_gate_.data() : backend.xq_up_.data()),
+        n_up(int64_t(backend.up_tiles_.size())),
+        n_pieces(n_up + int64_t(backend.down_tiles_.size())) {}
 
-  // Flat row index -> (job, token) for the conversion steps.
-  auto job_of = [&](int64_t row) {
-    return size_t(std::upper_bound(token_offset_.begin(), token_offset_.end(), row) - token_offset_.begin() - 1);
-  };
-  auto convert_input = [&](int64_t r) {
-    const size_t j = job_of(r);
-    const float* x = b.jobs[j].x + (r - token_offset_[j]) * H;
-    convert_row(k, b.gate->type, x, xq_gate_.data() + size_t(r) * gate_ab, H);
-    if (!share_x(b)) convert_row(k, b.up->type, x, xq_up_.data() + size_t(r) * up_ab, H);
-    progress_[j].rows_converted.fetch_add(1, std::memory_order_release);
-  };
+  // Input row r (flat over the jobs) converted for gate and up.
+  void convert_input(int64_t r) const {
+    const size_t j = size_t(std::upper_bound(be.token_offset_.begin(), be.token_offset_.end(), r) -
+                            be.token_offset_.begin() - 1);
+    const float* x = b.jobs[j].x + (r - be.token_offset_[j]) * H;
+    convert_row(k, b.gate->type, x, be.xq_gate_.data() + size_t(r) * gate_ab, H);
+    if (!share_x(b)) convert_row(k, b.up->type, x, be.xq_up_.data() + size_t(r) * up_ab, H);
+    be.progress_[j].rows_converted.fetch_add(1, std::memory_order_release);
+  }
+
   // The SwiGLU of a job's rows and their conversion for down, by the thread
   // that computed the job's last gate/up rows.
-  auto finish_hidden = [&](int32_t j) {
-    const int64_t off = token_offset_[size_t(j)];
+  void finish_hidden(int32_t j) const {
+    const int64_t off = be.token_offset_[size_t(j)];
     for (int64_t r = off; r < off + b.jobs[size_t(j)].n_tokens; ++r) {
-      float* g = g_.data() + r * F;
-      k.swiglu(g, u_.data() + r * F, g, F);
-      convert_row(k, b.down->type, g, hq_.data() + size_t(r) * down_ab, F);
+      float* g = be.g_.data() + r * F;
+      k.swiglu(g, be.u_.data() + r * F, g, F);
+      convert_row(k, b.down->type, g, be.hq_.data() + size_t(r) * down_ab, F);
     }
-    progress_[size_t(j)].hidden_ready.store(1, std::memory_order_release);
-  };
-  auto gate_up_tile = [&](const Tile& t) {
+    be.progress_[size_t(j)].hidden_ready.store(1, std::memory_order_release);
+  }
+
+  void gate_up_tile(const Tile& t) const {
     const ExpertJob& job = b.jobs[size_t(t.job)];
-    JobProgress& progress = progress_[size_t(t.job)];
+    JobProgress& progress = be.progress_[size_t(t.job)];
     spin_until([&] { return progress.rows_converted.load(std::memory_order_acquire) == job.n_tokens; });
-    const int64_t off = token_offset_[size_t(t.job)];
-    dot_rows(k, {.w = b.gate,
-                 .matrix = b.gate->matrix(job.expert),
-                 .n = H,
-                 .row0 = t.row0,
-                 .row1 = t.row1,
-                 .x = xq_gate_.data() + size_t(off) * gate_ab,
-                 .x_stride = gate_ab,
-                 .n_x = job.n_tokens,
-                 .out = g_.data() + off * F,
-                 .out_stride = F});
-    dot_rows(k, {.w = b.up,
-                 .matrix = b.up->matrix(job.expert),
-                 .n = H,
-                 .row0 = t.row0,
-                 .row1 = t.row1,
-                 .x = xq_up + size_t(off) * up_ab,
-                 .x_stride = up_ab,
-                 .n_x = job.n_tokens,
-                 .out = u_.data() + off * F,
-                 .out_stride = F});
+    const int64_t off = be.token_offset_[size_t(t.job)];
+    RowsArgs gate{.w = b.gate, .matrix = b.gate->matrix(job.expert), .n = H, .row0 = t.row0, .row1 = t.row1};
+    gate.x = be.xq_gate_.data() + size_t(off) * gate_ab;
+    gate.x_stride = gate_ab;
+    gate.n_x = job.n_tokens;
+    gate.out = be.g_.data() + off * F;
+    gate.out_stride = F;
+    dot_rows(k, gate);
+    RowsArgs up = gate;
+    up.w = b.up;
+    up.matrix = b.up->matrix(job.expert);
+    up.x = xq_up + size_t(off) * up_ab;
+    up.x_stride = up_ab;
+    up.out = be.u_.data() + off * F;
+    dot_rows(k, up);
     // acq_rel: the RMWs on up_rows_done form one release sequence, so the
     // thread that completes the job sees every other tile's g/u rows.
     const int32_t rows = t.row1 - t.row0;
     if (progress.up_rows_done.fetch_add(rows, std::memory_order_acq_rel) + rows == F) finish_hidden(t.job);
-  };
-  auto down_tile = [&](const Tile& t) {
+  }
+
+  void down_tile(const Tile& t) const {
     const ExpertJob& job = b.jobs[size_t(t.job)];
-    const JobProgress& progress = progress_[size_t(t.job)];
+    const JobProgress& progress = be.progress_[size_t(t.job)];
     spin_until([&] { return progress.hidden_ready.load(std::memory_order_acquire) != 0; });
-    const int64_t off = token_offset_[size_t(t.job)];
-    dot_rows(k, {.w = b.down,
-                 .matrix = b.down->matrix(job.expert),
-                 .n = F,
-                 .row0 = t.row0,
-                 .row1 = t.row1,
-                 .x = hq_.data() + size_t(off) * down_ab,
-                 .x_stride = down_ab,
-                 .n_x = job.n_tokens,
-                 .out = job.y,
-                 .out_stride = H});
-  };
-  // One sequence of pieces: every gate/up tile, then every down tile. A
-  // thread runs out of gate/up tiles and goes straight on to down tiles of
-  // jobs finished earlier, so no thread waits for the slowest one between
-  // the two (no barrier), and the next piece's stream starts ahead across
-  // the switch as within each kind.
-  const int64_t n_up = int64_t(up_tiles_.size()), n_pieces = n_up + int64_t(down_tiles_.size());
-  auto prefetch_piece = [&](int64_t i) {
-    const Tile& t = i < n_up ? up_tiles_[size_t(i)] : down_tiles_[size_t(i - n_up)];
+    const int64_t off = be.token_offset_[size_t(t.job)];
+    RowsArgs down{.w = b.down, .matrix = b.down->matrix(job.expert), .n = F, .row0 = t.row0, .row1 = t.row1};
+    down.x = be.hq_.data() + size_t(off) * down_ab;
+    down.x_stride = down_ab;
+    down.n_x = job.n_tokens;
+    down.out = job.y;
+    down.out_stride = H;
+    dot_rows(k, down);
+  }
+
+  void run_piece(int64_t i) const {
+    if (i < n_up) {
+      gate_up_tile(be.up_tiles_[size_t(i)]);
+    } else {
+      down_tile(be.down_tiles_[size_t(i - n_up)]);
+    }
+  }
+
+  void prefetch_piece(int64_t i) const {
+    const Tile& t = i < n_up ? be.up_tiles_[size_t(i)] : be.down_tiles_[size_t(i - n_up)];
     const int32_t expert = b.jobs[size_t(t.job)].expert;
     if (i < n_up) {
       prefetch_rows(*b.gate, expert, t.row0, t.row1);
@@ -277,20 +281,31 @@ Status CpuExpertBackend::compute(const ExpertBatch& b) {
     } else {
       prefetch_rows(*b.down, expert, t.row0, t.row1);
     }
-  };
+  }
+
+  CpuExpertBackend& be;
+  const ExpertBatch& b;
+  const cpu::CpuKernels& k;
+  const int64_t H, F;
+  const size_t gate_ab, up_ab, down_ab;
+  const uint8_t* xq_up;
+  const int64_t n_up, n_pieces;
+};
+
+Status CpuExpertBackend::compute(const ExpertBatch& b) {
+  const cpu::CpuKernels& k = kernels_ != nullptr ? *kernels_ : cpu::cpu_kernels();
+  MOESERVE_RETURN_IF_ERROR(check_batch(k, b));
+  plan(b);
+  const Pass pass(*this, b, k);
+  const int64_t total_rows = token_offset_.back();
   Counter convert_in, pieces;
   auto body = [&](int thread) {
     // A thread's first piece is most likely piece `thread`: its stream starts
     // while the inputs are converted.
-    if (thread < n_pieces) prefetch_piece(thread);
-    convert_in.drain(total, convert_input);
-    pieces.drain_prefetching(n_pieces, prefetch_piece, [&](int64_t i) {
-      if (i < n_up) {
-        gate_up_tile(up_tiles_[size_t(i)]);
-      } else {
-        down_tile(down_tiles_[size_t(i - n_up)]);
-      }
-    });
+    if (thread < pass.n_pieces) pass.prefetch_piece(thread);
+    convert_in.drain(total_rows, [&](int64_t r) { pass.convert_input(r); });
+    pieces.drain_prefetching(
+        pass.n_pieces, [&](int64_t i) { pass.prefetch_piece(i); }, [&](int64_t i) { pass.run_piece(i); });
   };
   if (pool_ != nullptr) {
     pool_->run_on_all(body);

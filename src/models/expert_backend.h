@@ -70,6 +70,7 @@ class CpuExpertBackend : public ExpertBackend {
     std::atomic<int32_t> up_rows_done{0};    // of n_ff gate/up rows
     std::atomic<int32_t> hidden_ready{0};    // 1: the down input is ready
   };
+  struct Pass;                      // one compute() call's pieces (expert_backend.cpp)
   void plan(const ExpertBatch& b);  // tiles, scratch sizes, progress reset
   void split_last_tiles(const WeightView& down, int n_threads);
   static bool share_x(const ExpertBatch& b);  // gate and up read one converted input
