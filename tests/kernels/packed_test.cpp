@@ -1,5 +1,5 @@
 // The packed (16-row interleaved) K-quant layout and its kernels:
-//  - pack_rows / unpack_rows are exact inverses (pure byte moves);
+//  - pack_rows / unpack_rows are exact inverses (every bit kept);
 //  - the scalar reference packed dot agrees with the row-major reference
 //    vec_dot within float rounding (same integer sums, other float order);
 //  - every SIMD packed kernel equals the scalar reference BIT FOR BIT, for
@@ -61,7 +61,7 @@ uint32_t bits(float f) {
 TEST(PackedLayout, PackThenUnpackRestoresEveryByte) {
   for (DType type : kPackedTypes) {
     SCOPED_TRACE(std::string(dtype_name(type)));
-    // Arbitrary bytes, not just valid blocks: the layout only moves bytes.
+    // Arbitrary bytes, not just valid blocks: the layout keeps every bit.
     const int64_t rows = 48, cols = 768;
     std::vector<uint8_t> src(dtype_row_bytes(type, cols) * size_t(rows));
     std::mt19937 rng(5);

@@ -18,11 +18,17 @@
 //     dwords (plane p, lane r = bytes 4p..4p+3 of row r's 12 scale bytes) |
 //     qs as 32 planes of 16 dwords (plane 8c + i, lane r = row r's
 //     qs[32c + 4i .. 32c + 4i + 3]).
-//   Q6_K (3360 bytes):  per half h = 0, 1 and quad i = 0..7, three planes of
-//     16 dwords: ql[64h + 4i ..], ql[64h + 32 + 4i ..], qh[32h + 4i ..] |
-//     scales as 4 planes of 16 dwords (scales[4p .. 4p + 3]) | d[16] f16.
+//   Q6_K (3360 bytes):  per half h = 0, 1 and quad i = 0..7, three planes
+//     P0..P2 of 16 dwords: byte k of lane r of Pt holds, in bits 0..5, the
+//     6-bit code of row r's element 128h + 32t + 4i + k, and in bits 6..7
+//     bits 2t..2t+1 of the code of element 128h + 96 + 4i + k |
+//     scales as 16 rows of 16 bytes (byte r of row s = lane r's scales[s]) |
+//     d[16] f16.
 //
-// A plane is 64 bytes: one aligned-size load per register.
+// A plane is 64 bytes: one aligned-size load per register. Q4_K is a pure
+// byte rearrangement; Q6_K regroups the bits of its codes (the 6-bit codes
+// whole in one byte take 3 AVX-512 ops fewer per 4 code vectors than the
+// nibble + 2-bit split). Either way every bit is kept.
 #pragma once
 
 #include <cstddef>
@@ -41,8 +47,8 @@ bool has_packed_layout(DType type);
 
 // Rearranges n_rows rows (a multiple of kPackRows) of n_cols elements from
 // row-major `src` (rows src_row_stride bytes apart) into `dst` (packed, rows
-// dtype_row_bytes(type, n_cols) apart). Pure byte moves: unpack_rows()
-// restores the original exactly. type must have a packed layout.
+// dtype_row_bytes(type, n_cols) apart). Every bit is kept: unpack_rows()
+// restores the original exactly, whatever the bytes. type must have a packed layout.
 void pack_rows(DType type, const void* src, size_t src_row_stride, void* dst, int64_t n_rows, int64_t n_cols);
 void unpack_rows(DType type, const void* src, void* dst, int64_t n_rows, int64_t n_cols);
 

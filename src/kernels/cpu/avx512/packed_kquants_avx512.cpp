@@ -54,7 +54,6 @@ constexpr ByteSelect make_byte_select(int to) {
   return s;
 }
 constexpr ByteSelect kToLowByte = make_byte_select(0);
-constexpr ByteSelect kToTopByte = make_byte_select(3);
 inline __m512i byte_select(const ByteSelect& s, int k) { return _mm512_load_si512(s.control[k]); }
 
 // ---- Q4_K ---------------------------------------------------------------------
@@ -136,53 +135,50 @@ void q4_k_packed(int64_t n, const void* wv, const void* xv, size_t x_stride, flo
 }
 
 // ---- Q6_K ---------------------------------------------------------------------
-// Per half h and quad i: codes of elements 128h + 32t + 4i .. +3 for t = 0..3
-// (sub-block 8h + 2t + i/4), from the ql planes a (t = 0, 2: low, high
-// nibble), b (t = 1, 3) and the qh plane (bits 2t, 2t + 1).
+// Per half h and quad i three code planes P0..P2 hold, in bits 0..5, the codes
+// of elements 128h + 32t + 4i .. +3 for t = 0, 1, 2 (sub-block 8h + 2t + i/4),
+// and in bits 6..7 two bits each of the t = 3 code (packed_layout.h): three
+// masks give codes 0..2 and five shifts/selects code 3 (9 ops for 4 code
+// vectors; the nibble + 2-bit layout took 13). Each sub-block's -32 offset
+// is the partial sum's starting value, and the scales are one sign-extending
+// load per sub-block.
 template <int NC>
 void q6_k_packed(int64_t n, const void* wv, const void* xv, size_t x_stride, float* out, int64_t out_stride) {
   const auto* w = static_cast<const uint8_t*>(wv);
   const BlockQ8_K* x[NC];
   activation_rows(xv, x_stride, x);
-  const __m512i low4 = _mm512_set1_epi8(0x0F), m30 = _mm512_set1_epi8(0x30);
-  constexpr int kSelectLowOrB = 0xEC;  // (A & C) | B, C = low4
+  const __m512i m3f = _mm512_set1_epi8(0x3F), m03 = _mm512_set1_epi8(0x03), m0f = _mm512_set1_epi8(0x0F);
+  constexpr int kSelect = 0xCA;  // A ? B : C, bit by bit
   __m512 acc[NC];
   for (int c = 0; c < NC; ++c) acc[c] = _mm512_setzero_ps();
   for (int64_t b = 0; b < n / kQK_K; ++b) {
     const uint8_t* g = w + size_t(b) * kQ6Group;
     // The 48 code planes next to their loads; the scale planes and d here.
     for (size_t line = 48; line < 53; ++line) prefetch_line_ahead(g + 64 * line);
-    const uint8_t* sp = g + 48 * kPlane;
+    const uint8_t* scales = g + 48 * kPlane;
     const __m512 d = _mm512_cvtph_ps(load256(g + 52 * kPlane));
-    alignas(64) int32_t offset[NC][16];  // 32 * (sum of the sub-block's 16 activations)
     __m512i isum[NC], part[NC][4];
-    for (int c = 0; c < NC; ++c) {
-      const __m512i bs = _mm512_cvtepi16_epi32(load256(x[c][b].bsums));
-      _mm512_storeu_si512(offset[c], _mm512_slli_epi32(bs, 5));
-      isum[c] = _mm512_setzero_si512();
-    }
+    for (int c = 0; c < NC; ++c) isum[c] = _mm512_setzero_si512();
 #pragma GCC unroll 2
     for (int h = 0; h < 2; ++h) {
 #pragma GCC unroll 2
       for (int q = 0; q < 2; ++q) {
         for (int c = 0; c < NC; ++c) {
-          for (int t = 0; t < 4; ++t) part[c][t] = _mm512_setzero_si512();
+          for (int t = 0; t < 4; ++t)
+            part[c][t] = _mm512_set1_epi32(-32 * int32_t(x[c][b].bsums[8 * h + 2 * t + q]));
         }
 #pragma GCC unroll 4
         for (int i = 4 * q; i < 4 * q + 4; ++i) {
           const uint8_t* p = g + 3 * kPlane * size_t(8 * h + i);
-          const __m512i qa = load512(p), qb = load512(p + kPlane), qh = load512(p + 2 * kPlane);
+          const __m512i p0 = load512(p), p1 = load512(p + kPlane), p2 = load512(p + 2 * kPlane);
           prefetch_line_ahead(p), prefetch_line_ahead(p + kPlane), prefetch_line_ahead(p + 2 * kPlane);
-          const __m512i codes[4] = {
-              _mm512_ternarylogic_epi32(qa, _mm512_and_si512(_mm512_slli_epi32(qh, 4), m30), low4,
-                                        kSelectLowOrB),
-              _mm512_ternarylogic_epi32(qb, _mm512_and_si512(_mm512_slli_epi32(qh, 2), m30), low4,
-                                        kSelectLowOrB),
-              _mm512_ternarylogic_epi32(_mm512_srli_epi32(qa, 4), _mm512_and_si512(qh, m30), low4,
-                                        kSelectLowOrB),
-              _mm512_ternarylogic_epi32(_mm512_srli_epi32(qb, 4),
-                                        _mm512_and_si512(_mm512_srli_epi32(qh, 2), m30), low4,
-                                        kSelectLowOrB)};
+          // Code 3: bits 6..7 of P0, P1, P2 to bits 0..1, 2..3, 4..5.
+          const __m512i c3_low =
+              _mm512_ternarylogic_epi32(m03, _mm512_srli_epi32(p0, 6), _mm512_srli_epi32(p1, 4), kSelect);
+          const __m512i c3 = _mm512_and_si512(
+              _mm512_ternarylogic_epi32(m0f, c3_low, _mm512_srli_epi32(p2, 2), kSelect), m3f);
+          const __m512i codes[4] = {_mm512_and_si512(p0, m3f), _mm512_and_si512(p1, m3f),
+                                    _mm512_and_si512(p2, m3f), c3};
           for (int c = 0; c < NC; ++c) {
             const int8_t* xq = x[c][b].qs + 128 * h + 4 * i;
 #pragma GCC unroll 4
@@ -193,12 +189,10 @@ void q6_k_packed(int64_t n, const void* wv, const void* xv, size_t x_stride, flo
 #pragma GCC unroll 4
         for (int t = 0; t < 4; ++t) {
           const int s = 8 * h + 2 * t + q;
-          const __m512i sc = _mm512_srai_epi32(
-              _mm512_shuffle_epi8(load512(sp + kPlane * size_t(s / 4)), byte_select(kToTopByte, s % 4)), 24);
-          for (int c = 0; c < NC; ++c) {
-            const __m512i v = _mm512_sub_epi32(part[c][t], _mm512_set1_epi32(offset[c][s]));
-            isum[c] = _mm512_add_epi32(isum[c], _mm512_mullo_epi32(v, sc));
-          }
+          const __m512i sc =
+              _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(scales + 16 * s)));
+          for (int c = 0; c < NC; ++c)
+            isum[c] = _mm512_add_epi32(isum[c], _mm512_mullo_epi32(part[c][t], sc));
         }
       }
     }

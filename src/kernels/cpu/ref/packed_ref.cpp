@@ -62,12 +62,15 @@ float q6_k_lane(int64_t n, const uint8_t* w, int lane, const BlockQ8_K* x) {
       for (int l = 0; l < 16; ++l) {
         const int i = 4 * q + l / 4, k = l % 4;
         const uint8_t* p = g + 3 * kPlane * size_t(8 * h + i);
-        const uint8_t ql = plane_byte(t % 2 == 0 ? p : p + kPlane, lane, k);
-        const uint8_t qh = plane_byte(p + 2 * kPlane, lane, k);
-        const int code = ((t < 2 ? ql : ql >> 4) & 15) | (((qh >> (2 * t)) & 3) << 4);
+        int code = 0;
+        if (t < 3) {
+          code = plane_byte(p + kPlane * size_t(t), lane, k) & 63;
+        } else {
+          for (int u = 0; u < 3; ++u) code |= (plane_byte(p + kPlane * size_t(u), lane, k) >> 6) << (2 * u);
+        }
         dot += code * x[b].qs[128 * h + 32 * t + 4 * i + k];
       }
-      const int8_t sc = int8_t(plane_byte(g + 48 * kPlane + kPlane * size_t(s / 4), lane, s % 4));
+      const int8_t sc = int8_t(g[48 * kPlane + 16 * size_t(s) + size_t(lane)]);
       isum += int32_t(sc) * (dot - 32 * x[b].bsums[s]);
     }
     const float dx = f16_at(g + 52 * kPlane, lane) * x[b].d;
