@@ -70,6 +70,7 @@ uint32_t wait_for_change(std::atomic<uint32_t>& word, uint32_t old, std::atomic<
 ThreadPool::ThreadPool(int n_threads) {
   if (n_threads <= 0) n_threads = std::max(1, cpu_features().physical_cores);
   n_threads_ = n_threads;
+  done_ = std::make_unique<DoneSlot[]>(size_t(n_threads_));
   workers_.reserve(size_t(n_threads_ - 1));
   for (int i = 1; i < n_threads_; ++i) workers_.emplace_back([this, i] { worker_main(i); });
 }
@@ -94,26 +95,33 @@ void ThreadPool::worker_main(int index) {
     seen = wait_for_change(epoch_, seen, sleeping_workers_);
     if (stop_) return;
     job_.call(job_.ctx, index);
-    const uint32_t finished = done_.fetch_add(1, std::memory_order_seq_cst) + 1;
-    if (finished == uint32_t(n_threads_ - 1) && caller_sleeping_.load(std::memory_order_seq_cst) != 0) {
-      futex_wake_all(done_);
+    // seq_cst store then load, against the caller's seq_cst store of
+    // caller_sleeping_ then load of the slots: one of the two sees the other.
+    done_[index].epoch.store(seen, std::memory_order_seq_cst);
+    if (caller_sleeping_.load(std::memory_order_seq_cst) != 0) {
+      done_wakeups_.fetch_add(1, std::memory_order_seq_cst);
+      futex_wake_all(done_wakeups_);
     }
   }
 }
 
-void ThreadPool::wait_for_workers() {
-  const uint32_t target = uint32_t(n_threads_ - 1);
-  uint32_t now = done_.load(std::memory_order_acquire);
-  for (int i = 0; i < kSpinRounds && now != target; ++i) {
+void ThreadPool::wait_for_workers(uint32_t epoch) {
+  // Workers [1, next) are known to be done.
+  int next = 1;
+  auto advance = [&](std::memory_order order) {
+    while (next < n_threads_ && done_[next].epoch.load(order) == epoch) ++next;
+    return next == n_threads_;
+  };
+  for (int i = 0; i < kSpinRounds; ++i) {
+    if (advance(std::memory_order_acquire)) return;
     cpu_relax();
-    now = done_.load(std::memory_order_acquire);
   }
-  while (now != target) {
+  for (;;) {
     caller_sleeping_.store(1, std::memory_order_seq_cst);
-    now = done_.load(std::memory_order_seq_cst);
-    if (now != target) futex_wait(done_, now);
+    const uint32_t wakeups = done_wakeups_.load(std::memory_order_seq_cst);
+    if (!advance(std::memory_order_seq_cst)) futex_wait(done_wakeups_, wakeups);
     caller_sleeping_.store(0, std::memory_order_seq_cst);
-    now = done_.load(std::memory_order_acquire);
+    if (advance(std::memory_order_acquire)) return;
   }
 }
 
@@ -130,16 +138,15 @@ void ThreadPool::dispatch(JobRef job) {
   }
   std::lock_guard<std::mutex> lock(dispatch_mutex_);
   job_ = job;
-  done_.store(0, std::memory_order_relaxed);
   barrier_arrived_.store(0, std::memory_order_relaxed);
-  epoch_.fetch_add(1, std::memory_order_seq_cst);  // publishes job_ (release)
+  const uint32_t epoch = epoch_.fetch_add(1, std::memory_order_seq_cst) + 1;  // publishes job_ (release)
   if (sleeping_workers_.load(std::memory_order_seq_cst) > 0) futex_wake_all(epoch_);
 
   const ThreadPool* outer = tl_current_pool;
   tl_current_pool = this;
   job.call(job.ctx, 0);
   tl_current_pool = outer;
-  wait_for_workers();  // also orders the workers' writes before our return
+  wait_for_workers(epoch);  // also orders the workers' writes before our return
 }
 
 void ThreadPool::barrier() {

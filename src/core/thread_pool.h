@@ -23,6 +23,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdint>
+#include <memory>
 #include <mutex>
 #include <thread>
 #include <type_traits>
@@ -91,7 +92,7 @@ class ThreadPool {
 
   void dispatch(JobRef job);
   void worker_main(int index);
-  void wait_for_workers();
+  void wait_for_workers(uint32_t epoch);
 
   int n_threads_ = 1;
   std::vector<std::thread> workers_;
@@ -102,8 +103,15 @@ class ThreadPool {
   // Bumped once per job; workers wait for it to change. 32 bits: futex word.
   std::atomic<uint32_t> epoch_{0};
   std::atomic<uint32_t> sleeping_workers_{0};
-  // Workers that finished the current job; the caller waits for n_threads_-1.
-  std::atomic<uint32_t> done_{0};
+  // Worker i stores the epoch of each job it finishes in its own cache line,
+  // and the caller reads them all: with 16 threads a shared counter's 15
+  // serialised increments cost microseconds per dispatch. Slot 0 is unused.
+  struct alignas(64) DoneSlot {
+    std::atomic<uint32_t> epoch{0};
+  };
+  std::unique_ptr<DoneSlot[]> done_;
+  // Futex word for a caller that went to sleep waiting for the slots.
+  std::atomic<uint32_t> done_wakeups_{0};
   std::atomic<uint32_t> caller_sleeping_{0};
   // barrier(): arrivals in this round and a generation counter to wait on.
   std::atomic<uint32_t> barrier_arrived_{0};

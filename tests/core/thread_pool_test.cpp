@@ -103,7 +103,21 @@ TEST_P(ThreadPoolSizes, WorkersSleepAndWakeAfterIdle) {
   EXPECT_EQ(count.load(), 2 * pool.size());
 }
 
-INSTANTIATE_TEST_SUITE_P(Sizes, ThreadPoolSizes, ::testing::Values(1, 2, 3, 5));
+// The caller finishes its part at once and outlasts its spin, so it sleeps
+// until the last slow worker is done; the job's writes are all visible after.
+TEST_P(ThreadPoolSizes, CallerSleepsUntilSlowWorkersFinish) {
+  ThreadPool pool(GetParam());
+  for (int round = 0; round < 3; ++round) {
+    std::vector<int> written(size_t(pool.size()), -1);
+    pool.run_on_all([&](int t) {
+      if (t != 0) std::this_thread::sleep_for(std::chrono::milliseconds(5 * t));
+      written[size_t(t)] = round;
+    });
+    for (int t = 0; t < pool.size(); ++t) ASSERT_EQ(written[size_t(t)], round) << "thread " << t;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Sizes, ThreadPoolSizes, ::testing::Values(1, 2, 3, 5, 16));
 
 TEST(ThreadPool, DefaultUsesAtLeastOneThread) {
   ThreadPool pool;
