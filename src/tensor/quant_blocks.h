@@ -54,6 +54,23 @@ struct BlockQ6_K {
 };
 static_assert(sizeof(BlockQ6_K) == 210);
 
+// The 6-bit codes of one Q6_K half (128 elements; ql and qh point at the
+// half's 64 and 32 bytes): element 32t + l (t = 0..3, l = 0..31) keeps its
+// low 4 bits in ql[l + 32 * (t & 1)] (low nibble for t < 2, high for t >= 2)
+// and its high 2 bits in bits 2t..2t+1 of qh[l].
+inline void q6_k_codes_at(const uint8_t* ql, const uint8_t* qh, int l, int codes[4]) {
+  const int a = ql[l], b = ql[l + 32], hi = qh[l];
+  codes[0] = (a & 15) | ((hi & 3) << 4);
+  codes[1] = (b & 15) | (((hi >> 2) & 3) << 4);
+  codes[2] = (a >> 4) | (((hi >> 4) & 3) << 4);
+  codes[3] = (b >> 4) | (((hi >> 6) & 3) << 4);
+}
+inline void q6_k_store_codes_at(const int codes[4], uint8_t* ql, uint8_t* qh, int l) {
+  ql[l] = uint8_t((codes[0] & 15) | ((codes[2] & 15) << 4));
+  ql[l + 32] = uint8_t((codes[1] & 15) | ((codes[3] & 15) << 4));
+  qh[l] = uint8_t((codes[0] >> 4) | ((codes[1] >> 4) << 2) | ((codes[2] >> 4) << 4) | ((codes[3] >> 4) << 6));
+}
+
 // Activations for K-quant dot products: y = d * q; bsums = sums of 16 q's.
 struct BlockQ8_K {
   float d;

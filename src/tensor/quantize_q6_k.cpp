@@ -159,19 +159,13 @@ void encode_symmetric_super_block(const float* x, SymmetricSuperBlock* s) {
   }
 }
 
-// Within each half of 128 elements, element 32*i + l (i = 0..3, l = 0..31)
-// keeps its low 4 bits in ql[l + 32*(i&1)] (low nibble for i < 2, high for
-// i >= 2) and its high 2 bits in bits 2i..2i+1 of qh[l].
+// The bit layout of each half: q6_k_store_codes_at (quant_blocks.h).
 void pack_q6_k(const SymmetricSuperBlock& s, BlockQ6_K* out) {
   for (int h = 0; h < 2; ++h) {
     const int8_t* q = s.q + 128 * h;
-    uint8_t* ql = out->ql + 64 * h;
-    uint8_t* qh = out->qh + 32 * h;
     for (int l = 0; l < 32; ++l) {
-      const int q1 = q[l] + 32, q2 = q[l + 32] + 32, q3 = q[l + 64] + 32, q4 = q[l + 96] + 32;
-      ql[l] = uint8_t((q1 & 15) | ((q3 & 15) << 4));
-      ql[l + 32] = uint8_t((q2 & 15) | ((q4 & 15) << 4));
-      qh[l] = uint8_t((q1 >> 4) | ((q2 >> 4) << 2) | ((q3 >> 4) << 4) | ((q4 >> 4) << 6));
+      const int codes[4] = {q[l] + 32, q[l + 32] + 32, q[l + 64] + 32, q[l + 96] + 32};
+      q6_k_store_codes_at(codes, out->ql + 64 * h, out->qh + 32 * h, l);
     }
   }
   for (int j = 0; j < kNumSub; ++j) out->scales[j] = s.sc[j];
@@ -200,14 +194,9 @@ void dequantize_q6_k(const void* src, float* dst, int64_t n) {
       float* y = dst + b * kQK_K + 128 * h;
       for (int l = 0; l < 32; ++l) {
         const int is = l / 16;
-        const int q1 = (ql[l] & 15) | (((qh[l] >> 0) & 3) << 4);
-        const int q2 = (ql[l + 32] & 15) | (((qh[l] >> 2) & 3) << 4);
-        const int q3 = (ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4);
-        const int q4 = (ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4);
-        y[l] = d * float(sc[is]) * float(q1 - 32);
-        y[l + 32] = d * float(sc[is + 2]) * float(q2 - 32);
-        y[l + 64] = d * float(sc[is + 4]) * float(q3 - 32);
-        y[l + 96] = d * float(sc[is + 6]) * float(q4 - 32);
+        int q[4];
+        q6_k_codes_at(ql, qh, l, q);
+        for (int t = 0; t < 4; ++t) y[l + 32 * t] = d * float(sc[is + 2 * t]) * float(q[t] - 32);
       }
     }
   }

@@ -41,24 +41,6 @@ void move_q4_k(const Mover& m) {
   }
 }
 
-// Q6_K codes: element 128h + 32t + l (l < 32) has its low 4 bits in a nibble
-// of ql (t = 0, 2: ql[64h + l], t = 1, 3: ql[64h + 32 + l]; t < 2 low nibble)
-// and its high 2 bits in bits 2t..2t+1 of qh[32h + l].
-struct Q6Codes {
-  uint8_t c[4];  // t = 0..3, values 0..63
-};
-Q6Codes q6_codes_of(const uint8_t* ql, const uint8_t* qh, int h, int l) {
-  const uint8_t a = ql[64 * h + l], b = ql[64 * h + 32 + l], hi = qh[32 * h + l];
-  return {{uint8_t((a & 15) | ((hi & 3) << 4)), uint8_t((b & 15) | (((hi >> 2) & 3) << 4)),
-           uint8_t((a >> 4) | (((hi >> 4) & 3) << 4)), uint8_t((b >> 4) | (((hi >> 6) & 3) << 4))}};
-}
-void q6_store_codes(const Q6Codes& q, uint8_t* ql, uint8_t* qh, int h, int l) {
-  ql[64 * h + l] = uint8_t((q.c[0] & 15) | ((q.c[2] & 15) << 4));
-  ql[64 * h + 32 + l] = uint8_t((q.c[1] & 15) | ((q.c[3] & 15) << 4));
-  qh[32 * h + l] =
-      uint8_t((q.c[0] >> 4) | ((q.c[1] >> 4) << 2) | ((q.c[2] >> 4) << 4) | ((q.c[3] >> 4) << 6));
-}
-
 // Not a byte move: the 6-bit codes are regrouped (packed_layout.h), every
 // bit kept, so unpacking restores any input bytes exactly.
 void move_q6_k(const Mover& m) {
@@ -68,17 +50,17 @@ void move_q6_k(const Mover& m) {
   for (int h = 0; h < 2; ++h) {
     for (int l = 0; l < 32; ++l) {
       uint8_t* p = m.packed + 3 * kPlane * size_t(8 * h + l / 4) + 4 * size_t(m.lane) + size_t(l % 4);
+      int codes[4] = {};
       if (m.to_packed) {
-        const Q6Codes q = q6_codes_of(ql, qh, h, l);
+        q6_k_codes_at(ql + 64 * h, qh + 32 * h, l, codes);
         for (int t = 0; t < 3; ++t)
-          p[kPlane * size_t(t)] = uint8_t(q.c[t] | (((q.c[3] >> (2 * t)) & 3) << 6));
+          p[kPlane * size_t(t)] = uint8_t(codes[t] | (((codes[3] >> (2 * t)) & 3) << 6));
       } else {
-        Q6Codes q{};
         for (int t = 0; t < 3; ++t) {
-          q.c[t] = p[kPlane * size_t(t)] & 63;
-          q.c[3] = uint8_t(q.c[3] | ((p[kPlane * size_t(t)] >> 6) << (2 * t)));
+          codes[t] = p[kPlane * size_t(t)] & 63;
+          codes[3] |= (p[kPlane * size_t(t)] >> 6) << (2 * t);
         }
-        q6_store_codes(q, ql, qh, h, l);
+        q6_k_store_codes_at(codes, ql + 64 * h, qh + 32 * h, l);
       }
     }
   }
