@@ -5,6 +5,7 @@
 #include <cstdlib>
 
 #include "chat/jinja_strings.h"
+#include "core/utf8_encode.h"
 
 namespace moeserve::chat::jinja {
 namespace {
@@ -376,7 +377,7 @@ Status Lexer::lex_string(size_t& i) {
           }
         }
         if (cp >= 0xD800 && cp <= 0xDFFF) cp = 0xFFFD;
-        utf8_append(value, cp);
+        append_utf8(value, cp);
         break;
       }
       default:
@@ -385,7 +386,7 @@ Status Lexer::lex_string(size_t& i) {
           for (int k = 0; k < 2 && i < src_.size() && src_[i] >= '0' && src_[i] <= '7'; ++k) {
             cp = cp * 8 + static_cast<uint32_t>(src_[i++] - '0');
           }
-          utf8_append(value, cp);
+          append_utf8(value, cp);
         } else {  // unknown escapes are kept as written, like Python
           value.push_back('\\');
           value.push_back(e);

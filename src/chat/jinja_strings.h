@@ -17,7 +17,6 @@ namespace moeserve::chat::jinja {
 // Decodes the code point starting at s[i] and advances i past it. A malformed
 // byte decodes as U+FFFD and advances by one, so every input terminates.
 uint32_t utf8_decode_at(std::string_view s, size_t& i);
-void utf8_append(std::string& out, uint32_t cp);
 size_t utf8_length(std::string_view s);
 // Byte offset of every code point, plus s.size() at the end.
 std::vector<size_t> utf8_offsets(std::string_view s);

@@ -12,6 +12,8 @@
 #include <string_view>
 #include <vector>
 
+#include "core/utf8_encode.h"
+
 namespace moeserve::tok {
 
 inline constexpr char32_t kReplacementChar = 0xFFFD;
@@ -21,7 +23,7 @@ bool is_valid_utf8(std::string_view bytes);
 // The input with every invalid sequence replaced by U+FFFD (a copy when valid).
 std::string sanitize_utf8(std::string_view bytes);
 
-void append_utf8(std::string& out, char32_t code_point);
+using moeserve::append_utf8;  // core/utf8_encode.h
 
 // Decodes valid UTF-8 (e.g. the output of sanitize_utf8) into code points.
 std::vector<char32_t> decode_valid_utf8(std::string_view valid);
