@@ -2,7 +2,9 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <random>
 #include <vector>
 
 namespace moeserve::runtime {
@@ -102,6 +104,99 @@ TEST(Sampler, PenaltiesChangeLogitsAsSpecified) {
   EXPECT_FLOAT_EQ(l[1], -4.0f * 2.0f - 2 * 0.25f - 0.5f);
   EXPECT_FLOAT_EQ(l[2], 1.0f / 2.0f - 0.25f - 0.5f);
   EXPECT_FLOAT_EQ(l[3], 1.0f);
+}
+
+// The plain reference the fast paths must match: every token becomes a
+// candidate, sorted (logit descending, ties to the lower id, NaN as -inf),
+// then top-k, softmax, top-p, min-p, temperature, exactly as specified.
+std::vector<TokenProb> reference_distribution(const SamplerOptions& o, std::vector<float> l,
+                                              std::span<const int32_t> history) {
+  Sampler(o).apply_penalties(l, history);
+  struct C {
+    int32_t id;
+    float logit;
+    float p;
+  };
+  std::vector<C> c;
+  for (size_t i = 0; i < l.size(); ++i) c.push_back({int32_t(i), std::isnan(l[i]) ? -INFINITY : l[i], 0.0f});
+  std::stable_sort(c.begin(), c.end(), [](const C& a, const C& b) { return a.logit > b.logit; });
+  if (o.temperature <= 0.0f) return {{c.front().id, 1.0f}};
+  if (o.top_k > 0 && size_t(o.top_k) < c.size()) c.resize(size_t(o.top_k));
+  auto softmax = [&](float temp) {
+    double sum = 0.0;
+    for (C& x : c) sum += x.p = std::exp((x.logit - c.front().logit) / temp);
+    for (C& x : c) x.p = float(x.p / sum);
+  };
+  softmax(1.0f);
+  double cum = 0.0;
+  for (size_t i = 0; o.top_p < 1.0f && i < c.size(); ++i) {
+    if ((cum += c[i].p) >= o.top_p) {
+      c.resize(i + 1);
+      break;
+    }
+  }
+  size_t keep = 1;
+  while (o.min_p > 0.0f && keep < c.size() && c[keep].p >= o.min_p * c.front().p) ++keep;
+  if (o.min_p > 0.0f) c.resize(keep);
+  softmax(o.temperature);
+  std::vector<TokenProb> out;
+  for (const C& x : c) out.push_back({x.id, x.p});
+  return out;
+}
+
+// Logits like a model's over a large vocabulary, with exact ties, NaN and
+// -inf mixed in.
+std::vector<float> awkward_logits(size_t n, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> normal(0.0f, 3.0f);
+  std::vector<float> l(n);
+  for (float& x : l) x = normal(rng);
+  for (size_t i = 0; i < n; i += 97) l[i] = l[(i * 7 + 13) % n];  // ties
+  for (size_t i = 5; i < n; i += 1009) l[i] = NAN;
+  for (size_t i = 11; i < n; i += 997) l[i] = -INFINITY;
+  l[n / 2] = l[n / 3] = 12.0f;  // a tie at the top
+  return l;
+}
+
+TEST(Sampler, FastPathsMatchThePlainReference) {
+  const std::vector<int32_t> history = {7, 7, 100, 12345, 5};
+  for (uint32_t seed : {1u, 2u}) {
+    const std::vector<float> l = awkward_logits(seed == 1 ? 151936 : 30000, seed);
+    for (float temp : {0.0f, 0.7f}) {
+      for (int32_t top_k : {0, 1, 40, 160000}) {
+        for (float top_p : {1.0f, 0.9f}) {
+          for (float min_p : {0.0f, 0.05f}) {
+            if (top_k == 0 && min_p == 0.0f && seed == 2) continue;  // the full sort: once is enough
+            for (float penalty : {1.0f, 1.3f}) {
+              SamplerOptions o;
+              o.temperature = temp, o.top_k = top_k, o.top_p = top_p, o.min_p = min_p,
+              o.repeat_penalty = penalty;
+              SCOPED_TRACE(testing::Message()
+                           << "seed " << seed << " temp " << temp << " top_k " << top_k << " top_p " << top_p
+                           << " min_p " << min_p << " penalty " << penalty);
+              const std::vector<TokenProb> want = reference_distribution(o, l, history);
+              const std::vector<TokenProb> got = Sampler(o).distribution(l, history);
+              ASSERT_EQ(ids(got), ids(want));
+              for (size_t i = 0; i < got.size(); ++i)
+                ASSERT_NEAR(got[i].p, want[i].p, 1e-6f * want[i].p + 1e-12f);
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST(Sampler, GreedyWithNothingAboveMinusInfinityPicksTheFirstToken) {
+  SamplerOptions o;
+  o.temperature = 0.0f;
+  Sampler s(o);
+  EXPECT_EQ(s.sample(std::vector<float>{NAN, -INFINITY, NAN}, {}), 0);
+  EXPECT_EQ(s.sample(std::vector<float>{-INFINITY, NAN, 3.0f, 3.0f}, {}), 2);
+  std::vector<float> many(1000, -1.0f);
+  many[999] = 0.0f;
+  many[998] = NAN;
+  EXPECT_EQ(s.sample(many, {}), 999);
 }
 
 }  // namespace

@@ -17,6 +17,7 @@
 #include "core/memory_bandwidth.h"
 #include "runtime/generator.h"
 #include "runtime/model.h"
+#include "runtime/sampler.h"
 #include "tools/moeserve/commands.h"
 
 namespace moeserve::tools {
@@ -127,6 +128,9 @@ Status run_bench(const BenchOptions& o) {
   for (int32_t& t : prompt) t = int32_t(rng() % uint32_t(model->tokenizer().vocab_size()));
   std::vector<float> logits(static_cast<size_t>(hp.n_vocab));
   std::vector<double> pp, tg, ttft;
+  // Decode picks each next token as `generate --temp 0` does (the arg-max
+  // is part of a decode step's cost).
+  runtime::Sampler greedy(runtime::SamplerOptions{.temperature = 0.0f});
   const CpuTimes cpu_at_start = read_cpu_times();
   auto set_profile = [&](models::ForwardProfile* p) {
     models::Qwen3Options opt = model->net().options();
@@ -150,7 +154,7 @@ Status run_bench(const BenchOptions& o) {
       const auto t0 = Clock::now();
       for (int64_t i = 0; i < o.n_gen; ++i) {
         MOESERVE_RETURN_IF_ERROR(gen.decode(tok, logits));
-        tok = int32_t(std::max_element(logits.begin(), logits.end()) - logits.begin());
+        tok = greedy.sample(logits, {});
       }
       const double s = std::chrono::duration<double>(Clock::now() - t0).count();
       if (rep >= 0) tg.push_back(double(o.n_gen) / s);
