@@ -16,24 +16,6 @@ double now_seconds() {
   return std::chrono::duration<double>(Clock::now() - start).count();
 }
 
-// log-softmax of the raw logits: the chosen token's logprob and the top n.
-void fill_logprobs(std::span<const float> logits, int32_t chosen, int top_n, TokenEvent& ev) {
-  const float mx = *std::max_element(logits.begin(), logits.end());
-  double sum = 0.0;
-  for (float l : logits) sum += std::exp(double(l - mx));
-  const float log_z = mx + float(std::log(sum));
-  ev.logprob = logits[size_t(chosen)] - log_z;
-  ev.top.clear();
-  if (top_n <= 0) return;
-  std::vector<int32_t> ids(logits.size());
-  for (size_t i = 0; i < ids.size(); ++i) ids[i] = int32_t(i);
-  const size_t n = std::min(ids.size(), size_t(top_n));
-  std::partial_sort(ids.begin(), ids.begin() + ptrdiff_t(n), ids.end(), [&](int32_t a, int32_t b) {
-    return logits[size_t(a)] > logits[size_t(b)] || (logits[size_t(a)] == logits[size_t(b)] && a < b);
-  });
-  for (size_t i = 0; i < n; ++i) ev.top.push_back({ids[i], logits[size_t(ids[i])] - log_z});
-}
-
 }  // namespace
 
 struct BatchEngine::Slot {
@@ -301,7 +283,11 @@ void BatchEngine::handle_logits(Slot& s, const float* logits) {
   TokenEvent ev;
   ev.token = next;
   ev.text = s.filter->push(s.decoder->feed(next));
-  if (s.req.top_logprobs >= 0) fill_logprobs(lg, next, s.req.top_logprobs, ev);
+  if (s.req.top_logprobs >= 0) {
+    Logprobs lp = logprobs_of(lg, next, s.req.top_logprobs);
+    ev.logprob = lp.chosen;
+    ev.top = std::move(lp.top);
+  }
   const bool keep = !s.req.on_token || s.req.on_token(ev);
   if (s.filter->stopped()) {
     s.stats.reason = StopReason::kStopString;

@@ -31,11 +31,6 @@
 
 namespace moeserve::runtime {
 
-struct TokenLogprob {
-  int32_t id = 0;
-  float logprob = 0.0f;
-};
-
 // One generated token, delivered on the engine thread.
 struct TokenEvent {
   int32_t token = 0;

@@ -168,4 +168,23 @@ int32_t Sampler::sample(std::span<const float> logits, std::span<const int32_t> 
   return d.back().id;  // rounding left r above the last cumulative sum
 }
 
+Logprobs logprobs_of(std::span<const float> logits, int32_t chosen, int top_n) {
+  Logprobs out;
+  if (logits.empty()) return out;
+  const cpu::CpuKernels& k = cpu::cpu_kernels();
+  // log Z = max + log(sum exp(l - max)). The SIMD softmax leaves
+  // p[i] = exp(l[i] - max) / sum, so at the arg-max p = 1 / sum (at least
+  // 1 / n: no underflow). A scalar double-precision sum over 150k logits
+  // took about a millisecond per token.
+  std::vector<float> p(logits.begin(), logits.end());
+  const float max_logit = k.softmax(p.data(), int64_t(p.size()));
+  const float log_z = max_logit - std::log(p[size_t(arg_max(logits))]);
+  if (chosen >= 0 && size_t(chosen) < logits.size()) out.chosen = logits[size_t(chosen)] - log_z;
+  const size_t n = std::min(logits.size(), size_t(std::max(top_n, 0)));
+  std::vector<int32_t> ids(n);
+  if (n > 0) k.top_k(logits.data(), int64_t(logits.size()), int64_t(n), ids.data());
+  for (int32_t id : ids) out.top.push_back({id, logits[size_t(id)] - log_z});
+  return out;
+}
+
 }  // namespace moeserve::runtime

@@ -32,6 +32,20 @@ struct TokenProb {
   float p;
 };
 
+struct TokenLogprob {
+  int32_t id = 0;
+  float logprob = 0.0f;
+};
+
+// The log-softmax of raw logits (no penalties, no temperature), as the
+// OpenAI API reports it: the chosen token's logprob and the top_n most likely
+// tokens (logit descending, ties to the lower id) with theirs.
+struct Logprobs {
+  float chosen = 0.0f;
+  std::vector<TokenLogprob> top;
+};
+Logprobs logprobs_of(std::span<const float> logits, int32_t chosen, int top_n);
+
 class Sampler {
  public:
   explicit Sampler(const SamplerOptions& options) : options_(options), rng_(options.seed) {}

@@ -199,5 +199,35 @@ TEST(Sampler, GreedyWithNothingAboveMinusInfinityPicksTheFirstToken) {
   EXPECT_EQ(s.sample(many, {}), 999);
 }
 
+TEST(Logprobs, MatchAPlainDoublePrecisionReference) {
+  std::mt19937 rng(3);
+  std::normal_distribution<float> normal(0.0f, 4.0f);
+  std::vector<float> l(151936);
+  for (float& x : l) x = normal(rng);
+  l[100] = l[200] = 30.0f;  // tied top: the lower id first
+  l[300] = 29.5f;
+  double max = -INFINITY, sum = 0.0;
+  for (float x : l) max = std::max(max, double(x));
+  for (float x : l) sum += std::exp(double(x) - max);
+  const double log_z = max + std::log(sum);
+  const Logprobs lp = logprobs_of(l, 300, 4);
+  EXPECT_NEAR(lp.chosen, double(l[300]) - log_z, 1e-5);
+  ASSERT_EQ(lp.top.size(), 4u);
+  EXPECT_EQ(lp.top[0].id, 100);
+  EXPECT_EQ(lp.top[1].id, 200);
+  EXPECT_EQ(lp.top[2].id, 300);
+  std::vector<int32_t> order(l.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = int32_t(i);
+  std::stable_sort(order.begin(), order.end(),
+                   [&](int32_t a, int32_t b) { return l[size_t(a)] > l[size_t(b)]; });
+  for (size_t i = 0; i < 4; ++i) {
+    EXPECT_EQ(lp.top[i].id, order[i]);
+    EXPECT_NEAR(lp.top[i].logprob, double(l[size_t(order[i])]) - log_z, 1e-5);
+  }
+  EXPECT_TRUE(logprobs_of(l, 5, 0).top.empty());
+  EXPECT_EQ(logprobs_of(std::vector<float>{1.0f, 2.0f}, 1, 5).top.size(), 2u);  // capped at the vocabulary
+  EXPECT_NEAR(logprobs_of(std::vector<float>{0.0f, 0.0f}, 0, 0).chosen, std::log(0.5), 1e-6);
+}
+
 }  // namespace
 }  // namespace moeserve::runtime
