@@ -50,12 +50,11 @@ void Sampler::apply_penalties(std::span<float> logits, std::span<const int32_t> 
 
 namespace {
 
-// Index of the largest value; ties go to the lowest index, NaN ranks below
-// everything (the order by_logit below defines, NaN as -inf). The vocabulary-wide scan is
-// the SIMD top-k kernel with k = 1 (microseconds, where a scalar loop over
-// 150k logits took a few hundred per token). The kernel ranks NaN below
-// -inf; here both count as -inf, so when nothing beats -inf the answer is
-// the first index, as a plain scan that only replaces on "greater" gives.
+// Index of the largest value, ties to the lowest index, NaN counting as -inf
+// (the order by_logit below defines). The scan is the SIMD top-k kernel with
+// k = 1: microseconds, where a scalar loop over 150k logits took a few
+// hundred per token. The kernel ranks NaN below -inf, so when nothing beats
+// -inf the answer is the first index, as in by_logit's order.
 int32_t arg_max(std::span<const float> l) {
   int32_t best = 0;
   cpu::cpu_kernels().top_k(l.data(), int64_t(l.size()), 1, &best);

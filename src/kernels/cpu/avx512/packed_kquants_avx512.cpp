@@ -139,9 +139,9 @@ void q4_k_packed(int64_t n, const void* wv, const void* xv, size_t x_stride, flo
 // of elements 128h + 32t + 4i .. +3 for t = 0, 1, 2 (sub-block 8h + 2t + i/4),
 // and in bits 6..7 two bits each of the t = 3 code (packed_layout.h): three
 // masks give codes 0..2 and three shifts, two selects and a mask code 3
-// (9 ops for 4 code vectors; the nibble + 2-bit layout took 13). Each sub-block's -32 offset
-// is the partial sum's starting value, and the scales are one sign-extending
-// load per sub-block.
+// (9 ops for 4 code vectors; the nibble + 2-bit layout took 13). Each
+// sub-block's -32 offset is the partial sum's starting value, and the scales
+// are one sign-extending load per sub-block.
 template <int NC>
 void q6_k_packed(int64_t n, const void* wv, const void* xv, size_t x_stride, float* out, int64_t out_stride) {
   const auto* w = static_cast<const uint8_t*>(wv);
