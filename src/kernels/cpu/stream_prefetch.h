@@ -1,4 +1,4 @@
-// Software prefetch of weight streams into L2.
+// Software prefetch of weight streams into L2 and L1.
 //
 // Decode reads every weight once from DRAM, and one core's 16 L1 fill
 // buffers cannot keep enough cache lines in flight to cover DRAM latency.
@@ -20,6 +20,18 @@ namespace moeserve::cpu {
 inline constexpr size_t kStreamPrefetchDistance = 4096;
 
 inline void prefetch_line_to_l2(const void* p) { __builtin_prefetch(p, 0, 2); }
+
+// A second prefetch of every line, into L1 and a short distance ahead. With
+// the L2 prefetch alone every weight load still misses L1; on a 2-vCPU VM
+// with AMX (session 9) the kernels then streamed at 70-75% of a plain
+// prefetched read, likely because each such load holds one of the core's few
+// L1 fill buffers until its line comes up from L2. Measured there
+// (docs/BENCHMARKS.md): decode tg32/tg128 +4-7%, an LM-head-shaped Q6_K
+// matvec on 2 threads 20 -> 29 GB/s; 512 B to 2 KiB within the noise of each
+// other; on the 16-core GPU host, where decode is already at the bandwidth
+// bound, no change beyond the noise.
+inline constexpr size_t kL1PrefetchDistance = 1024;
+inline void prefetch_line_to_l1(const void* p) { __builtin_prefetch(p, 0, 3); }
 
 // The first min(bytes, kStreamPrefetchDistance) bytes of a stream.
 inline void prefetch_stream_start(const void* p, size_t bytes) {
