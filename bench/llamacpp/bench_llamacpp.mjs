@@ -13,6 +13,7 @@
 // tg: N single-token decode steps into an empty context, each followed by a
 // greedy pick, as `moeserve bench` does. "eval" is llama.cpp's own timer for
 // the same steps (decode only, without the pick and the JS round trip).
+import {existsSync} from "node:fs";
 import {parseArgs} from "node:util";
 import {getLlama, LlamaLogLevel} from "node-llama-cpp";
 
@@ -30,6 +31,14 @@ if (!a.model) {
   process.exit(2);
 }
 const nPrompt = +a.prompt, nGen = +a.gen, reps = +a.reps, threads = +a.threads;
+if (![nPrompt, nGen, reps, threads].every(Number.isInteger) || nPrompt < 0 || nGen < 0 || reps < 1 || threads < 1) {
+  console.error("-p and -n must be integers >= 0, -r and -t integers >= 1");
+  process.exit(2);
+}
+if (!existsSync(a.model)) {
+  console.error(`${a.model}: no such file (make one with: moeserve make-model --arch qwen3moe --preset small --type q4_k_m --seed 1 -o ${a.model})`);
+  process.exit(1);
+}
 
 // printTimings() reports through the logger; keep the last "eval time" line.
 let lastEvalMsPerToken = NaN;
