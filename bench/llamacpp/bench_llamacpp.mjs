@@ -84,13 +84,15 @@ for (let r = 0; r <= reps; ++r) {  // repetition 0 warms up, as llama-bench does
     const {context, seq} = await newSequence();
     let n = 0;
     const t0 = performance.now();
-    for await (const token of seq.evaluate([rand() % vocab], {temperature: 0})) {
-      void token;
+    for await (const _ of seq.evaluate([rand() % vocab], {temperature: 0})) {
       if (++n >= nGen) break;
     }
     const s = (performance.now() - t0) / 1000;
     await context.printTimings();
-    if (r > 0) tg.push(nGen / s), evalRate.push(1000 / lastEvalMsPerToken);
+    if (r > 0) {
+      tg.push(nGen / s);
+      if (Number.isFinite(lastEvalMsPerToken)) evalRate.push(1000 / lastEvalMsPerToken);
+    }
     await context.dispose();
   }
 }
@@ -98,4 +100,7 @@ const cpu = /CPU : (.*)/.exec(llama.systemInfo)?.[1]?.trim() ?? llama.systemInfo
 console.log(`llama.cpp release ${llama.llamaCppRelease.release} (${llama.buildType}), ${threads} threads; ${cpu}`);
 console.log(`file ${a.model}`);
 if (pp.length) console.log(`pp${nPrompt}: ${meanSd(pp)} tok/s`);
-if (tg.length) console.log(`tg${nGen}: ${meanSd(tg)} tok/s (llama.cpp's eval timer: ${meanSd(evalRate)} tok/s)`);
+if (tg.length) {
+  const timer = evalRate.length ? ` (llama.cpp's eval timer: ${meanSd(evalRate)} tok/s)` : "";
+  console.log(`tg${nGen}: ${meanSd(tg)} tok/s${timer}`);
+}

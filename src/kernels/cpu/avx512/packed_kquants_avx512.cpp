@@ -27,11 +27,9 @@ constexpr size_t kQ6Group = kLanes * sizeof(BlockQ6_K);
 constexpr int kPackedColumns = 4;
 
 // Every line of the packed stream is prefetched into L2 a fixed distance
-// ahead and into L1 a short distance ahead (stream_prefetch.h), next to the
-// line's own load. Measured on the 2-vCPU VM: the L2 prefetch took an
-// LM-head-shaped Q6_K matvec from 22 to 25 GB/s on 2 threads and decode tg64
-// from 67 to 74 tok/s; the L1 one, on a later VM, decode tg128 by 4-7%
-// (docs/BENCHMARKS.md).
+// ahead and into L1 a short distance ahead (stream_prefetch.h says why and
+// what each gained), next to the line's own load rather than in a burst per
+// block group (a burst stalls once the miss queues are full).
 inline void prefetch_line_ahead(const uint8_t* line) {
   prefetch_line_to_l2(line + kStreamPrefetchDistance);
   prefetch_line_to_l1(line + kL1PrefetchDistance);
