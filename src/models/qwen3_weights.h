@@ -11,26 +11,11 @@
 #include "format/gguf.h"
 #include "models/qwen3_hparams.h"
 #include "tensor/dtype.h"
+#include "tensor/weight_view.h"
 
 namespace moeserve::models {
 
-// A 2-D matrix (or a stack of them for experts): n_rows rows of n_cols
-// elements; matrix m starts at data + m * matrix_stride.
-struct WeightView {
-  const uint8_t* data = nullptr;
-  DType type = DType::F32;
-  int64_t n_cols = 0;         // ne[0]
-  int64_t n_rows = 0;         // ne[1]
-  size_t row_bytes = 0;
-  size_t matrix_stride = 0;   // bytes between experts (stacked tensors)
-  // Rows in the packed layout of the CPU kernels (kernels/cpu/packed_layout.h)
-  // instead of row-major; same size, so the offsets above still hold.
-  bool packed = false;
-
-  const uint8_t* matrix(int64_t m) const { return data + size_t(m) * matrix_stride; }
-  const float* f32() const { return reinterpret_cast<const float*>(data); }
-  bool present() const { return data != nullptr; }
-};
+using moeserve::WeightView;
 
 struct Qwen3LayerWeights {
   WeightView attn_norm, attn_q, attn_k, attn_v, attn_output, attn_q_norm, attn_k_norm, ffn_norm;

@@ -19,7 +19,7 @@ double now_seconds() {
 }  // namespace
 
 struct BatchEngine::Slot {
-  Slot(const models::Qwen3HParams& hp, int64_t n_ctx) : seq(hp.n_layer, hp.kv_dim(), n_ctx) {}
+  explicit Slot(KvCache kv) : seq(std::move(kv)) {}
   Sequence seq;
   bool busy = false;
   uint64_t id = 0;
@@ -39,9 +39,26 @@ BatchEngine::BatchEngine(Model& model, const EngineOptions& options)
     : model_(model), options_(options), prefix_(options.prefix_cache_bytes) {
   options_.n_slots = std::max(1, options_.n_slots);
   options_.n_batch = std::max<int64_t>(options_.n_batch, options_.n_slots);
-  for (int i = 0; i < options_.n_slots; ++i) {
-    slots_.push_back(std::make_unique<Slot>(model.hparams(), options_.n_ctx));
+  // Every slot's cache on the model's devices, and one workspace for the
+  // largest step; if they do not fit, the engine refuses every request
+  // with the reason (status()).
+  for (int i = 0; i < options_.n_slots && status_.is_ok(); ++i) {
+    Result<KvCache> kv = model.new_kv_cache(options_.n_ctx);
+    if (kv.is_ok()) {
+      slots_.push_back(std::make_unique<Slot>(std::move(kv).value()));
+    } else {
+      status_ = kv.status();
+    }
   }
+  if (status_.is_ok()) {
+    Result<std::unique_ptr<models::Workspace>> ws = model.new_workspace(options_.n_batch);
+    if (ws.is_ok()) {
+      ws_ = std::move(ws).value();
+    } else {
+      status_ = ws.status();
+    }
+  }
+  if (!status_.is_ok()) slots_.clear();
   totals_.n_slots = options_.n_slots;
   totals_.kv_capacity_tokens = options_.n_slots * options_.n_ctx;
   thread_ = std::thread([this] { run(); });
@@ -57,6 +74,7 @@ BatchEngine::~BatchEngine() {
 }
 
 Result<uint64_t> BatchEngine::submit(EngineRequest r) {
+  MOESERVE_RETURN_IF_ERROR(status_);
   const int64_t n_prompt = int64_t(r.prompt.size());
   if (n_prompt == 0) return make_error(StatusCode::kInvalidArgument, "the prompt is empty");
   if (n_prompt >= options_.n_ctx) {
@@ -68,7 +86,7 @@ Result<uint64_t> BatchEngine::submit(EngineRequest r) {
     return make_error(StatusCode::kOutOfRange, "prompt ({} tokens) + max_tokens ({}) exceeds the context of {} tokens",
                       n_prompt, r.max_tokens, options_.n_ctx);
   }
-  const int32_t n_vocab = int32_t(model_.hparams().n_vocab);
+  const int32_t n_vocab = int32_t(model_.info().n_vocab);
   for (int32_t t : r.prompt) {
     if (t < 0 || t >= n_vocab) {
       return make_error(StatusCode::kInvalidArgument, "token id {} is outside the vocabulary (0..{})", t, n_vocab - 1);
@@ -228,7 +246,7 @@ bool BatchEngine::step() {
     n_prefill += n;
   }
   if (tokens.empty()) return false;
-  const int64_t n_vocab = model_.hparams().n_vocab;
+  const int64_t n_vocab = model_.info().n_vocab;
   logits_.resize(logit_rows.size() * size_t(n_vocab));
   models::ForwardBatch b;
   b.tokens = tokens;
@@ -236,7 +254,7 @@ bool BatchEngine::step() {
   b.logit_rows = logit_rows;
   b.logits = logits_.data();
   const double t0 = now_seconds();
-  const Status st = model_.net().forward(b);
+  const Status st = model_.net().forward(b, *ws_);
   const double dt = now_seconds() - t0;
   if (!st.is_ok()) {
     for (auto& [s, n] : fed) finish(*s, st);
@@ -270,7 +288,7 @@ bool BatchEngine::step() {
 // decisions as Generator::generate.
 void BatchEngine::handle_logits(Slot& s, const float* logits) {
   const tok::Tokenizer& tokenizer = model_.tokenizer();
-  const std::span<const float> lg(logits, size_t(model_.hparams().n_vocab));
+  const std::span<const float> lg(logits, size_t(model_.info().n_vocab));
   const int32_t next = s.sampler->sample(lg, s.seq.tokens());
   if (s.stats.completion_tokens == 0) s.stats.first_token_seconds = now_seconds() - s.submitted;
   s.decoding = true;

@@ -99,6 +99,10 @@ class BatchEngine {
   // Ends a queued or running request at the next step (on_finish follows).
   void cancel(uint64_t id);
 
+  // Not ok when the slots' caches or the workspace could not be allocated
+  // (too little device memory for --parallel x --ctx-size): every submit()
+  // returns this error. Check it before serving.
+  const Status& status() const { return status_; }
   EngineStats stats() const;
   const EngineOptions& options() const { return options_; }
   int64_t n_ctx() const { return options_.n_ctx; }
@@ -130,6 +134,8 @@ class BatchEngine {
   EngineStats totals_;  // counters under mu_
   std::atomic<int64_t> active_{0}, kv_used_{0};
   std::vector<float> logits_;
+  Status status_;
+  std::unique_ptr<models::Workspace> ws_;
   std::thread thread_;
 };
 

@@ -56,17 +56,30 @@ std::string StopStringFilter::flush() {
   return out;
 }
 
-Generator::Generator(Model& model, int64_t n_ctx)
-    : model_(model), seq_(model.hparams().n_layer, model.hparams().kv_dim(), n_ctx) {}
+Generator::Generator(Model& model, int64_t n_ctx) : model_(model) {
+  Result<KvCache> kv = model.new_kv_cache(n_ctx);
+  if (!kv.is_ok()) {
+    status_ = kv.status();
+    return;
+  }
+  seq_ = Sequence(std::move(kv).value());
+  Result<std::unique_ptr<models::Workspace>> ws = model.new_workspace(1);
+  if (!ws.is_ok()) {
+    status_ = ws.status();
+    return;
+  }
+  ws_ = std::move(ws).value();
+}
 
 Status Generator::prefill(std::span<const int32_t> tokens, int64_t n_batch, std::span<float> last_logits) {
+  MOESERVE_RETURN_IF_ERROR(status_);
   if (int64_t(tokens.size()) > seq_.remaining()) {
     return make_error(StatusCode::kOutOfRange,
                       "the prompt has {} tokens but only {} of the context size {} are free (raise --ctx-size)",
                       tokens.size(), seq_.remaining(), seq_.capacity());
   }
   if (n_batch < 1) return make_error(StatusCode::kInvalidArgument, "batch size must be >= 1, got {}", n_batch);
-  if (!last_logits.empty() && int64_t(last_logits.size()) < model_.hparams().n_vocab) {
+  if (!last_logits.empty() && int64_t(last_logits.size()) < model_.info().n_vocab) {
     return make_error(StatusCode::kInvalidArgument, "logits buffer smaller than the vocabulary");
   }
   for (size_t start = 0; start < tokens.size(); start += size_t(n_batch)) {
@@ -81,7 +94,7 @@ Status Generator::prefill(std::span<const int32_t> tokens, int64_t n_batch, std:
       b.logit_rows = std::span<const int64_t>(&last_row, 1);
       b.logits = last_logits.data();
     }
-    MOESERVE_RETURN_IF_ERROR(model_.net().forward(b));
+    MOESERVE_RETURN_IF_ERROR(model_.net().forward(b, *ws_, profile_));
     seq_.append(chunk);
   }
   return Status::ok();
@@ -93,7 +106,8 @@ Status Generator::decode(int32_t token, std::span<float> logits) {
 
 Result<GenerateResult> Generator::generate(std::span<const int32_t> prompt, const GenerateOptions& options,
                                            const TextCallback& on_text) {
-  const int64_t n_vocab = model_.hparams().n_vocab;
+  MOESERVE_RETURN_IF_ERROR(status_);
+  const int64_t n_vocab = model_.info().n_vocab;
   const tok::Tokenizer& tokenizer = model_.tokenizer();
   if (prompt.empty()) return make_error(StatusCode::kInvalidArgument, "the prompt is empty");
   seq_.clear();

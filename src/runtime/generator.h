@@ -61,8 +61,14 @@ class StopStringFilter {
 
 class Generator {
  public:
-  // `n_ctx` positions of KV cache (the context size).
+  // `n_ctx` positions of KV cache (the context size), on the model's
+  // devices. If they cannot be allocated, every call returns that error.
   Generator(Model& model, int64_t n_ctx);
+
+  // Where the cache or the workspace could not be allocated (ok otherwise).
+  const Status& status() const { return status_; }
+  // Timings per part of each forward are added here (null: none).
+  void set_profile(models::ForwardProfile* profile) { profile_ = profile; }
 
   Sequence& sequence() { return seq_; }
 
@@ -80,6 +86,9 @@ class Generator {
  private:
   Model& model_;
   Sequence seq_;
+  std::unique_ptr<models::Workspace> ws_;
+  Status status_;
+  models::ForwardProfile* profile_ = nullptr;
 };
 
 }  // namespace moeserve::runtime

@@ -1,15 +1,18 @@
-// A loaded model, ready to run: the mapped GGUF file, its hyperparameters,
-// zero-copy weight views, the network and the tokenizer.
+// A loaded model, ready to run: the mapped GGUF file, the device(s) that
+// compute it, the network (an architecture from models/registry.h) and the
+// tokenizer.
 #pragma once
 
 #include <memory>
 #include <string>
 
+#include "backend/backend.h"
+#include "backend/cpu/cpu_device.h"
 #include "core/status.h"
 #include "core/thread_pool.h"
 #include "format/gguf.h"
-#include "models/qwen3.h"
-#include "runtime/weight_packing.h"
+#include "models/language_model.h"
+#include "runtime/kv_cache.h"
 #include "tokenizer/tokenizer.h"
 
 namespace moeserve::runtime {
@@ -17,35 +20,51 @@ namespace moeserve::runtime {
 struct ModelLoadOptions {
   int n_threads = 0;  // <= 0: one per physical core
   // Re-lay-out the weights this CPU has packed kernels for (see
-  // weight_packing.h). Off: every weight is used in place from the file.
+  // backend/cpu/weight_packing.h). Off: every weight is used in place from the file.
   bool pack_weights = true;
   // Fault every page of the file in before use (MADV_POPULATE_READ), so the
   // first requests do not pay a page fault per 4 KiB (the server wants this).
   bool populate = false;
+  // cpu, cuda, cuda:N or auto (the first GPU when there is one).
+  std::string device = "cpu";
 };
 
 class Model {
  public:
-  // open GGUF -> hparams -> weights -> tokenizer. Errors name the file and
-  // the key or tensor at fault.
+  // open GGUF -> device -> architecture (hparams, weights placed) ->
+  // tokenizer. Errors name the file and the key or tensor at fault.
   static Result<std::unique_ptr<Model>> load(const std::string& path, const ModelLoadOptions& options = {});
   // The same from an already parsed file (tests build files in memory).
   static Result<std::unique_ptr<Model>> from_gguf(GgufFile file, const ModelLoadOptions& options = {});
 
   const GgufFile& file() const { return file_; }
-  models::Qwen3Model& net() { return *net_; }
-  const models::Qwen3HParams& hparams() const { return net_->hparams(); }
+  models::LanguageModel& net() { return *net_; }
+  const models::ModelInfo& info() const { return net_->info(); }
   const tok::Tokenizer& tokenizer() const { return *tokenizer_; }
   ThreadPool& pool() { return *pool_; }
-  // What pack_weights did at load (0 tensors when off or not supported here).
-  const PackedWeights& packed() const { return packed_; }
+  // The device that computes the model, and why it was chosen.
+  backend::Device& device() { return *net_->placement().io; }
+  const std::string& device_reason() const { return device_reason_; }
+  // The CPU device (always there: it also serves host-side work).
+  backend::CpuDevice& cpu_device() { return *cpu_; }
+  // What weight packing did at load (0 tensors when off, not supported here,
+  // or the model is on a GPU).
+  const backend::PackedWeights& packed() const { return cpu_->packed(); }
+
+  // A KV cache of `capacity` positions on the devices of the layers.
+  Result<KvCache> new_kv_cache(int64_t capacity);
+  Result<std::unique_ptr<models::Workspace>> new_workspace(int64_t max_tokens) {
+    return net_->create_workspace(max_tokens);
+  }
 
  private:
   explicit Model(GgufFile file) : file_(std::move(file)) {}
   GgufFile file_;
   std::unique_ptr<ThreadPool> pool_;
-  PackedWeights packed_;  // declared before net_: outlives the views into it
-  std::unique_ptr<models::Qwen3Model> net_;
+  std::unique_ptr<backend::CpuDevice> cpu_;     // declared before net_: outlives the views into it
+  std::unique_ptr<backend::Device> gpu_;
+  std::string device_reason_;
+  std::unique_ptr<models::LanguageModel> net_;
   std::unique_ptr<tok::Tokenizer> tokenizer_;
 };
 

@@ -30,12 +30,13 @@ int64_t PrefixCache::restore(std::span<const int32_t> tokens, int64_t max_tokens
     return 0;
   }
   const int64_t n_cached = int64_t(best->tokens.size()), dim = kv.kv_dim();
-  const models::KvView view = kv.view();
   for (int64_t l = 0; l < kv.n_layer(); ++l) {
     const uint16_t* k_rows = best->rows.data() + size_t(2 * l * n_cached * dim);
     const uint16_t* v_rows = k_rows + size_t(n_cached * dim);
-    std::memcpy(view.layers[size_t(l)].k, k_rows, size_t(best_n * dim) * sizeof(uint16_t));
-    std::memcpy(view.layers[size_t(l)].v, v_rows, size_t(best_n * dim) * sizeof(uint16_t));
+    if (!kv.write_rows(l, best_n, k_rows, v_rows).is_ok()) {  // a device error: recompute instead
+      ++stats_.misses;
+      return 0;
+    }
   }
   lru_.splice(lru_.begin(), lru_, best);
   ++stats_.hits;
@@ -67,11 +68,9 @@ void PrefixCache::store(std::span<const int32_t> tokens, const KvCache& kv) {
   e.tokens.assign(tokens.begin(), tokens.end());
   e.kv_dim = dim;
   e.rows.resize(size_t(2 * n_layer * n * dim));
-  const models::KvView view = kv.view();
   for (int64_t l = 0; l < n_layer; ++l) {
     uint16_t* k_rows = e.rows.data() + size_t(2 * l * n * dim);
-    std::memcpy(k_rows, view.layers[size_t(l)].k, size_t(n * dim) * sizeof(uint16_t));
-    std::memcpy(k_rows + size_t(n * dim), view.layers[size_t(l)].v, size_t(n * dim) * sizeof(uint16_t));
+    if (!kv.read_rows(l, n, k_rows, k_rows + size_t(n * dim)).is_ok()) return;  // a device error: keep nothing
   }
   bytes_ += e.bytes();
   lru_.push_front(std::move(e));

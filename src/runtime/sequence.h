@@ -12,7 +12,10 @@ namespace moeserve::runtime {
 
 class Sequence {
  public:
+  Sequence() = default;
+  // A host-memory cache (tests, tools).
   Sequence(int64_t n_layer, int64_t kv_dim, int64_t n_ctx) : kv_(n_layer, kv_dim, n_ctx) {}
+  explicit Sequence(KvCache kv) : kv_(std::move(kv)) {}
 
   int64_t position() const { return int64_t(tokens_.size()); }
   int64_t capacity() const { return kv_.capacity(); }

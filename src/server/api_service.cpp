@@ -145,7 +145,7 @@ ApiReply ApiService::completions(const ApiRequest& r) {
   c.meta = {api::make_id("cmpl-"), config_.model_id, api::unix_time_now()};
   c.top_logprobs = req.params.logprobs ? req.params.top_logprobs : -1;
   if (req.echo) {
-    const int32_t n_vocab = int32_t(model_.hparams().n_vocab);
+    const int32_t n_vocab = int32_t(model_.info().n_vocab);
     for (int32_t id : prompt) {
       if (id < 0 || id >= n_vocab) return error_reply(api::invalid_request("token id out of range", "prompt"));
     }
@@ -233,7 +233,7 @@ ApiReply ApiService::tokenize(const std::string& body) {
 ApiReply ApiService::detokenize(const std::string& body) {
   auto parsed = api::parse_detokenize_request(body);
   if (!parsed.ok()) return error_reply(parsed.error);
-  const int32_t n_vocab = int32_t(model_.hparams().n_vocab);
+  const int32_t n_vocab = int32_t(model_.info().n_vocab);
   for (int32_t id : parsed.value->tokens) {
     if (id < 0 || id >= n_vocab) {
       return error_reply(api::invalid_request(fmt::format("token id {} is outside the vocabulary (0..{})", id, n_vocab - 1),

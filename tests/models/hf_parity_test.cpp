@@ -24,8 +24,9 @@
 #include "convert/quantize_model.h"
 #include "format/gguf.h"
 #include "models/hf_fixtures.h"
+#include "models/parity_engine.h"
 #include "models/qwen3.h"
-#include "runtime/weight_packing.h"
+#include "backend/cpu/cpu_device.h"
 #include "tokenizer/tokenizer.h"
 #include "tokenizer/vocab_gguf.h"
 
@@ -34,8 +35,8 @@ namespace {
 
 using testing::Fixture;
 using testing::FixturePrompt;
+using parity::Engine;
 
-constexpr int64_t kContext = 320;         // longest prompt (224) + 64 generated tokens, with room
 constexpr int kGreedyTokens = 64;
 // Near-ties. Our f16 KV cache moves logits by up to ~0.022 here (measured),
 // so two candidates whose HF logits are closer than about twice that may
@@ -47,77 +48,6 @@ constexpr float kTieMargin = 0.02f;
 constexpr int kMaxSwaps = 2;
 
 std::string data_path(const std::string& name) { return std::string(MOESERVE_TEST_DATA_DIR) + "/models/" + name; }
-
-// A loaded GGUF: the network, its tokenizer and one sequence's f16 KV rows.
-struct Engine {
-  GgufFile file;
-  runtime::PackedWeights packed;  // when loaded with pack: the views point here
-  std::unique_ptr<Qwen3Model> net;
-  std::unique_ptr<tok::Tokenizer> tokenizer;
-  std::vector<std::vector<uint16_t>> k, v;
-  std::vector<KvLayerView> views;
-
-  // pack: re-lay-out the weights for this CPU's packed kernels, as
-  // runtime::Model does by default (a no-op where the CPU has none).
-  static std::unique_ptr<Engine> load(const std::string& path, ThreadPool* pool, bool pack = false) {
-    auto file = GgufFile::open(path);
-    EXPECT_TRUE(file.is_ok()) << path << ": " << file.status().to_string();
-    if (!file.is_ok()) return nullptr;
-    auto e = std::unique_ptr<Engine>(new Engine{std::move(file).value(), {}, nullptr, nullptr, {}, {}, {}});
-    auto hp = load_qwen3_hparams(e->file);
-    EXPECT_TRUE(hp.is_ok()) << hp.status().to_string();
-    if (!hp.is_ok()) return nullptr;
-    auto w = load_qwen3_weights(e->file, hp.value());
-    EXPECT_TRUE(w.is_ok()) << w.status().to_string();
-    if (!w.is_ok()) return nullptr;
-    auto vocab = tok::vocab_from_gguf(e->file);
-    EXPECT_TRUE(vocab.is_ok()) << vocab.status().to_string();
-    if (!vocab.is_ok()) return nullptr;
-    auto tk = tok::Tokenizer::create(std::move(vocab).value());
-    EXPECT_TRUE(tk.is_ok()) << tk.status().to_string();
-    if (!tk.is_ok()) return nullptr;
-    e->tokenizer = std::move(tk).value();
-    const Qwen3HParams& h = hp.value();
-    for (int64_t l = 0; l < h.n_layer; ++l) {
-      e->k.emplace_back(size_t(kContext * h.kv_dim()));
-      e->v.emplace_back(size_t(kContext * h.kv_dim()));
-      e->views.push_back({e->k.back().data(), e->v.back().data()});
-    }
-    if (pack) {
-      auto packed = runtime::pack_weights(w.value(), h, {.pool = pool});
-      EXPECT_TRUE(packed.is_ok()) << packed.status().to_string();
-      if (!packed.is_ok()) return nullptr;
-      e->packed = std::move(packed).value();
-    }
-    Qwen3Options o;
-    o.pool = pool;
-    e->net = std::make_unique<Qwen3Model>(h, std::move(w).value(), o);
-    return e;
-  }
-
-  int64_t n_vocab() const { return net->hparams().n_vocab; }
-
-  // Runs tokens at positions pos0.. in chunks of n_batch; returns the logits
-  // of every token ([n][n_vocab]).
-  std::vector<float> forward(std::span<const int32_t> tokens, int64_t pos0, size_t n_batch) {
-    const size_t V = size_t(n_vocab());
-    std::vector<float> logits(tokens.size() * V);
-    for (size_t start = 0; start < tokens.size(); start += n_batch) {
-      const size_t n = std::min(n_batch, tokens.size() - start);
-      std::vector<int64_t> rows(n);
-      std::iota(rows.begin(), rows.end(), 0);
-      ForwardBatch b;
-      b.tokens = tokens.subspan(start, n);
-      b.pos0 = pos0 + int64_t(start);
-      b.kv = {views, kContext};
-      b.logit_rows = rows;
-      b.logits = logits.data() + start * V;
-      const Status st = net->forward(b);
-      EXPECT_TRUE(st.is_ok()) << st.to_string();
-    }
-    return logits;
-  }
-};
 
 int32_t argmax(std::span<const float> x) {
   return int32_t(std::max_element(x.begin(), x.end()) - x.begin());  // first of ties: lowest id

@@ -8,6 +8,7 @@
 #include <set>
 
 #include "core/half.h"
+#include "backend/cpu/cpu_device.h"
 #include "models/qwen3.h"
 #include "models/qwen3_reference.h"
 #include "models/tiny_qwen3.h"
@@ -19,16 +20,19 @@ using testing::build_tiny_model;
 using testing::TinyModel;
 using testing::TinySpec;
 
-// A model plus its own f16 cache buffers.
+// A model on a CPU device plus its own f16 cache buffers and workspace.
 struct Runner {
   GgufFile file;
+  std::unique_ptr<backend::CpuDevice> device;
   std::unique_ptr<Qwen3Model> model;
+  std::unique_ptr<Workspace> ws;
   std::vector<std::vector<uint16_t>> k, v;
   std::vector<KvLayerView> views;
   int64_t capacity = 64;
 
   static std::unique_ptr<Runner> make(const TinyModel& tm, ThreadPool* pool) {
-    auto r = std::make_unique<Runner>(Runner{tm.parse().value(), nullptr, {}, {}, {}, 64});
+    auto r = std::unique_ptr<Runner>(new Runner{tm.parse().value(), nullptr, nullptr, nullptr, {}, {}, {}, 64});
+    r->device = std::make_unique<backend::CpuDevice>(backend::CpuDeviceOptions{.pool = pool, .pack_weights = false});
     Qwen3HParams hp = load_qwen3_hparams(r->file).value();
     Qwen3Weights w = load_qwen3_weights(r->file, hp).value();
     for (int64_t l = 0; l < hp.n_layer; ++l) {
@@ -36,10 +40,19 @@ struct Runner {
       r->v.emplace_back(size_t(r->capacity * hp.kv_dim()));
       r->views.push_back({r->k.back().data(), r->v.back().data()});
     }
-    Qwen3Options o;
-    o.pool = pool;
-    r->model = std::make_unique<Qwen3Model>(hp, w, o);
+    r->model = Qwen3Model::create(hp, w, Placement{.io = r->device.get(), .layers = {}}).value();
     return r;
+  }
+
+  // Experts go through `experts` from now on (a fresh workspace asks for it).
+  void set_experts(backend::ExpertBackend* experts) {
+    device->set_expert_backend(experts);
+    ws.reset();
+  }
+
+  Status forward(const ForwardBatch& b) {
+    if (ws == nullptr) ws = model->create_workspace(1).value();
+    return model->forward(b, *ws);
   }
 
   // Logits at every position, feeding the tokens in chunks of `chunk`.
@@ -56,7 +69,7 @@ struct Runner {
       b.kv = {views, capacity};
       b.logit_rows = rows;
       b.logits = logits.data() + start * size_t(V);
-      Status st = model->forward(b);
+      Status st = forward(b);
       EXPECT_TRUE(st.is_ok()) << st.to_string();
     }
     return logits;
@@ -166,7 +179,7 @@ TEST_P(ForwardTest, BatchedSequencesMatchSeparateRuns) {
       fb.kv = {r->views, r->capacity};
       fb.logit_rows = rows;
       fb.logits = lg.data();
-      EXPECT_TRUE(r->model->forward(fb).is_ok());
+      EXPECT_TRUE(r->forward(fb).is_ok());
       if (start == split) out = lg;
     }
     return out;
@@ -183,7 +196,7 @@ TEST_P(ForwardTest, BatchedSequencesMatchSeparateRuns) {
     fb.kv = {r->views, r->capacity};
     fb.logit_rows = rows;
     fb.logits = ec.data();
-    ASSERT_TRUE(r->model->forward(fb).is_ok());
+    ASSERT_TRUE(r->forward(fb).is_ok());
   }
   // Batched: one model, three caches; a and b first get their prefixes.
   auto ra = Runner::make(tm, nullptr), rb = Runner::make(tm, nullptr), rc = Runner::make(tm, nullptr);
@@ -191,7 +204,7 @@ TEST_P(ForwardTest, BatchedSequencesMatchSeparateRuns) {
     ForwardBatch fb;
     fb.tokens = std::span<const int32_t>(*toks).subspan(0, size_t(n));
     fb.kv = {r->views, r->capacity};
-    ASSERT_TRUE(ra->model->forward(fb).is_ok());
+    ASSERT_TRUE(ra->forward(fb).is_ok());
   }
   std::vector<int32_t> tokens = {a[5]};
   tokens.insert(tokens.end(), b.begin() + 3, b.end());
@@ -207,7 +220,7 @@ TEST_P(ForwardTest, BatchedSequencesMatchSeparateRuns) {
   fb.sequences = slices;
   fb.logit_rows = rows;
   fb.logits = got.data();
-  ASSERT_TRUE(ra->model->forward(fb).is_ok());
+  ASSERT_TRUE(ra->forward(fb).is_ok());
   const std::vector<float> want = [&] {
     std::vector<float> w = ea;
     w.insert(w.end(), eb.begin(), eb.end());
@@ -220,10 +233,10 @@ TEST_P(ForwardTest, BatchedSequencesMatchSeparateRuns) {
   // Slices that leave a gap or overflow a cache are refused.
   const SequenceSlice gap[] = {{0, 1, 6, {ra->views, ra->capacity}}, {2, 10, 7, {rb->views, rb->capacity}}};
   fb.sequences = gap;
-  EXPECT_EQ(ra->model->forward(fb).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(ra->forward(fb).code(), StatusCode::kInvalidArgument);
   const SequenceSlice overflow[] = {{0, 11, ra->capacity - 5, {ra->views, ra->capacity}}};
   fb.sequences = overflow;
-  EXPECT_EQ(ra->model->forward(fb).code(), StatusCode::kOutOfRange);
+  EXPECT_EQ(ra->forward(fb).code(), StatusCode::kOutOfRange);
 }
 
 INSTANTIATE_TEST_SUITE_P(Qwen3, ForwardTest,
@@ -240,10 +253,10 @@ TEST(ForwardErrors, TokenOutOfVocabularyAndCacheOverflow) {
   ForwardBatch b;
   b.tokens = bad;
   b.kv = {r->views, r->capacity};
-  EXPECT_NE(r->model->forward(b).message().find("outside the vocabulary"), std::string::npos);
+  EXPECT_NE(r->forward(b).message().find("outside the vocabulary"), std::string::npos);
   b.tokens = std::span<const int32_t>(bad).subspan(0, 1);
   b.pos0 = r->capacity;
-  EXPECT_EQ(r->model->forward(b).code(), StatusCode::kOutOfRange);
+  EXPECT_EQ(r->forward(b).code(), StatusCode::kOutOfRange);
 }
 
 }  // namespace
@@ -255,6 +268,11 @@ namespace {
 // A backend that records what the model asks for and delegates to the CPU:
 // experts go only through the interface, with each selected expert once per
 // chunk and every (token, slot) pair assigned exactly once.
+using backend::CpuExpertBackend;
+using backend::ExpertBackend;
+using backend::ExpertBatch;
+using backend::ExpertJob;
+
 class RecordingBackend : public ExpertBackend {
  public:
   explicit RecordingBackend(ThreadPool* pool) : cpu_(pool) {}
@@ -280,9 +298,7 @@ TEST(ExpertBackendInterface, CustomBackendSeesGroupedWorkAndGivesSameLogits) {
   const std::vector<float> want = Runner::make(tm, nullptr)->run(tokens, 512);
   auto r = Runner::make(tm, nullptr);
   RecordingBackend rec(nullptr);
-  Qwen3Options o;
-  o.experts = &rec;
-  r->model->set_options(o);
+  r->set_experts(&rec);
   const std::vector<float> got = r->run(tokens, 512);
   EXPECT_EQ(got, want);
   EXPECT_EQ(rec.calls, tm.spec.n_layer);                                 // one call per layer per chunk
@@ -301,12 +317,60 @@ TEST(ExpertBackendInterface, PerExpertMatmulBackendMatchesTiled) {
   ThreadPool two(2);
   const std::vector<float> want = Runner::make(tm, &two)->run(tokens, 4);
   auto r = Runner::make(tm, &two);
-  PerExpertMatmulBackend per_expert(&two);
-  Qwen3Options o;
-  o.pool = &two;
-  o.experts = &per_expert;
-  r->model->set_options(o);
+  backend::PerExpertMatmulBackend per_expert(&two);
+  r->set_experts(&per_expert);
   EXPECT_EQ(r->run(tokens, 4), want);
+}
+
+}  // namespace
+}  // namespace moeserve::models
+
+namespace moeserve::models {
+namespace {
+
+// Placement is data: the same model with its layers split over two devices
+// (hidden rows crossing between them) gives the same logits bit for bit.
+TEST(Placement, LayersSplitOverTwoDevicesGiveTheSameLogits) {
+  const testing::TinyModel tm = testing::build_tiny_model({});
+  const std::vector<int32_t> tokens = prompt(9, 31);
+  const std::vector<float> want = Runner::make(tm, nullptr)->run(tokens, 4);
+
+  GgufFile file = tm.parse().value();
+  backend::CpuDevice first(backend::CpuDeviceOptions{.pool = nullptr, .pack_weights = false});
+  backend::CpuDevice second(backend::CpuDeviceOptions{.pool = nullptr, .pack_weights = false});
+  Qwen3HParams hp = load_qwen3_hparams(file).value();
+  Qwen3Weights w = load_qwen3_weights(file, hp).value();
+  Placement placement{.io = &first, .layers = {}};
+  for (int64_t l = 0; l < hp.n_layer; ++l) placement.layers.push_back(l < hp.n_layer / 2 ? &first : &second);
+  ASSERT_NE(placement.layers.front(), placement.layers.back());
+  auto model = Qwen3Model::create(hp, w, placement).value();
+  auto ws = model->create_workspace(4).value();
+  const int64_t capacity = 64, V = hp.n_vocab;
+  std::vector<std::vector<uint16_t>> k(size_t(hp.n_layer)), v(size_t(hp.n_layer));
+  std::vector<KvLayerView> views;
+  for (int64_t l = 0; l < hp.n_layer; ++l) {
+    k[size_t(l)].resize(size_t(capacity * hp.kv_dim()));
+    v[size_t(l)].resize(size_t(capacity * hp.kv_dim()));
+    views.push_back({k[size_t(l)].data(), v[size_t(l)].data()});
+  }
+  std::vector<float> got(tokens.size() * size_t(V));
+  for (size_t start = 0; start < tokens.size(); start += 4) {
+    const size_t n = std::min<size_t>(4, tokens.size() - start);
+    std::vector<int64_t> rows(n);
+    std::iota(rows.begin(), rows.end(), 0);
+    ForwardBatch b;
+    b.tokens = std::span<const int32_t>(tokens).subspan(start, n);
+    b.pos0 = int64_t(start);
+    b.kv = {views, capacity};
+    b.logit_rows = rows;
+    b.logits = got.data() + start * size_t(V);
+    ASSERT_TRUE(model->forward(b, *ws).is_ok());
+  }
+  EXPECT_EQ(got, want);
+  // A placement that names the wrong number of layers is refused.
+  Placement short_one{.io = &first, .layers = {&first}};
+  EXPECT_EQ(Qwen3Model::create(hp, load_qwen3_weights(file, hp).value(), short_one).status().code(),
+            StatusCode::kInvalidArgument);
 }
 
 }  // namespace

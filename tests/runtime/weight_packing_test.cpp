@@ -1,7 +1,7 @@
 // runtime::Model with packed weights (the default where the CPU has packed
 // kernels) against the same file used in place: which tensors get packed,
 // and that logits agree to float rounding and greedy tokens are identical.
-#include "runtime/weight_packing.h"
+#include "backend/cpu/weight_packing.h"
 
 #include <gtest/gtest.h>
 #include <unistd.h>
@@ -17,6 +17,7 @@
 #include "convert/model_presets.h"
 #include "kernels/cpu/packed_layout.h"
 #include "runtime/kv_cache.h"
+#include "models/qwen3.h"
 #include "runtime/model.h"
 
 namespace moeserve::runtime {
@@ -49,8 +50,8 @@ struct GreedyRun {
 };
 
 GreedyRun greedy(Model& m, std::vector<int32_t> prompt, int n_new) {
-  const auto& hp = m.hparams();
-  const int64_t ctx = 128, kvd = hp.kv_dim();
+  const auto& hp = m.info();
+  const int64_t ctx = 128, kvd = hp.kv_dim;
   std::vector<std::vector<uint16_t>> k(size_t(hp.n_layer)), v(size_t(hp.n_layer));
   std::vector<models::KvLayerView> views;
   for (int64_t l = 0; l < hp.n_layer; ++l) {
@@ -59,6 +60,10 @@ GreedyRun greedy(Model& m, std::vector<int32_t> prompt, int n_new) {
     views.push_back({k[size_t(l)].data(), v[size_t(l)].data()});
   }
   GreedyRun r;
+  auto workspace = m.new_workspace(1);
+  EXPECT_TRUE(workspace.is_ok()) << workspace.status().to_string();
+  if (!workspace.is_ok()) return r;
+  models::Workspace* ws = workspace->get();
   std::vector<float> logits(size_t(hp.n_vocab));
   std::vector<int32_t> step = prompt;
   int64_t pos = 0;
@@ -70,7 +75,7 @@ GreedyRun greedy(Model& m, std::vector<int32_t> prompt, int n_new) {
     b.kv = {views, ctx};
     b.logit_rows = std::span<const int64_t>(&last, 1);
     b.logits = logits.data();
-    EXPECT_TRUE(m.net().forward(b).is_ok());
+    EXPECT_TRUE(m.net().forward(b, *ws).is_ok());
     pos += int64_t(step.size());
     const auto best = int32_t(std::max_element(logits.begin(), logits.end()) - logits.begin());
     r.tokens.push_back(best);
@@ -97,7 +102,7 @@ TEST_P(WeightPacking, PackedModelMatchesTheFileUsedInPlace) {
   // the embedding never is.
   EXPECT_EQ(b.packed().tensors, 0);
   EXPECT_GT(a.packed().tensors, 0);
-  const models::Qwen3Weights& w = a.net().weights();
+  const models::Qwen3Weights& w = dynamic_cast<models::Qwen3Model&>(a.net()).weights();
   EXPECT_FALSE(w.token_embd.packed);
   EXPECT_TRUE(w.output.packed);
   int expected = 1;  // output
@@ -144,8 +149,8 @@ TEST(WeightPacking, LeavesUnpackableViewsAlone) {
   std::vector<uint8_t> bytes(dtype_row_bytes(DType::Q4_K, 256) * 24);
   models::Qwen3Weights w;
   w.output = {bytes.data(), DType::Q4_K, 256, 24, dtype_row_bytes(DType::Q4_K, 256), 0, false};
-  models::Qwen3HParams hp;
-  auto r = pack_weights(w, hp, {});
+  const backend::WeightRef refs[] = {{&w.output, 1, backend::WeightUse::kMatrix, false}};
+  auto r = backend::pack_weights(refs, {});
   ASSERT_TRUE(r.is_ok());
   EXPECT_EQ(r.value().tensors, 0);
   EXPECT_EQ(w.output.data, bytes.data());
@@ -162,8 +167,9 @@ TEST(WeightPacking, TiedOutputGetsItsOwnPackedCopy) {
   w.token_embd = {bytes.data(), DType::Q4_K, 256, 32, rb, 0, false};
   w.output = w.token_embd;
   w.tied_output = true;
-  models::Qwen3HParams hp;
-  auto r = pack_weights(w, hp, {.release_source = true});  // must not release the embedding's rows
+  const backend::WeightRef refs[] = {{&w.token_embd, 1, backend::WeightUse::kLookup, true},
+                                     {&w.output, 1, backend::WeightUse::kMatrix, true}};
+  auto r = backend::pack_weights(refs, {.release_source = true});  // must not release the embedding's rows
   ASSERT_TRUE(r.is_ok());
   EXPECT_EQ(r.value().tensors, 1);
   EXPECT_TRUE(w.output.packed);

@@ -28,6 +28,7 @@ struct BenchOptions {
   int64_t n_prompt = 512, n_gen = 128, batch = 512;
   int repetitions = 3, threads = 0;
   bool json = false, profile = false, no_pack = false;
+  std::string device = "auto";
   std::string expert_backend = "tiled";
 };
 
@@ -112,31 +113,24 @@ Status run_bench(const BenchOptions& o) {
     bw_before = read_bandwidth(probe_pool);
   }
   MOESERVE_ASSIGN_OR_RETURN(std::unique_ptr<runtime::Model> model,
-                            runtime::Model::load(o.model_path, {.n_threads = o.threads, .pack_weights = !o.no_pack}));
-  const models::Qwen3HParams& hp = model->hparams();
+                            runtime::Model::load(o.model_path, {.n_threads = o.threads, .pack_weights = !o.no_pack, .device = o.device}));
+  const models::ModelInfo& info = model->info();
   // The per-expert variant is only for comparing dispatch strategies.
-  models::PerExpertMatmulBackend per_expert(&model->pool());
-  if (o.expert_backend == "per-expert") {
-    models::Qwen3Options opt = model->net().options();
-    opt.experts = &per_expert;
-    model->net().set_options(opt);
-  }
+  backend::PerExpertMatmulBackend per_expert(&model->pool());
+  if (o.expert_backend == "per-expert") model->cpu_device().set_expert_backend(&per_expert);
   models::ForwardProfile pp_prof, tg_prof;
   runtime::Generator gen(*model, std::max<int64_t>(o.n_prompt, o.n_gen) + 1);
+  MOESERVE_RETURN_IF_ERROR(gen.status());
   std::mt19937 rng(42);
   std::vector<int32_t> prompt(size_t(o.n_prompt));
   for (int32_t& t : prompt) t = int32_t(rng() % uint32_t(model->tokenizer().vocab_size()));
-  std::vector<float> logits(static_cast<size_t>(hp.n_vocab));
+  std::vector<float> logits(static_cast<size_t>(info.n_vocab));
   std::vector<double> pp, tg, ttft;
   // Decode picks each next token as `generate --temp 0` does (the arg-max
   // is part of a decode step's cost).
   runtime::Sampler greedy(runtime::SamplerOptions{.temperature = 0.0f});
   const CpuTimes cpu_at_start = read_cpu_times();
-  auto set_profile = [&](models::ForwardProfile* p) {
-    models::Qwen3Options opt = model->net().options();
-    opt.profile = o.profile ? p : nullptr;
-    model->net().set_options(opt);
-  };
+  auto set_profile = [&](models::ForwardProfile* p) { gen.set_profile(o.profile ? p : nullptr); };
   // One untimed warm-up of each (page in the weights, grow scratch buffers).
   for (int rep = -1; rep < o.repetitions; ++rep) {
     if (o.n_prompt > 0) {
@@ -166,12 +160,12 @@ Status run_bench(const BenchOptions& o) {
   const double bw_after = read_bandwidth(model->pool());
   const Stats pps = stats(pp), tgs = stats(tg), tts = stats(ttft);
   const double size_gib = double(model->file().size()) / double(1 << 30);
-  const uint64_t params = model->net().weights().n_params;
-  const double active_gb = double(model->net().weights().active_bytes_per_token) / 1e9;
+  const uint64_t params = info.n_params;
+  const double active_gb = double(info.active_bytes_per_token) / 1e9;
   if (o.json) {
-    nlohmann::json j = {{"model", o.model_path}, {"arch", hp.arch_name}, {"size_bytes", model->file().size()},
+    nlohmann::json j = {{"model", o.model_path}, {"arch", info.arch}, {"device", model->device().name()}, {"size_bytes", model->file().size()},
                         {"params", params}, {"threads", model->pool().size()}, {"batch", o.batch},
-                        {"active_bytes_per_token", model->net().weights().active_bytes_per_token},
+                        {"active_bytes_per_token", info.active_bytes_per_token},
                         {"pp", {{"n", o.n_prompt}, {"tok_s_mean", pps.mean}, {"tok_s_stddev", pps.stddev},
                                 {"ttft_ms", tts.mean}, {"samples", pp}}},
                         {"tg", {{"n", o.n_gen}, {"tok_s_mean", tgs.mean}, {"tok_s_stddev", tgs.stddev}, {"samples", tg}}},
@@ -181,7 +175,7 @@ Status run_bench(const BenchOptions& o) {
     return Status::ok();
   }
   fmt::print("| model | size | params | threads | test | t/s |\n|---|---:|---:|---:|---:|---:|\n");
-  const std::string name = fmt::format("{} {}L", hp.arch_name, hp.n_layer);
+  const std::string name = fmt::format("{} {}L", info.arch, info.n_layer);
   if (o.n_prompt > 0) {
     fmt::print("| {} | {:.2f} GiB | {:.2f} B | {} | pp{} | {:.2f} ± {:.2f} |\n", name, size_gib, double(params) / 1e9,
                model->pool().size(), o.n_prompt, pps.mean, pps.stddev);
@@ -226,6 +220,8 @@ void register_bench(CLI::App& app) {
                   "tiled (default: all experts of a layer in one dispatch) or per-expert (3 matmul dispatches "
                   "per expert; for comparison)")
       ->check(CLI::IsMember({"tiled", "per-expert"}))->capture_default_str();
+  cmd->add_option("--device", o->device, "Device: auto (the first CUDA GPU when this binary has CUDA and one is visible, else the CPU), cpu, cuda or cuda:N")
+      ->capture_default_str();
   cmd->add_flag("--no-pack", o->no_pack,
                 "Use every weight in place from the file (zero-copy), without the packed copy the AVX-512 "
                 "kernels are fastest with (for comparisons)");

@@ -21,6 +21,7 @@ struct GenerateCliOptions {
   int64_t n_predict = 128, ctx_size = 4096, batch = 512;
   int threads = 0;
   bool no_pack = false;
+  std::string device = "auto";
   runtime::SamplerOptions sampling;
   std::vector<std::string> stop;
 };
@@ -45,7 +46,7 @@ Result<std::string> render_chat(const runtime::Model& model, const GenerateCliOp
 
 Status run_generate(const GenerateCliOptions& o) {
   MOESERVE_ASSIGN_OR_RETURN(std::unique_ptr<runtime::Model> model,
-                            runtime::Model::load(o.model_path, {.n_threads = o.threads, .pack_weights = !o.no_pack}));
+                            runtime::Model::load(o.model_path, {.n_threads = o.threads, .pack_weights = !o.no_pack, .device = o.device}));
   std::string text = o.prompt;
   if (o.chat) {
     MOESERVE_ASSIGN_OR_RETURN(text, render_chat(*model, o));
@@ -92,6 +93,8 @@ void register_generate(CLI::App& app) {
   cmd->add_option("-b,--batch", o->batch, "Prompt tokens per prefill chunk")->capture_default_str()
       ->check(CLI::Range(int64_t(1), int64_t(1) << 16));
   cmd->add_option("-t,--threads", o->threads, "Worker threads (0: one per physical core)")->capture_default_str();
+  cmd->add_option("--device", o->device, "Device: auto (the first CUDA GPU when this binary has CUDA and one is visible, else the CPU), cpu, cuda or cuda:N")
+      ->capture_default_str();
   cmd->add_flag("--no-pack", o->no_pack,
                 "Use every weight in place from the file (zero-copy), without the packed copy the AVX-512 "
                 "kernels are fastest with (saves the Q4_K/Q6_K weights' size in RAM; slower)");

@@ -12,6 +12,7 @@
 
 #include "core/mapped_file.h"
 #include "runtime/batch_engine.h"
+#include "runtime/memory_plan.h"
 #include "runtime/model.h"
 #include "server/api_service.h"
 #include "server/http_server.h"
@@ -31,6 +32,7 @@ struct ServeCliOptions {
   int64_t batch = 512;
   int threads = 0;
   bool no_pack = false;
+  std::string device = "auto";
   size_t queue = 64;
   size_t prefix_cache_mb = 256;
   size_t max_body_kb = 1024;
@@ -62,19 +64,28 @@ Status run_serve(ServeCliOptions o) {
   fmt::print(stderr, "moeserve serve: listening on http://{}:{}/ (loading {})\n", o.http.host, port, o.model_path);
   // Every weight page is faulted in at load: the first requests would
   // otherwise pay for it (a page fault per 4 KiB) in their latency.
-  auto model = runtime::Model::load(o.model_path, {.n_threads = o.threads, .pack_weights = !o.no_pack, .populate = true});
+  auto model = runtime::Model::load(o.model_path, {.n_threads = o.threads, .pack_weights = !o.no_pack, .populate = true, .device = o.device});
   if (!model.is_ok()) {
     stop_listener();
     return model.status();
   }
   runtime::EngineOptions eo;
   eo.n_slots = o.parallel;
-  const int64_t trained = (*model)->hparams().n_ctx_train;
+  const int64_t trained = (*model)->info().n_ctx_train;
   eo.n_ctx = o.ctx_size > 0 ? o.ctx_size : std::min<int64_t>(trained > 0 ? trained : 4096, 4096);
   eo.n_batch = o.batch;
   eo.max_queue = o.queue;
   eo.prefix_cache_bytes = o.prefix_cache_mb << 20;
+  auto plan = runtime::plan_device_memory(**model, {.n_sequences = eo.n_slots, .n_ctx = eo.n_ctx, .n_batch = eo.n_batch});
+  if (!plan.is_ok()) {
+    stop_listener();
+    return plan.status();
+  }
   auto engine = std::make_unique<runtime::BatchEngine>(**model, eo);
+  if (!engine->status().is_ok()) {
+    stop_listener();
+    return engine->status();
+  }
   server::ServiceConfig sc;
   sc.model_id = !o.alias.empty() ? o.alias : std::filesystem::path(o.model_path).stem().string();
   sc.api_key = o.api_key;
@@ -83,6 +94,8 @@ Status run_serve(ServeCliOptions o) {
   http.set_service(service.get());
   fmt::print(stderr, "moeserve serve: model '{}', {} slots x {} tokens of context, {} threads\n", sc.model_id,
              eo.n_slots, eo.n_ctx, (*model)->pool().size());
+  fmt::print(stderr, "moeserve serve: device {}: {} ({})\n", (*model)->device().name(),
+             (*model)->device().description(), (*model)->device_reason());
   fmt::print(stdout, "moeserve serve: ready at http://{}:{}/\n", o.http.host, port);
   std::fflush(stdout);
   listener.join();
@@ -112,6 +125,8 @@ void register_serve(CLI::App& app) {
       ->capture_default_str()->check(CLI::Range(int64_t(1), int64_t(1) << 16));
   cmd->add_option("--api-key", o->api_key, "Require 'Authorization: Bearer KEY' (except /health and the web page)");
   cmd->add_option("-t,--threads", o->threads, "Compute threads (0: one per physical core)")->capture_default_str();
+  cmd->add_option("--device", o->device, "Device: auto (the first CUDA GPU when this binary has CUDA and one is visible, else the CPU), cpu, cuda or cuda:N")
+      ->capture_default_str();
   cmd->add_flag("--no-pack", o->no_pack,
                 "Use every weight in place from the file (zero-copy), without the packed copy the AVX-512 "
                 "kernels are fastest with (saves the Q4_K/Q6_K weights' size in RAM; slower)");

@@ -4,6 +4,7 @@
 
 #include "core/cpu_features.h"
 #include "kernels/cpu/cpu_kernels.h"
+#include "backend/devices.h"
 #include "kernels/gpu_api.h"
 #include "tools/moeserve/commands.h"
 
@@ -26,6 +27,10 @@ void register_sysinfo(CLI::App& app) {
     for (const auto& d : devices.value()) {
       fmt::print("gpu {}:        {} (sm_{}{}, {} SMs, {:.1f} GiB)\n", d.index, d.name, d.cc_major, d.cc_minor,
                  d.sm_count, double(d.total_bytes) / (1 << 30));
+    }
+    auto choice = backend::choose_device("auto");
+    if (choice.is_ok()) {
+      fmt::print("default:      --device {} ({})\n", choice->spec.to_string(), choice->reason);
     }
   });
 }

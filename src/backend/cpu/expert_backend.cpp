@@ -1,4 +1,4 @@
-#include "models/expert_backend.h"
+#include "backend/cpu/expert_backend.h"
 
 #include <algorithm>
 #include <atomic>
@@ -8,7 +8,7 @@
 #include "kernels/cpu/packed_layout.h"
 #include "kernels/cpu/stream_prefetch.h"
 
-namespace moeserve::models {
+namespace moeserve::backend {
 namespace {
 
 // Rows per tile of one expert matrix with n_rows rows. When several tokens
@@ -344,4 +344,4 @@ Status PerExpertMatmulBackend::compute(const ExpertBatch& b) {
   return Status::ok();
 }
 
-}  // namespace moeserve::models
+}  // namespace moeserve::backend

@@ -14,11 +14,10 @@
 #include "core/progress.h"
 #include "core/status.h"
 #include "core/thread_pool.h"
+#include "backend/backend.h"
 #include "kernels/cpu/cpu_kernels.h"
-#include "models/qwen3_hparams.h"
-#include "models/qwen3_weights.h"
 
-namespace moeserve::runtime {
+namespace moeserve::backend {
 
 struct PackedWeights {
   std::vector<PageBuffer> buffers;  // the packed copies the views point into
@@ -38,10 +37,11 @@ struct PackWeightsOptions {
 };
 
 // Views that cannot be packed (other types, rows not a multiple of 16, no
-// packed kernel at this SIMD level) stay as they are. token_embd is never
-// packed (embedding lookups read single rows); a tied output gets its own
-// packed copy.
-Result<PackedWeights> pack_weights(models::Qwen3Weights& w, const models::Qwen3HParams& hp,
-                                   const PackWeightsOptions& options);
+// packed kernel at this SIMD level) stay as they are, and so do lookups
+// (embedding rows are read one at a time) and vectors. An expert gate and
+// the up that follows it are packed both or neither (the expert backend runs
+// them in one pass). A view whose source is shared (a tied output) gets its
+// own packed copy and its source pages are kept.
+Result<PackedWeights> pack_weights(std::span<const WeightRef> weights, const PackWeightsOptions& options);
 
-}  // namespace moeserve::runtime
+}  // namespace moeserve::backend

@@ -14,9 +14,9 @@
 #include "core/status.h"
 #include "core/thread_pool.h"
 #include "kernels/cpu/cpu_kernels.h"
-#include "models/qwen3_weights.h"
+#include "tensor/weight_view.h"
 
-namespace moeserve::models {
+namespace moeserve::backend {
 
 // One selected expert with the tokens routed to it.
 struct ExpertJob {
@@ -98,4 +98,4 @@ class PerExpertMatmulBackend : public ExpertBackend {
   std::vector<float> g_, u_;
 };
 
-}  // namespace moeserve::models
+}  // namespace moeserve::backend

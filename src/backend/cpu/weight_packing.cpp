@@ -1,4 +1,4 @@
-#include "runtime/weight_packing.h"
+#include "backend/cpu/weight_packing.h"
 
 #include <span>
 
@@ -6,19 +6,19 @@
 #include "core/progress.h"
 #include "kernels/cpu/packed_layout.h"
 
-namespace moeserve::runtime {
+namespace moeserve::backend {
 namespace {
 
 // A view to pack: n_matrices stacked matrices (1 for a plain 2-D weight).
 struct Candidate {
-  models::WeightView* view;
+  WeightView* view;
   int64_t n_matrices;
   bool release_source;
 };
 
-size_t matrix_bytes(const models::WeightView& v) { return size_t(v.n_rows) * v.row_bytes; }
+size_t matrix_bytes(const WeightView& v) { return size_t(v.n_rows) * v.row_bytes; }
 
-bool packable(const models::WeightView& v, int64_t n_matrices, const cpu::CpuKernels& k) {
+bool packable(const WeightView& v, int64_t n_matrices, const cpu::CpuKernels& k) {
   return v.present() && !v.packed && n_matrices >= 1 && cpu::has_packed_layout(v.type) &&
          k.packed_dot[dtype_slot(v.type)] != nullptr && v.n_rows > 0 && v.n_rows % cpu::kPackRows == 0 &&
          v.row_bytes == dtype_row_bytes(v.type, v.n_cols) &&
@@ -26,7 +26,7 @@ bool packable(const models::WeightView& v, int64_t n_matrices, const cpu::CpuKer
 }
 
 Status pack_view(const Candidate& c, const PackWeightsOptions& o, PackedWeights& out) {
-  models::WeightView& v = *c.view;
+  WeightView& v = *c.view;
   MOESERVE_ASSIGN_OR_RETURN(PageBuffer buf, PageBuffer::allocate(matrix_bytes(v) * size_t(c.n_matrices)));
   const size_t group_bytes = cpu::kPackRows * v.row_bytes;
   // Matrices are back to back, so the groups of all of them are too.
@@ -51,36 +51,37 @@ Status pack_view(const Candidate& c, const PackWeightsOptions& o, PackedWeights&
   return Status::ok();
 }
 
-std::vector<Candidate> candidates(models::Qwen3Weights& w, const models::Qwen3HParams& hp,
-                                  const PackWeightsOptions& o, const cpu::CpuKernels& k) {
+bool packable(const WeightRef& r, const cpu::CpuKernels& k) {
+  const bool matrix_use = r.use != WeightUse::kLookup && r.use != WeightUse::kVector;
+  return matrix_use && packable(*r.view, r.n_matrices, k);
+}
+
+std::vector<Candidate> candidates(std::span<const WeightRef> weights, const PackWeightsOptions& o,
+                                  const cpu::CpuKernels& k) {
   std::vector<Candidate> out;
-  auto add = [&](models::WeightView& v, int64_t n_matrices, bool release) {
-    if (packable(v, n_matrices, k)) out.push_back({&v, n_matrices, release});
-  };
-  for (models::Qwen3LayerWeights& l : w.layers) {
-    for (models::WeightView* v :
-         {&l.attn_q, &l.attn_k, &l.attn_v, &l.attn_output, &l.ffn_gate, &l.ffn_up, &l.ffn_down}) {
-      add(*v, 1, o.release_source);
+  for (size_t i = 0; i < weights.size(); ++i) {
+    const WeightRef& r = weights[i];
+    const bool release = o.release_source && !r.source_shared;
+    if (r.use == WeightUse::kExpertGate) {
+      // The expert backend runs gate and up in one pass: both packed or neither.
+      const bool pair = i + 1 < weights.size() && weights[i + 1].use == WeightUse::kExpertUp;
+      if (pair && packable(r, k) && packable(weights[i + 1], k)) {
+        out.push_back({r.view, r.n_matrices, release});
+        out.push_back({weights[i + 1].view, weights[i + 1].n_matrices, o.release_source && !weights[i + 1].source_shared});
+      }
+      if (pair) ++i;
+      continue;
     }
-    // The expert backend runs gate and up in one pass: both packed or neither.
-    if (packable(l.ffn_gate_exps, hp.n_expert, k) && packable(l.ffn_up_exps, hp.n_expert, k)) {
-      add(l.ffn_gate_exps, hp.n_expert, o.release_source);
-      add(l.ffn_up_exps, hp.n_expert, o.release_source);
-    }
-    add(l.ffn_down_exps, hp.n_expert, o.release_source);
+    if (packable(r, k)) out.push_back({r.view, r.n_matrices, release});
   }
-  // A tied output's rows are still read by embedding lookups: keep them.
-  const bool tied = w.tied_output || w.output.data == w.token_embd.data;
-  add(w.output, 1, o.release_source && !tied);
   return out;
 }
 
 }  // namespace
 
-Result<PackedWeights> pack_weights(models::Qwen3Weights& w, const models::Qwen3HParams& hp,
-                                   const PackWeightsOptions& options) {
+Result<PackedWeights> pack_weights(std::span<const WeightRef> weights, const PackWeightsOptions& options) {
   const cpu::CpuKernels& k = options.kernels != nullptr ? *options.kernels : cpu::cpu_kernels();
-  const std::vector<Candidate> todo = candidates(w, hp, options, k);
+  const std::vector<Candidate> todo = candidates(weights, options, k);
   uint64_t total = 0;
   for (const Candidate& c : todo) total += matrix_bytes(*c.view) * uint64_t(c.n_matrices);
   PackedWeights out;
@@ -99,4 +100,4 @@ Result<PackedWeights> pack_weights(models::Qwen3Weights& w, const models::Qwen3H
   return out;
 }
 
-}  // namespace moeserve::runtime
+}  // namespace moeserve::backend

@@ -1,0 +1,241 @@
+// The backend interface: what a model's forward pass needs from a device,
+// and nothing about which device it is. A forward is written once against
+// `Ops`; the CPU backend (backend/cpu) wraps the SIMD kernels, the CUDA
+// backend (backend/cuda) the GPU kernels. Placement is data: the caller
+// decides which `Device` holds a layer's weights and KV cache, and the model
+// asks that device's `Ops` to do the layer's work.
+//
+// Why these ops and not a tensor graph: a transformer decode step is ~10
+// ops per layer whose shapes are known up front; ops at that granularity
+// (fused add + RMSNorm, q/k norm + RoPE + KV store, attention over the
+// cache, routing, the grouped expert FFN) are what the fast kernels are, so
+// the interface is exactly the list of fast kernels — no graph builder, no
+// allocator in the hot path, and each backend keeps its own freedom inside
+// an op (the CPU's barrier-free expert pieces, the GPU's fused kernels).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+
+#include "core/status.h"
+#include "tensor/weight_view.h"
+
+namespace moeserve::backend {
+
+enum class DeviceKind { kCpu, kCuda };
+
+class Device;
+
+// Bytes in one device's memory; frees itself. Move-only.
+class DeviceMemory {
+ public:
+  DeviceMemory() = default;
+  DeviceMemory(Device* device, void* data, size_t bytes) : device_(device), data_(data), bytes_(bytes) {}
+  ~DeviceMemory() { reset(); }
+  DeviceMemory(DeviceMemory&& o) noexcept { *this = std::move(o); }
+  DeviceMemory& operator=(DeviceMemory&& o) noexcept;
+  DeviceMemory(const DeviceMemory&) = delete;
+  DeviceMemory& operator=(const DeviceMemory&) = delete;
+
+  void* data() const { return data_; }
+  template <typename T>
+  T* as() const { return static_cast<T*>(data_); }
+  size_t bytes() const { return bytes_; }
+  Device* device() const { return device_; }
+  void reset();
+
+ private:
+  Device* device_ = nullptr;
+  void* data_ = nullptr;
+  size_t bytes_ = 0;
+};
+
+// One layer's f16 cache rows in its device's memory: [capacity][kv_dim],
+// row p holds position p.
+struct KvLayerView {
+  uint16_t* k = nullptr;
+  uint16_t* v = nullptr;
+};
+
+struct KvView {
+  std::span<const KvLayerView> layers;  // n_layer entries (null for layers not on this device)
+  int64_t capacity = 0;                 // positions the rows can hold
+};
+
+// One sequence's share of a batch: rows [row0, row0 + n_tokens) of the
+// batch are its tokens at positions pos0.. of its own KV cache.
+struct SequenceSlice {
+  int64_t row0 = 0;
+  int64_t n_tokens = 0;
+  int64_t pos0 = 0;  // cache rows 0..pos0-1 are valid
+  KvView kv;
+};
+
+// The rows of one forward, as the host knows them. Set once per forward
+// (Ops::begin_batch); the ops below read it (token ids, positions, caches).
+struct BatchLayout {
+  std::span<const int32_t> tokens;
+  std::span<const SequenceSlice> slices;  // cover the rows in order
+  std::span<const int32_t> row_slice;     // [rows] index into slices
+  std::span<const int64_t> row_pos;       // [rows] position in its sequence
+  int64_t n_rot = 0;                      // RoPE dims (0: no RoPE)
+  double rope_freq_base = 10000.0;
+};
+
+// What a weight is used for, so a device can choose its layout (the CPU
+// packs matrices its kernels have a packed form for; embedding rows are
+// read one at a time and stay row-major).
+enum class WeightUse {
+  kMatrix,      // a matrix product's weight
+  kExpertGate,  // stacked expert matrices; gate is always followed by its up
+  kExpertUp,
+  kExpertDown,
+  kLookup,      // rows read by token id (embedding)
+  kVector,      // f32 norm weights
+};
+
+// One weight to place: the view (rewritten to point at the device's copy)
+// and how many matrices it stacks.
+struct WeightRef {
+  WeightView* view = nullptr;
+  int64_t n_matrices = 1;
+  WeightUse use = WeightUse::kMatrix;
+  // The source rows are also read through another view (a tied output):
+  // the device must not drop them from the file's page cache.
+  bool source_shared = false;
+};
+
+struct PlacedWeights {
+  size_t bytes = 0;    // device memory the copies take (0 when used in place)
+  int tensors = 0;     // views that now point at device copies
+};
+
+// ---- op arguments -------------------------------------------------------
+// Activations are f32 rows in the device's memory, row-major, contiguous.
+
+struct RmsNormArgs {
+  const float* x = nullptr;
+  const float* w = nullptr;  // [n_cols], device memory
+  float* out = nullptr;
+  int64_t n_rows = 0, n_cols = 0;
+  float eps = 1e-6f;
+  std::span<const int64_t> rows;  // non-empty: out row r = norm of x row rows[r]
+};
+
+// x += delta (when delta is set); out = rmsnorm(x) * w.
+struct AddRmsNormArgs {
+  float* x = nullptr;
+  const float* delta = nullptr;
+  const float* w = nullptr;
+  float* out = nullptr;
+  int64_t n_rows = 0, n_cols = 0;
+  float eps = 1e-6f;
+};
+
+// y[t] = W x[t]: one product of a group that may share its input.
+struct MatmulOp {
+  const WeightView* w = nullptr;
+  const float* x = nullptr;
+  float* y = nullptr;
+  int64_t n_tokens = 0;
+};
+
+// Per row: per-head RMSNorm of q and k (when the norms are set), NEOX RoPE
+// at the row's position, then k and v stored as f16 into the row's cache.
+struct QkNormRopeArgs {
+  float* q = nullptr;
+  float* k = nullptr;
+  const float* v = nullptr;
+  const WeightView* q_norm = nullptr;
+  const WeightView* k_norm = nullptr;
+  int64_t n_head = 0, n_head_kv = 0, head_dim = 0;
+  float eps = 1e-6f;
+  int layer = 0;
+};
+
+// Causal GQA attention of each row over its own sequence's cache.
+struct AttentionOpArgs {
+  const float* q = nullptr;
+  float* out = nullptr;
+  int64_t n_head = 0, n_head_kv = 0, head_dim = 0;
+  float scale = 1.0f;
+  int layer = 0;
+};
+
+// Router probabilities -> top-k -> renormalised weights.
+struct RouteOpArgs {
+  const float* logits = nullptr;  // [n_tokens][n_expert], overwritten with probabilities
+  int64_t n_tokens = 0, n_expert = 0, n_used = 0;
+};
+
+// x[t] += sum_j w[t][j] * down_e(silu(gate_e xn[t]) * up_e xn[t]) over the
+// experts the last route() chose.
+struct ExpertFfnArgs {
+  int layer = 0;
+  const float* xn = nullptr;  // [n_tokens][n_embd]
+  float* x = nullptr;         // [n_tokens][n_embd], accumulated into
+  int64_t n_tokens = 0, n_embd = 0, n_ff = 0;
+  const WeightView* gate = nullptr;
+  const WeightView* up = nullptr;
+  const WeightView* down = nullptr;
+};
+
+// The ops of a forward pass on one device. One Ops per workspace: it holds
+// the op scratch (and on a GPU the stream), so two workspaces can run two
+// forwards at once. Ops enqueue work; finish() waits for all of it.
+class Ops {
+ public:
+  virtual ~Ops() = default;
+  virtual Status begin_batch(const BatchLayout& layout) = 0;
+  virtual Status embed(const WeightView& table, float* out) = 0;  // rows of the batch's tokens
+  virtual Status rms_norm(const RmsNormArgs& a) = 0;
+  virtual Status add_rms_norm(const AddRmsNormArgs& a) = 0;
+  virtual Status matmul(std::span<const MatmulOp> group) = 0;
+  virtual Status qk_norm_rope_store(const QkNormRopeArgs& a) = 0;
+  virtual Status attention(const AttentionOpArgs& a) = 0;
+  virtual Status swiglu(const float* gate, const float* up, float* out, int64_t n_rows, int64_t n_cols) = 0;
+  virtual Status add(float* y, const float* x, int64_t n_rows, int64_t n_cols) = 0;
+  virtual Status route(const RouteOpArgs& a) = 0;
+  virtual Status expert_ffn(const ExpertFfnArgs& a) = 0;
+  // Copies between this device's memory and the host, ordered with the ops.
+  virtual Status download(void* host, const void* src, size_t bytes) = 0;
+  virtual Status upload(void* dst, const void* host, size_t bytes) = 0;
+  virtual Status finish() = 0;
+};
+
+struct DeviceMemoryInfo {
+  uint64_t total_bytes = 0;
+  uint64_t free_bytes = 0;
+};
+
+// A place that computes: its memory, its copies of the weights, its ops.
+class Device {
+ public:
+  virtual ~Device() = default;
+  virtual DeviceKind kind() const = 0;
+  virtual std::string name() const = 0;  // "cpu", "cuda:0"
+  virtual std::string description() const = 0;  // for start-up lines: "NVIDIA H100 80GB HBM3 (sm_90, 79.1 GiB free)"
+  // Its memory is the host's: host pointers are device pointers.
+  virtual bool host_memory() const = 0;
+  virtual DeviceMemoryInfo memory_info() const = 0;
+
+  // `what` names the allocation in the error ("KV cache", "workspace").
+  virtual Result<DeviceMemory> allocate(size_t bytes, std::string_view what) = 0;
+  virtual Status copy_to_device(void* dst, const void* host, size_t bytes) = 0;
+  virtual Status copy_to_host(void* host, const void* src, size_t bytes) = 0;
+  virtual Status fill_zero(void* dst, size_t bytes) = 0;
+
+  // Makes the weights usable by this device's ops, rewriting each view to
+  // the copy it computes from (or leaving it in place).
+  virtual Result<PlacedWeights> place_weights(std::span<const WeightRef> weights) = 0;
+  virtual Result<std::unique_ptr<Ops>> create_ops() = 0;
+
+ protected:
+  friend class DeviceMemory;
+  virtual void release(void* data, size_t bytes) = 0;
+};
+
+}  // namespace moeserve::backend

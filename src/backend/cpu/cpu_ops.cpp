@@ -1,0 +1,311 @@
+// The CPU device's ops: the kernel table and the thread pool, called exactly
+// as the forward pass called them before it was written against Ops (same
+// kernels, same order, same threading of independent rows), so results are
+// bit-identical to it.
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+#include "backend/cpu/cpu_device.h"
+#include "kernels/cpu/matmul.h"
+#include "kernels/cpu/rope_table.h"
+
+namespace moeserve::backend {
+namespace {
+
+// fn(t) for t in [0, n), spread over the pool when there is more than one item.
+template <typename F>
+void for_each_index(ThreadPool* pool, int64_t n, F&& fn) {
+  if (pool != nullptr && pool->size() > 1 && n > 1) {
+    pool->parallel_for(n, [&](int64_t b, int64_t e, int) {
+      for (int64_t i = b; i < e; ++i) fn(i);
+    });
+  } else {
+    for (int64_t i = 0; i < n; ++i) fn(i);
+  }
+}
+
+cpu::MatmulArgs mm_args(const MatmulOp& op, ThreadPool* pool) {
+  cpu::MatmulArgs a;
+  a.w = op.w->data;
+  a.w_type = op.w->type;
+  a.n_rows = op.w->n_rows;
+  a.n_cols = op.w->n_cols;
+  a.w_row_stride = op.w->row_bytes;
+  a.w_packed = op.w->packed;
+  a.x = op.x;
+  a.n_tokens = op.n_tokens;
+  a.y = op.y;
+  a.pool = pool;
+  return a;
+}
+
+class CpuOps final : public Ops {
+ public:
+  CpuOps(ThreadPool* pool, ExpertBackend* experts) : pool_(pool), k_(cpu::cpu_kernels()), experts_(experts) {
+    if (experts_ == nullptr) {
+      default_experts_ = std::make_unique<CpuExpertBackend>(pool_);
+      experts_ = default_experts_.get();
+    }
+  }
+
+  Status begin_batch(const BatchLayout& layout) override {
+    layout_ = layout;
+    const int64_t T = int64_t(layout.tokens.size()), n_rot = layout.n_rot;
+    cos_sin_.resize(size_t(T * std::max<int64_t>(n_rot, 1)));
+    if (n_rot > 0) {
+      for (int64_t t = 0; t < T; ++t) {
+        cpu::rope_cos_sin(layout.row_pos[size_t(t)], n_rot, layout.rope_freq_base, cos_sin_.data() + t * n_rot);
+      }
+    }
+    return Status::ok();
+  }
+
+  Status embed(const WeightView& e, float* out) override {
+    const auto tokens = layout_.tokens;
+    for_each_index(pool_, int64_t(tokens.size()), [&](int64_t t) {
+      k_.dequantize_row[dtype_slot(e.type)](e.data + size_t(tokens[size_t(t)]) * e.row_bytes, out + t * e.n_cols,
+                                            e.n_cols);
+    });
+    return Status::ok();
+  }
+
+  Status rms_norm(const RmsNormArgs& a) override {
+    const int64_t n = a.n_cols;
+    if (!a.rows.empty()) {
+      for (int64_t r = 0; r < a.n_rows; ++r) k_.rms_norm(a.x + a.rows[size_t(r)] * n, a.w, a.out + r * n, n, a.eps);
+      return Status::ok();
+    }
+    for_each_index(pool_, a.n_rows, [&](int64_t t) { k_.rms_norm(a.x + t * n, a.w, a.out + t * n, n, a.eps); });
+    return Status::ok();
+  }
+
+  Status add_rms_norm(const AddRmsNormArgs& a) override {
+    const int64_t n = a.n_cols;
+    for_each_index(pool_, a.n_rows, [&](int64_t t) {
+      if (a.delta != nullptr) k_.axpy(1.0f, a.delta + t * n, a.x + t * n, n);
+      k_.rms_norm(a.x + t * n, a.w, a.out + t * n, n, a.eps);
+    });
+    return Status::ok();
+  }
+
+  Status matmul(std::span<const MatmulOp> group) override {
+    if (group.size() == 1) return cpu::matmul(mm_args(group[0], pool_));
+    std::vector<cpu::MatmulArgs> args;
+    args.reserve(group.size());
+    for (const MatmulOp& op : group) args.push_back(mm_args(op, pool_));
+    return cpu::matmul_group(args);
+  }
+
+  Status qk_norm_rope_store(const QkNormRopeArgs& a) override;
+  Status attention(const AttentionOpArgs& a) override;
+
+  Status swiglu(const float* gate, const float* up, float* out, int64_t n_rows, int64_t n) override {
+    for_each_index(pool_, n_rows, [&](int64_t t) { k_.swiglu(gate + t * n, up + t * n, out + t * n, n); });
+    return Status::ok();
+  }
+
+  Status add(float* y, const float* x, int64_t n_rows, int64_t n) override {
+    for_each_index(pool_, n_rows, [&](int64_t t) { k_.axpy(1.0f, x + t * n, y + t * n, n); });
+    return Status::ok();
+  }
+
+  Status route(const RouteOpArgs& a) override;
+  Status expert_ffn(const ExpertFfnArgs& a) override;
+
+  Status download(void* host, const void* src, size_t bytes) override {
+    if (bytes > 0 && host != src) std::copy_n(static_cast<const uint8_t*>(src), bytes, static_cast<uint8_t*>(host));
+    return Status::ok();
+  }
+  Status upload(void* dst, const void* host, size_t bytes) override { return download(dst, host, bytes); }
+  Status finish() override { return Status::ok(); }
+
+ private:
+  void group_by_expert(const ExpertFfnArgs& a);
+
+  ThreadPool* pool_;
+  const cpu::CpuKernels& k_;
+  ExpertBackend* experts_;
+  std::unique_ptr<CpuExpertBackend> default_experts_;
+  BatchLayout layout_;
+  std::vector<float> cos_sin_;
+  // MoE: selections of the last route() and the grouped rows.
+  int64_t n_used_ = 0, n_expert_ = 0;
+  std::vector<int32_t> sel_;           // [T][k] expert ids
+  std::vector<float> sel_w_;           // [T][k] weights
+  std::vector<int32_t> order_;         // (token*k + slot) sorted by expert
+  std::vector<int32_t> position_;      // inverse of order: pair -> its index in order
+  std::vector<int32_t> expert_count_;  // counting sort: [n_expert + 1] offsets
+  std::vector<float> gathered_, expert_out_;
+  std::vector<ExpertJob> jobs_;
+  // Attention work items: a block of one sequence's query rows.
+  struct QueryBlock {
+    int32_t slice;
+    int64_t row0, n;
+  };
+  std::vector<QueryBlock> query_blocks_;
+};
+
+Status CpuOps::qk_norm_rope_store(const QkNormRopeArgs& a) {
+  const int64_t T = int64_t(layout_.tokens.size()), hd = a.head_dim, n_rot = layout_.n_rot;
+  const int64_t qd = a.n_head * hd, kvd = a.n_head_kv * hd;
+  for_each_index(pool_, T, [&](int64_t t) {
+    const KvLayerView& cache = layout_.slices[size_t(layout_.row_slice[size_t(t)])].kv.layers[size_t(a.layer)];
+    const int64_t pos = layout_.row_pos[size_t(t)];
+    const float* cs = cos_sin_.data() + t * n_rot;
+    for (int64_t h = 0; h < a.n_head; ++h) {
+      float* qh = a.q + t * qd + h * hd;
+      if (a.q_norm != nullptr) k_.rms_norm(qh, a.q_norm->f32(), qh, hd, a.eps);
+      if (n_rot > 0) k_.rope_neox(qh, n_rot, cs);
+    }
+    for (int64_t h = 0; h < a.n_head_kv; ++h) {
+      float* kh = a.k + t * kvd + h * hd;
+      if (a.k_norm != nullptr) k_.rms_norm(kh, a.k_norm->f32(), kh, hd, a.eps);
+      if (n_rot > 0) k_.rope_neox(kh, n_rot, cs);
+    }
+    k_.quantize_row[dtype_slot(DType::F16)](a.k + t * kvd, cache.k + pos * kvd, kvd);
+    k_.quantize_row[dtype_slot(DType::F16)](a.v + t * kvd, cache.v + pos * kvd, kvd);
+  });
+  return Status::ok();
+}
+
+Status CpuOps::attention(const AttentionOpArgs& a) {
+  const int64_t hd = a.head_dim, qd = a.n_head * hd, kvd = a.n_head_kv * hd;
+  const int64_t group = a.n_head / a.n_head_kv;
+  // Tasks: (kv head, block of one sequence's queries). Later queries see
+  // more keys, so small blocks handed out dynamically balance the causal
+  // triangle.
+  constexpr int64_t kQueryBlock = 16;
+  query_blocks_.clear();
+  for (size_t i = 0; i < layout_.slices.size(); ++i) {
+    const SequenceSlice& q = layout_.slices[i];
+    for (int64_t r = 0; r < q.n_tokens; r += kQueryBlock) {
+      query_blocks_.push_back({int32_t(i), q.row0 + r, std::min(kQueryBlock, q.n_tokens - r)});
+    }
+  }
+  const int64_t n_blocks = int64_t(query_blocks_.size());
+  auto task = [&](int64_t idx, int) {
+    const int64_t g = idx % a.n_head_kv;
+    const QueryBlock& qb = query_blocks_[size_t(idx / a.n_head_kv)];
+    const SequenceSlice& seq = layout_.slices[size_t(qb.slice)];
+    const KvLayerView& cache = seq.kv.layers[size_t(a.layer)];
+    const int64_t t0 = qb.row0, n = qb.n;
+    const int64_t p0 = seq.pos0 + (t0 - seq.row0);
+    cpu::AttentionArgs c;
+    c.q = a.q + t0 * qd + g * group * hd;
+    c.out = a.out + t0 * qd + g * group * hd;
+    c.k = cache.k + g * hd;
+    c.v = cache.v + g * hd;
+    c.n_q = n;
+    c.n_heads = group;
+    c.q_head_stride = hd;
+    c.q_token_stride = qd;
+    c.n_kv = p0 + n;
+    c.kv_stride = kvd;
+    c.head_dim = hd;
+    c.q_pos0 = p0;
+    c.scale = a.scale;
+    k_.attention(c);
+  };
+  if (pool_ != nullptr) {
+    pool_->run(n_blocks * a.n_head_kv, task);
+  } else {
+    for (int64_t i = 0; i < n_blocks * a.n_head_kv; ++i) task(i, 0);
+  }
+  return Status::ok();
+}
+
+Status CpuOps::route(const RouteOpArgs& a) {
+  const int64_t T = a.n_tokens, E = a.n_expert, K = a.n_used;
+  n_used_ = K;
+  n_expert_ = E;
+  sel_.resize(size_t(T * K));
+  sel_w_.resize(size_t(T * K));
+  float* probs = const_cast<float*>(a.logits);
+  // softmax over all experts (f32) -> top-k -> renormalise to sum 1.
+  for_each_index(pool_, T, [&](int64_t t) {
+    float* p = probs + t * E;
+    k_.softmax(p, E);
+    int32_t* ids = sel_.data() + t * K;
+    k_.top_k(p, E, K, ids);
+    float sum = 0.0f;
+    for (int64_t j = 0; j < K; ++j) sum += p[ids[j]];
+    for (int64_t j = 0; j < K; ++j) sel_w_[size_t(t * K + j)] = p[ids[j]] / sum;
+  });
+  return Status::ok();
+}
+
+// (token, slot) pairs grouped by expert, tokens in order within an expert
+// (a counting sort: the stable order), one ExpertJob per selected expert,
+// and each pair's input row gathered next to its expert's other rows.
+void CpuOps::group_by_expert(const ExpertFfnArgs& a) {
+  const int64_t T = a.n_tokens, H = a.n_embd, E = n_expert_, K = n_used_, n = T * K;
+  order_.resize(size_t(n));
+  position_.resize(size_t(n));
+  expert_out_.resize(size_t(n * H));
+  expert_count_.assign(size_t(E) + 1, 0);
+  for (int64_t i = 0; i < n; ++i) expert_count_[size_t(sel_[size_t(i)]) + 1] += 1;
+  for (int64_t e = 0; e < E; ++e) expert_count_[size_t(e) + 1] += expert_count_[size_t(e)];
+  // One token: every expert reads the same row, in place.
+  const bool gather_rows = T > 1;
+  if (gather_rows) gathered_.resize(size_t(n * H));
+  jobs_.clear();
+  for (int64_t e = 0; e < E; ++e) {
+    const int32_t begin = expert_count_[size_t(e)], end = expert_count_[size_t(e) + 1];
+    if (end > begin) {
+      const float* x = gather_rows ? gathered_.data() + int64_t(begin) * H : a.xn;
+      jobs_.push_back({int32_t(e), x, end - begin, expert_out_.data() + int64_t(begin) * H});
+    }
+  }
+  for (int64_t i = 0; i < n; ++i) {
+    const int32_t at = expert_count_[size_t(sel_[size_t(i)])]++;
+    order_[size_t(at)] = int32_t(i);
+    position_[size_t(i)] = at;
+  }
+  // Gathering is a copy of T*K rows: worth the threads only for a chunk.
+  constexpr int64_t kParallelGatherRows = 64;
+  auto gather = [&](int64_t i) { std::copy_n(a.xn + (order_[size_t(i)] / K) * H, H, gathered_.data() + i * H); };
+  if (gather_rows) for_each_index(n >= kParallelGatherRows ? pool_ : nullptr, n, gather);
+}
+
+Status CpuOps::expert_ffn(const ExpertFfnArgs& a) {
+  if (int64_t(sel_.size()) != a.n_tokens * n_used_) {
+    return make_error(StatusCode::kInternal, "expert_ffn: {} tokens, but the last route() had {}", a.n_tokens,
+                      n_used_ > 0 ? int64_t(sel_.size()) / n_used_ : 0);
+  }
+  group_by_expert(a);
+  const int64_t H = a.n_embd, K = n_used_;
+  ExpertBatch batch;
+  batch.layer = a.layer;
+  batch.n_embd = H;
+  batch.n_ff = a.n_ff;
+  batch.gate = a.gate;
+  batch.up = a.up;
+  batch.down = a.down;
+  batch.jobs = jobs_;
+  MOESERVE_RETURN_IF_ERROR(experts_->compute(batch));
+  // Scatter-add, one token per task. A token's slots are added in the order
+  // of their experts' ids (the grouped order), the same for any thread count.
+  for_each_index(pool_, a.n_tokens, [&](int64_t t) {
+    constexpr int64_t kSlotsOnStack = 32;
+    int32_t on_stack[kSlotsOnStack];
+    std::vector<int32_t> on_heap;
+    int32_t* slots = on_stack;
+    if (K > kSlotsOnStack) on_heap.resize(size_t(K)), slots = on_heap.data();
+    for (int64_t j = 0; j < K; ++j) slots[j] = int32_t(t * K + j);
+    std::sort(slots, slots + K, [&](int32_t x, int32_t y) { return sel_[size_t(x)] < sel_[size_t(y)]; });
+    for (int64_t j = 0; j < K; ++j) {
+      const int32_t pair = slots[j];
+      k_.axpy(sel_w_[size_t(pair)], expert_out_.data() + int64_t(position_[size_t(pair)]) * H, a.x + t * H, H);
+    }
+  });
+  return Status::ok();
+}
+
+}  // namespace
+
+std::unique_ptr<Ops> make_cpu_ops(ThreadPool* pool, ExpertBackend* experts) {
+  return std::make_unique<CpuOps>(pool, experts);
+}
+
+}  // namespace moeserve::backend

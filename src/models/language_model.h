@@ -1,0 +1,87 @@
+// The model interface the runtime talks to. An architecture (one file in
+// models/ plus one line in registry.cpp) implements it; the batch engine,
+// generator and prefix cache see only this: sizes, where each layer lives
+// (so its KV cache can be allocated there), workspaces and the forward.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "backend/backend.h"
+#include "core/status.h"
+
+namespace moeserve::models {
+
+using backend::KvLayerView;
+using backend::KvView;
+using backend::SequenceSlice;
+
+// The tokens of one forward pass. Either one sequence (`pos0` + `kv`) or,
+// when `sequences` is non-empty, several (continuous batching): the slices
+// must cover the rows in order without gaps. Every matrix product runs over
+// all rows at once; attention stays within each sequence.
+struct ForwardBatch {
+  std::span<const int32_t> tokens;      // this chunk (host memory)
+  int64_t pos0 = 0;                     // single sequence: position of tokens[0]; cache rows 0..pos0-1 are valid
+  KvView kv;                            // single sequence: its cache
+  std::span<const SequenceSlice> sequences;  // non-empty: several sequences (pos0/kv above unused)
+  std::span<const int64_t> logit_rows;  // chunk indices whose logits are wanted (ascending or not)
+  float* logits = nullptr;              // host memory: [logit_rows.size()][n_vocab]
+};
+
+// Wall time per part of the forward pass (nanoseconds), for profiling. On
+// an asynchronous device each part waits for its work, which slows the
+// forward down a little.
+struct ForwardProfile {
+  int64_t embed = 0, attn_proj = 0, attention = 0, router = 0, experts = 0, dense_ffn = 0, lm_head = 0, other = 0;
+  int64_t total() const { return embed + attn_proj + attention + router + experts + dense_ffn + lm_head + other; }
+};
+
+// Sizes the runtime needs; an architecture fills what applies to it.
+struct ModelInfo {
+  std::string arch;          // "qwen3moe"
+  int64_t n_layer = 0;
+  int64_t n_vocab = 0;
+  int64_t n_embd = 0;
+  int64_t n_ctx_train = 0;
+  int64_t kv_dim = 0;        // f16 K (and V) values per position and layer
+  int64_t n_expert = 0;      // 0: dense
+  int64_t n_expert_used = 0;
+  uint64_t n_params = 0;
+  uint64_t n_bytes = 0;
+  uint64_t active_bytes_per_token = 0;  // bytes read per decoded token (top-k experts)
+};
+
+// Which device computes what: the embedding and output head on `io`, layer
+// l on layers[l] (all on `io` when `layers` is empty). Data, not code: the
+// model never asks what kind of device it got.
+struct Placement {
+  backend::Device* io = nullptr;
+  std::vector<backend::Device*> layers;
+  backend::Device* layer(int64_t l) const { return layers.empty() ? io : layers[size_t(l)]; }
+};
+
+// Activations, op scratch and per-device op queues of forwards of up to
+// max_tokens rows (grown on demand). Owned by the caller: two workspaces
+// can run two forwards at once.
+class Workspace {
+ public:
+  virtual ~Workspace() = default;
+};
+
+class LanguageModel {
+ public:
+  virtual ~LanguageModel() = default;
+  virtual const ModelInfo& info() const = 0;
+  virtual const Placement& placement() const = 0;
+  virtual Result<std::unique_ptr<Workspace>> create_workspace(int64_t max_tokens) = 0;
+  // Runs the chunk, appends its K/V to the caches at their positions, writes
+  // logits. Errors (bad token id, cache too small) leave the cache rows
+  // below each pos0 as they were.
+  virtual Status forward(const ForwardBatch& batch, Workspace& ws, ForwardProfile* profile = nullptr) = 0;
+};
+
+}  // namespace moeserve::models
