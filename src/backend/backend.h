@@ -81,6 +81,7 @@ struct BatchLayout {
   std::span<const SequenceSlice> slices;  // cover the rows in order
   std::span<const int32_t> row_slice;     // [rows] index into slices
   std::span<const int64_t> row_pos;       // [rows] position in its sequence
+  std::span<const int64_t> logit_rows;    // rows whose logits the forward ends with
   int64_t n_rot = 0;                      // RoPE dims (0: no RoPE)
   double rope_freq_base = 10000.0;
 };
@@ -204,6 +205,10 @@ class Ops {
   virtual Status download(void* host, const void* src, size_t bytes) = 0;
   virtual Status upload(void* dst, const void* host, size_t bytes) = 0;
   virtual Status finish() = 0;
+  // The caller's buffers that ops were given may have moved (a workspace
+  // grew): forget any work recorded with the old addresses (a GPU's
+  // captured graphs).
+  virtual void buffers_moved() {}
 };
 
 struct DeviceMemoryInfo {

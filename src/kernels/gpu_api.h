@@ -27,6 +27,10 @@ struct DeviceInfo {
 bool built_with_cuda();
 // The visible GPUs; an empty list (not an error) when there are none.
 Result<std::vector<DeviceInfo>> list_devices();
+// The device-memory bandwidth of GPU `device` now, in GB/s: a large
+// device-to-device copy timed with events, counting bytes read plus written
+// (the roofline `moeserve bench` prints decode against).
+Result<double> measure_device_bandwidth(int device);
 // Dequantize n elements of weight type `type` on GPU `device`: host bytes in,
 // host floats out. Used by the GPU-vs-CPU-reference kernel tests.
 Status dequantize_on_gpu(int device, DType type, const void* src, float* dst, int64_t n);

@@ -80,6 +80,7 @@ Status ensure_buffers(DeviceBuffers& b, const Qwen3HParams& hp, int64_t rows) {
     MOESERVE_RETURN_IF_ERROR(alloc(b.ff_up, t * size_t(hp.n_ff), "workspace (ffn up)"));
   }
   b.capacity = rows;
+  b.ops->buffers_moved();
   return Status::ok();
 }
 
@@ -183,6 +184,7 @@ Status Qwen3Model::Forward::begin(const ForwardBatch& b) {
   layout.slices = ws_.slices;
   layout.row_slice = ws_.row_slice;
   layout.row_pos = ws_.row_pos;
+  layout.logit_rows = b.logit_rows;
   layout.n_rot = hp_.n_rot;
   layout.rope_freq_base = hp_.rope_freq_base;
   const int64_t T = int64_t(b.tokens.size());
@@ -321,6 +323,7 @@ Status Qwen3Model::Forward::output_block(DeviceBuffers& d, const ForwardBatch& b
     if (m.bytes() >= bytes) return Status::ok();
     m.reset();
     MOESERVE_ASSIGN_OR_RETURN(m, d.device->allocate(bytes, what));
+    ops.buffers_moved();
     return Status::ok();
   };
   MOESERVE_RETURN_IF_ERROR(grow(d.final_rows, size_t(R * H) * sizeof(float), "workspace (final rows)"));

@@ -15,9 +15,11 @@
 #include <vector>
 
 #include "core/memory_bandwidth.h"
+#include "kernels/gpu_api.h"
 #include "runtime/generator.h"
 #include "runtime/model.h"
 #include "runtime/sampler.h"
+#include "tools/moeserve/bench_parallel.h"
 #include "tools/moeserve/commands.h"
 
 namespace moeserve::tools {
@@ -30,6 +32,7 @@ struct BenchOptions {
   bool json = false, profile = false, no_pack = false;
   std::string device = "auto";
   std::string expert_backend = "tiled";
+  std::vector<int64_t> parallel;  // aggregate decode with this many sequences
 };
 
 struct Stats {
@@ -86,6 +89,22 @@ void print_decode_bound(double bw_before, double bw_after, double active_gb, dou
   if (tg_tok_s > 0.0) {
     fmt::print("; decode bound {:.0f}-{:.0f} tok/s, tg is {:.0f}-{:.0f}% of it", lo / active_gb, hi / active_gb,
                100.0 * tg_tok_s * active_gb / hi, 100.0 * tg_tok_s * active_gb / lo);
+  }
+  fmt::print("\n");
+}
+
+// On a GPU: the HBM roofline of decode (active weight bytes per token over
+// the measured device-memory bandwidth).
+void print_device_bound(runtime::Model& model, double active_gb, double tg_tok_s) {
+  const std::string name = model.device().name();
+  const int index = name.rfind(':') != std::string::npos ? std::stoi(name.substr(name.rfind(':') + 1)) : 0;
+  Result<double> bw = gpu::measure_device_bandwidth(index);
+  fmt::print("device: {} ({})\n", name, model.device().description());
+  if (!bw.is_ok() || active_gb <= 0.0) return;
+  fmt::print("device memory bandwidth (copy, read + write): {:.0f} GB/s", *bw);
+  if (tg_tok_s > 0.0) {
+    fmt::print("; decode roofline {:.0f} tok/s ({:.3f} GB active per token), tg is {:.1f}% of it", *bw / active_gb,
+               active_gb, 100.0 * tg_tok_s * active_gb / *bw);
   }
   fmt::print("\n");
 }
@@ -190,7 +209,16 @@ Status run_bench(const BenchOptions& o) {
     fmt::print("cpu steal during the runs: {:.1f}%{}\n", steal,
                steal > 5.0 ? " (the hypervisor ran other guests on our CPUs: these numbers understate us)" : "");
   }
-  print_decode_bound(bw_before, bw_after, active_gb, o.n_gen > 0 ? tgs.mean : 0.0);
+  if (model->device().host_memory()) {
+    print_decode_bound(bw_before, bw_after, active_gb, o.n_gen > 0 ? tgs.mean : 0.0);
+  } else {
+    print_device_bound(*model, active_gb, o.n_gen > 0 ? tgs.mean : 0.0);
+  }
+  for (int64_t n_seq : o.parallel) {
+    MOESERVE_ASSIGN_OR_RETURN(ParallelDecodeResult r, bench_parallel_decode(*model, n_seq, std::max<int64_t>(o.n_gen, 8)));
+    fmt::print("decode, {} sequences together: {:.1f} tok/s aggregate ({:.2f} ms per step of {} rows)\n", n_seq,
+               r.tok_s, r.step_ms, n_seq);
+  }
   if (o.profile) {
     fmt::print("pp profile: {}\ntg profile: {}\n", profile_line(pp_prof), profile_line(tg_prof));
   }
@@ -225,6 +253,10 @@ void register_bench(CLI::App& app) {
   cmd->add_flag("--no-pack", o->no_pack,
                 "Use every weight in place from the file (zero-copy), without the packed copy the AVX-512 "
                 "kernels are fastest with (for comparisons)");
+  cmd->add_option("--parallel", o->parallel,
+                  "Also measure aggregate decode with this many sequences decoded together (a list: --parallel 8,32)")
+      ->delimiter(',')
+      ->check(CLI::Range(int64_t(1), int64_t(1024)));
   cmd->add_flag("--profile", o->profile, "Also print where the forward time goes (timers per part)");
   cmd->callback([o] {
     const Status st = run_bench(*o);

@@ -91,10 +91,9 @@ class CpuOps final : public Ops {
 
   Status matmul(std::span<const MatmulOp> group) override {
     if (group.size() == 1) return cpu::matmul(mm_args(group[0], pool_));
-    std::vector<cpu::MatmulArgs> args;
-    args.reserve(group.size());
-    for (const MatmulOp& op : group) args.push_back(mm_args(op, pool_));
-    return cpu::matmul_group(args);
+    group_args_.clear();
+    for (const MatmulOp& op : group) group_args_.push_back(mm_args(op, pool_));
+    return cpu::matmul_group(group_args_);
   }
 
   Status qk_norm_rope_store(const QkNormRopeArgs& a) override;
@@ -129,6 +128,7 @@ class CpuOps final : public Ops {
   std::unique_ptr<CpuExpertBackend> default_experts_;
   BatchLayout layout_;
   std::vector<float> cos_sin_;
+  std::vector<cpu::MatmulArgs> group_args_;
   // MoE: selections of the last route() and the grouped rows.
   int64_t n_used_ = 0, n_expert_ = 0;
   std::vector<int32_t> sel_;           // [T][k] expert ids

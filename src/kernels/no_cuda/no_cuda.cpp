@@ -12,6 +12,7 @@ Status not_built() {
 
 bool built_with_cuda() { return false; }
 Result<std::vector<DeviceInfo>> list_devices() { return std::vector<DeviceInfo>{}; }
+Result<double> measure_device_bandwidth(int) { return not_built(); }
 Status dequantize_on_gpu(int, DType, const void*, float*, int64_t) { return not_built(); }
 
 }  // namespace moeserve::gpu

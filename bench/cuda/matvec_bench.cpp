@@ -1,0 +1,257 @@
+// Micro-benchmark of the CUDA matrix products (kernels/cuda/matmul.h):
+// matvec bandwidth at 1..16 tokens, gemm TFLOP/s, and the grouped expert
+// products of a Qwen3-30B-A3B-like layer (2048 -> 768, 8 of 128 experts).
+//
+// Timing: each measurement captures `copies` launches (one per weight copy,
+// so the 50 MB L2 cannot hold the weights between launches) into a CUDA
+// graph, replays it a few times to warm up, then takes the median of many
+// replays timed with events. Weights are random bytes (valid blocks with sane
+// f16 scales), never zeros. Prints GB/s of weight bytes read, against the
+// device-to-device copy rate measured first (bytes read + written).
+//
+//   matvec_bench                       (everything; about 30 s on an H100)
+//   matvec_bench TYPE ROWS COLS TOKENS (one matvec, e.g. for a profiler)
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "kernels/cuda/matmul.h"
+#include "tensor/dtype.h"
+#include "tensor/quant_blocks.h"
+
+namespace {
+
+using namespace moeserve;
+
+#define CHECK_CUDA(call)                                                                     \
+  do {                                                                                       \
+    cudaError_t e_ = (call);                                                                 \
+    if (e_ != cudaSuccess) {                                                                 \
+      std::fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #call, cudaGetErrorString(e_)); \
+      std::exit(1);                                                                          \
+    }                                                                                        \
+  } while (0)
+
+void check(const Status& st) {
+  if (!st.is_ok()) {
+    std::fprintf(stderr, "error: %s\n", st.to_string().c_str());
+    std::exit(1);
+  }
+}
+
+// Random bytes with every f16 scale field set to a small normal value.
+std::vector<uint8_t> random_weights(DType t, int64_t rows, int64_t cols, uint64_t seed) {
+  const size_t row_bytes = dtype_row_bytes(t, cols);
+  std::vector<uint8_t> b(size_t(rows) * row_bytes);
+  uint64_t s = seed * 0x9E3779B97F4A7C15ull + 1;
+  for (size_t i = 0; i + 8 <= b.size(); i += 8) {
+    s ^= s << 13, s ^= s >> 7, s ^= s << 17;
+    std::memcpy(&b[i], &s, 8);
+  }
+  const uint16_t scale = 0x2000;  // f16 2^-7
+  auto set16 = [&](size_t at) { std::memcpy(&b[at], &scale, 2); };
+  const size_t bb = dtype_traits(t).block_bytes, n_blocks = b.size() / bb;
+  for (size_t k = 0; k < n_blocks; ++k) {
+    const size_t at = k * bb;
+    switch (t) {
+      case DType::Q8_0:
+      case DType::Q4_0: set16(at); break;
+      case DType::Q4_K:
+      case DType::Q5_K: set16(at), set16(at + 2); break;
+      case DType::Q6_K: set16(at + 208); break;
+      case DType::F16:
+      case DType::BF16: set16(at); break;  // elements: every one of them
+      case DType::F32: {
+        const float v = float(k % 7) * 0.01f;
+        std::memcpy(&b[at], &v, 4);
+        break;
+      }
+      default: break;
+    }
+  }
+  return b;
+}
+
+struct DeviceBuffer {
+  void* p = nullptr;
+  explicit DeviceBuffer(size_t n) { CHECK_CUDA(cudaMalloc(&p, std::max<size_t>(n, 16))); }
+  DeviceBuffer(const void* host, size_t n) : DeviceBuffer(n) { CHECK_CUDA(cudaMemcpy(p, host, n, cudaMemcpyHostToDevice)); }
+  ~DeviceBuffer() { cudaFree(p); }
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+  template <class T>
+  T* as() const { return static_cast<T*>(p); }
+};
+
+DeviceBuffer random_floats_on_device(size_t n, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> d(0.0f, 1.0f);
+  std::vector<float> v(n);
+  for (float& x : v) x = d(rng);
+  return DeviceBuffer(v.data(), n * sizeof(float));
+}
+
+// Median microseconds per launch of `launch(i)` for i < n_launches, captured
+// in one graph.
+double time_us(const std::function<void(int, cudaStream_t)>& launch, int n_launches, int reps = 40) {
+  cudaStream_t stream;
+  CHECK_CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  cudaGraph_t graph;
+  cudaGraphExec_t exec;
+  CHECK_CUDA(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+  for (int i = 0; i < n_launches; ++i) launch(i, stream);
+  CHECK_CUDA(cudaStreamEndCapture(stream, &graph));
+  CHECK_CUDA(cudaGraphInstantiate(&exec, graph, 0));
+  cudaEvent_t a, b;
+  CHECK_CUDA(cudaEventCreate(&a));
+  CHECK_CUDA(cudaEventCreate(&b));
+  for (int i = 0; i < 3; ++i) CHECK_CUDA(cudaGraphLaunch(exec, stream));
+  std::vector<float> ms(static_cast<size_t>(reps));
+  for (float& m : ms) {
+    CHECK_CUDA(cudaEventRecord(a, stream));
+    CHECK_CUDA(cudaGraphLaunch(exec, stream));
+    CHECK_CUDA(cudaEventRecord(b, stream));
+    CHECK_CUDA(cudaEventSynchronize(b));
+    CHECK_CUDA(cudaEventElapsedTime(&m, a, b));
+  }
+  std::sort(ms.begin(), ms.end());
+  CHECK_CUDA(cudaGraphExecDestroy(exec));
+  CHECK_CUDA(cudaGraphDestroy(graph));
+  CHECK_CUDA(cudaEventDestroy(a));
+  CHECK_CUDA(cudaEventDestroy(b));
+  CHECK_CUDA(cudaStreamDestroy(stream));
+  return 1000.0 * ms[ms.size() / 2] / n_launches;
+}
+
+double copy_gbps() {
+  const size_t n = size_t(1) << 30;
+  DeviceBuffer src(n), dst(n);
+  CHECK_CUDA(cudaMemset(src.p, 1, n));
+  const double us = time_us([&](int, cudaStream_t s) { CHECK_CUDA(cudaMemcpyAsync(dst.p, src.p, n, cudaMemcpyDeviceToDevice, s)); }, 1, 10);
+  return 2.0 * double(n) / (us * 1e3);
+}
+
+void bench_matvec(DType t, int64_t rows, int64_t cols, int copies, double roof,
+                  std::vector<int> token_counts = {1, 2, 4, 8, 16}) {
+  const size_t bytes = dtype_row_bytes(t, cols) * size_t(rows);
+  std::vector<std::unique_ptr<DeviceBuffer>> w;
+  for (int c = 0; c < copies; ++c) {
+    const std::vector<uint8_t> host = random_weights(t, rows, cols, uint64_t(c + 1));
+    w.push_back(std::make_unique<DeviceBuffer>(host.data(), host.size()));
+  }
+  DeviceBuffer x = random_floats_on_device(size_t(16 * cols), 5);
+  DeviceBuffer y(size_t(16 * rows) * sizeof(float));
+  for (int nt : token_counts) {
+    cuda::MatmulArgs a;
+    a.w_type = t, a.n_rows = rows, a.n_cols = cols, a.row_bytes = dtype_row_bytes(t, cols);
+    a.x = x.as<float>(), a.x_stride = cols, a.n_tokens = nt, a.y = y.as<float>(), a.y_stride = rows;
+    const double us = time_us([&](int i, cudaStream_t s) { a.w = w[size_t(i)]->p; check(cuda::matvec(a, s)); }, copies);
+    const double gbps = double(bytes) / (us * 1e3);
+    std::printf("matvec %-5s %6ld x %-6ld tokens %2d: %8.2f us  %7.0f GB/s  %5.1f%% of copy\n",
+                std::string(dtype_name(t)).c_str(), long(cols), long(rows), nt, us, gbps, 100.0 * gbps / roof);
+  }
+}
+
+void bench_gemm(DType t, int64_t tokens, int64_t rows, int64_t cols) {
+  const std::vector<uint8_t> host = random_weights(t, rows, cols, 9);
+  DeviceBuffer w(host.data(), host.size());
+  DeviceBuffer x = random_floats_on_device(size_t(tokens * cols), 6);
+  DeviceBuffer y(size_t(tokens * rows) * sizeof(float));
+  cuda::MatmulArgs a;
+  a.w = w.p, a.w_type = t, a.n_rows = rows, a.n_cols = cols, a.row_bytes = dtype_row_bytes(t, cols);
+  a.x = x.as<float>(), a.x_stride = cols, a.n_tokens = tokens, a.y = y.as<float>(), a.y_stride = rows;
+  const double us = time_us([&](int, cudaStream_t s) { check(cuda::gemm(a, s)); }, 4, 20);
+  std::printf("gemm   %-5s %ld x %ld -> %ld: %8.1f us  %6.1f TFLOP/s\n", std::string(dtype_name(t)).c_str(), long(tokens),
+              long(cols), long(rows), us, 2.0 * double(tokens * rows * cols) / (us * 1e6));
+}
+
+// One MoE layer's expert products: n_tokens tokens, top-8 of 128 experts.
+void bench_experts(DType t, int64_t n_tokens, double roof) {
+  const int64_t n_embd = 2048, n_ff = 768, n_expert = 128, n_used = 8;
+  std::mt19937 rng(static_cast<uint32_t>(n_tokens));
+  std::vector<int32_t> expert_of_pair;
+  for (int64_t tok = 0; tok < n_tokens; ++tok) {
+    std::vector<int32_t> ids(static_cast<size_t>(n_expert));
+    for (int64_t e = 0; e < n_expert; ++e) ids[size_t(e)] = int32_t(e);
+    std::shuffle(ids.begin(), ids.end(), rng);
+    expert_of_pair.insert(expert_of_pair.end(), ids.begin(), ids.begin() + n_used);
+  }
+  std::vector<int32_t> offsets(size_t(n_expert + 1), 0), pairs(expert_of_pair.size());
+  for (int32_t e : expert_of_pair) offsets[size_t(e + 1)]++;
+  for (size_t e = 0; e < size_t(n_expert); ++e) offsets[e + 1] += offsets[e];
+  std::vector<int32_t> fill(offsets.begin(), offsets.end() - 1);
+  for (size_t p = 0; p < expert_of_pair.size(); ++p) pairs[size_t(fill[size_t(expert_of_pair[p])]++)] = int32_t(p);
+  int64_t active = 0;
+  for (int64_t e = 0; e < n_expert; ++e) active += offsets[size_t(e + 1)] > offsets[size_t(e)];
+
+  auto stack = [&](int64_t rows, int64_t cols, uint64_t seed) {
+    const std::vector<uint8_t> host = random_weights(t, rows * n_expert, cols, seed);
+    cuda::ExpertWeights d;
+    d.type = t, d.n_rows = rows, d.n_cols = cols, d.row_bytes = dtype_row_bytes(t, cols);
+    d.matrix_stride = size_t(rows) * d.row_bytes;
+    return std::make_pair(d, std::make_unique<DeviceBuffer>(host.data(), host.size()));
+  };
+  auto gate = stack(n_ff, n_embd, 1), up = stack(n_ff, n_embd, 2), down = stack(n_embd, n_ff, 3);
+  DeviceBuffer dpairs(pairs.data(), pairs.size() * 4), doffsets(offsets.data(), offsets.size() * 4);
+  DeviceBuffer x = random_floats_on_device(size_t(n_tokens * n_embd), 7);
+  DeviceBuffer h(size_t(n_tokens * n_used * n_ff) * 4), y(size_t(n_tokens * n_used * n_embd) * 4);
+  cuda::ExpertGroups g;
+  g.pairs_by_expert = dpairs.as<int32_t>(), g.expert_offsets = doffsets.as<int32_t>();
+  g.n_expert = n_expert, g.n_used = n_used, g.n_tokens = n_tokens;
+  cuda::ExpertGateUpArgs gu;
+  gu.gate = gate.first, gu.up = up.first, gu.gate.w = gate.second->p, gu.up.w = up.second->p;
+  gu.groups = g, gu.x = x.as<float>(), gu.h = h.as<float>();
+  cuda::ExpertDownArgs dn;
+  dn.down = down.first, dn.down.w = down.second->p, dn.groups = g, dn.h = h.as<float>(), dn.y = y.as<float>();
+  const double us_gu = time_us([&](int, cudaStream_t s) { check(cuda::expert_gate_up(gu, s)); }, 4, 20);
+  const double us_dn = time_us([&](int, cudaStream_t s) { check(cuda::expert_down(dn, s)); }, 4, 20);
+  const double gu_bytes = double(active) * 2.0 * double(n_ff) * double(gu.gate.row_bytes);
+  const double dn_bytes = double(active) * double(n_embd) * double(dn.down.row_bytes);
+  const double flops = 2.0 * double(n_tokens * n_used) * double(n_embd) * double(n_ff);
+  std::printf("experts %-5s %4ld tokens (%3ld experts used): gate_up %8.1f us (%5.0f GB/s, %5.1f TFLOP/s)  "
+              "down %8.1f us (%5.0f GB/s, %5.1f TFLOP/s)  [copy %.0f GB/s]\n",
+              std::string(dtype_name(t)).c_str(), long(n_tokens), long(active), us_gu, gu_bytes / (us_gu * 1e3),
+              2.0 * flops / (us_gu * 1e6), us_dn, dn_bytes / (us_dn * 1e3), flops / (us_dn * 1e6), roof);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  int n_dev = 0;
+  if (cudaGetDeviceCount(&n_dev) != cudaSuccess || n_dev == 0) {
+    std::printf("no CUDA GPU: nothing to time\n");
+    return 0;
+  }
+  cudaDeviceProp prop;
+  CHECK_CUDA(cudaGetDeviceProperties(&prop, 0));
+  std::printf("%s: %d SMs, %d MB L2\n", prop.name, prop.multiProcessorCount, prop.l2CacheSize >> 20);
+  if (argc == 5) {
+    const auto type = dtype_from_name(argv[1]);
+    if (!type) {
+      std::fprintf(stderr, "unknown type %s\n", argv[1]);
+      return 1;
+    }
+    bench_matvec(*type, std::atol(argv[2]), std::atol(argv[3]), 4, 1.0, {std::atoi(argv[4])});
+    return 0;
+  }
+  const double roof = copy_gbps();
+  std::printf("device-to-device copy: %.0f GB/s (read + write)\n", roof);
+  bench_matvec(DType::Q4_K, 6144, 2048, 12, roof);
+  bench_matvec(DType::Q6_K, 151936, 2048, 2, roof);
+  for (DType t : {DType::Q4_0, DType::Q5_K, DType::Q8_0, DType::BF16, DType::F16}) bench_matvec(t, 6144, 2048, 8, roof);
+  bench_matvec(DType::Q4_K, 2048, 4096, 12, roof);
+  for (DType t : {DType::Q4_K, DType::BF16, DType::Q8_0, DType::Q6_K}) bench_gemm(t, 512, 4096, 4096);
+  bench_gemm(DType::Q4_K, 512, 6144, 2048);
+  for (int64_t n : {1, 4, 512}) bench_experts(DType::Q4_K, n, roof);
+  bench_experts(DType::Q8_0, 1, roof);
+  return 0;
+}

@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# One call on the GPU machine: build (one architecture), run the GPU tests,
+# compare GPU and CPU generation on the tiny trained models, and benchmark.
+# Logs go to $OUT (at most 8 files come back) and a summary to stdout.
+#   scripts/device/gpu_check.sh [tests|bench|all] [bench model preset]
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+what=${1:-all}
+preset=${2:-small}
+out=${OUT:-/tmp/out}
+mkdir -p "$out"
+export LD_LIBRARY_PATH=/tmp/devroot/usr/lib/x86_64-linux-gnu:${LD_LIBRARY_PATH:-}
+nvidia-smi --query-gpu=name,memory.total,clocks.sm,clocks.mem --format=csv,noheader
+scripts/device/build.sh build-gpu 90a moeserve test_kernels_gpu test_models test_runtime > "$out/build.log" 2>&1 \
+  || { tail -40 "$out/build.log"; exit 1; }
+bin=build-gpu/bin/moeserve
+if [ "$what" = tests ] || [ "$what" = all ]; then
+  build-gpu/tests/kernels_gpu/test_kernels_gpu > "$out/tests.log" 2>&1
+  echo "kernels_gpu: $(grep -E '^\[  (PASSED|FAILED)' "$out/tests.log" | tr '\n' ' ')"
+  grep -E '^\[  FAILED' "$out/tests.log" | head -20
+  for gemm in 1 0; do
+    MOESERVE_CUDA_GEMM=$gemm build-gpu/tests/models/test_models --gtest_filter='*Gpu*:Placement*' > "$out/models_gemm$gemm.log" 2>&1
+    echo "models (gpu, MOESERVE_CUDA_GEMM=$gemm): $(grep -E '^\[  (PASSED|FAILED)|parity-gpu' "$out/models_gemm$gemm.log" | tr '\n' ' ')"
+  done
+  grep -E 'Failure|differ|Which is' "$out/models_gemm1.log" | head -20
+  for m in qwen3moe-tiny qwen3-tiny; do
+    for d in cpu cuda; do
+      $bin generate -m tests/data/models/$m.bf16.gguf -p "def fibonacci(n):" -n 64 --temp 0 --device $d \
+        > "/tmp/gen_${m}_$d.txt" 2> "/tmp/gen_${m}_$d.err"
+    done
+    if cmp -s "/tmp/gen_${m}_cpu.txt" "/tmp/gen_${m}_cuda.txt"; then echo "generate $m: GPU == CPU"; else
+      echo "generate $m: GPU != CPU"; head -c 300 "/tmp/gen_${m}_cuda.txt"; tail -3 "/tmp/gen_${m}_cuda.err"; fi
+  done
+fi
+if [ "$what" = bench ] || [ "$what" = all ]; then
+  model=/tmp/$preset.gguf
+  [ -f $model ] || time $bin make-model --arch qwen3moe --preset $preset --type q4_k_m -o $model > /dev/null 2>&1
+  for g in 1 0; do
+    echo "== bench $preset, MOESERVE_CUDA_GRAPHS=$g"
+    MOESERVE_CUDA_GRAPHS=$g $bin bench -m $model -p 512 -n 128 -r 3 --device cuda --parallel 8,32 2>&1 | tee -a "$out/bench.txt" \
+      | grep -E "pp512|tg128|roofline|sequences|error"
+  done
+fi

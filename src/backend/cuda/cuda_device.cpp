@@ -1,0 +1,219 @@
+#include "backend/cuda/cuda_device.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include <fmt/format.h>
+
+#include "backend/devices.h"
+#include "core/progress.h"
+#include "kernels/cuda/cuda_check.h"
+
+namespace moeserve::backend {
+
+namespace {
+
+double mib(size_t bytes) { return double(bytes) / double(1 << 20); }
+
+// Bytes of a placed view: its matrices back to back.
+size_t view_bytes(const WeightRef& r) {
+  const WeightView& v = *r.view;
+  const size_t matrix = v.matrix_stride > 0 ? v.matrix_stride : size_t(std::max<int64_t>(v.n_rows, 1)) * v.row_bytes;
+  return matrix * size_t(std::max<int64_t>(r.n_matrices, 1));
+}
+
+}  // namespace
+
+// Two pinned host buffers: one is copied into while the other's copy to
+// the GPU runs, so the upload streams at PCIe speed from the mapped file.
+struct UploadStaging {
+  static constexpr size_t kChunk = size_t(64) << 20;
+  void* pinned[2] = {nullptr, nullptr};
+  cudaEvent_t done[2] = {nullptr, nullptr};
+  cudaStream_t stream = nullptr;
+  int next = 0;
+  Progress* progress = nullptr;
+
+  Status init() {
+    for (int i = 0; i < 2; ++i) {
+      MOESERVE_CUDA_RETURN_IF_ERROR(cudaMallocHost(&pinned[i], kChunk));
+      MOESERVE_CUDA_RETURN_IF_ERROR(cudaEventCreateWithFlags(&done[i], cudaEventDisableTiming));
+    }
+    MOESERVE_CUDA_RETURN_IF_ERROR(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+    return Status::ok();
+  }
+  ~UploadStaging() {
+    if (stream != nullptr) cudaStreamSynchronize(stream), cudaStreamDestroy(stream);
+    for (int i = 0; i < 2; ++i) {
+      if (pinned[i] != nullptr) cudaFreeHost(pinned[i]);
+      if (done[i] != nullptr) cudaEventDestroy(done[i]);
+    }
+  }
+  Status copy(uint8_t* dst, const uint8_t* src, size_t bytes) {
+    for (size_t off = 0; off < bytes; off += kChunk) {
+      const size_t n = std::min(kChunk, bytes - off);
+      MOESERVE_CUDA_RETURN_IF_ERROR(cudaEventSynchronize(done[next]));  // its last copy has finished
+      std::memcpy(pinned[next], src + off, n);
+      MOESERVE_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(dst + off, pinned[next], n, cudaMemcpyHostToDevice, stream));
+      MOESERVE_CUDA_RETURN_IF_ERROR(cudaEventRecord(done[next], stream));
+      next ^= 1;
+      if (progress != nullptr) progress->add_units(n);
+    }
+    return Status::ok();
+  }
+  Status finish() {
+    MOESERVE_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream));
+    return Status::ok();
+  }
+};
+
+Result<std::unique_ptr<CudaDevice>> CudaDevice::open(int index) {
+  int count = 0;
+  if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0) {
+    cudaGetLastError();
+    return make_error(StatusCode::kNotFound, "cuda:{}: no CUDA GPU is visible on this machine (use --device cpu)",
+                      index);
+  }
+  if (index < 0 || index >= count) {
+    return make_error(StatusCode::kInvalidArgument, "cuda:{}: only {} GPU(s) are visible (cuda:0..cuda:{})", index,
+                      count, count - 1);
+  }
+  std::unique_ptr<CudaDevice> d(new CudaDevice(index));
+  MOESERVE_CUDA_RETURN_IF_ERROR(cudaSetDevice(index));
+  MOESERVE_CUDA_RETURN_IF_ERROR(cudaGetDeviceProperties(&d->props_, index));
+  if (d->props_.major < 8) {
+    return make_error(StatusCode::kUnsupported, "cuda:{}: {} has compute capability {}.{}; moeserve needs 8.0 or newer",
+                      index, d->props_.name, d->props_.major, d->props_.minor);
+  }
+  return d;
+}
+
+CudaDevice::~CudaDevice() {
+  weights_.clear();  // frees through release() while the device still exists
+}
+
+Status CudaDevice::activate() const {
+  MOESERVE_CUDA_RETURN_IF_ERROR(cudaSetDevice(index_));
+  return Status::ok();
+}
+
+std::string CudaDevice::description() const {
+  const DeviceMemoryInfo m = memory_info();
+  return fmt::format("{} (sm_{}{}, {} SMs, {:.1f} of {:.1f} GiB free)", props_.name, props_.major, props_.minor,
+                     props_.multiProcessorCount, double(m.free_bytes) / double(1 << 30),
+                     double(m.total_bytes) / double(1 << 30));
+}
+
+DeviceMemoryInfo CudaDevice::memory_info() const {
+  DeviceMemoryInfo info;
+  size_t free_b = 0, total_b = 0;
+  if (cudaSetDevice(index_) == cudaSuccess && cudaMemGetInfo(&free_b, &total_b) == cudaSuccess) {
+    info.free_bytes = free_b;
+    info.total_bytes = total_b;
+  }
+  return info;
+}
+
+Result<DeviceMemory> CudaDevice::allocate(size_t bytes, std::string_view what) {
+  if (bytes == 0) return DeviceMemory(this, nullptr, 0);
+  MOESERVE_RETURN_IF_ERROR(activate());
+  void* p = nullptr;
+  const cudaError_t err = cudaMalloc(&p, bytes);
+  if (err != cudaSuccess) {
+    cudaGetLastError();  // out of memory is not sticky: clear it
+    const DeviceMemoryInfo m = memory_info();
+    return make_error(StatusCode::kResourceExhausted,
+                      "out of GPU memory on {}: {} needs {:.1f} MiB, {:.1f} MiB of {:.1f} MiB are free ({})", name(),
+                      what, mib(bytes), mib(m.free_bytes), mib(m.total_bytes), cudaGetErrorString(err));
+  }
+  return DeviceMemory(this, p, bytes);
+}
+
+void CudaDevice::release(void* data, size_t) {
+  if (cudaSetDevice(index_) == cudaSuccess) cudaFree(data);
+}
+
+Status CudaDevice::copy_to_device(void* dst, const void* host, size_t bytes) {
+  if (bytes == 0) return Status::ok();
+  MOESERVE_RETURN_IF_ERROR(activate());
+  MOESERVE_CUDA_RETURN_IF_ERROR(cudaMemcpy(dst, host, bytes, cudaMemcpyHostToDevice));
+  return Status::ok();
+}
+
+Status CudaDevice::copy_to_host(void* host, const void* src, size_t bytes) {
+  if (bytes == 0) return Status::ok();
+  MOESERVE_RETURN_IF_ERROR(activate());
+  MOESERVE_CUDA_RETURN_IF_ERROR(cudaMemcpy(host, src, bytes, cudaMemcpyDeviceToHost));
+  return Status::ok();
+}
+
+Status CudaDevice::fill_zero(void* dst, size_t bytes) {
+  if (bytes == 0) return Status::ok();
+  MOESERVE_RETURN_IF_ERROR(activate());
+  MOESERVE_CUDA_RETURN_IF_ERROR(cudaMemset(dst, 0, bytes));
+  return Status::ok();
+}
+
+Status CudaDevice::upload_weight(const WeightRef& ref, UploadStaging& staging) {
+  WeightView& v = *ref.view;
+  const size_t bytes = view_bytes(ref);
+  const auto key = std::make_pair(v.data, bytes);
+  if (auto it = uploaded_.find(key); it != uploaded_.end()) {
+    v.data = it->second;
+    v.packed = false;
+    return Status::ok();
+  }
+  if (v.packed) {
+    return make_error(StatusCode::kInternal, "cuda: a weight in the CPU's packed layout cannot be uploaded");
+  }
+  MOESERVE_ASSIGN_OR_RETURN(DeviceMemory m, allocate(bytes, "model weights"));
+  MOESERVE_RETURN_IF_ERROR(staging.copy(m.as<uint8_t>(), v.data, bytes));
+  uploaded_[key] = m.as<uint8_t>();
+  v.data = m.as<uint8_t>();
+  weights_.push_back(std::move(m));
+  return Status::ok();
+}
+
+Result<PlacedWeights> CudaDevice::place_weights(std::span<const WeightRef> weights) {
+  // The whole size first: a model that does not fit is refused before any
+  // allocation, with the numbers and what to change.
+  size_t total = 0;
+  for (const WeightRef& r : weights) total += view_bytes(r);
+  const DeviceMemoryInfo m = memory_info();
+  if (total > m.free_bytes) {
+    return make_error(StatusCode::kResourceExhausted,
+                      "the model's weights need {:.2f} GiB on {} but only {:.2f} GiB of {:.2f} GiB are free: use a "
+                      "smaller quantization (e.g. q4_k_m), another GPU, or --device cpu",
+                      double(total) / double(1 << 30), name(), double(m.free_bytes) / double(1 << 30),
+                      double(m.total_bytes) / double(1 << 30));
+  }
+  MOESERVE_RETURN_IF_ERROR(activate());
+  UploadStaging staging;
+  MOESERVE_RETURN_IF_ERROR(staging.init());
+  Progress progress({.label = "upload", .total_units = total, .total_items = weights.size(), .item_name = "tensors"});
+  staging.progress = &progress;
+  PlacedWeights placed;
+  for (const WeightRef& r : weights) {
+    MOESERVE_RETURN_IF_ERROR(upload_weight(r, staging));
+    progress.add_items(1);
+    placed.tensors += 1;
+  }
+  MOESERVE_RETURN_IF_ERROR(staging.finish());
+  progress.finish();
+  placed.bytes = total;
+  return placed;
+}
+
+Result<std::unique_ptr<Ops>> CudaDevice::create_ops() {
+  MOESERVE_RETURN_IF_ERROR(activate());
+  cudaStream_t stream = nullptr;
+  MOESERVE_CUDA_RETURN_IF_ERROR(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  return make_cuda_ops(*this, stream);
+}
+
+Result<std::unique_ptr<Device>> open_cuda_device(int index) {
+  MOESERVE_ASSIGN_OR_RETURN(std::unique_ptr<CudaDevice> d, CudaDevice::open(index));
+  return std::unique_ptr<Device>(std::move(d));
+}
+
+}  // namespace moeserve::backend

@@ -1,0 +1,54 @@
+// The CUDA backend: one GPU's memory, the weights uploaded once (through
+// pinned staging, with a progress bar), and the ops of backend.h as CUDA
+// kernels (kernels/cuda) enqueued on a stream per workspace.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <map>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "backend/backend.h"
+
+namespace moeserve::backend {
+
+class CudaDevice final : public Device {
+ public:
+  static Result<std::unique_ptr<CudaDevice>> open(int index);
+  ~CudaDevice() override;
+
+  DeviceKind kind() const override { return DeviceKind::kCuda; }
+  std::string name() const override { return "cuda:" + std::to_string(index_); }
+  std::string description() const override;
+  bool host_memory() const override { return false; }
+  DeviceMemoryInfo memory_info() const override;
+  Result<DeviceMemory> allocate(size_t bytes, std::string_view what) override;
+  Status copy_to_device(void* dst, const void* host, size_t bytes) override;
+  Status copy_to_host(void* host, const void* src, size_t bytes) override;
+  Status fill_zero(void* dst, size_t bytes) override;
+  Result<PlacedWeights> place_weights(std::span<const WeightRef> weights) override;
+  Result<std::unique_ptr<Ops>> create_ops() override;
+
+  int index() const { return index_; }
+  Status activate() const;  // makes this GPU current on the calling thread
+
+ protected:
+  void release(void* data, size_t bytes) override;
+
+ private:
+  explicit CudaDevice(int index) : index_(index) {}
+  Status upload_weight(const WeightRef& ref, struct UploadStaging& staging);
+
+  int index_;
+  cudaDeviceProp props_{};
+  std::vector<DeviceMemory> weights_;  // the uploaded copies
+  // Source bytes already uploaded (a tied output shares the embedding's).
+  std::map<std::pair<const uint8_t*, size_t>, const uint8_t*> uploaded_;
+};
+
+std::unique_ptr<Ops> make_cuda_ops(CudaDevice& device, cudaStream_t stream);
+
+}  // namespace moeserve::backend

@@ -1,0 +1,94 @@
+// Attention over an f16 KV cache on the GPU, for a batch of rows that may
+// belong to several sequences (continuous batching): per row, its sequence
+// slot and position. K/V rows of sequence s, layer l live at
+// k_cache[s * n_layer + l] (+ pos * kv_dim), likewise V.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "core/status.h"
+
+namespace moeserve::cuda {
+
+// Where each row of the batch belongs (device arrays, n_rows entries).
+struct RowLayout {
+  const int32_t* row_seq = nullptr;  // sequence slot of the row (index into the cache tables)
+  const int32_t* row_pos = nullptr;  // position of the row within its sequence
+  int64_t n_rows = 0;
+};
+
+// The per-sequence cache tables (device arrays of device pointers).
+struct KvTables {
+  uint16_t* const* k = nullptr;  // [n_seq * n_layer] f16 rows [capacity][kv_dim]
+  uint16_t* const* v = nullptr;
+  int64_t n_layer = 0;
+};
+
+// In place per row: q heads and k heads each RMS-normed with their weight
+// (head_dim values), then NEOX RoPE over the first n_rot dims at the row's
+// position (theta_i = pos * freq_base^(-2i/n_rot), angles in double, as
+// kernels/cpu/rope_table.h); then K and V rows stored as f16 into the row's
+// cache at its position, layer `layer`.
+struct QkNormRopeStoreArgs {
+  float* q = nullptr;        // [n_rows][n_head * head_dim]
+  float* k = nullptr;        // [n_rows][n_head_kv * head_dim]
+  const float* v = nullptr;  // [n_rows][n_head_kv * head_dim]
+  const float* q_norm = nullptr;  // [head_dim] (null: no q/k norm)
+  const float* k_norm = nullptr;  // [head_dim]
+  int64_t n_head = 0, n_head_kv = 0, head_dim = 0, n_rot = 0;
+  float rms_eps = 1e-6f;
+  double freq_base = 10000.0;
+  RowLayout rows;
+  KvTables kv;
+  int64_t layer = 0;
+};
+Status qk_norm_rope_store(const QkNormRopeStoreArgs& a, cudaStream_t stream);
+
+// Query blocks: runs of consecutive rows of one sequence (positions
+// consecutive too), so a block can share K/V tiles among its queries.
+struct QueryBlock {
+  int32_t row0 = 0;
+  int32_t n_rows = 0;
+};
+
+// out[row][h] = softmax(q[row][h] . K[0..pos(row)]^T * scale) V, causal by
+// position within the row's own sequence, GQA (n_head / n_head_kv query
+// heads share a KV head), f32 accumulation.
+struct AttentionArgs {
+  const float* q = nullptr;  // [n_rows][n_head * head_dim]
+  float* out = nullptr;      // [n_rows][n_head * head_dim]
+  int64_t n_head = 0, n_head_kv = 0, head_dim = 0;
+  float scale = 1.0f;
+  RowLayout rows;
+  KvTables kv;
+  int64_t layer = 0;
+  const QueryBlock* blocks = nullptr;  // device array
+  int64_t n_blocks = 0;
+  int64_t max_block_rows = 0;          // the largest n_rows among the blocks
+  int64_t max_kv = 0;                  // upper bound of pos + 1 over the rows (grid sizing)
+  // Scratch for splitting long key ranges over several CTAs when the batch
+  // alone does not fill the GPU (decode of few sequences): partial results
+  // and a combine pass. Null or too small: fewer splits (none at worst),
+  // same results, slower. attention_workspace_bytes() says what it can use.
+  float* workspace = nullptr;          // device memory, 16-byte aligned
+  size_t workspace_bytes = 0;
+};
+// The launcher rejects (kInvalidArgument) head_dim other than 64 or 128,
+// n_head not a multiple of n_head_kv, max_kv < 1, max_block_rows < 1, a bad
+// layer or null pointers. The caller promises: every block's rows are one
+// sequence (its first row's row_seq counts) with n_rows <= max_block_rows
+// (longer blocks are clipped); pos + 1 <= max_kv (keys past max_kv are never
+// read); cache rows 16-byte aligned; |q| < 65504 (q goes through the tensor
+// cores as two f16 halves). out may equal q. Rows in no block are left
+// untouched; a row whose row_pos or row_seq is negative gets zeros.
+Status attention(const AttentionArgs& a, cudaStream_t stream);
+
+// Workspace bytes that let attention() split as much as it wants for any
+// batch on the current device: it depends only on head_dim and the GPU's SM
+// count (~9 MB for head_dim 128 on 132 SMs), so one allocation made before
+// capturing graphs serves every batch. 0 for unsupported head_dim.
+size_t attention_workspace_bytes(int64_t head_dim);
+
+}  // namespace moeserve::cuda

@@ -1,0 +1,112 @@
+// Quantized matrix products on the GPU, reading weights as stored in the GGUF
+// (no dequantized copy): every weight type the project reads (F32, F16, BF16,
+// Q8_0, Q4_0, Q4_K, Q5_K, Q6_K). Activations are f32 rows in device memory.
+// All functions only enqueue work on `stream` and return launch errors.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <cstdint>
+
+#include "core/status.h"
+#include "tensor/dtype.h"
+
+namespace moeserve::cuda {
+
+// y[t][r] = dot(W row r, x[t]) for t < n_tokens, r < n_rows.
+// W: n_rows rows of n_cols elements of w_type, row r at w + r * row_bytes.
+//
+// Contract of every function here (checked; kInvalidArgument otherwise,
+// kUnsupported for Q8_K weights):
+//  - n_cols a multiple of the type's block (32 or 256; 16 for F32/F16/BF16);
+//  - w 16-byte aligned; row_bytes >= the row's size and a multiple of 16
+//    (F32, F16, BF16, Q4_K, Q5_K) or of 2 (Q8_0, Q4_0, Q6_K: GGUF rows of
+//    these need not be 16-byte aligned);
+//  - activation rows 16-byte aligned, their stride a multiple of 4 floats.
+// Weight bytes are read as stored (no dequantized copy), never past the
+// last byte of a row. Outputs are written, never read.
+// Numerics: matvec sums exactly decoded weights times x in f32 (relative
+// error ~1e-7 of the f64 result); gemm rounds both operands to f16 (bf16
+// for BF16 weights) and accumulates in f32 (~1e-3). Both are deterministic,
+// and a token's row of y does not depend on the other tokens of the batch
+// (nor, in gemm, on its position in it): each output is one fixed-order sum.
+struct MatmulArgs {
+  const void* w = nullptr;
+  DType w_type = DType::F32;
+  int64_t n_rows = 0;
+  int64_t n_cols = 0;
+  size_t row_bytes = 0;
+  const float* x = nullptr;  // [n_tokens][x_stride], n_cols used
+  int64_t x_stride = 0;      // elements
+  int64_t n_tokens = 0;
+  float* y = nullptr;        // [n_tokens][y_stride], n_rows written
+  int64_t y_stride = 0;      // elements
+};
+
+// Rows up to which matmul() takes the matrix x vector path.
+inline constexpr int64_t kMatvecMaxTokens = 16;
+
+// The matrix x vector kernels (decode, batched decode, verify): n_tokens in
+// 1..kMatvecMaxTokens. Each output element is reduced in an order that does
+// not depend on n_tokens, so a token's row is bit-identical whatever else
+// is in the batch.
+Status matvec(const MatmulArgs& a, cudaStream_t stream);
+// Prefill: any n_tokens, tensor cores on weight tiles dequantized in shared
+// memory (f16 operands, f32 accumulation).
+Status gemm(const MatmulArgs& a, cudaStream_t stream);
+// matvec() for n_tokens <= kMatvecMaxTokens, else gemm().
+Status matmul(const MatmulArgs& a, cudaStream_t stream);
+
+// ---- grouped expert products (MoE) ---------------------------------------
+// Expert products: decode batches (n_tokens <= kMatvecMaxTokens) run the
+// matvec kernels, all of an expert's pairs in one pass over its rows;
+// larger batches the gemm kernels, 64 pairs of one expert per tile. Within
+// each, a pair's result does not depend on the other pairs of its expert.
+// Grids are sized from n_tokens * n_used and n_expert (the groups stay on
+// the device); blocks without work exit at once. gate and up must share
+// type, shape and layout; matrix_stride follows the row_bytes rule above.
+//
+// The (token, slot) pairs of one layer, grouped by expert on the device
+// (see moe.h: route_and_group): pairs_by_expert lists pair ids (token *
+// n_used + slot) expert by expert, expert e owning entries
+// [expert_offsets[e], expert_offsets[e + 1]).
+struct ExpertGroups {
+  const int32_t* pairs_by_expert = nullptr;  // [n_tokens * n_used]
+  const int32_t* expert_offsets = nullptr;   // [n_expert + 1]
+  int64_t n_expert = 0;
+  int64_t n_used = 0;                        // slots per token (top-k)
+  int64_t n_tokens = 0;
+};
+
+// A stack of n_expert matrices, matrix e at w + e * matrix_stride.
+struct ExpertWeights {
+  const void* w = nullptr;
+  DType type = DType::F32;
+  int64_t n_rows = 0;
+  int64_t n_cols = 0;
+  size_t row_bytes = 0;
+  size_t matrix_stride = 0;
+};
+
+// h[pair][f] = silu(dot(gate_e row f, x[token])) * dot(up_e row f, x[token])
+// for every pair, e its expert: gate and up read in one pass, SwiGLU fused.
+struct ExpertGateUpArgs {
+  ExpertWeights gate, up;  // each n_ff rows of n_embd
+  ExpertGroups groups;
+  const float* x = nullptr;  // [n_tokens][n_embd]
+  float* h = nullptr;        // [n_tokens * n_used][n_ff]
+};
+Status expert_gate_up(const ExpertGateUpArgs& a, cudaStream_t stream);
+
+// y[pair][r] = dot(down_e row r, h[pair]) for every pair (unweighted; the
+// weighted combine is moe.h's combine_experts, in a fixed slot order).
+struct ExpertDownArgs {
+  ExpertWeights down;  // n_embd rows of n_ff
+  ExpertGroups groups;
+  const float* h = nullptr;  // [n_tokens * n_used][n_ff]
+  float* y = nullptr;        // [n_tokens * n_used][n_embd]
+};
+Status expert_down(const ExpertDownArgs& a, cudaStream_t stream);
+
+}  // namespace moeserve::cuda

@@ -1,0 +1,62 @@
+// Internal to the matrix-product kernels (matvec.cu, gemm.cu,
+// expert_matmul.cu): one problem description for the dense product and the
+// two grouped expert products, so each kernel family has one kernel per
+// weight type whose mode is a run-time (block-uniform) switch.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <cstdint>
+
+#include "core/status.h"
+#include "tensor/dtype.h"
+
+namespace moeserve::cuda::detail {
+
+enum class MmMode : int {
+  kDense,   // y[t][r] = W[r] . x[t]
+  kGateUp,  // h[p][f] = silu(G_e[f] . x[tok(p)]) * (U_e[f] . x[tok(p)])
+  kDown,    // y[p][r] = D_e[r] . h[p]
+};
+
+struct MmProblem {
+  MmMode mode = MmMode::kDense;
+  DType type = DType::F32;
+  const uint8_t* w0 = nullptr;  // dense: W; grouped: gate (kGateUp) or down (kDown) of expert 0
+  const uint8_t* w1 = nullptr;  // kGateUp: up of expert 0
+  size_t row_bytes = 0;
+  size_t matrix_stride = 0;     // grouped: bytes between experts' matrices
+  int64_t n_rows = 0, n_cols = 0;
+  const float* x = nullptr;     // activation rows, x_stride floats apart
+  int64_t x_stride = 0;
+  float* y = nullptr;           // output rows, y_stride floats apart
+  int64_t y_stride = 0;
+  int64_t n_tokens = 0;         // dense: rows of x; grouped: tokens of the batch
+  // Grouped only: pair p reads activation row p / x_row_div (n_used for
+  // kGateUp, 1 for kDown) and writes output row p.
+  const int32_t* pairs = nullptr;
+  const int32_t* offsets = nullptr;
+  int64_t n_expert = 0;
+  int64_t n_pairs = 0;
+  int64_t x_row_div = 1;
+};
+
+// Validation shared by the public entry points: the weight pointer/rows/type
+// contract of every kernel here.
+Status check_weights(const char* what, DType type, const void* w, int64_t n_rows, int64_t n_cols,
+                     size_t row_bytes);
+// Alignment (bytes) a row start of this weight type must have: 16 where the
+// kernels read whole 16-byte pieces of a block, 2 for the 2-byte aligned
+// blocks of Q8_0, Q4_0 and Q6_K.
+size_t weight_row_align(DType type);
+Status check_activations(const char* what, const void* p, int64_t stride, int64_t n_used_cols);
+
+// CUDA-core kernels (matvec.cu), 16 rows a block. Dense: n_tokens <=
+// kMatvecMaxTokens; grouped: any batch, the pairs of each expert taken
+// min(n_tokens, 16) (rounded up to a power of two) at a time.
+Status launch_matvec(const MmProblem& p, cudaStream_t stream);
+// Tensor-core kernels (gemm.cu): any batch.
+Status launch_gemm(const MmProblem& p, cudaStream_t stream);
+
+}  // namespace moeserve::cuda::detail

@@ -1,0 +1,385 @@
+// MoE routing and combine on the GPU.
+//
+// route_and_group: the tokens are cut into chunks of consecutive tokens.
+// Kernel 1 (one block per chunk, one warp per token) does softmax + top-k +
+// renormalisation, then counts the chunk's pairs per expert. With a single
+// chunk (decode) the same block also scans the counts and places the pairs:
+// one launch. Otherwise kernel 2 (one block) turns the per-chunk counts into
+// per-chunk bases and the expert offsets, and kernel 3 (one warp per chunk)
+// places the chunk's pairs. Placement walks the chunk's pairs in ascending
+// order, 32 at a time, a pair's rank among the equal experts of its round
+// coming from __match_any_sync: a stable counting sort, so pairs ascend
+// within each expert and nothing depends on the order of atomics (the only
+// atomics are integer counts, whose sums are order-free).
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+
+#include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/moe.h"
+
+namespace moeserve::cuda {
+namespace {
+
+constexpr int kWarp = 32;
+constexpr unsigned kFull = 0xffffffffu;
+constexpr int kRouteWarps = 8;
+constexpr int kRouteThreads = kRouteWarps * kWarp;
+constexpr int64_t kMinChunkTokens = 8;               // also the most tokens of the one-launch path
+constexpr int64_t kMaxChunks = 256;                  // bounds the scratch and kernel 2's serial loop
+constexpr int kScanThreads = int(kRouteMaxExperts);  // one per expert
+static_assert(kRouteMaxExperts <= 16 * kWarp, "route_token holds at most 16 logits per lane");
+static_assert(kRouteMaxUsed <= kWarp, "slot j of a token lives in lane j");
+
+struct ChunkPlan {
+  int64_t chunk_tokens = 0, n_chunks = 0;
+};
+ChunkPlan plan_chunks(int64_t n_tokens) {
+  ChunkPlan c;
+  c.chunk_tokens = std::max(kMinChunkTokens, (n_tokens + kMaxChunks - 1) / kMaxChunks);
+  c.n_chunks = (n_tokens + c.chunk_tokens - 1) / c.chunk_tokens;
+  return c;
+}
+
+Status launched(const char* what) {
+  const cudaError_t err = cudaGetLastError();
+  if (err != cudaSuccess) {
+    return make_error(StatusCode::kInternal, "{}: kernel launch failed: {}", what, cudaGetErrorString(err));
+  }
+  return Status::ok();
+}
+
+// ---- routing ---------------------------------------------------------------
+
+// A top-k candidate; i < 0: none.
+struct Cand {
+  float v;
+  int i;
+};
+
+// The CPU top_k order: larger first, ties to the lower index, NaN last;
+// "none" below everything. A strict total order on distinct indices, so the
+// butterfly below gives every lane the same winner.
+__device__ __forceinline__ bool better(Cand a, Cand b) {
+  if (b.i < 0) return a.i >= 0;
+  if (a.i < 0) return false;
+  const bool na = isnan(a.v), nb = isnan(b.v);
+  if (na || nb) return na && nb ? a.i < b.i : nb;
+  if (a.v != b.v) return a.v > b.v;
+  return a.i < b.i;
+}
+
+// One token, one warp: lane l holds experts l, l + 32, ... (kPerLane of
+// them, in registers). Softmax as the CPU reference (max-subtracted, times
+// 1/sum); the sum is a fixed xor tree. n_used rounds of arg-max pick the
+// slots; slot j stays in lane j, the renormalising sum is accumulated in
+// slot order (as the CPU does) by every lane alike.
+template <int kPerLane>
+__device__ void route_token(const float* logits, int n_expert, int n_used, int32_t* sel, float* weights,
+                            int lane) {
+  float p[kPerLane];
+  float mx = -INFINITY;
+#pragma unroll
+  for (int k = 0; k < kPerLane; ++k) {
+    const int e = lane + kWarp * k;
+    p[k] = e < n_expert ? logits[e] : -INFINITY;
+    mx = fmaxf(mx, p[k]);
+  }
+  for (int o = kWarp / 2; o > 0; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(kFull, mx, o));
+  float sum = 0.0f;
+#pragma unroll
+  for (int k = 0; k < kPerLane; ++k) {
+    if (lane + kWarp * k < n_expert) {
+      p[k] = expf(p[k] - mx);
+      sum += p[k];
+    }
+  }
+  for (int o = kWarp / 2; o > 0; o >>= 1) sum += __shfl_xor_sync(kFull, sum, o);
+  const float inv = 1.0f / sum;
+#pragma unroll
+  for (int k = 0; k < kPerLane; ++k) p[k] *= inv;
+
+  uint32_t taken = 0;
+  Cand slot{0.0f, -1};
+  float sel_sum = 0.0f;
+  for (int j = 0; j < n_used; ++j) {
+    Cand best{0.0f, -1};
+#pragma unroll
+    for (int k = 0; k < kPerLane; ++k) {
+      const Cand c{p[k], lane + kWarp * k};
+      if (c.i < n_expert && !((taken >> k) & 1u) && better(c, best)) best = c;
+    }
+    for (int o = kWarp / 2; o > 0; o >>= 1) {
+      const Cand other{__shfl_xor_sync(kFull, best.v, o), __shfl_xor_sync(kFull, best.i, o)};
+      if (better(other, best)) best = other;
+    }
+    if (best.i >= 0 && best.i % kWarp == lane) taken |= 1u << (best.i / kWarp);
+    if (lane == j) slot = best;
+    sel_sum += best.v;
+  }
+  if (lane < n_used) {
+    sel[lane] = slot.i;
+    weights[lane] = slot.v / sel_sum;
+  }
+}
+
+// ---- grouping ----------------------------------------------------------------
+
+// Exclusive prefix sums of v[0..n) in place by one warp (lane l sums a
+// contiguous segment, then a shuffle scan of the segment totals); also
+// written to out[0..n] with out[n] = the total when out is not null.
+__device__ void warp_exclusive_scan(int32_t* v, int n, int lane, int32_t* out) {
+  const int per = (n + kWarp - 1) / kWarp;
+  const int begin = min(n, lane * per), end = min(n, begin + per);
+  int32_t local = 0;
+  for (int i = begin; i < end; ++i) local += v[i];
+  int32_t incl = local;
+  for (int o = 1; o < kWarp; o <<= 1) {
+    const int32_t y = __shfl_up_sync(kFull, incl, o);
+    if (lane >= o) incl += y;
+  }
+  int32_t run = incl - local;
+  for (int i = begin; i < end; ++i) {
+    const int32_t c = v[i];
+    v[i] = run;
+    if (out != nullptr) out[i] = run;
+    run += c;
+  }
+  if (out != nullptr && lane == kWarp - 1) out[n] = incl;
+  __syncwarp();
+}
+
+// Places pairs [begin, end) (ids into the flat selection array) in
+// ascending order: pair i goes to running[e] + (earlier pairs of expert e in
+// its round of 32), then the round's leader of each expert advances
+// running[e]. One warp; running is shared memory owned by this warp.
+__device__ void scatter_warp(const int32_t* sel, int begin, int end, int32_t* running, int32_t* pairs,
+                             int lane) {
+  const unsigned before = (1u << lane) - 1u;
+  for (int base = begin; base < end; base += kWarp) {
+    const int i = base + lane;
+    const int e = i < end ? sel[i] : -1;
+    const unsigned same = __match_any_sync(kFull, e);
+    if (e >= 0) pairs[running[e] + __popc(same & before)] = i;
+    __syncwarp();
+    if (e >= 0 && (same & before) == 0) running[e] += __popc(same);
+    __syncwarp();
+  }
+}
+
+struct RouteParams {
+  const float* logits = nullptr;
+  int n_expert = 0, n_used = 0;
+  int64_t n_tokens = 0, chunk_tokens = 0;
+  int32_t* selected = nullptr;
+  float* weights = nullptr;
+  int32_t* pairs = nullptr;
+  int32_t* offsets = nullptr;
+  int32_t* chunk_counts = nullptr;  // [n_chunks][n_expert]; unused with one chunk
+};
+
+// Kernel 1: route the chunk's tokens, count its pairs per expert; with one
+// chunk, also scan and place (the whole job in one launch).
+template <int kPerLane>
+__global__ void __launch_bounds__(kRouteThreads) route_chunk_kernel(RouteParams p) {
+  extern __shared__ int32_t hist[];  // [n_expert]
+  const int warp = int(threadIdx.x) / kWarp, lane = int(threadIdx.x) % kWarp;
+  const int64_t t0 = int64_t(blockIdx.x) * p.chunk_tokens;
+  const int64_t t1 = min(p.n_tokens, t0 + p.chunk_tokens);
+  const int E = p.n_expert, K = p.n_used;
+  for (int e = threadIdx.x; e < E; e += blockDim.x) hist[e] = 0;
+  for (int64_t t = t0 + warp; t < t1; t += kRouteWarps) {
+    route_token<kPerLane>(p.logits + t * E, E, K, p.selected + t * K, p.weights + t * K, lane);
+  }
+  __syncthreads();  // the block's selections (global memory) are visible to all its threads
+  const int begin = int(t0 * K), end = int(t1 * K);
+  for (int i = begin + int(threadIdx.x); i < end; i += blockDim.x) atomicAdd(&hist[p.selected[i]], 1);
+  __syncthreads();
+  if (gridDim.x > 1) {
+    for (int e = threadIdx.x; e < E; e += blockDim.x) p.chunk_counts[int64_t(blockIdx.x) * E + e] = hist[e];
+    return;
+  }
+  if (warp != 0) return;
+  warp_exclusive_scan(hist, E, lane, p.offsets);
+  scatter_warp(p.selected, begin, end, hist, p.pairs, lane);
+}
+
+// Kernel 2 (one block): per expert, the chunk counts become exclusive bases
+// within the expert (chunk order); the expert totals are scanned into the
+// offsets.
+__global__ void __launch_bounds__(kScanThreads)
+    chunk_scan_kernel(int32_t* chunk_counts, int n_chunks, int E, int32_t* offsets) {
+  __shared__ int32_t totals[kRouteMaxExperts];
+  for (int e = threadIdx.x; e < E; e += blockDim.x) {
+    int32_t run = 0;
+    for (int c = 0; c < n_chunks; ++c) {
+      int32_t* q = chunk_counts + int64_t(c) * E + e;
+      const int32_t v = *q;
+      *q = run;
+      run += v;
+    }
+    totals[e] = run;
+  }
+  __syncthreads();
+  if (threadIdx.x < kWarp) warp_exclusive_scan(totals, E, int(threadIdx.x), offsets);
+}
+
+// Kernel 3 (one warp per chunk): place the chunk's pairs.
+__global__ void __launch_bounds__(kWarp) chunk_scatter_kernel(RouteParams p) {
+  extern __shared__ int32_t running[];  // [n_expert]
+  const int lane = int(threadIdx.x);
+  const int E = p.n_expert, K = p.n_used;
+  const int64_t c = blockIdx.x;
+  for (int e = lane; e < E; e += kWarp) running[e] = p.offsets[e] + p.chunk_counts[c * E + e];
+  __syncwarp();
+  const int64_t t0 = c * p.chunk_tokens, t1 = min(p.n_tokens, t0 + p.chunk_tokens);
+  scatter_warp(p.selected, int(t0 * K), int(t1 * K), running, p.pairs, lane);
+}
+
+template <int kPerLane>
+void launch_route(const RouteParams& p, int64_t n_chunks, cudaStream_t stream) {
+  route_chunk_kernel<kPerLane>
+      <<<unsigned(n_chunks), kRouteThreads, size_t(p.n_expert) * sizeof(int32_t), stream>>>(p);
+}
+
+Status check_route_args(const RouteArgs& a) {
+  if (a.n_expert < 1 || a.n_expert > kRouteMaxExperts) {
+    return make_error(StatusCode::kInvalidArgument, "route_and_group: n_expert {} outside 1..{}", a.n_expert,
+                      kRouteMaxExperts);
+  }
+  if (a.n_used < 1 || a.n_used > std::min(kRouteMaxUsed, a.n_expert)) {
+    return make_error(StatusCode::kInvalidArgument, "route_and_group: n_used {} outside 1..{}", a.n_used,
+                      std::min(kRouteMaxUsed, a.n_expert));
+  }
+  if (a.n_tokens < 0 || a.n_tokens > INT32_MAX / a.n_used) {
+    return make_error(StatusCode::kInvalidArgument, "route_and_group: bad n_tokens {} (x n_used {})",
+                      a.n_tokens, a.n_used);
+  }
+  if (a.expert_offsets == nullptr)
+    return make_error(StatusCode::kInvalidArgument, "route_and_group: null expert_offsets");
+  if (a.n_tokens > 0 && (a.logits == nullptr || a.selected == nullptr || a.weights == nullptr ||
+                         a.pairs_by_expert == nullptr)) {
+    return make_error(StatusCode::kInvalidArgument,
+                      "route_and_group: null logits, selected, weights or pairs");
+  }
+  if (plan_chunks(a.n_tokens).n_chunks > 1 && a.scratch == nullptr) {
+    return make_error(StatusCode::kInvalidArgument,
+                      "route_and_group: {} tokens need {} bytes of scratch, got null", a.n_tokens,
+                      route_scratch_bytes(a.n_tokens, a.n_expert));
+  }
+  return Status::ok();
+}
+
+// ---- combine -------------------------------------------------------------------
+
+// x[t][i] += w[t][0] y[tK][i] + w[t][1] y[tK+1][i] + ... in slot order, one
+// fma per slot. Block (blockIdx.y) covers 4 * blockDim.x columns of token
+// blockIdx.x; float4 accesses when every row is 16-byte aligned.
+template <bool kVec>
+__global__ void combine_kernel(float* x, const float* y, const float* w, int K, int64_t n) {
+  const int64_t t = blockIdx.x;
+  const int64_t col = 4 * (int64_t(blockIdx.y) * blockDim.x + threadIdx.x);
+  if (col >= n) return;
+  float* xr = x + t * n + col;
+  const float* wt = w + t * K;
+  const float* yr = y + t * K * n + col;
+  if (kVec) {
+    float4 acc = *reinterpret_cast<const float4*>(xr);
+    for (int j = 0; j < K; ++j) {
+      const float wj = wt[j];
+      const float4 v = *reinterpret_cast<const float4*>(yr + int64_t(j) * n);
+      acc =
+          make_float4(fmaf(wj, v.x, acc.x), fmaf(wj, v.y, acc.y), fmaf(wj, v.z, acc.z), fmaf(wj, v.w, acc.w));
+    }
+    *reinterpret_cast<float4*>(xr) = acc;
+  } else {
+    const int64_t m = n - col;  // columns left; this thread takes up to 4
+    float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+      if (k < m) acc[k] = xr[k];
+    }
+    for (int j = 0; j < K; ++j) {
+      const float wj = wt[j];
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        if (k < m) acc[k] = fmaf(wj, yr[int64_t(j) * n + k], acc[k]);
+      }
+    }
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+      if (k < m) xr[k] = acc[k];
+    }
+  }
+}
+
+constexpr int kCombineThreads = 128;
+
+}  // namespace
+
+size_t route_scratch_bytes(int64_t n_tokens, int64_t n_expert) {
+  if (n_tokens <= kMinChunkTokens || n_expert <= 0) return 0;
+  // An upper bound of plan_chunks(m).n_chunks for every m <= n_tokens.
+  const int64_t chunks = std::min(kMaxChunks, (n_tokens + kMinChunkTokens - 1) / kMinChunkTokens);
+  return size_t(chunks) * size_t(n_expert) * sizeof(int32_t);
+}
+
+Status route_and_group(const RouteArgs& a, cudaStream_t stream) {
+  MOESERVE_RETURN_IF_ERROR(check_route_args(a));
+  const size_t offsets_bytes = size_t(a.n_expert + 1) * sizeof(int32_t);
+  if (a.n_tokens == 0) {
+    MOESERVE_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(a.expert_offsets, 0, offsets_bytes, stream));
+    return Status::ok();
+  }
+  const ChunkPlan plan = plan_chunks(a.n_tokens);
+  RouteParams p;
+  p.logits = a.logits, p.n_expert = int(a.n_expert), p.n_used = int(a.n_used);
+  p.n_tokens = a.n_tokens, p.chunk_tokens = plan.chunk_tokens;
+  p.selected = a.selected, p.weights = a.weights, p.pairs = a.pairs_by_expert, p.offsets = a.expert_offsets;
+  p.chunk_counts = static_cast<int32_t*>(a.scratch);
+  const int64_t per_lane = (a.n_expert + kWarp - 1) / kWarp;
+  if (per_lane <= 1) {
+    launch_route<1>(p, plan.n_chunks, stream);
+  } else if (per_lane <= 2) {
+    launch_route<2>(p, plan.n_chunks, stream);
+  } else if (per_lane <= 4) {
+    launch_route<4>(p, plan.n_chunks, stream);
+  } else if (per_lane <= 8) {
+    launch_route<8>(p, plan.n_chunks, stream);
+  } else {
+    launch_route<16>(p, plan.n_chunks, stream);
+  }
+  MOESERVE_RETURN_IF_ERROR(launched("route_and_group (route)"));
+  if (plan.n_chunks == 1) return Status::ok();
+  chunk_scan_kernel<<<1, kScanThreads, 0, stream>>>(p.chunk_counts, int(plan.n_chunks), p.n_expert,
+                                                    p.offsets);
+  MOESERVE_RETURN_IF_ERROR(launched("route_and_group (scan)"));
+  chunk_scatter_kernel<<<unsigned(plan.n_chunks), kWarp, size_t(p.n_expert) * sizeof(int32_t), stream>>>(p);
+  return launched("route_and_group (scatter)");
+}
+
+Status combine_experts(const CombineArgs& a, cudaStream_t stream) {
+  const int64_t max_cols = int64_t(65535) * kCombineThreads * 4;  // grid.y limit
+  if (a.n_tokens < 0 || a.n_tokens > INT32_MAX || a.n_used < 1 || a.n_used > INT32_MAX || a.n_embd < 1 ||
+      a.n_embd > max_cols) {
+    return make_error(StatusCode::kInvalidArgument,
+                      "combine_experts: bad shape {} tokens x {} slots x {} cols", a.n_tokens, a.n_used,
+                      a.n_embd);
+  }
+  if (a.n_tokens == 0) return Status::ok();
+  if (a.x == nullptr || a.y == nullptr || a.weights == nullptr) {
+    return make_error(StatusCode::kInvalidArgument, "combine_experts: null x, y or weights");
+  }
+  const auto aligned16 = [](const void* q) { return (reinterpret_cast<uintptr_t>(q) & 15) == 0; };
+  const bool vec = a.n_embd % 4 == 0 && aligned16(a.x) && aligned16(a.y);
+  const dim3 grid(unsigned(a.n_tokens),
+                  unsigned((a.n_embd + 4 * kCombineThreads - 1) / (4 * kCombineThreads)));
+  if (vec) {
+    combine_kernel<true><<<grid, kCombineThreads, 0, stream>>>(a.x, a.y, a.weights, int(a.n_used), a.n_embd);
+  } else {
+    combine_kernel<false><<<grid, kCombineThreads, 0, stream>>>(a.x, a.y, a.weights, int(a.n_used), a.n_embd);
+  }
+  return launched("combine_experts");
+}
+
+}  // namespace moeserve::cuda

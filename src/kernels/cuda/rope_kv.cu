@@ -1,0 +1,146 @@
+// qk_norm_rope_store: per-head q/k RMSNorm, NEOX RoPE and the f16 K/V cache
+// store of a batch of rows, one CTA per row.
+//
+// It follows the CPU reference step for step (kernels/cpu/ref/ops_ref.cpp,
+// rope_table.cpp, compiled there without FMA): the sum of squares in double,
+// the angles in double rounded once to float, and explicit _rn arithmetic so
+// nvcc does not contract the rotation into FMAs. The results then match the
+// CPU bit for bit except where GPU and libm pow/sincos differ in a last
+// double bit that survives the rounding to float (rare).
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <climits>
+
+#include "kernels/cuda/attention.h"
+#include "kernels/cuda/cuda_check.h"
+
+namespace moeserve::cuda {
+namespace {
+
+constexpr int kThreads = 128;
+constexpr int kWarps = kThreads / 32;
+constexpr int64_t kMaxHeadDim = 4096;  // the cos/sin table lives in shared memory
+
+__device__ inline double warp_sum(double v) {
+  for (int off = 16; off > 0; off >>= 1) v += __shfl_xor_sync(0xffffffffu, v, off);
+  return v;
+}
+
+__device__ inline uint16_t to_f16(float x) { return __half_as_ushort(__float2half_rn(x)); }
+
+// One head vector x[0..hd), by one warp: x = rmsnorm(x) * w (w null: left as
+// is), then NEOX rotation of the first n_rot dims. cache (may be null) gets
+// the result as f16.
+__device__ void norm_rope_head(float* x, const float* w, int hd, int n_rot, float eps, const float* cos_sin,
+                               uint16_t* cache, int lane) {
+  float scale = 1.0f;
+  if (w != nullptr) {
+    double sum_sq = 0.0;
+    for (int i = lane; i < hd; i += 32) sum_sq += double(x[i]) * double(x[i]);
+    sum_sq = warp_sum(sum_sq);
+    const float mean = float(sum_sq / double(hd));
+    scale = 1.0f / sqrtf(mean + eps);  // IEEE sqrt and division (nvcc's defaults)
+  }
+  // y = x * scale * w, in that order, as the reference.
+  auto normed = [&](int i) { return w != nullptr ? __fmul_rn(__fmul_rn(x[i], scale), w[i]) : x[i]; };
+  const int half = n_rot / 2;
+  for (int i = lane; i < half; i += 32) {
+    const float c = cos_sin[i], s = cos_sin[half + i];
+    const float a = normed(i), b = normed(half + i);
+    const float ra = __fsub_rn(__fmul_rn(a, c), __fmul_rn(b, s));
+    const float rb = __fadd_rn(__fmul_rn(a, s), __fmul_rn(b, c));
+    x[i] = ra;
+    x[half + i] = rb;
+    if (cache != nullptr) {
+      cache[i] = to_f16(ra);
+      cache[half + i] = to_f16(rb);
+    }
+  }
+  for (int i = n_rot + lane; i < hd; i += 32) {
+    const float y = normed(i);
+    x[i] = y;
+    if (cache != nullptr) cache[i] = to_f16(y);
+  }
+}
+
+__global__ void __launch_bounds__(kThreads) qk_norm_rope_store_kernel(const QkNormRopeStoreArgs a) {
+  extern __shared__ float cos_sin[];  // n_rot floats: n_rot/2 cosines, then sines
+  const int64_t row = blockIdx.x;
+  const int32_t seq = a.rows.row_seq[row];
+  const int32_t pos = a.rows.row_pos[row];
+  const int hd = int(a.head_dim), n_rot = int(a.n_rot), half = n_rot / 2;
+  for (int i = threadIdx.x; i < half; i += kThreads) {
+    // theta_i = pos * base^(-2i/n_rot) in double, rounded once (rope_table.cpp).
+    const double inv_freq = pow(a.freq_base, -2.0 * double(i) / double(n_rot));
+    double s, c;
+    sincos(double(pos) * inv_freq, &s, &c);
+    cos_sin[i] = float(c);
+    cos_sin[half + i] = float(s);
+  }
+  __syncthreads();
+
+  const int64_t n_head = a.n_head, n_head_kv = a.n_head_kv, kv_dim = n_head_kv * hd;
+  // A row without a valid slot or position is normed and rotated but stored nowhere.
+  uint16_t* k_dst = nullptr;
+  uint16_t* v_dst = nullptr;
+  if (seq >= 0 && pos >= 0) {
+    const int64_t slot = int64_t(seq) * a.kv.n_layer + a.layer;
+    k_dst = a.kv.k[slot] + int64_t(pos) * kv_dim;
+    v_dst = a.kv.v[slot] + int64_t(pos) * kv_dim;
+  }
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  for (int64_t h = warp; h < n_head + n_head_kv; h += kWarps) {
+    if (h < n_head) {
+      norm_rope_head(a.q + (row * n_head + h) * hd, a.q_norm, hd, n_rot, a.rms_eps, cos_sin, nullptr, lane);
+    } else {
+      const int64_t hk = h - n_head;
+      norm_rope_head(a.k + (row * n_head_kv + hk) * hd, a.k_norm, hd, n_rot, a.rms_eps, cos_sin,
+                     k_dst != nullptr ? k_dst + hk * hd : nullptr, lane);
+    }
+  }
+  if (v_dst != nullptr) {
+    const float* v = a.v + row * kv_dim;
+    for (int64_t i = threadIdx.x; i < kv_dim; i += kThreads) v_dst[i] = to_f16(v[i]);
+  }
+}
+
+Status validate(const QkNormRopeStoreArgs& a) {
+  if (a.rows.n_rows < 0 || a.rows.n_rows > INT_MAX) {
+    return make_error(StatusCode::kInvalidArgument, "qk_norm_rope_store: n_rows {} out of range", a.rows.n_rows);
+  }
+  if (a.n_head < 1 || a.n_head_kv < 1 || a.head_dim < 1 || a.head_dim > kMaxHeadDim) {
+    return make_error(StatusCode::kInvalidArgument,
+                      "qk_norm_rope_store: n_head {}, n_head_kv {}, head_dim {} (need >= 1, head_dim <= {})",
+                      a.n_head, a.n_head_kv, a.head_dim, kMaxHeadDim);
+  }
+  if (a.n_rot < 0 || a.n_rot > a.head_dim || a.n_rot % 2 != 0) {
+    return make_error(StatusCode::kInvalidArgument,
+                      "qk_norm_rope_store: n_rot {} must be even and within 0..head_dim ({})", a.n_rot, a.head_dim);
+  }
+  if (a.n_rot > 0 && !(a.freq_base > 0.0)) {
+    return make_error(StatusCode::kInvalidArgument, "qk_norm_rope_store: freq_base {} must be > 0", a.freq_base);
+  }
+  if (a.kv.n_layer < 1 || a.layer < 0 || a.layer >= a.kv.n_layer) {
+    return make_error(StatusCode::kInvalidArgument, "qk_norm_rope_store: layer {} outside 0..{}", a.layer,
+                      a.kv.n_layer - 1);
+  }
+  if (a.rows.n_rows > 0 && (a.q == nullptr || a.k == nullptr || a.v == nullptr || a.rows.row_seq == nullptr ||
+                       a.rows.row_pos == nullptr || a.kv.k == nullptr || a.kv.v == nullptr)) {
+    return make_error(StatusCode::kInvalidArgument, "qk_norm_rope_store: a null q/k/v/row/cache-table pointer");
+  }
+  return Status::ok();
+}
+
+}  // namespace
+
+Status qk_norm_rope_store(const QkNormRopeStoreArgs& a, cudaStream_t stream) {
+  MOESERVE_RETURN_IF_ERROR(validate(a));
+  if (a.rows.n_rows == 0) return Status::ok();
+  const size_t smem = size_t(a.n_rot) * sizeof(float);
+  qk_norm_rope_store_kernel<<<unsigned(a.rows.n_rows), kThreads, smem, stream>>>(a);
+  MOESERVE_CUDA_RETURN_IF_ERROR(cudaGetLastError());
+  return Status::ok();
+}
+
+}  // namespace moeserve::cuda

@@ -1,0 +1,205 @@
+// cuda::qk_norm_rope_store vs the CPU reference ops (rms_norm, rope_neox with
+// cpu::rope_cos_sin, F16 rounding of core/half.h): several sequences and
+// layers, positions up to ~100000, partial rotary dims, no-norm and no-RoPE
+// variants, poisoned caches (only the rows' own cache rows may change).
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <map>
+#include <vector>
+
+#include "core/half.h"
+#include "kernels/cpu/cpu_kernels.h"
+#include "kernels/cpu/rope_table.h"
+#include "kernels/cuda/attention.h"
+#include "kernels_gpu/cuda/gpu_test_util.h"
+
+namespace moeserve {
+namespace {
+
+using testing::DeviceArray;
+using testing::random_floats;
+using testing::relative_error;
+
+struct RopeCase {
+  int64_t n_head, n_head_kv, head_dim, n_rot;
+  bool norm;
+};
+
+struct RowSpec {
+  int32_t seq;
+  int32_t pos;
+};
+
+// Rows of three sequences in mixed order, including positions ~100000
+// (where a float angle would already be off; the table is built in double).
+const std::vector<RowSpec> kRows = {{0, 0},      {0, 1},      {0, 2},  {2, 37}, {1, 100000},
+                                    {1, 100001}, {1, 100002}, {0, 3},  {2, 38}};
+constexpr int64_t kLayers = 3, kLayer = 1, kSeqs = 3;
+constexpr uint16_t kPoison = 0xFFFF;  // an f16 NaN: what cudaMemset(0xFF) leaves
+
+void run_case(const RopeCase& c, uint32_t seed) {
+  const int64_t n_rows = int64_t(kRows.size()), hd = c.head_dim, qd = c.n_head * hd, kvd = c.n_head_kv * hd;
+  std::vector<float> q = random_floats(size_t(n_rows * qd), seed, 1.5f);
+  std::vector<float> k = random_floats(size_t(n_rows * kvd), seed + 1, 1.5f);
+  const std::vector<float> v = random_floats(size_t(n_rows * kvd), seed + 2, 1.5f);
+  std::vector<float> q_norm = random_floats(size_t(hd), seed + 3, 0.3f), k_norm = random_floats(size_t(hd), seed + 4, 0.3f);
+  for (float& w : q_norm) w += 1.0f;
+  for (float& w : k_norm) w += 1.0f;
+  std::vector<int32_t> row_seq, row_pos;
+  std::vector<int64_t> capacity(kSeqs, 0);
+  for (const RowSpec& r : kRows) {
+    row_seq.push_back(r.seq);
+    row_pos.push_back(r.pos);
+    capacity[size_t(r.seq)] = std::max<int64_t>(capacity[size_t(r.seq)], r.pos + 3);
+  }
+
+  // Caches: layer kLayer of each sequence gets its own poisoned buffer; every
+  // other layer's table entry points at one poisoned decoy that must stay so.
+  std::vector<DeviceArray<uint16_t>> k_cache, v_cache;
+  for (int64_t s = 0; s < kSeqs; ++s) {
+    k_cache.emplace_back(size_t(capacity[size_t(s)] * kvd));
+    v_cache.emplace_back(size_t(capacity[size_t(s)] * kvd));
+    k_cache.back().poison();
+    v_cache.back().poison();
+  }
+  DeviceArray<uint16_t> decoy(size_t(4 * kvd));
+  decoy.poison();
+  std::vector<uint16_t*> k_tab(size_t(kSeqs * kLayers), decoy.get()), v_tab(k_tab);
+  for (int64_t s = 0; s < kSeqs; ++s) {
+    k_tab[size_t(s * kLayers + kLayer)] = k_cache[size_t(s)].get();
+    v_tab[size_t(s * kLayers + kLayer)] = v_cache[size_t(s)].get();
+  }
+  DeviceArray<float> dq(q), dk(k), dv(v), dqn(q_norm), dkn(k_norm);
+  DeviceArray<int32_t> dseq(row_seq), dpos(row_pos);
+  DeviceArray<uint16_t*> dk_tab(k_tab), dv_tab(v_tab);
+
+  cuda::QkNormRopeStoreArgs a;
+  a.q = dq.get();
+  a.k = dk.get();
+  a.v = dv.get();
+  a.q_norm = c.norm ? dqn.get() : nullptr;
+  a.k_norm = c.norm ? dkn.get() : nullptr;
+  a.n_head = c.n_head;
+  a.n_head_kv = c.n_head_kv;
+  a.head_dim = hd;
+  a.n_rot = c.n_rot;
+  a.rms_eps = 1e-6f;
+  a.freq_base = 1000000.0;
+  a.rows = {dseq.get(), dpos.get(), n_rows};
+  a.kv = {dk_tab.get(), dv_tab.get(), kLayers};
+  a.layer = kLayer;
+  const Status st = cuda::qk_norm_rope_store(a, nullptr);
+  ASSERT_TRUE(st.is_ok()) << st.to_string();
+  const std::vector<float> gq = dq.download(), gk = dk.download();
+
+  // CPU reference, as models/qwen3.cpp runs it.
+  const cpu::CpuKernels& ref = *cpu::cpu_kernels_for(cpu::SimdLevel::kReference);
+  std::vector<float> cos_sin(size_t(std::max<int64_t>(c.n_rot, 1)));
+  for (int64_t t = 0; t < n_rows; ++t) {
+    if (c.n_rot > 0) cpu::rope_cos_sin(row_pos[size_t(t)], c.n_rot, a.freq_base, cos_sin.data());
+    auto head = [&](float* x, const float* w) {
+      if (c.norm) ref.rms_norm(x, w, x, hd, a.rms_eps);
+      if (c.n_rot > 0) ref.rope_neox(x, c.n_rot, cos_sin.data());
+    };
+    for (int64_t h = 0; h < c.n_head; ++h) head(q.data() + t * qd + h * hd, q_norm.data());
+    for (int64_t h = 0; h < c.n_head_kv; ++h) head(k.data() + t * kvd + h * hd, k_norm.data());
+  }
+  // Same operations in the same order (no FMA on either side); only a last
+  // double bit of pow/sincos surviving the rounding of cos/sin to float can
+  // differ, a few float ulps at most.
+  constexpr double kTol = 1e-6;
+  for (int64_t t = 0; t < n_rows; ++t) {
+    for (int64_t h = 0; h < c.n_head; ++h) {
+      const size_t off = size_t(t * qd + h * hd);
+      ASSERT_LT(relative_error(gq.data() + off, q.data() + off, size_t(hd)), kTol) << "q row " << t << " head " << h;
+    }
+    for (int64_t h = 0; h < c.n_head_kv; ++h) {
+      const size_t off = size_t(t * kvd + h * hd);
+      ASSERT_LT(relative_error(gk.data() + off, k.data() + off, size_t(hd)), kTol) << "k row " << t << " head " << h;
+    }
+  }
+
+  // Cache rows: each written row is exactly the RNE f16 of the kernel's own
+  // k (and of v); every other row is still poison.
+  std::map<std::pair<int32_t, int32_t>, int64_t> written;  // (seq, pos) -> batch row
+  for (int64_t t = 0; t < n_rows; ++t) written[{row_seq[size_t(t)], row_pos[size_t(t)]}] = t;
+  for (int64_t s = 0; s < kSeqs; ++s) {
+    const std::vector<uint16_t> hk = k_cache[size_t(s)].download(), hv = v_cache[size_t(s)].download();
+    for (int64_t p = 0; p < capacity[size_t(s)]; ++p) {
+      const auto it = written.find({int32_t(s), int32_t(p)});
+      for (int64_t i = 0; i < kvd; ++i) {
+        const size_t ci = size_t(p * kvd + i);
+        if (it == written.end()) {
+          ASSERT_EQ(hk[ci], kPoison) << "seq " << s << " pos " << p << " written but not a row's";
+          ASSERT_EQ(hv[ci], kPoison) << "seq " << s << " pos " << p << " written but not a row's";
+        } else {
+          const size_t ri = size_t(it->second * kvd + i);
+          ASSERT_EQ(hk[ci], fp32_to_fp16(gk[ri])) << "k seq " << s << " pos " << p << " i " << i;
+          ASSERT_EQ(hv[ci], fp32_to_fp16(v[ri])) << "v seq " << s << " pos " << p << " i " << i;
+        }
+      }
+    }
+  }
+  for (uint16_t x : decoy.download()) ASSERT_EQ(x, kPoison) << "another layer's cache was written";
+}
+
+TEST(QkNormRopeStoreGpu, FullRotaryGqa) {
+  MOESERVE_REQUIRE_GPU();
+  run_case({6, 2, 128, 128, true}, 11);
+}
+
+TEST(QkNormRopeStoreGpu, PartialRotaryHeadDim64) {
+  MOESERVE_REQUIRE_GPU();
+  run_case({4, 4, 64, 32, true}, 22);
+}
+
+TEST(QkNormRopeStoreGpu, OddHeadDimWithoutNorm) {
+  MOESERVE_REQUIRE_GPU();
+  run_case({8, 2, 80, 64, false}, 33);
+}
+
+TEST(QkNormRopeStoreGpu, NormWithoutRope) {
+  MOESERVE_REQUIRE_GPU();
+  run_case({5, 1, 128, 0, true}, 44);
+}
+
+TEST(QkNormRopeStoreGpu, RejectsBadShapes) {
+  // Validation happens before any CUDA call, so this runs without a GPU too.
+  float dummy = 0.0f;
+  int32_t idx = 0;
+  uint16_t* tab[1] = {nullptr};
+  cuda::QkNormRopeStoreArgs a;
+  a.q = a.k = &dummy;
+  a.v = &dummy;
+  a.n_head = 4;
+  a.n_head_kv = 2;
+  a.head_dim = 64;
+  a.n_rot = 64;
+  a.rows = {&idx, &idx, 1};
+  a.kv = {tab, tab, 2};
+  a.layer = 1;
+  auto code = [](const cuda::QkNormRopeStoreArgs& x) { return cuda::qk_norm_rope_store(x, nullptr).code(); };
+  cuda::QkNormRopeStoreArgs b = a;
+  b.n_rot = 63;
+  EXPECT_EQ(code(b), StatusCode::kInvalidArgument);
+  b = a;
+  b.n_rot = 66;
+  EXPECT_EQ(code(b), StatusCode::kInvalidArgument);
+  b = a;
+  b.layer = 2;
+  EXPECT_EQ(code(b), StatusCode::kInvalidArgument);
+  b = a;
+  b.n_head_kv = 0;
+  EXPECT_EQ(code(b), StatusCode::kInvalidArgument);
+  b = a;
+  b.q = nullptr;
+  EXPECT_EQ(code(b), StatusCode::kInvalidArgument);
+  b = a;
+  b.rows.n_rows = 0;  // nothing to do: no launch, ok even without a GPU
+  EXPECT_TRUE(cuda::qk_norm_rope_store(b, nullptr).is_ok());
+}
+
+}  // namespace
+}  // namespace moeserve

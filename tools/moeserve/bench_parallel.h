@@ -1,0 +1,22 @@
+// `moeserve bench --parallel N`: aggregate decode speed with N sequences
+// decoded together (one forward per step over N rows), as the server's
+// continuous batching runs them.
+#pragma once
+
+#include <cstdint>
+
+#include "core/status.h"
+#include "runtime/model.h"
+
+namespace moeserve::tools {
+
+struct ParallelDecodeResult {
+  double tok_s = 0.0;       // all sequences together
+  double step_ms = 0.0;     // one forward of n_seq rows
+};
+
+// n_seq sequences each get a 16-token random prompt, then n_gen greedy
+// decode steps are timed.
+Result<ParallelDecodeResult> bench_parallel_decode(runtime::Model& model, int64_t n_seq, int64_t n_gen);
+
+}  // namespace moeserve::tools
