@@ -84,6 +84,8 @@ struct BatchLayout {
   std::span<const int64_t> logit_rows;    // rows whose logits the forward ends with
   int64_t n_rot = 0;                      // RoPE dims (0: no RoPE)
   double rope_freq_base = 10000.0;
+  // The caller times each op (finish() between them): no captured graphs.
+  bool profiling = false;
 };
 
 // What a weight is used for, so a device can choose its layout (the CPU

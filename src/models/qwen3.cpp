@@ -187,6 +187,7 @@ Status Qwen3Model::Forward::begin(const ForwardBatch& b) {
   layout.logit_rows = b.logit_rows;
   layout.n_rot = hp_.n_rot;
   layout.rope_freq_base = hp_.rope_freq_base;
+  layout.profiling = profile_ != nullptr;
   const int64_t T = int64_t(b.tokens.size());
   for (DeviceBuffers& d : ws_.devices) {
     MOESERVE_RETURN_IF_ERROR(ensure_buffers(d, hp_, T));

@@ -5,6 +5,8 @@
 
 #include <gtest/gtest.h>
 
+#include "test_device.h"
+
 #include <condition_variable>
 #include <mutex>
 
@@ -14,7 +16,7 @@ namespace {
 const std::string kModel = std::string(MOESERVE_TEST_DATA_DIR) + "/models/qwen3moe-tiny.bf16.gguf";
 
 std::unique_ptr<Model> load(int threads) {
-  auto m = Model::load(kModel, {.n_threads = threads});
+  auto m = Model::load(kModel, {.n_threads = threads, .device = testing::test_device()});
   EXPECT_TRUE(m.is_ok()) << m.status().to_string();
   return std::move(m.value());
 }

@@ -4,6 +4,8 @@
 
 #include <gtest/gtest.h>
 
+#include "test_device.h"
+
 #include <nlohmann/json.hpp>
 
 namespace moeserve::server {
@@ -19,7 +21,7 @@ struct Fixture {
   std::unique_ptr<ApiService> service;
 
   explicit Fixture(runtime::EngineOptions eo = {}, std::string api_key = {}) {
-    model = std::move(runtime::Model::load(kModel, {.n_threads = 1}).value());
+    model = std::move(runtime::Model::load(kModel, {.n_threads = 1, .device = testing::test_device()}).value());
     if (eo.n_ctx == 4096) eo.n_ctx = 256;
     engine = std::make_unique<runtime::BatchEngine>(*model, eo);
     ServiceConfig c;

@@ -7,6 +7,7 @@
 #include <map>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -23,14 +24,15 @@ namespace {
 // Rows per attention query block in prefill: they share K/V tiles.
 constexpr int64_t kQueryBlockRows = 64;
 
-// Device scratch that grows on demand (never shrinks).
+// Device scratch that grows on demand (never shrinks). Growing moves it, so
+// graphs captured with the old address must go: `on_move` says so.
 class Scratch {
  public:
-  explicit Scratch(CudaDevice& device) : device_(device) {}
-  const void* peek() const { return mem_.data(); }
+  Scratch(CudaDevice& device, std::function<void()> on_move) : device_(device), on_move_(std::move(on_move)) {}
   Result<void*> get(size_t bytes, const char* what) {
     if (mem_.bytes() < bytes) {
       const size_t grown = std::max(bytes, mem_.bytes() * 2);
+      if (mem_.data() != nullptr && on_move_) on_move_();
       mem_.reset();
       MOESERVE_ASSIGN_OR_RETURN(mem_, device_.allocate(grown, what));
     }
@@ -39,6 +41,7 @@ class Scratch {
 
  private:
   CudaDevice& device_;
+  std::function<void()> on_move_;
   DeviceMemory mem_;
 };
 
@@ -50,10 +53,10 @@ class CudaOps final : public Ops {
   CudaOps(CudaDevice& device, cudaStream_t stream)
       : device_(device),
         stream_(stream),
-        layout_mem_(device),
-        moe_mem_(device),
-        rows_mem_(device),
-        attention_mem_(device) {}
+        layout_mem_(device, [this] { buffers_moved(); }),
+        moe_mem_(device, [this] { buffers_moved(); }),
+        attention_mem_(device, [this] { buffers_moved(); }),
+        hidden_mem_(device, [this] { buffers_moved(); }) {}
   ~CudaOps() override {
     if (mode_ != Mode::kEager) abandon_graph();
     if (stream_ != nullptr) cudaStreamSynchronize(stream_);
@@ -135,7 +138,7 @@ class CudaOps final : public Ops {
   cudaStream_t stream_;
   void* pinned_ = nullptr;  // host staging of the layout upload
   size_t pinned_bytes_ = 0;
-  Scratch layout_mem_, moe_mem_, rows_mem_, attention_mem_;
+  Scratch layout_mem_, moe_mem_, attention_mem_, hidden_mem_;
   // This batch's layout on the device.
   int64_t n_rows_ = 0, n_blocks_ = 0, max_block_rows_ = 0, max_kv_ = 0, n_seq_ = 0, n_layer_ = 0;
   const int32_t* tokens_ = nullptr;
@@ -152,7 +155,6 @@ class CudaOps final : public Ops {
   int32_t *selected_ = nullptr, *pairs_ = nullptr, *offsets_ = nullptr;
   float* weights_ = nullptr;
   int64_t routed_tokens_ = 0, n_expert_ = 0, n_used_ = 0;
-  std::unique_ptr<Scratch> hidden_mem_;
   // CUDA graphs by forward shape (null: seen once, not captured yet).
   std::map<GraphKey, cudaGraphExec_t> graphs_;
   GraphKey key_{};
@@ -162,6 +164,7 @@ class CudaOps final : public Ops {
 
 Result<uint8_t*> CudaOps::pinned(size_t bytes) {
   if (pinned_bytes_ < bytes) {
+    if (pinned_ != nullptr) buffers_moved();  // graphs copy from the old buffer
     MOESERVE_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_));  // the old buffer may still be read
     if (pinned_ != nullptr) cudaFreeHost(pinned_);
     pinned_ = nullptr;
@@ -221,9 +224,7 @@ Status CudaOps::begin_batch(const BatchLayout& layout) {
     }
   }
   std::memcpy(host + 4 * rows_bytes + 2 * table_bytes, blocks.data(), blocks.size() * sizeof(cuda::QueryBlock));
-  const void* old_layout = layout_mem_.peek();
   MOESERVE_ASSIGN_OR_RETURN(void* dev, layout_mem_.get(total, "workspace (batch layout)"));
-  if (dev != old_layout) buffers_moved();
   auto* d = static_cast<uint8_t*>(dev);
   tokens_ = reinterpret_cast<const int32_t*>(d);
   row_seq_ = reinterpret_cast<const int32_t*>(d + rows_bytes);
@@ -232,7 +233,10 @@ Status CudaOps::begin_batch(const BatchLayout& layout) {
   k_tables_ = reinterpret_cast<uint16_t* const*>(d + 4 * rows_bytes);
   v_tables_ = reinterpret_cast<uint16_t* const*>(d + 4 * rows_bytes + table_bytes);
   blocks_ = reinterpret_cast<const cuda::QueryBlock*>(d + 4 * rows_bytes + 2 * table_bytes);
-  MOESERVE_RETURN_IF_ERROR(start_graph({n_rows_, n_seq_, n_blocks_, max_block_rows_, max_kv_, n_logit_rows_}));
+  mode_ = Mode::kEager;
+  if (!layout.profiling) {
+    MOESERVE_RETURN_IF_ERROR(start_graph({n_rows_, n_seq_, n_blocks_, max_block_rows_, max_kv_, n_logit_rows_}));
+  }
   if (mode_ == Mode::kReplay) return Status::ok();  // the graph holds the upload
   MOESERVE_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(dev, host, total, cudaMemcpyHostToDevice, stream_));
   return Status::ok();
@@ -464,9 +468,8 @@ Status CudaOps::expert_ffn(const ExpertFfnArgs& a) {
   }
   if (replaying()) return Status::ok();
   const int64_t pairs = a.n_tokens * n_used_;
-  if (hidden_mem_ == nullptr) hidden_mem_ = std::make_unique<Scratch>(device_);
   const size_t h_bytes = align_up(size_t(pairs * a.n_ff) * 4), y_bytes = size_t(pairs * a.n_embd) * 4;
-  MOESERVE_ASSIGN_OR_RETURN(void* mem, hidden_mem_->get(h_bytes + y_bytes, "workspace (experts)"));
+  MOESERVE_ASSIGN_OR_RETURN(void* mem, hidden_mem_.get(h_bytes + y_bytes, "workspace (experts)"));
   float* h = static_cast<float*>(mem);
   float* y = reinterpret_cast<float*>(static_cast<uint8_t*>(mem) + h_bytes);
   const cuda::ExpertGroups groups{pairs_, offsets_, n_expert_, n_used_, a.n_tokens};
