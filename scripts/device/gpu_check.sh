@@ -11,7 +11,7 @@ out=${OUT:-/tmp/out}
 mkdir -p "$out"
 export LD_LIBRARY_PATH=/tmp/devroot/usr/lib/x86_64-linux-gnu:${LD_LIBRARY_PATH:-}
 nvidia-smi --query-gpu=name,memory.total,clocks.sm,clocks.mem --format=csv,noheader
-scripts/device/build.sh build-gpu 90a moeserve test_kernels_gpu test_models test_runtime > "$out/build.log" 2>&1 \
+scripts/device/build.sh build-gpu 90a moeserve test_kernels_gpu test_models test_runtime test_server > "$out/build.log" 2>&1 \
   || { tail -40 "$out/build.log"; exit 1; }
 bin=build-gpu/bin/moeserve
 if [ "$what" = tests ] || [ "$what" = all ]; then
@@ -23,6 +23,15 @@ if [ "$what" = tests ] || [ "$what" = all ]; then
     echo "models (gpu, MOESERVE_CUDA_GEMM=$gemm): $(grep -E '^\[  (PASSED|FAILED)|parity-gpu' "$out/models_gemm$gemm.log" | tr '\n' ' ')"
   done
   grep -E 'Failure|differ|Which is' "$out/models_gemm1.log" | head -20
+  # The engine and the OpenAI service suites with the model on the GPU.
+  MOESERVE_TEST_DEVICE=cuda build-gpu/tests/runtime/test_runtime > /tmp/runtime_gpu.log 2>&1
+  MOESERVE_TEST_DEVICE=cuda build-gpu/tests/server/test_server > /tmp/server_gpu.log 2>&1
+  echo "runtime (gpu): $(grep -E '^\[  (PASSED|FAILED)' /tmp/runtime_gpu.log | tr '\n' ' ')"
+  echo "server (gpu): $(grep -E '^\[  (PASSED|FAILED)' /tmp/server_gpu.log | tr '\n' ' ')"
+  grep -hE '^\[  FAILED|Failure' /tmp/runtime_gpu.log /tmp/server_gpu.log | head -10
+  # Too little GPU memory for the KV cache: one clear error at start.
+  timeout 60 $bin serve -m tests/data/models/qwen3moe-tiny.bf16.gguf --device cuda --ctx-size 1048576 --parallel 64 \
+    --port 18123 2>&1 | grep -E "error" | head -2
   for m in qwen3moe-tiny qwen3-tiny; do
     for d in cpu cuda; do
       $bin generate -m tests/data/models/$m.bf16.gguf -p "def fibonacci(n):" -n 64 --temp 0 --device $d \

@@ -3,11 +3,13 @@
 // batch invariance of decode rows. Skips (with the reason) where this build
 // or machine has no GPU, as in CI.
 //
-// Tolerances: prefill chunks of more than 16 rows go through the tensor-core
-// GEMM with f16 activations (~1e-3 relative per product), decode through
-// the f32 matrix x vector kernels; both differ from the CPU's Q8_K/f32
-// paths in rounding only, so logits are held to the same bounds as the CPU
-// parity test plus the f16 activation rounding (measured numbers printed).
+// Tolerances: the same bounds as the CPU parity test (0.03 MoE, 0.04
+// dense). Prefill chunks of more than 16 rows go through the tensor-core
+// GEMM, which takes BF16 weights exactly and the activations as three bf16
+// terms (~f32), decode through the f32 matrix x vector kernels, the router
+// always through the latter; measured on an H100 (2026-11-25): max |logit
+// - HF| 0.0141 (MoE) and 0.0223 (dense), 8/8 greedy continuations equal to
+// HF's and to the CPU's.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -166,8 +168,8 @@ TEST_P(HfParityGpu, BatchedDecodeRowsEqualSoloRows) {
 }
 
 INSTANTIATE_TEST_SUITE_P(TinyModels, HfParityGpu,
-                         ::testing::Values(GpuCase{"qwen3moe-tiny.bf16.gguf", "fixtures_qwen3moe.json", 0.1f},
-                                           GpuCase{"qwen3-tiny.bf16.gguf", "fixtures_qwen3.json", 0.1f}),
+                         ::testing::Values(GpuCase{"qwen3moe-tiny.bf16.gguf", "fixtures_qwen3moe.json", 0.03f},
+                                           GpuCase{"qwen3-tiny.bf16.gguf", "fixtures_qwen3.json", 0.04f}),
                          [](const auto& info) { return std::string(info.param.fixture).substr(9, 8) == "qwen3moe"
                                                            ? std::string("qwen3moe")
                                                            : std::string("qwen3"); });

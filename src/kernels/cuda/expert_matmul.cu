@@ -4,10 +4,13 @@
 // host-known bounds (n_tokens * n_used pairs, n_expert experts) and blocks
 // find their (expert, chunk of pairs) from expert_offsets, leaving at once
 // when there is none. Up to kMatvecMaxTokens tokens (decode, batched decode)
-// the CUDA-core kernels of matvec.cu run: an expert serves each token at most
-// once, so all its pairs fit in one chunk and its rows are read once, in f32
-// with the same sums as matvec(). Larger batches (prefill) take the
-// tensor-core kernels of gemm.cu, 64 pairs of one expert per tile.
+// the matrix x vector kernels run (matvec_tc.cu for the quantized types,
+// matvec.cu for the float ones): an expert serves each token at most once, so
+// all its pairs fit in one slot and its rows are read once, with the same
+// sums as matvec(); an expert with 1 pair costs what one token's matvec does
+// (the tensor-core kernel's work per weight does not grow with the pairs).
+// Larger batches (prefill) take the tensor-core kernels of gemm.cu, 64 pairs
+// of one expert per tile.
 // Within each path a pair's result does not depend on how many other pairs
 // its expert has (each output's sum involves only its own activation row).
 #include <cuda_runtime.h>

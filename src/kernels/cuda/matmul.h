@@ -26,9 +26,15 @@ namespace moeserve::cuda {
 //  - activation rows 16-byte aligned, their stride a multiple of 4 floats.
 // Weight bytes are read as stored (no dequantized copy), never past the
 // last byte of a row. Outputs are written, never read.
-// Numerics: matvec sums exactly decoded weights times x in f32 (relative
-// error ~1e-7 of the f64 result); gemm rounds both operands to f16 (bf16
-// for BF16 weights) and accumulates in f32 (~1e-3). Both are deterministic,
+// Numerics: matvec sums exactly decoded weights times x with f32 accuracy
+// (relative error ~1e-7 of the f64 result: float weights on CUDA cores;
+// quantized weights as exact integer codes on tensor cores, x as an exact
+// sum of three bf16 terms, each scale group's sum scaled and added in f32);
+// gemm multiplies on tensor cores, accumulating in f32: F16 and BF16
+// weights are exact operands and x enters as 2 f16 (3 bf16) terms that
+// carry all its bits (~1.5e-7); the other weight types (F32 and the
+// quantized ones) are rounded to f16, and x once too (~3e-4; gemm.cu).
+// Both are deterministic,
 // and a token's row of y does not depend on the other tokens of the batch
 // (nor, in gemm, on its position in it): each output is one fixed-order sum.
 struct MatmulArgs {
@@ -52,8 +58,16 @@ inline constexpr int64_t kMatvecMaxTokens = 16;
 // not depend on n_tokens, so a token's row is bit-identical whatever else
 // is in the batch.
 Status matvec(const MatmulArgs& a, cudaStream_t stream);
+// Several matrix x vector products sharing one input (an attention layer's
+// q, k and v): products[i] must all have the same x, x_stride, n_tokens
+// (1..kMatvecMaxTokens) and n_cols; each has its own weights (any type) and
+// output. One launch per weight type present (up to 4 matrices a launch),
+// instead of one per product; every result is bit-identical to matvec() of
+// that product alone.
+Status matvec_multi(const MatmulArgs* products, int n_products, cudaStream_t stream);
 // Prefill: any n_tokens, tensor cores on weight tiles dequantized in shared
-// memory (f16 operands, f32 accumulation).
+// memory (f16 operands, bf16 for BF16 weights; f32 accumulation; precision
+// by weight type as above).
 Status gemm(const MatmulArgs& a, cudaStream_t stream);
 // matvec() for n_tokens <= kMatvecMaxTokens, else gemm().
 Status matmul(const MatmulArgs& a, cudaStream_t stream);

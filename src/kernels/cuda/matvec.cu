@@ -1,13 +1,16 @@
 // Matrix x vector products on CUDA cores, reading weight blocks as stored:
 // the decode path (1..16 tokens) and the grouped expert products of a
-// decode step.
+// decode step, for the float weight types (F32, F16, BF16). The quantized
+// types take the tensor-core kernels of matvec_tc.cu (launch_matvec hands
+// them over).
 //
 // Memory-bound at one token, and x is f32 (4 bytes a column against about
 // half a byte of weight), so the layout makes x nearly free and the weight
 // stream coalesced:
 //  - a block owns 16 rows (kGateUp: 8 gate rows and the same 8 up rows) and
 //    its 8 warps split the columns: warp w takes chunks w, w + 8, ... of
-//    every row (a chunk: about 128-210 bytes, kMvChunkBlocks blocks);
+//    every row (a chunk: about 128-210 bytes, kMvChunkBlocks blocks; F32:
+//    512 bytes, so that a router's 2048-column rows take few round trips);
 //  - a warp copies its chunk of the 16 rows into shared memory with 16-byte
 //    cp.async (whatever the block size or alignment: each row's span is
 //    widened to 16-byte boundaries), double-buffered where it fits;
@@ -28,6 +31,7 @@
 #include "kernels/cuda/matmul.h"
 #include "kernels/cuda/matmul_common.cuh"
 #include "kernels/cuda/matmul_detail.h"
+#include "kernels/cuda/matvec_tc.h"
 #include "kernels/cuda/quant_decode.cuh"
 
 namespace moeserve::cuda {
@@ -41,8 +45,12 @@ constexpr int kRows = 16;  // rows of a block
 // Shared-memory geometry of type Q's chunks.
 template <class Q>
 struct Geometry {
-  static constexpr int kChunkBytes = Q::kMvChunkBlocks * Q::kBlockBytes;
-  static constexpr int kUnits = Q::kMvChunkBlocks * Q::kUnitsPerBlock;  // per row chunk, even
+  // F32 rows (the MoE router: 128 rows, 8 blocks) take 512-byte chunks, one
+  // stage (68 KB, within the 99 KB of sm_86/89/120): a warp's share of a
+  // 2048-column row is 2 round trips instead of 8.
+  static constexpr int kChunkBlocks = Q::kType == DType::F32 ? 8 : Q::kMvChunkBlocks;
+  static constexpr int kChunkBytes = kChunkBlocks * Q::kBlockBytes;
+  static constexpr int kUnits = kChunkBlocks * Q::kUnitsPerBlock;  // per row chunk, even
   // A staged row: the chunk plus up to 15 bytes of alignment slack at each
   // end (rows that may start off 16 bytes), rounded to an odd multiple of 16
   // so that lanes reading the same offset of consecutive rows hit distinct
@@ -79,7 +87,7 @@ struct RowSource {
 // Blocks of chunk c of a row of nb blocks (the last chunk may be short).
 template <class Q>
 __device__ __forceinline__ int chunk_blocks(int64_t nb, int64_t c) {
-  return static_cast<int>(min(int64_t(Q::kMvChunkBlocks), nb - c * Q::kMvChunkBlocks));
+  return static_cast<int>(min(int64_t(Geometry<Q>::kChunkBlocks), nb - c * Geometry<Q>::kChunkBlocks));
 }
 
 // Copies chunk c of the 16 rows into stage (rows kRowStage apart, each at
@@ -175,7 +183,7 @@ __device__ __forceinline__ void warp_rows(const RowSource& src, int64_t nb, cons
                                           int lane) {
   using G = Geometry<Q>;
   const int row = lane & 15, h = lane >> 4;
-  const int64_t n_chunks = (nb + Q::kMvChunkBlocks - 1) / Q::kMvChunkBlocks;
+  const int64_t n_chunks = (nb + G::kChunkBlocks - 1) / G::kChunkBlocks;
   const int64_t mine = warp < n_chunks ? (n_chunks - 1 - warp) / kWarps + 1 : 0;
   if (mine > 0 && G::kStages == 2) {
     issue_chunk<Q>(src, nb, warp, stage, lane);
@@ -201,7 +209,7 @@ __device__ __forceinline__ void warp_rows(const RowSource& src, int64_t nb, cons
     }
     __syncwarp();  // every lane's copies are visible
     const uint8_t* data = buf + row * G::kRowStage + lead_bytes(src.row(row) + c * G::kChunkBytes);
-    compute_chunk<Q, NT>(data, c * Q::kMvChunkBlocks * Q::kBlockElems, chunk_blocks<Q>(nb, c), h, x, xoff, acc);
+    compute_chunk<Q, NT>(data, c * G::kChunkBlocks * Q::kBlockElems, chunk_blocks<Q>(nb, c), h, x, xoff, acc);
     __syncwarp();
   }
 #pragma unroll
@@ -221,7 +229,7 @@ constexpr int min_blocks(int nt) { return nt == 1 ? 4 : nt == 2 ? 3 : 2; }
 template <class Q, int NT>
 __global__ void __launch_bounds__(kThreads, min_blocks(NT)) mv_kernel(const MmProblem p) {
   static_assert(kWarps * kRows * NT * 4 <= smem_bytes<Q>(), "the warp sums reuse the staging buffers");
-  __shared__ __align__(16) uint8_t smem[smem_bytes<Q>()];
+  extern __shared__ __align__(16) uint8_t smem[];  // smem_bytes<Q>()
   const int tid = static_cast<int>(threadIdx.x), warp = tid >> 5, lane = tid & 31;
   // Token slot t reads x + xoff[t] (floats; the launcher checks the range).
   // Slots past the batch repeat the last token and are never stored.
@@ -300,7 +308,15 @@ Status launch_nt(const MmProblem& p, cudaStream_t stream) {
     }
     grid.x = static_cast<unsigned>(slots), grid.y = static_cast<unsigned>(row_tiles);
   }
-  mv_kernel<Q, NT><<<grid, kThreads, 0, stream>>>(p);
+  constexpr int kSmem = smem_bytes<Q>();
+  if constexpr (kSmem > 48 * 1024) {
+    const cudaError_t err = cudaFuncSetAttribute(mv_kernel<Q, NT>, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem);
+    if (err != cudaSuccess) {
+      return make_error(StatusCode::kInternal, "matvec ({}): shared memory {}: {}", dtype_name(p.type), kSmem,
+                        cudaGetErrorString(err));
+    }
+  }
+  mv_kernel<Q, NT><<<grid, kThreads, kSmem, stream>>>(p);
   const cudaError_t err = cudaGetLastError();
   if (err != cudaSuccess) {
     return make_error(StatusCode::kInternal, "matvec ({}, {} tokens): launch failed: {}", dtype_name(p.type), NT,
@@ -373,6 +389,7 @@ Status check_activations(const char* what, const void* p, int64_t stride, int64_
 }
 
 Status launch_matvec(const MmProblem& p, cudaStream_t stream) {
+  if (matvec_tc_type(p.type)) return launch_matvec_tc(p, stream);
   // The kernels address activation rows with 32-bit float offsets.
   if (p.n_tokens * p.x_stride >= (int64_t(1) << 31)) {
     return make_error(StatusCode::kInvalidArgument, "matvec: {} activation rows of {} floats is too many",

@@ -1,0 +1,673 @@
+// Matrix x vector products of the quantized weight types (Q8_0, Q4_0, Q4_K,
+// Q5_K, Q6_K) on tensor cores, for decode (1..16 tokens), the grouped expert
+// products of a decode step, and several matrices sharing one input (q/k/v).
+//
+// Why tensor cores at one token: the CUDA-core kernel spent about 5 instructions
+// a weight (decode, scale, FMA, activation loads) and 1 FMA more per token,
+// so small matrices ran at 30-40% of the memory bandwidth and 8 tokens at
+// 14%. Here a weight costs about 2 instructions whatever the token count:
+// its integer code goes into a bf16 MMA operand exactly (tc_decode.cuh), and
+// the activations enter as three bf16 terms whose sum is exactly the f32
+// value, so the 16 x 8 products are exact and only the accumulation rounds.
+// Numerics: each scale group's (32 columns, Q6_K 16) MMA sums start from
+// zero, smallest activation terms first, and are scaled and added to an f32
+// total with ordinary rounded FMAs: about the error of an f32 dot product
+// (the test bound stays 1e-5; gemm.cu measured the same scheme at ~2e-7).
+//
+// Work: a CTA owns Wr tiles of 16 weight rows (kGateUp: 8 gate rows and the
+// same 8 up rows, so that an MMA thread holds gate and up of one output) and
+// the tokens (pairs of one expert) of its slot, at most 16: one or two MMA
+// N tiles of 8 (columns past the count repeat the last token, never stored).
+// Its Wr x Wk warps go through the row in chunks of 256 columns: warp (r, k)
+// takes chunks k, k + Wk, ... of tile r. Per round (Wk chunks):
+//  - each warp's chunk of its 16 rows was copied to shared memory with 16-byte
+//    cp.async one round ahead (a whole row's chunks are in flight at once for
+//    the decode shapes, which need one or two rounds);
+//  - all threads split the round's activations into bf16 terms in the MMA B
+//    fragment order (and, for Q4_K/Q5_K, the 32-column sums of x the mins
+//    need) in shared memory: done once per CTA, so the split costs nothing
+//    per weight row;
+//  - each warp decodes its staged rows' scales into a table, then runs 16 K
+//    steps of 3 MMAs (per N tile), flushing each scale group into f32;
+//  - the chunk sums go to shared memory and owner threads add them to the
+//    outputs' totals in chunk order.
+// Every output is (sum over chunks in order) of (sum over scale groups in
+// order) of fresh MMA sums, each involving only its own token's activations:
+// the order is fixed by the type and n_cols alone, so a token's result is
+// bit-identical whatever the batch, the tile shape (Wr, Wk) or its column
+// within the MMA, and the same from matvec(), matvec_multi() or an expert
+// product.
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdint>
+
+#include "kernels/cuda/matmul.h"
+#include "kernels/cuda/matmul_common.cuh"
+#include "kernels/cuda/matmul_detail.h"
+#include "kernels/cuda/matvec_tc.h"
+#include "kernels/cuda/tc_decode.cuh"
+
+namespace moeserve::cuda {
+namespace detail {
+namespace {
+
+using tcdec::kChunkCols;
+using tcdec::kSteps;
+
+constexpr int kMaxMats = 4;      // matrices of one multi launch
+constexpr int kMaxThreads = 256;
+constexpr int kMaxOwn = 8;       // outputs a thread totals
+constexpr int kTblStride = 18;   // floats a row of the scale table (conflict-free pairs)
+constexpr int kBLane = 24;       // bytes of one lane's B operand of a step: 3 terms x 2 words
+
+struct TcMat {
+  const uint8_t* w = nullptr;
+  size_t row_bytes = 0;
+  int64_t n_rows = 0;
+  float* y = nullptr;
+  int64_t y_stride = 0;
+  int64_t tile0 = 0;  // dense: its first CTA
+};
+
+struct TcProblem {
+  MmMode mode = MmMode::kDense;
+  int n_mats = 1;
+  TcMat mat[kMaxMats];
+  const uint8_t* w1 = nullptr;  // kGateUp: up matrices
+  size_t matrix_stride = 0;
+  int64_t n_cols = 0;
+  const float* x = nullptr;
+  int64_t x_stride = 0;
+  int64_t n_tokens = 0;
+  const int32_t* pairs = nullptr;
+  const int32_t* offsets = nullptr;
+  int64_t n_expert = 0, x_row_div = 1;
+  // Geometry (host-chosen).
+  int wk = 1, wr = 1;
+  int slots = 1;       // token slots of an N tile (<= 8)
+  int pair_chunk = 8;  // grouped: pairs per slot
+  int rounds = 1, stages = 1;
+  int64_t n_chunks = 0;
+  int rs = 0;          // bytes of a staged row
+  int tile_b = 0;      // bytes of one (chunk, N tile) B area
+  int red_t = 0;       // token stride of the chunk sums
+  int off_b = 0, off_x = 0, off_tbl = 0, off_red = 0;
+};
+
+__device__ __forceinline__ void mma_bf16(float (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
+                                         uint32_t b0, uint32_t b1) {
+  asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+      "{%0,%1,%2,%3};\n"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+
+// Chunk `slot` of the grouped pairs, as find_slot (matmul_common.cuh), with
+// every offset load issued at once (up to 128 experts; more: find_slot).
+__device__ __forceinline__ Slot find_slot_fast(const int32_t* offsets, int64_t n_expert, int chunk, int64_t slot,
+                                               int lane) {
+  if (n_expert > 128) return find_slot(offsets, n_expert, chunk, slot, lane);
+  const int e0 = 4 * lane;
+  int o[5];
+#pragma unroll
+  for (int k = 0; k < 5; ++k) o[k] = e0 + k <= n_expert ? __ldg(offsets + e0 + k) : 0;
+  int cnt[4], nch[4], local = 0;
+#pragma unroll
+  for (int k = 0; k < 4; ++k) {
+    cnt[k] = e0 + k < n_expert ? o[k + 1] - o[k] : 0;
+    nch[k] = (cnt[k] + chunk - 1) / chunk;
+    local += nch[k];
+  }
+  int incl = local;
+#pragma unroll
+  for (int d = 1; d < 32; d <<= 1) {
+    const int v = __shfl_up_sync(kFull, incl, d);
+    if (lane >= d) incl += v;
+  }
+  const int total = __shfl_sync(kFull, incl, 31);
+  if (slot >= total) return Slot{};
+  const unsigned hit = __ballot_sync(kFull, incl > slot);
+  const int src = __ffs(hit) - 1;
+  int e = 0, b = 0, c = 0;
+  if (lane == src) {
+    int r = static_cast<int>(slot) - (incl - local);
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+      if (r >= 0 && r < nch[k]) e = e0 + k, b = o[k] + r * chunk, c = min(chunk, cnt[k] - r * chunk);
+      r -= nch[k];
+    }
+  }
+  Slot s;
+  s.expert = __shfl_sync(kFull, e, src);
+  s.begin = __shfl_sync(kFull, b, src);
+  s.count = __shfl_sync(kFull, c, src);
+  return s;
+}
+
+// The 16 rows of a tile: rows 0..7 from `lo`, 8..15 from `hi` (kGateUp: gate
+// and up rows first..first+7; otherwise one matrix, rows first..first+15).
+// Rows past n_rows repeat the last (computed, never stored).
+struct Rows {
+  const uint8_t* lo;
+  const uint8_t* hi;
+  int64_t first, n_rows;
+  size_t row_bytes;
+  bool pairwise;  // kGateUp
+  __device__ __forceinline__ int64_t index(int r) const { return first + (pairwise ? (r & 7) : r); }
+  __device__ __forceinline__ const uint8_t* row(int r) const {
+    return (pairwise && r >= 8 ? hi : lo) + min(index(r), n_rows - 1) * row_bytes;
+  }
+  // The matrix's last row: its bytes may end the allocation.
+  __device__ __forceinline__ bool last(int r) const { return index(r) >= n_rows - 1; }
+};
+
+__device__ __forceinline__ int lead16(const uint8_t* p) { return static_cast<int>(reinterpret_cast<uintptr_t>(p) & 15u); }
+
+// Copies chunk c (`bytes` bytes from byte `off` of each row) of the 16 rows
+// into `stage` (rows rs apart, row r at lead16 of its address), 16-byte pieces
+// that never start past the chunk; a matrix's last row never has a piece read
+// past its end (its tail is copied with 2-byte loads).
+template <DType T>
+__device__ __forceinline__ void issue_chunk(const Rows& rows, int64_t off, int bytes, uint8_t* stage, int rs,
+                                            int lane) {
+  const int pieces = rs / 16;
+#pragma unroll 1
+  for (int k = lane; k < 16 * pieces; k += 32) {
+    const int r = k / pieces, piece = k - r * pieces;
+    const uint8_t* start = rows.row(r) + off;
+    const int lead = lead16(start), end = lead + bytes;
+    const int n = min(16, end - 16 * piece);
+    if (n <= 0 || (n < 16 && rows.last(r))) continue;
+    cp_async16(stage + r * rs + 16 * piece, start - lead + 16 * piece);
+  }
+  if constexpr (!tcdec::Tc<T>::kAligned) {
+    if (lane < 16 && rows.last(lane)) {
+      const uint8_t* start = rows.row(lane) + off;
+      const int lead = lead16(start), end = lead + bytes, tail = max(end & ~15, lead);
+      uint8_t* dst = stage + lane * rs;
+      for (int b = tail; b < end; b += 2) {
+        *reinterpret_cast<uint16_t*>(dst + b) = *reinterpret_cast<const uint16_t*>(start - lead + b);
+      }
+    }
+  }
+}
+
+// One warp's MMAs over a staged chunk: rows g and g + 8 at rg and rg8, the
+// B terms and x sums of this chunk at bs and xs, the scale table at tbl.
+// acc[nt][0..3]: (row g, token 2j), (g, 2j + 1), (g + 8, 2j), (g + 8, 2j + 1).
+template <DType T, int NTILES>
+__device__ __forceinline__ void chunk_mma(const uint8_t* rg, const uint8_t* rg8, const float* tbl, const uint8_t* bs,
+                                          const float* xs, int tile_b, int q_stride, const int (&b_lane)[NTILES],
+                                          int ntiles, int n_steps, int g, int j, float (&acc)[NTILES][4]) {
+  using Q = tcdec::Tc<T>;
+  float c[NTILES][4];
+#pragma unroll
+  for (int nt = 0; nt < NTILES; ++nt) c[nt][0] = c[nt][1] = c[nt][2] = c[nt][3] = 0.0f;
+#pragma unroll
+  for (int q = 0; q < kSteps; ++q) {
+    if (q >= n_steps) break;
+    uint32_t pa[2], pb[2];
+    Q::step(rg, q, j, pa);
+    Q::step(rg8, q, j, pb);
+#pragma unroll
+    for (int nt = 0; nt < NTILES; ++nt) {
+      if (nt < ntiles) {
+        const uint8_t* bp = bs + nt * tile_b + q * q_stride + b_lane[nt];
+        const uint2 t0 = *reinterpret_cast<const uint2*>(bp);
+        const uint2 t1 = *reinterpret_cast<const uint2*>(bp + 8);
+        const uint2 t2 = *reinterpret_cast<const uint2*>(bp + 16);
+        // Smallest terms first.
+        mma_bf16(c[nt], pa[0], pb[0], pa[1], pb[1], t2.x, t2.y);
+        mma_bf16(c[nt], pa[0], pb[0], pa[1], pb[1], t1.x, t1.y);
+        mma_bf16(c[nt], pa[0], pb[0], pa[1], pb[1], t0.x, t0.y);
+      }
+    }
+    if (Q::kStepScale || (q & 1) == 1) {
+      float s0, m0, s1, m1;
+      tcdec::step_scale<T>(tbl + g * kTblStride, q, &s0, &m0);
+      tcdec::step_scale<T>(tbl + (g + 8) * kTblStride, q, &s1, &m1);
+#pragma unroll
+      for (int nt = 0; nt < NTILES; ++nt) {
+        if (nt < ntiles) {
+          acc[nt][0] = fmaf(c[nt][0], s0, acc[nt][0]);
+          acc[nt][1] = fmaf(c[nt][1], s0, acc[nt][1]);
+          acc[nt][2] = fmaf(c[nt][2], s1, acc[nt][2]);
+          acc[nt][3] = fmaf(c[nt][3], s1, acc[nt][3]);
+          if constexpr (Q::kMin) {
+            const float2 xm = *reinterpret_cast<const float2*>(xs + (nt * 8 + (q >> 1)) * 8 + 2 * j);
+            acc[nt][0] = fmaf(-m0, xm.x, acc[nt][0]);
+            acc[nt][1] = fmaf(-m0, xm.y, acc[nt][1]);
+            acc[nt][2] = fmaf(-m1, xm.x, acc[nt][2]);
+            acc[nt][3] = fmaf(-m1, xm.y, acc[nt][3]);
+          }
+          c[nt][0] = c[nt][1] = c[nt][2] = c[nt][3] = 0.0f;
+        }
+      }
+    }
+  }
+}
+
+template <DType T, int NTILES>
+__global__ void __launch_bounds__(kMaxThreads, 2) tc_kernel(const TcProblem p) {
+  using Q = tcdec::Tc<T>;
+  extern __shared__ __align__(16) uint8_t smem[];
+  const int tid = static_cast<int>(threadIdx.x), warp = tid >> 5, lane = tid & 31;
+  const int nthreads = static_cast<int>(blockDim.x), nwarps = nthreads >> 5;
+  const int wk = p.wk, wr = p.wr, kw = warp % wk, rw = warp / wk;
+  const int g = lane >> 2, j = lane & 3;
+  const bool gate_up = p.mode == MmMode::kGateUp;
+  const int rows_per_tile = gate_up ? 8 : 16;
+
+  // ---- this CTA: matrix, rows, tokens
+  TcMat m = p.mat[0];
+  int cnt;
+  int64_t begin = 0, cta_first;
+  const uint8_t* w_lo;
+  const uint8_t* w_hi;
+  if (p.mode == MmMode::kDense) {
+#pragma unroll
+    for (int i = 1; i < kMaxMats; ++i) {
+      if (i < p.n_mats && int64_t(blockIdx.x) >= p.mat[i].tile0) m = p.mat[i];
+    }
+    cnt = static_cast<int>(p.n_tokens);
+    cta_first = (int64_t(blockIdx.x) - m.tile0) * 16 * wr;
+    w_lo = w_hi = m.w;
+  } else {
+    const Slot s = find_slot_fast(p.offsets, p.n_expert, p.pair_chunk, blockIdx.x, lane);
+    if (s.count == 0) return;  // the same answer in every warp
+    cnt = s.count, begin = s.begin;
+    cta_first = int64_t(blockIdx.y) * rows_per_tile * wr;
+    w_lo = w_hi = m.w + s.expert * p.matrix_stride;
+    if (gate_up) w_hi = p.w1 + s.expert * p.matrix_stride;
+  }
+  Rows rows;
+  rows.lo = w_lo, rows.hi = w_hi, rows.n_rows = m.n_rows, rows.row_bytes = m.row_bytes, rows.pairwise = gate_up;
+  rows.first = cta_first + int64_t(rw) * rows_per_tile;
+
+  uint8_t* const bsm = smem + p.off_b;
+  float* const xsm = reinterpret_cast<float*>(smem + p.off_x);
+  float* const tbl = reinterpret_cast<float*>(smem + p.off_tbl) + warp * 16 * kTblStride;
+  float* const red = reinterpret_cast<float*>(smem + p.off_red);
+  const int warp_stage = 16 * p.rs;
+  const int64_t nb = p.n_cols / Q::kBlockElems;
+  constexpr int kChunkBlocks = kChunkCols / Q::kBlockElems;
+  auto chunk_bytes = [&](int64_t c) {
+    return static_cast<int>(min(int64_t(kChunkBlocks), nb - c * kChunkBlocks)) * Q::kBlockBytes;
+  };
+  auto stage_of = [&](int round) { return smem + ((p.stages == 2 ? (round & 1) : 0) * nwarps + warp) * warp_stage; };
+
+  // B lanes: token slot min(g, tokens of the tile - 1).
+  const int ntiles = cnt > 8 ? 2 : 1;
+  int b_lane[NTILES];
+#pragma unroll
+  for (int nt = 0; nt < NTILES; ++nt) {
+    const int in_tile = max(1, min(8, cnt - 8 * nt));
+    b_lane[nt] = (min(g, in_tile - 1) * 4 + j) * kBLane;
+  }
+  const int q_stride = p.slots * 4 * kBLane;
+
+  float tot[kMaxOwn][2];
+#pragma unroll
+  for (int n = 0; n < kMaxOwn; ++n) tot[n][0] = tot[n][1] = 0.0f;
+  const int n_items = wr * rows_per_tile * cnt;
+
+  {
+    const int64_t c = kw;
+    if (c < p.n_chunks) issue_chunk<T>(rows, c * Q::kChunkBytes, chunk_bytes(c), stage_of(0), p.rs, lane);
+    cp_async_commit();
+  }
+  for (int round = 0; round < p.rounds; ++round) {
+    const int64_t c = int64_t(round) * wk + kw;
+    if (round + 1 < p.rounds && c + wk < p.n_chunks) {
+      issue_chunk<T>(rows, (c + wk) * Q::kChunkBytes, chunk_bytes(c + wk), stage_of(round + 1), p.rs, lane);
+    }
+    cp_async_commit();
+
+    // Activations of the round's chunks: unit u = 4 columns (one lane's B
+    // operand of a step) of one token; 8 consecutive units = one 32-column
+    // group, so its x sum is a fixed 8-lane tree.
+    {
+      const int units = wk * cnt * 64;
+      for (int u0 = warp * 32; u0 < units; u0 += nthreads) {
+        const int u = u0 + lane;
+        const int i8 = u & 7, grp = (u >> 3) & 7, rest = u >> 6;
+        const int slot = rest % cnt, kk = rest / cnt;
+        const int64_t cc = int64_t(round) * wk + kk;
+        const int64_t col = cc * kChunkCols + 32 * grp + 4 * i8;
+        const bool ok = u < units && cc < p.n_chunks && col < p.n_cols;
+        float4 v = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        if (ok) {
+          const int64_t xrow = p.mode == MmMode::kDense ? int64_t(slot)
+                                                        : int64_t(__ldg(p.pairs + begin + slot)) / p.x_row_div;
+          v = __ldg(reinterpret_cast<const float4*>(p.x + xrow * p.x_stride + col));
+          uint32_t lo[3], hi[3];
+          tcdec::split_pair(v.x, v.y, lo);
+          tcdec::split_pair(v.z, v.w, hi);
+          const int q = 2 * grp + (i8 >> 2);
+          uint8_t* dst = bsm + (kk * NTILES + slot / 8) * p.tile_b + q * q_stride + ((slot & 7) * 4 + (i8 & 3)) * kBLane;
+          *reinterpret_cast<uint2*>(dst) = make_uint2(lo[0], hi[0]);
+          *reinterpret_cast<uint2*>(dst + 8) = make_uint2(lo[1], hi[1]);
+          *reinterpret_cast<uint2*>(dst + 16) = make_uint2(lo[2], hi[2]);
+        }
+        if constexpr (Q::kMin) {
+          float s4 = (v.x + v.y) + (v.z + v.w);
+          s4 += __shfl_xor_sync(kFull, s4, 1);
+          s4 += __shfl_xor_sync(kFull, s4, 2);
+          s4 += __shfl_xor_sync(kFull, s4, 4);
+          if (ok && i8 == 0) xsm[((kk * NTILES + slot / 8) * 8 + grp) * 8 + (slot & 7)] = s4;
+        }
+      }
+    }
+    __syncthreads();
+
+    if (c < p.n_chunks) {
+      cp_async_wait<1>();
+      __syncwarp();
+      const uint8_t* stage = stage_of(round);
+      const int64_t off = c * Q::kChunkBytes;
+      {
+        const int r = lane & 15;
+        Q::scales(stage + r * p.rs + lead16(rows.row(r) + off), lane >> 4, tbl + r * kTblStride);
+      }
+      __syncwarp();
+      const uint8_t* rg = stage + g * p.rs + lead16(rows.row(g) + off);
+      const uint8_t* rg8 = stage + (g + 8) * p.rs + lead16(rows.row(g + 8) + off);
+      const int n_steps = static_cast<int>(min(int64_t(kSteps), (p.n_cols - c * kChunkCols) / 16));
+      float acc[NTILES][4];
+#pragma unroll
+      for (int nt = 0; nt < NTILES; ++nt) acc[nt][0] = acc[nt][1] = acc[nt][2] = acc[nt][3] = 0.0f;
+      chunk_mma<T, NTILES>(rg, rg8, tbl, bsm + kw * NTILES * p.tile_b, xsm + kw * NTILES * 64, p.tile_b, q_stride,
+                           b_lane, ntiles, n_steps, g, j, acc);
+      float* out = red + (kw * wr + rw) * 16 * p.red_t;
+#pragma unroll
+      for (int nt = 0; nt < NTILES; ++nt) {
+        const int t0 = 8 * nt + 2 * j;
+        if (t0 < cnt) out[g * p.red_t + t0] = acc[nt][0], out[(g + 8) * p.red_t + t0] = acc[nt][2];
+        if (t0 + 1 < cnt) out[g * p.red_t + t0 + 1] = acc[nt][1], out[(g + 8) * p.red_t + t0 + 1] = acc[nt][3];
+      }
+    }
+    __syncthreads();
+    // Totals: the round's chunk sums in chunk order.
+    const int k_valid = static_cast<int>(min(int64_t(wk), p.n_chunks - int64_t(round) * wk));
+#pragma unroll
+    for (int n = 0; n < kMaxOwn; ++n) {
+      const int it = tid + n * nthreads;
+      if (it < n_items) {
+        const int r = it / (rows_per_tile * cnt), rem = it - r * rows_per_tile * cnt;
+        const int row = rem / cnt, tok = rem - row * cnt;
+        for (int kk = 0; kk < k_valid; ++kk) {
+          const float* part = red + (kk * wr + r) * 16 * p.red_t;
+          tot[n][0] += part[row * p.red_t + tok];
+          if (gate_up) tot[n][1] += part[(row + 8) * p.red_t + tok];
+        }
+      }
+    }
+  }
+
+#pragma unroll
+  for (int n = 0; n < kMaxOwn; ++n) {
+    const int it = tid + n * nthreads;
+    if (it < n_items) {
+      const int r = it / (rows_per_tile * cnt), rem = it - r * rows_per_tile * cnt;
+      const int row = rem / cnt, tok = rem - row * cnt;
+      const int64_t grow = cta_first + int64_t(r) * rows_per_tile + row;
+      if (grow < m.n_rows) {
+        const int64_t out_row = p.mode == MmMode::kDense ? int64_t(tok) : int64_t(__ldg(p.pairs + begin + tok));
+        m.y[out_row * m.y_stride + grow] = gate_up ? silu(tot[n][0]) * tot[n][1] : tot[n][0];
+      }
+    }
+  }
+}
+
+// ---- host side ---------------------------------------------------------------
+
+struct DeviceLimits {
+  int sms = 0;
+  int smem_optin = 0;
+};
+
+DeviceLimits device_limits() {
+  constexpr int kMaxDevices = 64;
+  static DeviceLimits cache[kMaxDevices];
+  int dev = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= kMaxDevices) dev = 0;
+  DeviceLimits& l = cache[dev];
+  if (l.sms == 0) {
+    DeviceLimits v;
+    cudaDeviceGetAttribute(&v.sms, cudaDevAttrMultiProcessorCount, dev);
+    cudaDeviceGetAttribute(&v.smem_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev);
+    if (v.sms <= 0) v.sms = 1;
+    if (v.smem_optin < 48 * 1024) v.smem_optin = 48 * 1024;
+    l = v;  // benign race: every writer stores the same values
+  }
+  return l;
+}
+
+template <DType T>
+constexpr int row_stage_bytes() {
+  using Q = tcdec::Tc<T>;
+  // The chunk plus, for 2-byte aligned rows, up to 14 bytes of lead and the
+  // words read around a misaligned one; an odd multiple of 16 so that the 8
+  // rows a warp reads at once fall in distinct banks.
+  const int span = Q::kChunkBytes + (Q::kAligned ? 0 : 34);
+  const int units = (span + 15) / 16;
+  return 16 * (units % 2 == 1 ? units : units + 1);
+}
+
+// Shared-memory layout of a geometry; returns the bytes.
+template <DType T, int NTILES>
+int layout(TcProblem& p) {
+  const int nwarps = p.wk * p.wr;
+  p.rs = row_stage_bytes<T>();
+  p.tile_b = kSteps * p.slots * 4 * kBLane;
+  p.red_t = NTILES == 1 ? p.slots : 16;
+  int at = p.stages * nwarps * 16 * p.rs;
+  p.off_b = at;
+  at += p.wk * NTILES * p.tile_b;
+  p.off_x = at;
+  if (tcdec::Tc<T>::kMin) at += p.wk * NTILES * 64 * 4;
+  p.off_tbl = at;
+  at += nwarps * 16 * kTblStride * 4;
+  p.off_red = at;
+  at += p.wk * p.wr * 16 * p.red_t * 4;
+  return at;
+}
+
+// Chooses (Wr, Wk) and the layout for `nt` tokens a CTA (nt_eff on average)
+// and `ctas(wr)` CTAs; returns the dynamic shared memory bytes, or -1.
+template <DType T, int NTILES, class Ctas>
+int choose_geometry(TcProblem& p, int nt, int nt_eff, Ctas&& ctas) {
+  const DeviceLimits lim = device_limits();
+  p.n_chunks = (p.n_cols + kChunkCols - 1) / kChunkCols;
+  p.slots = std::min(8, nt);
+  // Rows a CTA: one tile for few tokens (most parallel); for more tokens,
+  // more tiles share the activation split, as long as the CTAs still cover
+  // the SMs.
+  int wr = 1;
+  if (nt_eff >= 4) {
+    for (int cand : {4, 2}) {
+      if (cand <= (nt_eff >= 8 ? 4 : 2) && 10 * ctas(cand) >= 9 * int64_t(lim.sms)) {
+        wr = cand;
+        break;
+      }
+    }
+  }
+  for (;; wr /= 2) {
+    for (int wk = static_cast<int>(std::min<int64_t>(p.n_chunks, (kMaxThreads / 32) / wr)); wk >= 1; wk /= 2) {
+      p.wr = wr, p.wk = wk;
+      p.rounds = static_cast<int>((p.n_chunks + wk - 1) / wk);
+      p.stages = p.rounds > 1 ? 2 : 1;
+      const int bytes = layout<T, NTILES>(p);
+      if (bytes <= lim.smem_optin) return bytes;
+    }
+    if (wr == 1) return -1;
+  }
+}
+
+template <DType T, int NTILES>
+Status launch_geometry(TcProblem& p, int nt, int nt_eff, int64_t n_slots, cudaStream_t stream) {
+  const bool grouped = p.mode != MmMode::kDense;
+  const int64_t tile_rows = p.mode == MmMode::kGateUp ? 8 : 16;
+  auto ctas = [&](int wr) {
+    if (grouped) return n_slots * ((p.mat[0].n_rows + tile_rows * wr - 1) / (tile_rows * wr));
+    int64_t n = 0;
+    for (int i = 0; i < p.n_mats; ++i) n += (p.mat[i].n_rows + 16 * wr - 1) / (16 * wr);
+    return n;
+  };
+  const int bytes = choose_geometry<T, NTILES>(p, nt, nt_eff, ctas);
+  if (bytes < 0) {
+    return make_error(StatusCode::kInternal, "matvec ({}): no tile fits in shared memory", dtype_name(T));
+  }
+  dim3 grid;
+  if (grouped) {
+    const int64_t tiles = (p.mat[0].n_rows + tile_rows * p.wr - 1) / (tile_rows * p.wr);
+    if (tiles > 65535 || n_slots > (int64_t(1) << 31) - 1) {
+      return make_error(StatusCode::kInvalidArgument, "expert matvec: {} rows is too many", p.mat[0].n_rows);
+    }
+    grid.x = static_cast<unsigned>(n_slots), grid.y = static_cast<unsigned>(tiles);
+  } else {
+    int64_t n = 0;
+    for (int i = 0; i < p.n_mats; ++i) {
+      p.mat[i].tile0 = n;
+      n += (p.mat[i].n_rows + 16 * p.wr - 1) / (16 * p.wr);
+    }
+    if (n > (int64_t(1) << 31) - 1) return make_error(StatusCode::kInvalidArgument, "matvec: too many rows");
+    grid.x = static_cast<unsigned>(n);
+  }
+  if (bytes > 48 * 1024) {
+    const cudaError_t err =
+        cudaFuncSetAttribute(tc_kernel<T, NTILES>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
+    if (err != cudaSuccess) {
+      return make_error(StatusCode::kInternal, "matvec ({}): shared memory {}: {}", dtype_name(T), bytes,
+                        cudaGetErrorString(err));
+    }
+  }
+  tc_kernel<T, NTILES><<<grid, 32 * p.wk * p.wr, bytes, stream>>>(p);
+  const cudaError_t err = cudaGetLastError();
+  if (err != cudaSuccess) {
+    return make_error(StatusCode::kInternal, "matvec ({}, {} tokens): launch failed: {}", dtype_name(T), nt,
+                      cudaGetErrorString(err));
+  }
+  return Status::ok();
+}
+
+template <DType T>
+Status launch_type(TcProblem& p, int nt, int nt_eff, int64_t n_slots, cudaStream_t stream) {
+  if (nt <= 8) return launch_geometry<T, 1>(p, nt, nt_eff, n_slots, stream);
+  return launch_geometry<T, 2>(p, nt, nt_eff, n_slots, stream);
+}
+
+Status launch(TcProblem& p, DType type, int nt, int nt_eff, int64_t n_slots, cudaStream_t stream) {
+  switch (type) {
+    case DType::Q8_0: return launch_type<DType::Q8_0>(p, nt, nt_eff, n_slots, stream);
+    case DType::Q4_0: return launch_type<DType::Q4_0>(p, nt, nt_eff, n_slots, stream);
+    case DType::Q4_K: return launch_type<DType::Q4_K>(p, nt, nt_eff, n_slots, stream);
+    case DType::Q5_K: return launch_type<DType::Q5_K>(p, nt, nt_eff, n_slots, stream);
+    case DType::Q6_K: return launch_type<DType::Q6_K>(p, nt, nt_eff, n_slots, stream);
+    default: break;
+  }
+  return make_error(StatusCode::kUnsupported, "matvec: weight type {} has no tensor-core path", dtype_name(type));
+}
+
+TcProblem common_problem(const MmProblem& p) {
+  TcProblem t;
+  t.mode = p.mode;
+  t.n_mats = 1;
+  t.mat[0].w = p.w0, t.mat[0].row_bytes = p.row_bytes, t.mat[0].n_rows = p.n_rows;
+  t.mat[0].y = p.y, t.mat[0].y_stride = p.y_stride;
+  t.w1 = p.w1, t.matrix_stride = p.matrix_stride;
+  t.n_cols = p.n_cols, t.x = p.x, t.x_stride = p.x_stride, t.n_tokens = p.n_tokens;
+  t.pairs = p.pairs, t.offsets = p.offsets, t.n_expert = p.n_expert, t.x_row_div = p.x_row_div;
+  return t;
+}
+
+}  // namespace
+
+bool matvec_tc_type(DType t) { return tcdec::tc_type(t); }
+
+Status launch_matvec_tc(const MmProblem& p, cudaStream_t stream) {
+  if (p.n_tokens * p.x_stride >= (int64_t(1) << 31) && p.mode == MmMode::kDense) {
+    return make_error(StatusCode::kInvalidArgument, "matvec: {} activation rows of {} floats is too many",
+                      p.n_tokens, p.x_stride);
+  }
+  TcProblem t = common_problem(p);
+  if (p.mode == MmMode::kDense) {
+    const int nt = static_cast<int>(p.n_tokens);
+    return launch(t, p.type, nt, nt, 0, stream);
+  }
+  // Grouped: an expert serves each token at most once, so up to 16 tokens
+  // all its pairs fit one slot of min(n_tokens, 16) (rounded to the N tiles)
+  // and its rows are read once; more tokens take 16 pairs a slot.
+  const int nt = static_cast<int>(std::min<int64_t>(p.n_tokens, kMatvecMaxTokens));
+  t.pair_chunk = nt <= 8 ? nt : 16;
+  const int64_t used = std::min(p.n_expert, p.n_pairs);
+  const int64_t n_slots = p.n_tokens <= t.pair_chunk ? used : p.n_pairs / t.pair_chunk + used + 1;
+  const int nt_eff = static_cast<int>(std::min<int64_t>(nt, (p.n_pairs + used - 1) / std::max<int64_t>(used, 1)));
+  return launch(t, p.type, t.pair_chunk, nt_eff, n_slots, stream);
+}
+
+}  // namespace detail
+
+// ---- several matrices sharing one input ------------------------------------
+
+Status matvec_multi(const MatmulArgs* products, int n_products, cudaStream_t stream) {
+  if (products == nullptr || n_products < 1) {
+    return make_error(StatusCode::kInvalidArgument, "matvec_multi: no products");
+  }
+  const MatmulArgs& a0 = products[0];
+  for (int i = 0; i < n_products; ++i) {
+    const MatmulArgs& a = products[i];
+    if (a.n_tokens < 1 || a.n_tokens > kMatvecMaxTokens) {
+      return make_error(StatusCode::kInvalidArgument, "matvec_multi: n_tokens {} outside 1..{}", a.n_tokens,
+                        kMatvecMaxTokens);
+    }
+    if (a.x != a0.x || a.x_stride != a0.x_stride || a.n_tokens != a0.n_tokens || a.n_cols != a0.n_cols) {
+      return make_error(StatusCode::kInvalidArgument, "matvec_multi: product {} has another input", i);
+    }
+    MOESERVE_RETURN_IF_ERROR(detail::check_weights("matvec_multi", a.w_type, a.w, a.n_rows, a.n_cols, a.row_bytes));
+    MOESERVE_RETURN_IF_ERROR(
+        detail::check_activations("matvec_multi", a.x, a.n_tokens > 1 ? a.x_stride : a.n_cols, a.n_cols));
+    if (a.y == nullptr || (a.n_tokens > 1 && a.y_stride < a.n_rows)) {
+      return make_error(StatusCode::kInvalidArgument, "matvec_multi: null y or y_stride {} < n_rows {}", a.y_stride,
+                        a.n_rows);
+    }
+  }
+  if (a0.n_tokens * a0.x_stride >= (int64_t(1) << 31)) {
+    return make_error(StatusCode::kInvalidArgument, "matvec_multi: activation rows too large");
+  }
+  bool done[64] = {};
+  if (n_products > 64) return make_error(StatusCode::kInvalidArgument, "matvec_multi: {} products", n_products);
+  for (int i = 0; i < n_products; ++i) {
+    if (done[i]) continue;
+    const DType type = products[i].w_type;
+    if (!detail::matvec_tc_type(type)) {
+      // Float weights: the CUDA-core kernel, one launch each.
+      detail::MmProblem p;
+      p.mode = detail::MmMode::kDense, p.type = type;
+      p.w0 = static_cast<const uint8_t*>(products[i].w), p.row_bytes = products[i].row_bytes;
+      p.n_rows = products[i].n_rows, p.n_cols = products[i].n_cols;
+      p.x = products[i].x, p.x_stride = products[i].x_stride, p.n_tokens = products[i].n_tokens;
+      p.y = products[i].y, p.y_stride = products[i].y_stride;
+      MOESERVE_RETURN_IF_ERROR(detail::launch_matvec(p, stream));
+      done[i] = true;
+      continue;
+    }
+    detail::TcProblem t;
+    t.mode = detail::MmMode::kDense;
+    t.n_mats = 0;
+    t.n_cols = a0.n_cols, t.x = a0.x, t.x_stride = a0.x_stride, t.n_tokens = a0.n_tokens;
+    for (int k = i; k < n_products && t.n_mats < detail::kMaxMats; ++k) {
+      if (done[k] || products[k].w_type != type) continue;
+      detail::TcMat& m = t.mat[t.n_mats++];
+      m.w = static_cast<const uint8_t*>(products[k].w), m.row_bytes = products[k].row_bytes;
+      m.n_rows = products[k].n_rows, m.y = products[k].y, m.y_stride = products[k].y_stride;
+      done[k] = true;
+    }
+    const int nt = static_cast<int>(a0.n_tokens);
+    MOESERVE_RETURN_IF_ERROR(detail::launch(t, type, nt, nt, 0, stream));
+  }
+  return Status::ok();
+}
+
+}  // namespace moeserve::cuda
