@@ -329,8 +329,27 @@ class GgufParser {
       }
       t.offset = file_.data_offset_ + rel;
       t.data = bytes_.data() + t.offset;
+      // Kernels read weights as their element or block fields (floats,
+      // f16 scales): a file whose alignment leaves them misaligned would be
+      // read with unaligned loads (undefined behaviour) — refuse it.
+      const size_t need = required_alignment(t.type);
+      if (reinterpret_cast<uintptr_t>(t.data) % need != 0) {
+        return fail(fmt::format("data at file offset {} is not aligned to the {} bytes a {} tensor needs "
+                                "(general.alignment is {}); re-write the file with general.alignment 32",
+                                t.offset, need, dtype_name(t.type), align));
+      }
     }
     return Status::ok();
+  }
+
+  // The alignment a tensor's first byte needs: its element (f32: 4, f16 and
+  // bf16: 2) or the widest field of its blocks (f16 scales: 2).
+  static size_t required_alignment(DType type) {
+    switch (type) {
+      case DType::F32:
+      case DType::Q8_K: return 4;
+      default: return 2;
+    }
   }
 
   Status check_overlaps() {

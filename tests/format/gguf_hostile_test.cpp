@@ -138,6 +138,28 @@ TEST_P(GgufHostile, FailsWithNamedReason) {
 INSTANTIATE_TEST_SUITE_P(Cases, GgufHostile, ::testing::ValuesIn(hostile_cases()),
                          [](const ::testing::TestParamInfo<HostileCase>& info) { return info.param.label; });
 
+// general.alignment 1 lets a tensor start at any byte: one whose data would
+// be misaligned for its type is refused, naming the tensor and the fix.
+TEST(GgufHostileExtra, TensorMisalignedForItsTypeIsRefused) {
+  for (uint64_t rel : {0, 1, 2, 3}) {
+    RawGguf r;
+    r.header(1, 1).kv_u32("general.alignment", 1).tensor("t", {4}, kF32, rel);
+    const size_t data_start = r.bytes.size();
+    r.zeros(16 + rel);
+    Result<GgufFile> f = GgufFile::parse_bytes(r.bytes, "m.gguf");
+    // parse_bytes reads from the vector's storage (16-byte aligned), so the
+    // file offset decides.
+    if ((data_start + rel) % 4 == 0) {
+      EXPECT_TRUE(f.is_ok()) << rel << ": " << f.status().to_string();
+    } else {
+      ASSERT_FALSE(f.is_ok()) << rel;
+      EXPECT_NE(f.status().message().find("tensor 't'"), std::string::npos) << f.status().message();
+      EXPECT_NE(f.status().message().find("not aligned to the 4 bytes a f32 tensor needs"), std::string::npos)
+          << f.status().message();
+    }
+  }
+}
+
 TEST(GgufHostileExtra, LongTensorNameIsAcceptedWithWarning) {
   const std::string name(100, 'n');
   const std::vector<uint8_t> bytes = one_tensor({8}, kF32, 0, 32, name);
