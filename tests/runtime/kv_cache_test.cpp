@@ -1,5 +1,9 @@
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
+#include <cstdio>
+
 #include "runtime/sequence.h"
 
 namespace moeserve::runtime {
@@ -12,6 +16,33 @@ TEST(KvCache, ViewsCoverEveryLayerAndCapacity) {
   EXPECT_EQ(v.capacity, 16);
   EXPECT_EQ(kv.bytes(), size_t(2 * 3 * 16 * 8 * 2));
   v.layers[2].k[16 * 8 - 1] = 1;  // last element writable
+}
+
+// Resident memory of this process (bytes), from /proc/self/statm.
+size_t resident_bytes() {
+  FILE* f = std::fopen("/proc/self/statm", "r");
+  if (f == nullptr) return 0;
+  unsigned long pages = 0, resident = 0;
+  const int n = std::fscanf(f, "%lu %lu", &pages, &resident);
+  std::fclose(f);
+  return n == 2 ? size_t(resident) * size_t(sysconf(_SC_PAGESIZE)) : 0;
+}
+
+// A cache is not zero-filled up front: an idle 128 MiB cache costs (almost)
+// no resident memory, and rows become resident as they are written.
+TEST(KvCache, IdleCacheIsNotResident) {
+  const size_t before = resident_bytes();
+  if (before == 0) GTEST_SKIP() << "no /proc/self/statm";
+  KvCache kv(4, 128, 65536);  // 2 x 4 x 65536 x 128 x 2 bytes = 128 MiB
+  ASSERT_TRUE(kv.status().is_ok());
+  EXPECT_EQ(kv.bytes(), size_t(128) << 20);
+  // (Bound: a zero-filled cache would add 128 MiB; sanitizer shadow memory may add 16.)
+  EXPECT_LT(resident_bytes(), before + (size_t(48) << 20));
+  const models::KvView v = kv.view();
+  for (int64_t l = 0; l < 4; ++l) {
+    for (int64_t i = 0; i < 1024 * 128; ++i) v.layers[size_t(l)].k[i] = 1;  // 1024 positions of K
+  }
+  EXPECT_GT(resident_bytes(), before + (size_t(512) << 10));
 }
 
 TEST(Sequence, AppendRewindTruncatesCache) {
