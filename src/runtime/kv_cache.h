@@ -29,10 +29,10 @@ class KvCache {
   int64_t capacity() const { return capacity_; }
   int64_t n_layer() const { return int64_t(k_.size()); }
   int64_t kv_dim() const { return kv_dim_; }
-  size_t bytes() const { return size_t(2 * n_layer() * capacity_ * kv_dim_) * sizeof(uint16_t); }
   static size_t bytes_for(int64_t n_layer, int64_t kv_dim, int64_t capacity) {
     return size_t(2 * n_layer * capacity * kv_dim) * sizeof(uint16_t);
   }
+  size_t bytes() const { return bytes_for(n_layer(), kv_dim_, capacity_); }
   // Positions [0, used) hold valid rows.
   int64_t used() const { return used_; }
   void set_used(int64_t n) { used_ = n; }

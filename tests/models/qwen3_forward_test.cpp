@@ -24,14 +24,17 @@ using testing::TinySpec;
 struct Runner {
   GgufFile file;
   std::unique_ptr<backend::CpuDevice> device;
+  std::unique_ptr<backend::CpuDevice> second;  // split_layers: the later half of the layers
   std::unique_ptr<Qwen3Model> model;
   std::unique_ptr<Workspace> ws;
   std::vector<std::vector<uint16_t>> k, v;
   std::vector<KvLayerView> views;
   int64_t capacity = 64;
 
-  static std::unique_ptr<Runner> make(const TinyModel& tm, ThreadPool* pool) {
-    auto r = std::unique_ptr<Runner>(new Runner{tm.parse().value(), nullptr, nullptr, nullptr, {}, {}, {}, 64});
+  // split_layers: the first half of the layers (and io) on one CPU device,
+  // the rest on a second one.
+  static std::unique_ptr<Runner> make(const TinyModel& tm, ThreadPool* pool, bool split_layers = false) {
+    auto r = std::unique_ptr<Runner>(new Runner{tm.parse().value(), nullptr, nullptr, nullptr, nullptr, {}, {}, {}, 64});
     r->device = std::make_unique<backend::CpuDevice>(backend::CpuDeviceOptions{.pool = pool, .pack_weights = false});
     Qwen3HParams hp = load_qwen3_hparams(r->file).value();
     Qwen3Weights w = load_qwen3_weights(r->file, hp).value();
@@ -40,7 +43,14 @@ struct Runner {
       r->v.emplace_back(size_t(r->capacity * hp.kv_dim()));
       r->views.push_back({r->k.back().data(), r->v.back().data()});
     }
-    r->model = Qwen3Model::create(hp, w, Placement{.io = r->device.get(), .layers = {}}).value();
+    Placement placement{.io = r->device.get(), .layers = {}};
+    if (split_layers) {
+      r->second = std::make_unique<backend::CpuDevice>(backend::CpuDeviceOptions{.pool = pool, .pack_weights = false});
+      for (int64_t l = 0; l < hp.n_layer; ++l) {
+        placement.layers.push_back(l < hp.n_layer / 2 ? r->device.get() : r->second.get());
+      }
+    }
+    r->model = Qwen3Model::create(hp, w, placement).value();
     return r;
   }
 
@@ -335,41 +345,14 @@ TEST(Placement, LayersSplitOverTwoDevicesGiveTheSameLogits) {
   const std::vector<int32_t> tokens = prompt(9, 31);
   const std::vector<float> want = Runner::make(tm, nullptr)->run(tokens, 4);
 
-  GgufFile file = tm.parse().value();
-  backend::CpuDevice first(backend::CpuDeviceOptions{.pool = nullptr, .pack_weights = false});
-  backend::CpuDevice second(backend::CpuDeviceOptions{.pool = nullptr, .pack_weights = false});
-  Qwen3HParams hp = load_qwen3_hparams(file).value();
-  Qwen3Weights w = load_qwen3_weights(file, hp).value();
-  Placement placement{.io = &first, .layers = {}};
-  for (int64_t l = 0; l < hp.n_layer; ++l) placement.layers.push_back(l < hp.n_layer / 2 ? &first : &second);
+  auto split = Runner::make(tm, nullptr, /*split_layers=*/true);
+  const Placement& placement = split->model->placement();
   ASSERT_NE(placement.layers.front(), placement.layers.back());
-  auto model = Qwen3Model::create(hp, w, placement).value();
-  auto ws = model->create_workspace(4).value();
-  const int64_t capacity = 64, V = hp.n_vocab;
-  std::vector<std::vector<uint16_t>> k(size_t(hp.n_layer)), v(size_t(hp.n_layer));
-  std::vector<KvLayerView> views;
-  for (int64_t l = 0; l < hp.n_layer; ++l) {
-    k[size_t(l)].resize(size_t(capacity * hp.kv_dim()));
-    v[size_t(l)].resize(size_t(capacity * hp.kv_dim()));
-    views.push_back({k[size_t(l)].data(), v[size_t(l)].data()});
-  }
-  std::vector<float> got(tokens.size() * size_t(V));
-  for (size_t start = 0; start < tokens.size(); start += 4) {
-    const size_t n = std::min<size_t>(4, tokens.size() - start);
-    std::vector<int64_t> rows(n);
-    std::iota(rows.begin(), rows.end(), 0);
-    ForwardBatch b;
-    b.tokens = std::span<const int32_t>(tokens).subspan(start, n);
-    b.pos0 = int64_t(start);
-    b.kv = {views, capacity};
-    b.logit_rows = rows;
-    b.logits = got.data() + start * size_t(V);
-    ASSERT_TRUE(model->forward(b, *ws).is_ok());
-  }
-  EXPECT_EQ(got, want);
+  EXPECT_EQ(split->run(tokens, 4), want);
   // A placement that names the wrong number of layers is refused.
-  Placement short_one{.io = &first, .layers = {&first}};
-  EXPECT_EQ(Qwen3Model::create(hp, load_qwen3_weights(file, hp).value(), short_one).status().code(),
+  Qwen3HParams hp = split->model->hparams();
+  Placement short_one{.io = split->device.get(), .layers = {split->device.get()}};
+  EXPECT_EQ(Qwen3Model::create(hp, load_qwen3_weights(split->file, hp).value(), short_one).status().code(),
             StatusCode::kInvalidArgument);
 }
 
