@@ -150,8 +150,10 @@ int copies_for(size_t bytes) {
   return static_cast<int>(std::clamp<size_t>((want + bytes - 1) / bytes, 2, 256));
 }
 
+// tc: through matvec_multi (one product): the tensor-core kernels of the
+// expert products, instead of matvec's.
 void bench_matvec(DType t, int64_t rows, int64_t cols, int copies, double roof,
-                  std::vector<int> token_counts = {1, 2, 4, 8, 16}, const char* label = "") {
+                  std::vector<int> token_counts = {1, 2, 4, 8, 16}, const char* label = "", bool tc = false) {
   const size_t bytes = dtype_row_bytes(t, cols) * size_t(rows);
   if (copies <= 0) copies = copies_for(bytes);
   std::vector<std::unique_ptr<DeviceBuffer>> w;
@@ -165,9 +167,13 @@ void bench_matvec(DType t, int64_t rows, int64_t cols, int copies, double roof,
     cuda::MatmulArgs a;
     a.w_type = t, a.n_rows = rows, a.n_cols = cols, a.row_bytes = dtype_row_bytes(t, cols);
     a.x = x.as<float>(), a.x_stride = cols, a.n_tokens = nt, a.y = y.as<float>(), a.y_stride = rows;
-    const double us = time_us([&](int i, cudaStream_t s) { a.w = w[size_t(i)]->p; check(cuda::matvec(a, s)); }, copies);
+    const double us = time_us([&](int i, cudaStream_t s) {
+      a.w = w[size_t(i)]->p;
+      check(tc ? cuda::matvec_multi(&a, 1, s) : cuda::matvec(a, s));
+    }, copies);
     const double gbps = double(bytes) / (us * 1e3);
-    std::printf("matvec %-7s %-5s %6ld -> %-6ld tokens %2d: %8.2f us  %7.0f GB/s  %5.1f%% of copy\n", label,
+    std::printf("%s %-7s %-5s %6ld -> %-6ld tokens %2d: %8.2f us  %7.0f GB/s  %5.1f%% of copy\n",
+                tc ? "mv_tc " : "matvec", label,
                 std::string(dtype_name(t)).c_str(), long(cols), long(rows), nt, us, gbps, 100.0 * gbps / roof);
   }
 }
@@ -296,7 +302,7 @@ void bench_qkv(DType v_type, double roof) {
     }, copies);
     const double gbps = double(bytes) / (us_multi * 1e3);
     std::printf("matvec qkv(v %-4s) 2048 -> 4096+512+512 tokens %2d: multi %8.2f us  %7.0f GB/s  %5.1f%% of copy;"
-                "  3 launches %8.2f us\n", std::string(dtype_name(v_type)).c_str(), nt, us_multi, gbps,
+                "  3 matvec %8.2f us\n", std::string(dtype_name(v_type)).c_str(), nt, us_multi, gbps,
                 100.0 * gbps / roof, us_sep);
   }
 }
@@ -305,14 +311,17 @@ void bench_qkv(DType v_type, double roof) {
 // 4 kv heads of 128, 128 experts of 768, vocabulary 151936).
 void bench_decode(double roof) {
   const std::vector<int> nts = {1, 2, 4, 8, 16};
-  bench_matvec(DType::Q4_K, 4096, 2048, 0, roof, nts, "q");
-  bench_matvec(DType::Q4_K, 512, 2048, 0, roof, nts, "k");
-  bench_matvec(DType::Q6_K, 512, 2048, 0, roof, nts, "v");
-  bench_matvec(DType::Q4_K, 2048, 4096, 0, roof, nts, "o");
+  for (bool tc : {false, true}) {
+    bench_matvec(DType::Q4_K, 4096, 2048, 0, roof, nts, "q", tc);
+    bench_matvec(DType::Q4_K, 512, 2048, 0, roof, nts, "k", tc);
+    bench_matvec(DType::Q6_K, 512, 2048, 0, roof, nts, "v", tc);
+    bench_matvec(DType::Q4_K, 2048, 4096, 0, roof, nts, "o", tc);
+  }
   bench_qkv(DType::Q4_K, roof);
   bench_qkv(DType::Q6_K, roof);
   bench_matvec(DType::F32, 128, 2048, 0, roof, {1, 16}, "router");
   bench_matvec(DType::Q6_K, 151936, 2048, 2, roof, nts, "lm_head");
+  bench_matvec(DType::Q6_K, 151936, 2048, 2, roof, nts, "lm_head", true);
   for (int64_t n : {1, 2, 4, 8, 16}) bench_experts(DType::Q4_K, DType::Q6_K, n, roof);
   for (int64_t n : {1, 8}) bench_experts(DType::Q4_K, DType::Q4_K, n, roof);
 }

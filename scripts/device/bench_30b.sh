@@ -24,5 +24,6 @@ case "${1:-start}" in
     [ -f "$model.done" ] || { echo "model not ready: $(tail -c 300 /tmp/make30.log)"; exit 1; }
     ls -la $model
     $bin bench -m $model -p 512 -n 128 -r 3 --device cuda --parallel 8,32 2>&1 | tee "$out/bench30.txt"
-    MOESERVE_CUDA_GRAPHS=0 $bin bench -m $model -p 0 -n 64 -r 2 --device cuda 2>&1 | grep tg | sed 's/^/no graphs: /';;
+    MOESERVE_CUDA_GRAPHS=0 $bin bench -m $model -p 0 -n 64 -r 2 --device cuda 2>&1 | grep tg | sed 's/^/no graphs: /'
+    MOESERVE_CUDA_PDL=0 $bin bench -m $model -p 0 -n 64 -r 2 --device cuda 2>&1 | grep tg | sed 's/^/no PDL: /';;
 esac

@@ -42,7 +42,9 @@ class DeviceMemory {
 
   void* data() const { return data_; }
   template <typename T>
-  T* as() const { return static_cast<T*>(data_); }
+  T* as() const {
+    return static_cast<T*>(data_);
+  }
   size_t bytes() const { return bytes_; }
   Device* device() const { return device_; }
   void reset();
@@ -96,8 +98,8 @@ enum class WeightUse {
   kExpertGate,  // stacked expert matrices; gate is always followed by its up
   kExpertUp,
   kExpertDown,
-  kLookup,      // rows read by token id (embedding)
-  kVector,      // f32 norm weights
+  kLookup,  // rows read by token id (embedding)
+  kVector,  // f32 norm weights
 };
 
 // One weight to place: the view (rewritten to point at the device's copy)
@@ -112,8 +114,8 @@ struct WeightRef {
 };
 
 struct PlacedWeights {
-  size_t bytes = 0;    // device memory the copies take (0 when used in place)
-  int tensors = 0;     // views that now point at device copies
+  size_t bytes = 0;  // device memory the copies take (0 when used in place)
+  int tensors = 0;   // views that now point at device copies
 };
 
 // ---- op arguments -------------------------------------------------------
@@ -184,6 +186,12 @@ struct ExpertFfnArgs {
   const WeightView* gate = nullptr;
   const WeightView* up = nullptr;
   const WeightView* down = nullptr;
+  // Optional: once the experts' output is added into x, norm_out =
+  // rmsnorm(x) * norm_w (the next layer's input norm; a GPU fuses it with
+  // the combine). Null norm_out: not done.
+  const float* norm_w = nullptr;
+  float* norm_out = nullptr;
+  float norm_eps = 1e-6f;
 };
 
 // The ops of a forward pass on one device. One Ops per workspace: it holds
@@ -224,7 +232,8 @@ class Device {
   virtual ~Device() = default;
   virtual DeviceKind kind() const = 0;
   virtual std::string name() const = 0;  // "cpu", "cuda:0"
-  virtual std::string description() const = 0;  // for start-up lines: "NVIDIA H100 80GB HBM3 (sm_90, 79.1 GiB free)"
+  virtual std::string description()
+      const = 0;  // for start-up lines: "NVIDIA H100 80GB HBM3 (sm_90, 79.1 GiB free)"
   // Its memory is the host's: host pointers are device pointers.
   virtual bool host_memory() const = 0;
   virtual DeviceMemoryInfo memory_info() const = 0;

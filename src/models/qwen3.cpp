@@ -118,6 +118,10 @@ class Qwen3Model::Forward {
   Status moe_block(DeviceBuffers& d, int il, int64_t T);
   Status dense_ffn_block(DeviceBuffers& d, int il, int64_t T);
   Status output_block(DeviceBuffers& d, const ForwardBatch& b);
+  // The next layer's input norm, when that layer runs on the same device:
+  // the FFN block then writes its normed rows along with the residual (a
+  // GPU fuses the two), and attention_block skips its own norm.
+  const WeightView* next_attn_norm(int il) const;
 
   const Qwen3HParams& hp_;
   const Qwen3Weights& w_;
@@ -125,7 +129,13 @@ class Qwen3Model::Forward {
   Qwen3Workspace& ws_;
   ForwardProfile* profile_;
   DeviceBuffers* current_ = nullptr;  // where the hidden rows are
+  bool xn_ready_ = false;             // xn already holds this layer's attention norm
 };
+
+const WeightView* Qwen3Model::Forward::next_attn_norm(int il) const {
+  if (il + 1 >= int(hp_.n_layer) || placement_.layer(il + 1) != placement_.layer(il)) return nullptr;
+  return &w_.layers[size_t(il + 1)].attn_norm;
+}
 
 // Validates the batch's sequence slices and records them (with each row's
 // slice and position) in the workspace; nothing else is touched on error.
@@ -133,8 +143,9 @@ Status Qwen3Model::Forward::check_slices(const ForwardBatch& b) {
   const int64_t T = int64_t(b.tokens.size());
   for (size_t t = 0; t < b.tokens.size(); ++t) {
     if (b.tokens[t] < 0 || b.tokens[t] >= hp_.n_vocab) {
-      return make_error(StatusCode::kInvalidArgument, "token id {} at chunk index {} is outside the vocabulary (0..{})",
-                        b.tokens[t], t, hp_.n_vocab - 1);
+      return make_error(StatusCode::kInvalidArgument,
+                        "token id {} at chunk index {} is outside the vocabulary (0..{})", b.tokens[t], t,
+                        hp_.n_vocab - 1);
     }
   }
   std::vector<SequenceSlice> slices;
@@ -147,20 +158,24 @@ Status Qwen3Model::Forward::check_slices(const ForwardBatch& b) {
   for (size_t i = 0; i < slices.size(); ++i) {
     const SequenceSlice& q = slices[i];
     if (q.row0 != next_row || q.n_tokens <= 0) {
-      return make_error(StatusCode::kInvalidArgument, "forward: sequence {} covers rows {}+{}, expected to start at {}",
-                        i, q.row0, q.n_tokens, next_row);
+      return make_error(StatusCode::kInvalidArgument,
+                        "forward: sequence {} covers rows {}+{}, expected to start at {}", i, q.row0,
+                        q.n_tokens, next_row);
     }
     if (q.pos0 < 0 || q.pos0 + q.n_tokens > q.kv.capacity || int64_t(q.kv.layers.size()) != hp_.n_layer) {
-      return make_error(StatusCode::kOutOfRange, "forward: positions {}..{} do not fit a KV cache of {} positions",
-                        q.pos0, q.pos0 + q.n_tokens - 1, q.kv.capacity);
+      return make_error(StatusCode::kOutOfRange,
+                        "forward: positions {}..{} do not fit a KV cache of {} positions", q.pos0,
+                        q.pos0 + q.n_tokens - 1, q.kv.capacity);
     }
     next_row += q.n_tokens;
   }
   if (next_row != T) {
-    return make_error(StatusCode::kInvalidArgument, "forward: the sequences cover {} rows, the batch has {}", next_row, T);
+    return make_error(StatusCode::kInvalidArgument, "forward: the sequences cover {} rows, the batch has {}",
+                      next_row, T);
   }
   for (int64_t r : b.logit_rows) {
-    if (r < 0 || r >= T) return make_error(StatusCode::kInvalidArgument, "forward: logit row {} outside chunk", r);
+    if (r < 0 || r >= T)
+      return make_error(StatusCode::kInvalidArgument, "forward: logit row {} outside chunk", r);
   }
   if (!b.logit_rows.empty() && b.logits == nullptr) {
     return make_error(StatusCode::kInvalidArgument, "forward: logits requested, no buffer");
@@ -241,8 +256,16 @@ Status Qwen3Model::Forward::attention_block(DeviceBuffers& d, int il, int64_t T)
   float *v = d.v.as<float>(), *attn = d.attn.as<float>(), *o = d.o.as<float>();
   {
     ScopedTimer timer(profile_, &ForwardProfile::attn_proj, ops);
-    MOESERVE_RETURN_IF_ERROR(ops.rms_norm({.x = x, .w = l.attn_norm.f32(), .out = xn, .n_rows = T, .n_cols = H,
-                                           .eps = hp_.rms_eps, .rows = {}}));
+    if (!xn_ready_) {
+      MOESERVE_RETURN_IF_ERROR(ops.rms_norm({.x = x,
+                                             .w = l.attn_norm.f32(),
+                                             .out = xn,
+                                             .n_rows = T,
+                                             .n_cols = H,
+                                             .eps = hp_.rms_eps,
+                                             .rows = {}}));
+    }
+    xn_ready_ = false;
     const backend::MatmulOp qkv[] = {{&l.attn_q, xn, q, T}, {&l.attn_k, xn, k, T}, {&l.attn_v, xn, v, T}};
     MOESERVE_RETURN_IF_ERROR(ops.matmul(qkv));
     backend::QkNormRopeArgs r;
@@ -273,8 +296,8 @@ Status Qwen3Model::Forward::attention_block(DeviceBuffers& d, int il, int64_t T)
   ScopedTimer timer(profile_, &ForwardProfile::attn_proj, ops);
   const backend::MatmulOp out_proj[] = {{&l.attn_output, attn, o, T}};
   MOESERVE_RETURN_IF_ERROR(ops.matmul(out_proj));
-  return ops.add_rms_norm({.x = x, .delta = o, .w = l.ffn_norm.f32(), .out = xn, .n_rows = T, .n_cols = H,
-                           .eps = hp_.rms_eps});
+  return ops.add_rms_norm(
+      {.x = x, .delta = o, .w = l.ffn_norm.f32(), .out = xn, .n_rows = T, .n_cols = H, .eps = hp_.rms_eps});
 }
 
 Status Qwen3Model::Forward::dense_ffn_block(DeviceBuffers& d, int il, int64_t T) {
@@ -287,6 +310,16 @@ Status Qwen3Model::Forward::dense_ffn_block(DeviceBuffers& d, int il, int64_t T)
   MOESERVE_RETURN_IF_ERROR(ops.swiglu(g, u, g, T, hp_.n_ff));
   const backend::MatmulOp down[] = {{&l.ffn_down, g, o, T}};
   MOESERVE_RETURN_IF_ERROR(ops.matmul(down));
+  if (const WeightView* next = next_attn_norm(il)) {
+    xn_ready_ = true;
+    return ops.add_rms_norm({.x = d.x.as<float>(),
+                             .delta = o,
+                             .w = next->f32(),
+                             .out = d.xn.as<float>(),
+                             .n_rows = T,
+                             .n_cols = hp_.n_embd,
+                             .eps = hp_.rms_eps});
+  }
   return ops.add(d.x.as<float>(), o, T, hp_.n_embd);
 }
 
@@ -312,6 +345,10 @@ Status Qwen3Model::Forward::moe_block(DeviceBuffers& d, int il, int64_t T) {
   e.gate = &l.ffn_gate_exps;
   e.up = &l.ffn_up_exps;
   e.down = &l.ffn_down_exps;
+  if (const WeightView* next = next_attn_norm(il)) {
+    e.norm_w = next->f32(), e.norm_out = d.xn.as<float>(), e.norm_eps = hp_.rms_eps;
+    xn_ready_ = true;
+  }
   return ops.expert_ffn(e);
 }
 
@@ -329,8 +366,13 @@ Status Qwen3Model::Forward::output_block(DeviceBuffers& d, const ForwardBatch& b
   };
   MOESERVE_RETURN_IF_ERROR(grow(d.final_rows, size_t(R * H) * sizeof(float), "workspace (final rows)"));
   float* rows = d.final_rows.as<float>();
-  MOESERVE_RETURN_IF_ERROR(ops.rms_norm({.x = d.x.as<float>(), .w = w_.output_norm.f32(), .out = rows, .n_rows = R,
-                                         .n_cols = H, .eps = hp_.rms_eps, .rows = b.logit_rows}));
+  MOESERVE_RETURN_IF_ERROR(ops.rms_norm({.x = d.x.as<float>(),
+                                         .w = w_.output_norm.f32(),
+                                         .out = rows,
+                                         .n_rows = R,
+                                         .n_cols = H,
+                                         .eps = hp_.rms_eps,
+                                         .rows = b.logit_rows}));
   const size_t logit_bytes = size_t(R * hp_.n_vocab) * sizeof(float);
   // A device on host memory writes the caller's buffer directly.
   float* logits = b.logits;
@@ -349,8 +391,10 @@ Status Qwen3Model::Forward::output_block(DeviceBuffers& d, const ForwardBatch& b
 Qwen3Model::Qwen3Model(Qwen3HParams hp, Qwen3Weights w, const Placement& placement)
     : hp_(std::move(hp)), w_(std::move(w)), placement_(placement), info_(make_info(hp_, w_)) {}
 
-Result<std::unique_ptr<Qwen3Model>> Qwen3Model::create(Qwen3HParams hp, Qwen3Weights w, const Placement& placement) {
-  if (placement.io == nullptr || (!placement.layers.empty() && int64_t(placement.layers.size()) != hp.n_layer)) {
+Result<std::unique_ptr<Qwen3Model>> Qwen3Model::create(Qwen3HParams hp, Qwen3Weights w,
+                                                       const Placement& placement) {
+  if (placement.io == nullptr ||
+      (!placement.layers.empty() && int64_t(placement.layers.size()) != hp.n_layer)) {
     return make_error(StatusCode::kInvalidArgument, "qwen3: the placement names {} layers, the model has {}",
                       placement.layers.size(), hp.n_layer);
   }
@@ -374,9 +418,10 @@ Status Qwen3Model::place_weights() {
   for (int64_t il = 0; il < hp_.n_layer; ++il) {
     Device* d = placement_.layer(il);
     Qwen3LayerWeights& l = w_.layers[size_t(il)];
-    for (WeightView* v : {&l.attn_norm, &l.attn_q_norm, &l.attn_k_norm, &l.ffn_norm}) add(d, *v, WeightUse::kVector);
-    for (WeightView* v : {&l.attn_q, &l.attn_k, &l.attn_v, &l.attn_output, &l.ffn_gate, &l.ffn_up, &l.ffn_down,
-                          &l.ffn_gate_inp}) {
+    for (WeightView* v : {&l.attn_norm, &l.attn_q_norm, &l.attn_k_norm, &l.ffn_norm})
+      add(d, *v, WeightUse::kVector);
+    for (WeightView* v : {&l.attn_q, &l.attn_k, &l.attn_v, &l.attn_output, &l.ffn_gate, &l.ffn_up,
+                          &l.ffn_down, &l.ffn_gate_inp}) {
       add(d, *v, WeightUse::kMatrix);
     }
     add(d, l.ffn_gate_exps, WeightUse::kExpertGate, hp_.n_expert);
@@ -419,7 +464,8 @@ Status Qwen3Model::forward(const ForwardBatch& batch, Workspace& ws, ForwardProf
 Result<std::unique_ptr<LanguageModel>> create_qwen3(const GgufFile& file, const Placement& placement) {
   MOESERVE_ASSIGN_OR_RETURN(Qwen3HParams hp, load_qwen3_hparams(file));
   MOESERVE_ASSIGN_OR_RETURN(Qwen3Weights w, load_qwen3_weights(file, hp));
-  MOESERVE_ASSIGN_OR_RETURN(std::unique_ptr<Qwen3Model> m, Qwen3Model::create(std::move(hp), std::move(w), placement));
+  MOESERVE_ASSIGN_OR_RETURN(std::unique_ptr<Qwen3Model> m,
+                            Qwen3Model::create(std::move(hp), std::move(w), placement));
   return std::unique_ptr<LanguageModel>(std::move(m));
 }
 

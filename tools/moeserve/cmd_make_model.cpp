@@ -20,6 +20,7 @@ struct MakeModelCliOptions {
   std::string type = "q4_k_m";
   uint64_t seed = 0;
   double router_skew = 0.0;
+  int64_t layers = 0;  // 0: the preset's
   int threads = 0;
   std::string output;
   bool progress = false;
@@ -28,7 +29,8 @@ struct MakeModelCliOptions {
 
 std::string human_size(uint64_t bytes) {
   const double gib = double(bytes) / double(1ull << 30);
-  return gib >= 1.0 ? fmt::format("{:.2f} GiB", gib) : fmt::format("{:.2f} MiB", double(bytes) / double(1 << 20));
+  return gib >= 1.0 ? fmt::format("{:.2f} GiB", gib)
+                    : fmt::format("{:.2f} MiB", double(bytes) / double(1 << 20));
 }
 
 // The options from the command line, or a message saying which flag is wrong.
@@ -48,8 +50,12 @@ Result<convert::MakeModelOptions> to_options(const MakeModelCliOptions& cli) {
   if (!(cli.router_skew >= 0.0)) {
     return make_error(StatusCode::kInvalidArgument, "--router-skew must be >= 0 (got {})", cli.router_skew);
   }
+  if (cli.layers < 0 || cli.layers > 1024) {
+    return make_error(StatusCode::kInvalidArgument, "--layers must be 1..1024 (got {})", cli.layers);
+  }
   convert::MakeModelOptions o;
   o.shape = std::move(shape.value());
+  if (cli.layers > 0) o.shape.n_layer = cli.layers;
   o.file_type = *type;
   o.seed = cli.seed;
   o.router_skew = cli.router_skew;
@@ -70,9 +76,7 @@ void run_make_model(const MakeModelCliOptions& cli) {
   options->on_progress = [&](uint64_t done, uint64_t total) {
     if (!progress) {
       progress = std::make_unique<Progress>(ProgressOptions{
-          .label = "make-model",
-          .total_units = total,
-          .mode = progress_mode(cli.progress, cli.no_progress)});
+          .label = "make-model", .total_units = total, .mode = progress_mode(cli.progress, cli.no_progress)});
     }
     progress->add_units(done - reported);
     reported = done;
@@ -86,9 +90,11 @@ void run_make_model(const MakeModelCliOptions& cli) {
     return;
   }
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  fmt::print("wrote {}: {} {} {}, seed {}, router skew {}: {:.3f} B params, {} tensors, {} of tensor data in {:.1f} s\n",
-             cli.output, convert::arch_name(shape.arch), shape.preset, cli.type, cli.seed, cli.router_skew,
-             double(summary->n_params) / 1e9, summary->n_tensors, human_size(summary->tensor_bytes), seconds);
+  fmt::print(
+      "wrote {}: {} {} {}, seed {}, router skew {}: {:.3f} B params, {} tensors, {} of tensor data in {:.1f} "
+      "s\n",
+      cli.output, convert::arch_name(shape.arch), shape.preset, cli.type, cli.seed, cli.router_skew,
+      double(summary->n_params) / 1e9, summary->n_tensors, human_size(summary->tensor_bytes), seconds);
 }
 
 }  // namespace
@@ -103,23 +109,31 @@ void register_make_model(CLI::App& app) {
       "--threads). Weights are generated and quantized while the file is written, so memory stays\n"
       "small even for 30b-a3b (~17 GiB in q4_k_m). The model computes nonsense, but at the real cost.");
   cmd->add_option("--arch", cli->arch, "qwen3moe (default) or qwen3 (dense)");
-  cmd->add_option("--preset", cli->preset,
-                  "tiny (default; 2 layers, hidden 256, 4/2 heads of 64, 8 experts top-2 of FF 256, dense FF\n"
-                  "512, vocab 2048), small (16 layers, hidden 1024, 16/4 heads of 64, 64 experts top-8 of FF 512,\n"
-                  "vocab 151936; dense FF 3072), 30b-a3b (Qwen3-30B-A3B: 48 layers, hidden 2048, 32/4 heads of\n"
-                  "128, 128 experts top-8 of FF 768; with --arch qwen3 it means Qwen3-32B's shapes: 64 layers,\n"
-                  "hidden 5120, 64/8 heads, FF 25600)");
-  cmd->add_option("--type", cli->type,
-                  "Weight type: q4_k_m (default; llama.cpp's mix: Q4_K, Q6_K output and some attn_v/ffn_down),\n"
-                  "q8_0, bf16, f32 (also f16, q4_0, q5_k_m, q6_k). Norms and the router stay f32");
-  cmd->add_option("--seed", cli->seed, "Seed of the weights (default 0); equal seeds give byte-identical files");
-  cmd->add_option("--router-skew", cli->router_skew,
-                  "S >= 0 (default 0: all experts equally popular). In each layer the experts get a popularity\n"
-                  "rank r from a seed-derived permutation (different per layer) and expert e's router row is\n"
-                  "scaled by (r_e + 1)^-S, widening the logit distribution of popular experts so they win the\n"
-                  "top-k more often. Measured on random hidden states (64 experts, top-8): the top 25% of\n"
-                  "experts take 27% of selections at S=0, 53% at S=0.5, 68% at S=1");
-  cmd->add_option("--threads", cli->threads, "Threads generating and quantizing rows (default: one per physical core)");
+  cmd->add_option(
+      "--preset", cli->preset,
+      "tiny (default; 2 layers, hidden 256, 4/2 heads of 64, 8 experts top-2 of FF 256, dense FF\n"
+      "512, vocab 2048), small (16 layers, hidden 1024, 16/4 heads of 64, 64 experts top-8 of FF 512,\n"
+      "vocab 151936; dense FF 3072), 30b-a3b (Qwen3-30B-A3B: 48 layers, hidden 2048, 32/4 heads of\n"
+      "128, 128 experts top-8 of FF 768; with --arch qwen3 it means Qwen3-32B's shapes: 64 layers,\n"
+      "hidden 5120, 64/8 heads, FF 25600)");
+  cmd->add_option(
+      "--type", cli->type,
+      "Weight type: q4_k_m (default; llama.cpp's mix: Q4_K, Q6_K output and some attn_v/ffn_down),\n"
+      "q8_0, bf16, f32 (also f16, q4_0, q5_k_m, q6_k). Norms and the router stay f32");
+  cmd->add_option("--layers", cli->layers,
+                  "Number of layers (default: the preset's). The per-layer shapes stay the preset's, so a\n"
+                  "few-layer 30b-a3b is a quick stand-in for timing its kernels");
+  cmd->add_option("--seed", cli->seed,
+                  "Seed of the weights (default 0); equal seeds give byte-identical files");
+  cmd->add_option(
+      "--router-skew", cli->router_skew,
+      "S >= 0 (default 0: all experts equally popular). In each layer the experts get a popularity\n"
+      "rank r from a seed-derived permutation (different per layer) and expert e's router row is\n"
+      "scaled by (r_e + 1)^-S, widening the logit distribution of popular experts so they win the\n"
+      "top-k more often. Measured on random hidden states (64 experts, top-8): the top 25% of\n"
+      "experts take 27% of selections at S=0, 53% at S=0.5, 68% at S=1");
+  cmd->add_option("--threads", cli->threads,
+                  "Threads generating and quantizing rows (default: one per physical core)");
   cmd->add_option("-o,--output", cli->output, "GGUF file to write (via FILE.tmp, then renamed)")->required();
   cmd->add_flag("--progress", cli->progress, "Show the progress bar even when stderr is not a terminal");
   cmd->add_flag("--no-progress", cli->no_progress, "Never show the progress bar");

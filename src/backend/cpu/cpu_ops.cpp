@@ -55,7 +55,8 @@ class CpuOps final : public Ops {
     cos_sin_.resize(size_t(T * std::max<int64_t>(n_rot, 1)));
     if (n_rot > 0) {
       for (int64_t t = 0; t < T; ++t) {
-        cpu::rope_cos_sin(layout.row_pos[size_t(t)], n_rot, layout.rope_freq_base, cos_sin_.data() + t * n_rot);
+        cpu::rope_cos_sin(layout.row_pos[size_t(t)], n_rot, layout.rope_freq_base,
+                          cos_sin_.data() + t * n_rot);
       }
     }
     return Status::ok();
@@ -64,8 +65,8 @@ class CpuOps final : public Ops {
   Status embed(const WeightView& e, float* out) override {
     const auto tokens = layout_.tokens;
     for_each_index(pool_, int64_t(tokens.size()), [&](int64_t t) {
-      k_.dequantize_row[dtype_slot(e.type)](e.data + size_t(tokens[size_t(t)]) * e.row_bytes, out + t * e.n_cols,
-                                            e.n_cols);
+      k_.dequantize_row[dtype_slot(e.type)](e.data + size_t(tokens[size_t(t)]) * e.row_bytes,
+                                            out + t * e.n_cols, e.n_cols);
     });
     return Status::ok();
   }
@@ -73,10 +74,12 @@ class CpuOps final : public Ops {
   Status rms_norm(const RmsNormArgs& a) override {
     const int64_t n = a.n_cols;
     if (!a.rows.empty()) {
-      for (int64_t r = 0; r < a.n_rows; ++r) k_.rms_norm(a.x + a.rows[size_t(r)] * n, a.w, a.out + r * n, n, a.eps);
+      for (int64_t r = 0; r < a.n_rows; ++r)
+        k_.rms_norm(a.x + a.rows[size_t(r)] * n, a.w, a.out + r * n, n, a.eps);
       return Status::ok();
     }
-    for_each_index(pool_, a.n_rows, [&](int64_t t) { k_.rms_norm(a.x + t * n, a.w, a.out + t * n, n, a.eps); });
+    for_each_index(pool_, a.n_rows,
+                   [&](int64_t t) { k_.rms_norm(a.x + t * n, a.w, a.out + t * n, n, a.eps); });
     return Status::ok();
   }
 
@@ -113,7 +116,8 @@ class CpuOps final : public Ops {
   Status expert_ffn(const ExpertFfnArgs& a) override;
 
   Status download(void* host, const void* src, size_t bytes) override {
-    if (bytes > 0 && host != src) std::copy_n(static_cast<const uint8_t*>(src), bytes, static_cast<uint8_t*>(host));
+    if (bytes > 0 && host != src)
+      std::copy_n(static_cast<const uint8_t*>(src), bytes, static_cast<uint8_t*>(host));
     return Status::ok();
   }
   Status upload(void* dst, const void* host, size_t bytes) override { return download(dst, host, bytes); }
@@ -150,7 +154,8 @@ Status CpuOps::qk_norm_rope_store(const QkNormRopeArgs& a) {
   const int64_t T = int64_t(layout_.tokens.size()), hd = a.head_dim, n_rot = layout_.n_rot;
   const int64_t qd = a.n_head * hd, kvd = a.n_head_kv * hd;
   for_each_index(pool_, T, [&](int64_t t) {
-    const KvLayerView& cache = layout_.slices[size_t(layout_.row_slice[size_t(t)])].kv.layers[size_t(a.layer)];
+    const KvLayerView& cache =
+        layout_.slices[size_t(layout_.row_slice[size_t(t)])].kv.layers[size_t(a.layer)];
     const int64_t pos = layout_.row_pos[size_t(t)];
     const float* cs = cos_sin_.data() + t * n_rot;
     for (int64_t h = 0; h < a.n_head; ++h) {
@@ -264,7 +269,9 @@ void CpuOps::group_by_expert(const ExpertFfnArgs& a) {
   }
   // Gathering is a copy of T*K rows: worth the threads only for a chunk.
   constexpr int64_t kParallelGatherRows = 64;
-  auto gather = [&](int64_t i) { std::copy_n(a.xn + (order_[size_t(i)] / K) * H, H, gathered_.data() + i * H); };
+  auto gather = [&](int64_t i) {
+    std::copy_n(a.xn + (order_[size_t(i)] / K) * H, H, gathered_.data() + i * H);
+  };
   if (gather_rows) for_each_index(n >= kParallelGatherRows ? pool_ : nullptr, n, gather);
 }
 
@@ -296,8 +303,10 @@ Status CpuOps::expert_ffn(const ExpertFfnArgs& a) {
     std::sort(slots, slots + K, [&](int32_t x, int32_t y) { return sel_[size_t(x)] < sel_[size_t(y)]; });
     for (int64_t j = 0; j < K; ++j) {
       const int32_t pair = slots[j];
-      k_.axpy(sel_w_[size_t(pair)], expert_out_.data() + int64_t(position_[size_t(pair)]) * H, a.x + t * H, H);
+      k_.axpy(sel_w_[size_t(pair)], expert_out_.data() + int64_t(position_[size_t(pair)]) * H, a.x + t * H,
+              H);
     }
+    if (a.norm_out != nullptr) k_.rms_norm(a.x + t * H, a.norm_w, a.norm_out + t * H, H, a.norm_eps);
   });
   return Status::ok();
 }

@@ -4,10 +4,10 @@
 // nothing in a forward waits for the GPU until the logits are read back.
 #include <algorithm>
 #include <array>
-#include <map>
 #include <cstdlib>
 #include <cstring>
 #include <functional>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -28,7 +28,8 @@ constexpr int64_t kQueryBlockRows = 64;
 // graphs captured with the old address must go: `on_move` says so.
 class Scratch {
  public:
-  Scratch(CudaDevice& device, std::function<void()> on_move) : device_(device), on_move_(std::move(on_move)) {}
+  Scratch(CudaDevice& device, std::function<void()> on_move)
+      : device_(device), on_move_(std::move(on_move)) {}
   Result<void*> get(size_t bytes, const char* what) {
     if (mem_.bytes() < bytes) {
       const size_t grown = std::max(bytes, mem_.bytes() * 2);
@@ -56,7 +57,8 @@ class CudaOps final : public Ops {
         layout_mem_(device, [this] { buffers_moved(); }),
         moe_mem_(device, [this] { buffers_moved(); }),
         attention_mem_(device, [this] { buffers_moved(); }),
-        hidden_mem_(device, [this] { buffers_moved(); }) {}
+        hidden_mem_(device, [this] { buffers_moved(); }),
+        rope_mem_(device, [this] { buffers_moved(); }) {}
   ~CudaOps() override {
     if (mode_ != Mode::kEager) abandon_graph();
     if (stream_ != nullptr) cudaStreamSynchronize(stream_);
@@ -138,7 +140,7 @@ class CudaOps final : public Ops {
   cudaStream_t stream_;
   void* pinned_ = nullptr;  // host staging of the layout upload
   size_t pinned_bytes_ = 0;
-  Scratch layout_mem_, moe_mem_, attention_mem_, hidden_mem_;
+  Scratch layout_mem_, moe_mem_, attention_mem_, hidden_mem_, rope_mem_;
   // This batch's layout on the device.
   int64_t n_rows_ = 0, n_blocks_ = 0, max_block_rows_ = 0, max_kv_ = 0, n_seq_ = 0, n_layer_ = 0;
   const int32_t* tokens_ = nullptr;
@@ -151,6 +153,7 @@ class CudaOps final : public Ops {
   const int32_t* logit_rows_ = nullptr;
   int64_t rope_n_rot_ = 0;
   double rope_freq_base_ = 10000.0;
+  const float* rope_table_ = nullptr;  // [n_rows][n_rot]: every layer's rotation
   // The last route()'s selections and groups.
   int32_t *selected_ = nullptr, *pairs_ = nullptr, *offsets_ = nullptr;
   float* weights_ = nullptr;
@@ -164,7 +167,7 @@ class CudaOps final : public Ops {
 
 Result<uint8_t*> CudaOps::pinned(size_t bytes) {
   if (pinned_bytes_ < bytes) {
-    if (pinned_ != nullptr) buffers_moved();  // graphs copy from the old buffer
+    if (pinned_ != nullptr) buffers_moved();                        // graphs copy from the old buffer
     MOESERVE_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_));  // the old buffer may still be read
     if (pinned_ != nullptr) cudaFreeHost(pinned_);
     pinned_ = nullptr;
@@ -223,7 +226,8 @@ Status CudaOps::begin_batch(const BatchLayout& layout) {
       vt[s * n_layer_ + l] = layout.slices[size_t(s)].kv.layers[size_t(l)].v;
     }
   }
-  std::memcpy(host + 4 * rows_bytes + 2 * table_bytes, blocks.data(), blocks.size() * sizeof(cuda::QueryBlock));
+  std::memcpy(host + 4 * rows_bytes + 2 * table_bytes, blocks.data(),
+              blocks.size() * sizeof(cuda::QueryBlock));
   MOESERVE_ASSIGN_OR_RETURN(void* dev, layout_mem_.get(total, "workspace (batch layout)"));
   auto* d = static_cast<uint8_t*>(dev);
   tokens_ = reinterpret_cast<const int32_t*>(d);
@@ -233,12 +237,24 @@ Status CudaOps::begin_batch(const BatchLayout& layout) {
   k_tables_ = reinterpret_cast<uint16_t* const*>(d + 4 * rows_bytes);
   v_tables_ = reinterpret_cast<uint16_t* const*>(d + 4 * rows_bytes + table_bytes);
   blocks_ = reinterpret_cast<const cuda::QueryBlock*>(d + 4 * rows_bytes + 2 * table_bytes);
+  rope_table_ = nullptr;
+  float* table = nullptr;
+  if (rope_n_rot_ > 0) {
+    const size_t rope_bytes = size_t(n_rows_ * rope_n_rot_) * sizeof(float);
+    MOESERVE_ASSIGN_OR_RETURN(void* t, rope_mem_.get(rope_bytes, "workspace (rope)"));
+    table = static_cast<float*>(t);
+    rope_table_ = table;
+  }
   mode_ = Mode::kEager;
   if (!layout.profiling) {
-    MOESERVE_RETURN_IF_ERROR(start_graph({n_rows_, n_seq_, n_blocks_, max_block_rows_, max_kv_, n_logit_rows_}));
+    MOESERVE_RETURN_IF_ERROR(
+        start_graph({n_rows_, n_seq_, n_blocks_, max_block_rows_, max_kv_, n_logit_rows_}));
   }
   if (mode_ == Mode::kReplay) return Status::ok();  // the graph holds the upload
   MOESERVE_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(dev, host, total, cudaMemcpyHostToDevice, stream_));
+  // The rotation depends only on the positions: once per forward.
+  if (table != nullptr)
+    return cuda::rope_table({row_pos_, n_rows_, rope_n_rot_, rope_freq_base_, table}, stream_);
   return Status::ok();
 }
 
@@ -335,8 +351,9 @@ Status CudaOps::rms_norm(const RmsNormArgs& a) {
   if (!a.rows.empty()) {
     // The forward's logit rows went up with the batch layout.
     if (int64_t(a.rows.size()) != n_logit_rows_) {
-      return make_error(StatusCode::kInternal, "rms_norm: {} rows chosen, the batch layout named {} logit rows",
-                        a.rows.size(), n_logit_rows_);
+      return make_error(StatusCode::kInternal,
+                        "rms_norm: {} rows chosen, the batch layout named {} logit rows", a.rows.size(),
+                        n_logit_rows_);
     }
     c.src_rows = logit_rows_;
   }
@@ -348,16 +365,44 @@ Status CudaOps::rms_norm(const RmsNormArgs& a) {
 // the token's whole FFN output) and, with MOESERVE_CUDA_GEMM=0, every
 // product. They run through the f32 matrix x vector kernels, 16 rows at a
 // time, so each row's result is the one decode would give.
-bool exact_rows(DType w_type) {
-  static const bool gemm_off = [] {
+bool gemm_disabled() {
+  static const bool off = [] {
     const char* v = std::getenv("MOESERVE_CUDA_GEMM");
     return v != nullptr && std::string(v) == "0";
   }();
-  return gemm_off || w_type == DType::F32;
+  return off;
+}
+bool exact_rows(DType w_type) { return gemm_disabled() || w_type == DType::F32; }
+
+// A group of decode products reading one input (q/k/v, a dense FFN's
+// gate/up) runs as one matvec_multi launch: the small k and v matrices alone
+// leave most of the GPU idle. Chosen by the group's shape only (never by
+// what else is in the batch), so a row's bits do not depend on the batch.
+// Not with MOESERVE_CUDA_GEMM=0, whose rows must equal prefill's matvec rows.
+bool shared_input_decode(std::span<const MatmulOp> group) {
+  if (group.size() < 2 || group.size() > 64 || gemm_disabled()) return false;
+  for (const MatmulOp& op : group) {
+    if (op.x != group[0].x || op.n_tokens != group[0].n_tokens || op.w->n_cols != group[0].w->n_cols ||
+        op.n_tokens > cuda::kMatvecMaxTokens) {
+      return false;
+    }
+  }
+  return true;
 }
 
 Status CudaOps::matmul(std::span<const MatmulOp> group) {
   if (replaying()) return Status::ok();
+  if (shared_input_decode(group)) {
+    std::array<cuda::MatmulArgs, 64> args;
+    for (size_t i = 0; i < group.size(); ++i) {
+      const MatmulOp& op = group[i];
+      cuda::MatmulArgs& a = args[i];
+      a.w = op.w->data, a.w_type = op.w->type, a.n_rows = op.w->n_rows, a.n_cols = op.w->n_cols;
+      a.row_bytes = op.w->row_bytes, a.x = op.x, a.x_stride = op.w->n_cols, a.n_tokens = op.n_tokens;
+      a.y = op.y, a.y_stride = op.w->n_rows;
+    }
+    return cuda::matvec_multi(args.data(), int(group.size()), stream_);
+  }
   for (const MatmulOp& op : group) {
     cuda::MatmulArgs a;
     a.w = op.w->data;
@@ -402,6 +447,7 @@ Status CudaOps::qk_norm_rope_store(const QkNormRopeArgs& a) {
   c.rows = {row_seq_, row_pos_, n_rows_};
   c.kv = {k_tables_, v_tables_, n_layer_};
   c.layer = a.layer;
+  c.cos_sin = rope_table_;
   return cuda::qk_norm_rope_store(c, stream_);
 }
 
@@ -435,7 +481,8 @@ Status CudaOps::route(const RouteOpArgs& a) {
   if (replaying()) return Status::ok();
   const size_t sel_bytes = align_up(size_t(pairs) * 4), off_bytes = align_up(size_t(E + 1) * 4);
   const size_t scratch_bytes = align_up(cuda::route_scratch_bytes(T, E));
-  MOESERVE_ASSIGN_OR_RETURN(void* mem, moe_mem_.get(3 * sel_bytes + off_bytes + scratch_bytes, "workspace (routing)"));
+  MOESERVE_ASSIGN_OR_RETURN(void* mem,
+                            moe_mem_.get(3 * sel_bytes + off_bytes + scratch_bytes, "workspace (routing)"));
   auto* p = static_cast<uint8_t*>(mem);
   selected_ = reinterpret_cast<int32_t*>(p);
   weights_ = reinterpret_cast<float*>(p + sel_bytes);
@@ -486,6 +533,12 @@ Status CudaOps::expert_ffn(const ExpertFfnArgs& a) {
   dn.h = h;
   dn.y = y;
   MOESERVE_RETURN_IF_ERROR(cuda::expert_down(dn, stream_));
+  if (a.norm_out != nullptr) {
+    cuda::CombineRmsNormArgs c;
+    c.x = a.x, c.y = y, c.weights = weights_, c.n_used = n_used_;
+    c.w = a.norm_w, c.out = a.norm_out, c.n_rows = a.n_tokens, c.n_cols = a.n_embd, c.eps = a.norm_eps;
+    return cuda::combine_rms_norm(c, stream_);
+  }
   return cuda::combine_experts({a.x, y, weights_, a.n_tokens, n_used_, a.n_embd}, stream_);
 }
 

@@ -30,6 +30,7 @@
 
 #include "kernels/cuda/attention.h"
 #include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/launch.cuh"
 
 namespace moeserve::cuda {
 namespace {
@@ -63,8 +64,8 @@ struct Params {
   int64_t n_layer, layer;
   int n_head, n_head_kv, group;
   int max_block_rows, q_tiles, splits, chunk, max_kv;
-  int n_cta_x;  // n_blocks * q_tiles: gridDim.x
-  int n_ctas;   // n_cta_x * n_head_kv: CTAs per split
+  int n_cta_x;       // n_blocks * q_tiles: gridDim.x
+  int n_ctas;        // n_cta_x * n_head_kv: CTAs per split
   float scale_log2;  // scale * log2(e): softmax in exp2
 };
 
@@ -74,7 +75,8 @@ __device__ inline uint32_t smem_addr(const void* p) { return uint32_t(__cvta_gen
 
 // 16 bytes global -> shared; src_bytes 0 zero-fills without reading.
 __device__ inline void cp_async16(void* dst, const void* src, int src_bytes) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_addr(dst)), "l"(src), "r"(src_bytes));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_addr(dst)), "l"(src),
+               "r"(src_bytes));
 }
 __device__ inline void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
 template <int N>
@@ -279,6 +281,8 @@ __device__ inline void load_q(WarpState<HD>& st, const Params& p, const QueryRow
 
 template <int HD, int W>
 __global__ void __launch_bounds__(W * 32) attention_kernel(const Params p) {
+  detail::grid_dependency_wait();  // launch.cuh: before any activation access
+  detail::allow_dependents();
   using T = Tile<HD, W>;
   __shared__ __align__(128) uint16_t sk[T::STAGES][T::KT * HD];
   __shared__ __align__(128) uint16_t sv[T::STAGES][T::KT * HD];
@@ -309,8 +313,9 @@ __global__ void __launch_bounds__(W * 32) attention_kernel(const Params p) {
   atomicMax(&s_kv_end, my_max + 1);
   __syncthreads();
   const int kv_end = s_kv_end;  // keys 0..kv_end-1 are seen by some row of this tile
-  int warp_max = my_max;  // the warp skips tiles past all its rows
-  for (int off = 16; off > 0; off >>= 1) warp_max = max(warp_max, __shfl_xor_sync(0xffffffffu, warp_max, off));
+  int warp_max = my_max;        // the warp skips tiles past all its rows
+  for (int off = 16; off > 0; off >>= 1)
+    warp_max = max(warp_max, __shfl_xor_sync(0xffffffffu, warp_max, off));
 
   const int kb = z * p.chunk, ke = min(kb + p.chunk, kv_end);
   if (p.splits > 1 && kb >= ke) return;  // the combine pass never reads this split for these rows
@@ -340,11 +345,13 @@ __global__ void __launch_bounds__(W * 32) attention_kernel(const Params p) {
     __syncthreads();  // tile t visible to all; every warp is done with tile t-1, whose stage is refilled next
     const int tn = t + T::STAGES - 1;
     if (tn < n_tiles) {
-      load_kv_tile<HD, W>(sk[tn % T::STAGES], sv[tn % T::STAGES], kbase, vbase, kv_stride, kb + tn * T::KT, kv_end);
+      load_kv_tile<HD, W>(sk[tn % T::STAGES], sv[tn % T::STAGES], kbase, vbase, kv_stride, kb + tn * T::KT,
+                          kv_end);
     }
     cp_async_commit();
     const int key0 = kb + t * T::KT;
-    if (key0 <= warp_max) attend_tile<HD, W>(st, sk[t % T::STAGES], sv[t % T::STAGES], key0, p.scale_log2, lane);
+    if (key0 <= warp_max)
+      attend_tile<HD, W>(st, sk[t % T::STAGES], sv[t % T::STAGES], key0, p.scale_log2, lane);
   }
   cp_async_wait<0>();  // no copy may outlive the CTA's shared memory
 
@@ -364,7 +371,8 @@ __global__ void __launch_bounds__(W * 32) attention_kernel(const Params p) {
         *reinterpret_cast<float2*>(dst + n * 8) = make_float2(st.o[n][2 * r] * inv, st.o[n][2 * r + 1] * inv);
       }
     } else {
-      const int64_t slot = (int64_t(z) * p.n_ctas + int64_t(cta) * p.n_head_kv + kvh) * T::QT + warp * 16 + gq + 8 * r;
+      const int64_t slot =
+          (int64_t(z) * p.n_ctas + int64_t(cta) * p.n_head_kv + kvh) * T::QT + warp * 16 + gq + 8 * r;
       float* dst = p.ws_o + slot * HD + 2 * tq;
 #pragma unroll
       for (int n = 0; n < HD / 8; ++n) {
@@ -394,6 +402,8 @@ __device__ inline float warp_reduce_sum(float v) {
 
 template <int HD>
 __global__ void __launch_bounds__(kCombineWarps * 32) combine_kernel(const Params p, int qt) {
+  detail::grid_dependency_wait();  // launch.cuh: before any activation access
+  detail::allow_dependents();
   __shared__ float part[kCombineWarps][HD];
   const int64_t cta_xy = blockIdx.x / qt;
   const int i = int(blockIdx.x % qt);
@@ -495,7 +505,8 @@ Plan make_plan(const AttentionArgs& a, int sm_count) {
 Status validate(const AttentionArgs& a) {
   const char* fn = "attention";
   if (a.head_dim != 64 && a.head_dim != 128) {
-    return make_error(StatusCode::kInvalidArgument, "{}: head_dim {} unsupported (64 or 128)", fn, a.head_dim);
+    return make_error(StatusCode::kInvalidArgument, "{}: head_dim {} unsupported (64 or 128)", fn,
+                      a.head_dim);
   }
   if (a.n_head < 1 || a.n_head_kv < 1 || a.n_head % a.n_head_kv != 0 || a.n_head_kv > 65535) {
     return make_error(StatusCode::kInvalidArgument,
@@ -503,8 +514,8 @@ Status validate(const AttentionArgs& a) {
                       a.n_head_kv);
   }
   if (a.rows.n_rows < 0 || a.n_blocks < 0 || a.n_blocks > INT_MAX || a.rows.n_rows > INT_MAX) {
-    return make_error(StatusCode::kInvalidArgument, "{}: n_rows {} / n_blocks {} out of range", fn, a.rows.n_rows,
-                      a.n_blocks);
+    return make_error(StatusCode::kInvalidArgument, "{}: n_rows {} / n_blocks {} out of range", fn,
+                      a.rows.n_rows, a.n_blocks);
   }
   if (a.n_blocks == 0) return Status::ok();
   if (a.max_block_rows < 1 || a.max_block_rows * (a.n_head / a.n_head_kv) > INT_MAX / 2 ||
@@ -517,7 +528,8 @@ Status validate(const AttentionArgs& a) {
                       a.max_kv);
   }
   if (a.kv.n_layer < 1 || a.layer < 0 || a.layer >= a.kv.n_layer) {
-    return make_error(StatusCode::kInvalidArgument, "{}: layer {} outside 0..{}", fn, a.layer, a.kv.n_layer - 1);
+    return make_error(StatusCode::kInvalidArgument, "{}: layer {} outside 0..{}", fn, a.layer,
+                      a.kv.n_layer - 1);
   }
   if (a.q == nullptr || a.out == nullptr || a.rows.row_seq == nullptr || a.rows.row_pos == nullptr ||
       a.kv.k == nullptr || a.kv.v == nullptr || a.blocks == nullptr) {
@@ -532,19 +544,26 @@ Status validate(const AttentionArgs& a) {
 template <int HD, int W>
 void launch(const Params& p, const Plan& pl, cudaStream_t stream) {
   const dim3 grid(unsigned(p.n_ctas / p.n_head_kv), unsigned(p.n_head_kv), unsigned(pl.splits));
-  attention_kernel<HD, W><<<grid, W * 32, 0, stream>>>(p);
+  detail::launch(attention_kernel<HD, W>, grid, W * 32, 0, stream, p);
   if (pl.splits > 1) {
     const int qt = 16 * W;
-    combine_kernel<HD><<<unsigned(p.n_ctas * int64_t(qt)), kCombineWarps * 32, 0, stream>>>(p, qt);
+    detail::launch(combine_kernel<HD>, unsigned(p.n_ctas * int64_t(qt)), kCombineWarps * 32, 0, stream, p,
+                   qt);
   }
 }
 
 template <int HD>
 void launch_hd(const Params& p, const Plan& pl, cudaStream_t stream) {
   switch (pl.warps) {
-    case 1: launch<HD, 1>(p, pl, stream); break;
-    case 2: launch<HD, 2>(p, pl, stream); break;
-    default: launch<HD, 4>(p, pl, stream); break;
+    case 1:
+      launch<HD, 1>(p, pl, stream);
+      break;
+    case 2:
+      launch<HD, 2>(p, pl, stream);
+      break;
+    default:
+      launch<HD, 4>(p, pl, stream);
+      break;
   }
 }
 

@@ -32,9 +32,9 @@ struct KvTables {
 // kernels/cpu/rope_table.h); then K and V rows stored as f16 into the row's
 // cache at its position, layer `layer`.
 struct QkNormRopeStoreArgs {
-  float* q = nullptr;        // [n_rows][n_head * head_dim]
-  float* k = nullptr;        // [n_rows][n_head_kv * head_dim]
-  const float* v = nullptr;  // [n_rows][n_head_kv * head_dim]
+  float* q = nullptr;             // [n_rows][n_head * head_dim]
+  float* k = nullptr;             // [n_rows][n_head_kv * head_dim]
+  const float* v = nullptr;       // [n_rows][n_head_kv * head_dim]
   const float* q_norm = nullptr;  // [head_dim] (null: no q/k norm)
   const float* k_norm = nullptr;  // [head_dim]
   int64_t n_head = 0, n_head_kv = 0, head_dim = 0, n_rot = 0;
@@ -43,8 +43,23 @@ struct QkNormRopeStoreArgs {
   RowLayout rows;
   KvTables kv;
   int64_t layer = 0;
+  // Optional: the rows' rotation table from rope_table() (it depends only
+  // on the positions, so a forward computes it once for all its layers).
+  // Null: each CTA computes its row's angles itself (same bits, slower).
+  const float* cos_sin = nullptr;  // [n_rows][n_rot]
 };
 Status qk_norm_rope_store(const QkNormRopeStoreArgs& a, cudaStream_t stream);
+
+// cos_sin[row][0..n_rot/2) = cos, [n_rot/2..n_rot) = sin of
+// pos(row) * freq_base^(-2i/n_rot), computed in double and rounded once
+// (as the CPU's rope_table.cpp). n_rot even, >= 2; row_pos on the device.
+struct RopeTableArgs {
+  const int32_t* row_pos = nullptr;
+  int64_t n_rows = 0, n_rot = 0;
+  double freq_base = 10000.0;
+  float* cos_sin = nullptr;  // [n_rows][n_rot]
+};
+Status rope_table(const RopeTableArgs& a, cudaStream_t stream);
 
 // Query blocks: runs of consecutive rows of one sequence (positions
 // consecutive too), so a block can share K/V tiles among its queries.
@@ -66,13 +81,13 @@ struct AttentionArgs {
   int64_t layer = 0;
   const QueryBlock* blocks = nullptr;  // device array
   int64_t n_blocks = 0;
-  int64_t max_block_rows = 0;          // the largest n_rows among the blocks
-  int64_t max_kv = 0;                  // upper bound of pos + 1 over the rows (grid sizing)
+  int64_t max_block_rows = 0;  // the largest n_rows among the blocks
+  int64_t max_kv = 0;          // upper bound of pos + 1 over the rows (grid sizing)
   // Scratch for splitting long key ranges over several CTAs when the batch
   // alone does not fill the GPU (decode of few sequences): partial results
   // and a combine pass. Null or too small: fewer splits (none at worst),
   // same results, slower. attention_workspace_bytes() says what it can use.
-  float* workspace = nullptr;          // device memory, 16-byte aligned
+  float* workspace = nullptr;  // device memory, 16-byte aligned
   size_t workspace_bytes = 0;
 };
 // The launcher rejects (kInvalidArgument) head_dim other than 64 or 128,

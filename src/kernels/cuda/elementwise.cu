@@ -7,6 +7,7 @@
 
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/elementwise.h"
+#include "kernels/cuda/launch.cuh"
 
 namespace moeserve::cuda {
 namespace {
@@ -77,6 +78,10 @@ struct NormParams {
   const int32_t* src_rows = nullptr;
   int64_t n = 0;
   float eps = 0.0f;
+  // kAdd with slots: delta is sum_j slot_weights[r][j] * y[r * n_slots + j].
+  const float* y = nullptr;
+  const float* slot_weights = nullptr;
+  int n_slots = 0;
 };
 
 // One block per output row. Pass 1 (optionally adding delta into x) sums
@@ -84,6 +89,8 @@ struct NormParams {
 // writes x * scale * w in the CPU reference's order of products.
 template <bool kVec, bool kAdd>
 __global__ void rms_norm_kernel(NormParams p) {
+  detail::grid_dependency_wait();  // launch.cuh: before any activation access
+  detail::allow_dependents();
   __shared__ float partials[kMaxThreads / kWarp];
   const int64_t r = blockIdx.x;
   const int64_t src = p.src_rows != nullptr ? p.src_rows[r] : r;
@@ -98,6 +105,16 @@ __global__ void rms_norm_kernel(NormParams p) {
       load4<kVec>(p.delta + r * n, g, n, d);
 #pragma unroll
       for (int k = 0; k < 4; ++k) v[k] += d[k];
+      store4<kVec>(p.x_io + r * n, g, n, v);
+    } else if (kAdd && p.y != nullptr) {
+      // The MoE combine: one fma per slot, in slot order (moe.cu).
+      for (int j = 0; j < p.n_slots; ++j) {
+        const float wj = p.slot_weights[r * p.n_slots + j];
+        float d[4];
+        load4<kVec>(p.y + (r * p.n_slots + j) * n, g, n, d);
+#pragma unroll
+        for (int k = 0; k < 4; ++k) v[k] = fmaf(wj, d[k], v[k]);
+      }
       store4<kVec>(p.x_io + r * n, g, n, v);
     }
 #pragma unroll
@@ -128,9 +145,9 @@ template <bool kAdd>
 Status launch_norm(const NormParams& p, int64_t n_rows, bool vec, cudaStream_t stream, const char* what) {
   const int threads = norm_threads(p.n);
   if (vec) {
-    rms_norm_kernel<true, kAdd><<<unsigned(n_rows), threads, 0, stream>>>(p);
+    detail::launch(rms_norm_kernel<true, kAdd>, unsigned(n_rows), threads, 0, stream, p);
   } else {
-    rms_norm_kernel<false, kAdd><<<unsigned(n_rows), threads, 0, stream>>>(p);
+    detail::launch(rms_norm_kernel<false, kAdd>, unsigned(n_rows), threads, 0, stream, p);
   }
   return launched(what);
 }
@@ -155,6 +172,8 @@ struct AddOp {
 // every pointer is 16-byte aligned, the n % 4 tail (or everything) scalar.
 template <class Op>
 __global__ void binary_kernel(const float* a, const float* b, float* out, int64_t n, bool vec) {
+  detail::grid_dependency_wait();  // launch.cuh: before any activation access
+  detail::allow_dependents();
   const Op op;
   const int64_t stride = int64_t(gridDim.x) * blockDim.x;
   const int64_t tid = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
@@ -168,6 +187,8 @@ __global__ void binary_kernel(const float* a, const float* b, float* out, int64_
 }
 
 __global__ void fill_kernel(float* p, float value, int64_t n) {
+  detail::grid_dependency_wait();  // launch.cuh: before any activation access
+  detail::allow_dependents();
   const int64_t stride = int64_t(gridDim.x) * blockDim.x;
   for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) p[i] = value;
 }
@@ -189,7 +210,8 @@ Status launch_binary(const float* a, const float* b, float* out, int64_t n, cuda
     return make_error(StatusCode::kInvalidArgument, "{}: null pointer", what);
   }
   const bool vec = aligned16(a) && aligned16(b) && aligned16(out);
-  binary_kernel<Op><<<flat_blocks(vec ? n / 4 + 3 : n), kFlatThreads, 0, stream>>>(a, b, out, n, vec);
+  detail::launch(binary_kernel<Op>, flat_blocks(vec ? n / 4 + 3 : n), kFlatThreads, 0, stream, a, b, out, n,
+                 vec);
   return launched(what);
 }
 
@@ -224,6 +246,22 @@ Status add_rms_norm(const AddRmsNormArgs& a, cudaStream_t stream) {
   return launch_norm<true>(p, a.n_rows, vec, stream, "add_rms_norm");
 }
 
+Status combine_rms_norm(const CombineRmsNormArgs& a, cudaStream_t stream) {
+  MOESERVE_RETURN_IF_ERROR(check_rows("combine_rms_norm", a.n_rows, a.n_cols));
+  if (a.n_rows == 0) return Status::ok();
+  if (a.x == nullptr || a.out == nullptr || a.y == nullptr || a.weights == nullptr || a.n_used < 1 ||
+      a.n_used > 1024) {
+    return make_error(StatusCode::kInvalidArgument, "combine_rms_norm: null x/out/y/weights or n_used {}",
+                      a.n_used);
+  }
+  NormParams p;
+  p.x_io = a.x, p.y = a.y, p.slot_weights = a.weights, p.n_slots = int(a.n_used);
+  p.w = a.w, p.out = a.out, p.n = a.n_cols, p.eps = a.eps;
+  const bool vec = a.n_cols % 4 == 0 && aligned16(a.x) && aligned16(a.out) && aligned16(a.y) &&
+                   (a.w == nullptr || aligned16(a.w));
+  return launch_norm<true>(p, a.n_rows, vec, stream, "combine_rms_norm");
+}
+
 Status swiglu(const float* gate, const float* up, float* out, int64_t n, cudaStream_t stream) {
   return launch_binary<SwigluOp>(gate, up, out, n, stream, "swiglu");
 }
@@ -236,7 +274,7 @@ Status fill_f32(float* p, float value, int64_t n, cudaStream_t stream) {
   if (n < 0) return make_error(StatusCode::kInvalidArgument, "fill_f32: negative length {}", n);
   if (n == 0) return Status::ok();
   if (p == nullptr) return make_error(StatusCode::kInvalidArgument, "fill_f32: null pointer");
-  fill_kernel<<<flat_blocks(n), kFlatThreads, 0, stream>>>(p, value, n);
+  detail::launch(fill_kernel, flat_blocks(n), kFlatThreads, 0, stream, p, value, n);
   return launched("fill_f32");
 }
 

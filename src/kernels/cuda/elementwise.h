@@ -56,6 +56,22 @@ struct AddRmsNormArgs {
 };
 Status add_rms_norm(const AddRmsNormArgs& a, cudaStream_t stream);
 
+// The MoE combine fused with the next norm: x[t] += sum over slots j (slot
+// order, one fma each, as moe.h's combine_experts) of weights[t][j] *
+// y[t * n_used + j]; out[t] = rmsnorm(x[t]) * w. x and out bit for bit what
+// combine_experts followed by rms_norm give.
+struct CombineRmsNormArgs {
+  float* x = nullptr;              // [n_rows][n_cols]
+  const float* y = nullptr;        // [n_rows * n_used][n_cols]
+  const float* weights = nullptr;  // [n_rows][n_used]
+  int64_t n_used = 0;
+  const float* w = nullptr;
+  float* out = nullptr;
+  int64_t n_rows = 0, n_cols = 0;
+  float eps = 1e-6f;
+};
+Status combine_rms_norm(const CombineRmsNormArgs& a, cudaStream_t stream);
+
 // out[i] = silu(gate[i]) * up[i], i < n; out may alias gate.
 Status swiglu(const float* gate, const float* up, float* out, int64_t n, cudaStream_t stream);
 // y[i] += x[i], i < n.

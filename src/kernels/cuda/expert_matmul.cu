@@ -6,9 +6,9 @@
 // when there is none. Up to kMatvecMaxTokens tokens (decode, batched decode)
 // the matrix x vector kernels run (matvec_tc.cu for the quantized types,
 // matvec.cu for the float ones): an expert serves each token at most once, so
-// all its pairs fit in one slot and its rows are read once, with the same
-// sums as matvec(); an expert with 1 pair costs what one token's matvec does
-// (the tensor-core kernel's work per weight does not grow with the pairs).
+// all its pairs fit in one slot and its rows are read once, with f32
+// accuracy; an expert with 1 pair costs what one token's product does (the
+// tensor-core kernel's work per weight hardly grows with the pairs).
 // Larger batches (prefill) take the tensor-core kernels of gemm.cu, 64 pairs
 // of one expert per tile.
 // Within each path a pair's result does not depend on how many other pairs

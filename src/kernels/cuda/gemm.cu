@@ -65,6 +65,7 @@
 #include <type_traits>
 
 #include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/launch.cuh"
 #include "kernels/cuda/matmul.h"
 #include "kernels/cuda/matmul_common.cuh"
 #include "kernels/cuda/matmul_detail.h"
@@ -85,7 +86,9 @@ constexpr int kThreads = 256;
 template <class Q>
 using OpOf = std::conditional_t<Q::kType == DType::BF16, __nv_bfloat16, __half>;
 template <class Q>
-inline constexpr int kTermsOf = Q::kType == DType::BF16 ? 3 : Q::kType == DType::F16 ? 2 : 1;
+inline constexpr int kTermsOf = Q::kType == DType::BF16  ? 3
+                                : Q::kType == DType::F16 ? 2
+                                                         : 1;
 
 // Shared memory (dynamic): the double-buffered tiles, term 0 the largest;
 // after the last K step the same bytes stage the output fragments.
@@ -111,8 +114,9 @@ __device__ __forceinline__ uint32_t pack2(float lo, float hi, __nv_bfloat16*) {
 
 template <class Op>
 __device__ __forceinline__ uint4 pack8(const float* v) {
-  return make_uint4(pack2(v[0], v[1], static_cast<Op*>(nullptr)), pack2(v[2], v[3], static_cast<Op*>(nullptr)),
-                    pack2(v[4], v[5], static_cast<Op*>(nullptr)), pack2(v[6], v[7], static_cast<Op*>(nullptr)));
+  return make_uint4(
+      pack2(v[0], v[1], static_cast<Op*>(nullptr)), pack2(v[2], v[3], static_cast<Op*>(nullptr)),
+      pack2(v[4], v[5], static_cast<Op*>(nullptr)), pack2(v[6], v[7], static_cast<Op*>(nullptr)));
 }
 
 // 8 activations as one f16 term: x rounded to f16 once.
@@ -186,7 +190,8 @@ struct StepRegs {
     if (xrow != nullptr && col_a < n_cols) {
       const float4 lo = __ldg(reinterpret_cast<const float4*>(xrow + col_a));
       const float4 hi = __ldg(reinterpret_cast<const float4*>(xrow + col_a) + 1);
-      xv[0] = lo.x, xv[1] = lo.y, xv[2] = lo.z, xv[3] = lo.w, xv[4] = hi.x, xv[5] = hi.y, xv[6] = hi.z, xv[7] = hi.w;
+      xv[0] = lo.x, xv[1] = lo.y, xv[2] = lo.z, xv[3] = lo.w, xv[4] = hi.x, xv[5] = hi.y, xv[6] = hi.z,
+      xv[7] = hi.w;
     }
     split8(xv, a);
   }
@@ -240,6 +245,8 @@ __device__ __forceinline__ void store_warp_tile(const MmProblem& p, FragC (&acc)
 // every type: 40 tokens alone, 132 blocks, and within 200, 528 blocks).
 template <class Q, int kMinBlocks>
 __global__ void __launch_bounds__(kThreads, kMinBlocks) gemm_kernel(const MmProblem p) {
+  detail::grid_dependency_wait();  // launch.cuh: before any activation access
+  detail::allow_dependents();
   using Op = OpOf<Q>;
   constexpr int kTerms = kTermsOf<Q>;
   using FragA = wmma::fragment<wmma::matrix_a, 16, 16, 16, Op, wmma::row_major>;
@@ -353,7 +360,8 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks) gemm_kernel(const MmProb
   }
 
   // The tiles are dead (the loop ended on a barrier): their bytes stage the output.
-  store_warp_tile(p, acc, reinterpret_cast<float*>(gemm_smem) + warp * 256, wm, wn, lane, m0, n0, begin, count);
+  store_warp_tile(p, acc, reinterpret_cast<float*>(gemm_smem) + warp * 256, wm, wn, lane, m0, n0, begin,
+                  count);
 }
 
 // Per-device state, set once: the SM count (0 until known) and whether a
@@ -389,8 +397,8 @@ Status allow_smem() {
                                  int(bytes));
     }
     if (err != cudaSuccess) {
-      return make_error(StatusCode::kInternal, "gemm ({}): {} bytes of shared memory: {}", dtype_name(Q::kType),
-                        bytes, cudaGetErrorString(err));
+      return make_error(StatusCode::kInternal, "gemm ({}): {} bytes of shared memory: {}",
+                        dtype_name(Q::kType), bytes, cudaGetErrorString(err));
     }
     if (dev >= 0 && dev < kMaxDevices) done[dev].store(true, std::memory_order_release);
     return Status::ok();
@@ -400,7 +408,7 @@ Status allow_smem() {
 template <class Q, int kMinBlocks>
 Status launch_kernel(const MmProblem& p, dim3 grid, cudaStream_t stream) {
   MOESERVE_RETURN_IF_ERROR((allow_smem<Q, kMinBlocks>()));
-  gemm_kernel<Q, kMinBlocks><<<grid, kThreads, smem_bytes<Q>(), stream>>>(p);
+  detail::launch(gemm_kernel<Q, kMinBlocks>, grid, kThreads, smem_bytes<Q>(), stream, p);
   const cudaError_t err = cudaGetLastError();
   if (err != cudaSuccess) {
     return make_error(StatusCode::kInternal, "gemm ({}): launch failed: {}", dtype_name(Q::kType),
@@ -431,7 +439,8 @@ Status launch_type(const MmProblem& p, cudaStream_t stream) {
     // whose grid is only an upper bound) the 3-block one (512 x 2048 ->
     // 6144: 121.2 against 112.1, one wave of three against two of two).
     const int64_t blocks = int64_t(grid.x) * grid.y;
-    if (p.mode == MmMode::kDense && blocks <= 2 * int64_t(sm_count())) return launch_kernel<Q, 2>(p, grid, stream);
+    if (p.mode == MmMode::kDense && blocks <= 2 * int64_t(sm_count()))
+      return launch_kernel<Q, 2>(p, grid, stream);
     return launch_kernel<Q, 3>(p, grid, stream);
   } else {
     return launch_kernel<Q, 2>(p, grid, stream);
@@ -442,15 +451,24 @@ Status launch_type(const MmProblem& p, cudaStream_t stream) {
 
 Status launch_gemm(const MmProblem& p, cudaStream_t stream) {
   switch (p.type) {
-    case DType::F32: return launch_type<DType::F32>(p, stream);
-    case DType::F16: return launch_type<DType::F16>(p, stream);
-    case DType::BF16: return launch_type<DType::BF16>(p, stream);
-    case DType::Q8_0: return launch_type<DType::Q8_0>(p, stream);
-    case DType::Q4_0: return launch_type<DType::Q4_0>(p, stream);
-    case DType::Q4_K: return launch_type<DType::Q4_K>(p, stream);
-    case DType::Q5_K: return launch_type<DType::Q5_K>(p, stream);
-    case DType::Q6_K: return launch_type<DType::Q6_K>(p, stream);
-    default: break;
+    case DType::F32:
+      return launch_type<DType::F32>(p, stream);
+    case DType::F16:
+      return launch_type<DType::F16>(p, stream);
+    case DType::BF16:
+      return launch_type<DType::BF16>(p, stream);
+    case DType::Q8_0:
+      return launch_type<DType::Q8_0>(p, stream);
+    case DType::Q4_0:
+      return launch_type<DType::Q4_0>(p, stream);
+    case DType::Q4_K:
+      return launch_type<DType::Q4_K>(p, stream);
+    case DType::Q5_K:
+      return launch_type<DType::Q5_K>(p, stream);
+    case DType::Q6_K:
+      return launch_type<DType::Q6_K>(p, stream);
+    default:
+      break;
   }
   return make_error(StatusCode::kUnsupported, "gemm: weight type {} is not supported", dtype_name(p.type));
 }
@@ -462,7 +480,8 @@ namespace {
 Status check_dense(const char* what, const MatmulArgs& a) {
   MOESERVE_RETURN_IF_ERROR(detail::check_weights(what, a.w_type, a.w, a.n_rows, a.n_cols, a.row_bytes));
   // A single row's stride is never used.
-  MOESERVE_RETURN_IF_ERROR(detail::check_activations(what, a.x, a.n_tokens > 1 ? a.x_stride : a.n_cols, a.n_cols));
+  MOESERVE_RETURN_IF_ERROR(
+      detail::check_activations(what, a.x, a.n_tokens > 1 ? a.x_stride : a.n_cols, a.n_cols));
   if (a.y == nullptr || (a.n_tokens > 1 && a.y_stride < a.n_rows)) {
     return make_error(StatusCode::kInvalidArgument, "{}: null y or y_stride {} < n_rows {}", what, a.y_stride,
                       a.n_rows);

@@ -26,10 +26,11 @@ namespace moeserve::cuda {
 //  - activation rows 16-byte aligned, their stride a multiple of 4 floats.
 // Weight bytes are read as stored (no dequantized copy), never past the
 // last byte of a row. Outputs are written, never read.
-// Numerics: matvec sums exactly decoded weights times x with f32 accuracy
-// (relative error ~1e-7 of the f64 result: float weights on CUDA cores;
-// quantized weights as exact integer codes on tensor cores, x as an exact
-// sum of three bf16 terms, each scale group's sum scaled and added in f32);
+// Numerics: matvec sums exactly decoded weights times x in f32 (relative
+// error ~1e-7 of the f64 result); matvec_multi and the decode expert
+// products of quantized weights take exact integer codes on tensor cores and
+// x as an exact sum of three bf16 terms, each scale group's sum scaled and
+// added in f32 (the same ~1e-7);
 // gemm multiplies on tensor cores, accumulating in f32: F16 and BF16
 // weights are exact operands and x enters as 2 f16 (3 bf16) terms that
 // carry all its bits (~1.5e-7); the other weight types (F32 and the
@@ -61,9 +62,11 @@ Status matvec(const MatmulArgs& a, cudaStream_t stream);
 // Several matrix x vector products sharing one input (an attention layer's
 // q, k and v): products[i] must all have the same x, x_stride, n_tokens
 // (1..kMatvecMaxTokens) and n_cols; each has its own weights (any type) and
-// output. One launch per weight type present (up to 4 matrices a launch),
-// instead of one per product; every result is bit-identical to matvec() of
-// that product alone.
+// output. The quantized products of one type run as one launch (up to 4
+// matrices) of the tensor-core kernels that the expert products use
+// (matvec_tc.cu); float ones as matvec(). Same accuracy as matvec() (~1e-7
+// relative) but not the same bits: call it for a product always or never.
+// A token's row does not depend on n_tokens or on the other products.
 Status matvec_multi(const MatmulArgs* products, int n_products, cudaStream_t stream);
 // Prefill: any n_tokens, tensor cores on weight tiles dequantized in shared
 // memory (f16 operands, bf16 for BF16 weights; f32 accumulation; precision

@@ -1,8 +1,8 @@
 // Matrix x vector products on CUDA cores, reading weight blocks as stored:
 // the decode path (1..16 tokens) and the grouped expert products of a
-// decode step, for the float weight types (F32, F16, BF16). The quantized
-// types take the tensor-core kernels of matvec_tc.cu (launch_matvec hands
-// them over).
+// decode step. The grouped expert products of the quantized types (and
+// matvec_multi) take the tensor-core kernels of matvec_tc.cu instead
+// (launch_matvec hands them over).
 //
 // Memory-bound at one token, and x is f32 (4 bytes a column against about
 // half a byte of weight), so the layout makes x nearly free and the weight
@@ -28,6 +28,7 @@
 #include <cstdint>
 
 #include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/launch.cuh"
 #include "kernels/cuda/matmul.h"
 #include "kernels/cuda/matmul_common.cuh"
 #include "kernels/cuda/matmul_detail.h"
@@ -56,7 +57,8 @@ struct Geometry {
   // so that lanes reading the same offset of consecutive rows hit distinct
   // banks.
   static constexpr int kSpan = kChunkBytes + (Q::kRowAlign < 16 ? 30 : 0);
-  static constexpr int kRowStage = ((kSpan + 15) / 16 % 2 == 1 ? (kSpan + 15) / 16 : (kSpan + 15) / 16 + 1) * 16;
+  static constexpr int kRowStage =
+      ((kSpan + 15) / 16 % 2 == 1 ? (kSpan + 15) / 16 : (kSpan + 15) / 16 + 1) * 16;
   static constexpr int kWarpStage = kRows * kRowStage;
   static constexpr int kStages = 2 * kWarps * kWarpStage <= 46 * 1024 ? 2 : 1;
   static constexpr int kPieces = kRowStage / 16;  // 16-byte copies per row, at most
@@ -81,7 +83,9 @@ struct RowSource {
     return (r < split ? lo : hi) + min(i, n_rows - 1) * row_bytes;
   }
   // Row r is its matrix's last: its bytes may end the allocation.
-  __device__ __forceinline__ bool last(int r) const { return (r < split ? first + r : first + r - split) >= n_rows - 1; }
+  __device__ __forceinline__ bool last(int r) const {
+    return (r < split ? first + r : first + r - split) >= n_rows - 1;
+  }
 };
 
 // Blocks of chunk c of a row of nb blocks (the last chunk may be short).
@@ -177,10 +181,12 @@ __device__ __forceinline__ void compute_chunk(const uint8_t* data, int64_t col_b
 
 // This warp's chunks (w, w + kWarps, ...) of the 16 rows; on return, lanes
 // r and r + 16 hold row r's warp sum.
+// dependency_pending: the kernel has not waited for earlier work yet
+// (launch.cuh); the first chunk of weights is requested before it does.
 template <class Q, int NT>
 __device__ __forceinline__ void warp_rows(const RowSource& src, int64_t nb, const float* x,
-                                          const int32_t (&xoff)[NT], float (&acc)[NT], uint8_t* stage, int warp,
-                                          int lane) {
+                                          const int32_t (&xoff)[NT], float (&acc)[NT], uint8_t* stage,
+                                          int warp, int lane, bool dependency_pending) {
   using G = Geometry<Q>;
   const int row = lane & 15, h = lane >> 4;
   const int64_t n_chunks = (nb + G::kChunkBlocks - 1) / G::kChunkBlocks;
@@ -188,6 +194,10 @@ __device__ __forceinline__ void warp_rows(const RowSource& src, int64_t nb, cons
   if (mine > 0 && G::kStages == 2) {
     issue_chunk<Q>(src, nb, warp, stage, lane);
     cp_async_commit();
+  }
+  if (dependency_pending) {
+    grid_dependency_wait();
+    allow_dependents();
   }
   for (int64_t j = 0; j < mine; ++j) {
     const int64_t c = warp + j * kWarps;
@@ -243,6 +253,8 @@ __global__ void __launch_bounds__(kThreads, min_blocks(NT)) mv_kernel(const MmPr
 #pragma unroll
     for (int t = 0; t < NT; ++t) xoff[t] = static_cast<int32_t>(min(int64_t(t), count - 1) * p.x_stride);
   } else {
+    grid_dependency_wait();  // the groups come from the routing kernel
+    allow_dependents();
     const Slot s = find_slot(p.offsets, p.n_expert, NT, blockIdx.x, lane);
     if (s.count == 0) return;  // the same answer in every warp
     count = s.count, begin = s.begin;
@@ -263,8 +275,9 @@ __global__ void __launch_bounds__(kThreads, min_blocks(NT)) mv_kernel(const MmPr
   float acc[NT];
 #pragma unroll
   for (int t = 0; t < NT; ++t) acc[t] = 0.0f;
-  warp_rows<Q, NT>(src, p.n_cols / Q::kBlockElems, p.x, xoff, acc, smem + warp * Geometry<Q>::kStages * Geometry<Q>::kWarpStage,
-                   warp, lane);
+  warp_rows<Q, NT>(src, p.n_cols / Q::kBlockElems, p.x, xoff, acc,
+                   smem + warp * Geometry<Q>::kStages * Geometry<Q>::kWarpStage, warp, lane,
+                   p.mode == MmMode::kDense);
 
   // Warp sums to shared memory (over the staging buffers), then each output
   // adds the 8 warps' sums in warp order.
@@ -292,6 +305,93 @@ __global__ void __launch_bounds__(kThreads, min_blocks(NT)) mv_kernel(const MmPr
   p.y[out_row * p.y_stride + src.first + r] = v;
 }
 
+// ---- F32 weights, dense: one warp per row --------------------------------
+// The MoE router (128 rows of 2048 floats) through mv_kernel gets only
+// n_rows / 16 CTAs, each waiting on its chunks in turn: 11 us for 1 MB on an
+// H100. Here each warp owns one row and keeps kAhead float4 loads a lane in
+// flight (the first before waiting for the activations: weights do not
+// depend on earlier work), so 128 rows are 32 CTAs streaming at once.
+// Lane l sums float4 columns l, l + 32, ... in order, then a xor butterfly
+// (the same bits on every lane): a fixed order for any n_tokens.
+constexpr int kF32Warps = 4;
+constexpr int kF32Ahead = 16;
+
+__device__ __forceinline__ float dot4(float4 a, float4 b, float acc) {
+  acc = fmaf(a.x, b.x, acc);
+  acc = fmaf(a.y, b.y, acc);
+  acc = fmaf(a.z, b.z, acc);
+  return fmaf(a.w, b.w, acc);
+}
+
+template <int NT>
+__global__ void __launch_bounds__(32 * kF32Warps) f32_rows_kernel(const MmProblem p) {
+  const int warp = static_cast<int>(threadIdx.x) >> 5, lane = static_cast<int>(threadIdx.x) & 31;
+  const int64_t row = int64_t(blockIdx.x) * kF32Warps + warp;
+  const float4* w = reinterpret_cast<const float4*>(p.w0 + min(row, p.n_rows - 1) * p.row_bytes);
+  const int64_t n4 = p.n_cols / 4;
+  const float4 zero = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+  float4 next[kF32Ahead];
+#pragma unroll
+  for (int k = 0; k < kF32Ahead; ++k) {
+    const int64_t i = lane + 32 * k;
+    next[k] = i < n4 ? __ldg(w + i) : zero;
+  }
+  grid_dependency_wait();
+  allow_dependents();
+  const float4* x[NT];
+#pragma unroll
+  for (int t = 0; t < NT; ++t) {
+    x[t] = reinterpret_cast<const float4*>(p.x + min(int64_t(t), p.n_tokens - 1) * p.x_stride);
+  }
+  float acc[NT];
+#pragma unroll
+  for (int t = 0; t < NT; ++t) acc[t] = 0.0f;
+  for (int64_t base = 0; base < n4; base += 32 * kF32Ahead) {
+    float4 cur[kF32Ahead];
+#pragma unroll
+    for (int k = 0; k < kF32Ahead; ++k) {
+      cur[k] = next[k];
+      const int64_t i = base + 32 * kF32Ahead + lane + 32 * k;
+      next[k] = i < n4 ? __ldg(w + i) : zero;
+    }
+#pragma unroll
+    for (int k = 0; k < kF32Ahead; ++k) {
+      const int64_t i = base + lane + 32 * k;
+      if (i >= n4) break;
+#pragma unroll
+      for (int t = 0; t < NT; ++t) acc[t] = dot4(cur[k], __ldg(x[t] + i), acc[t]);
+    }
+  }
+#pragma unroll
+  for (int t = 0; t < NT; ++t) {
+    for (int o = 16; o > 0; o >>= 1) acc[t] += __shfl_xor_sync(kFull, acc[t], o);
+  }
+  if (row >= p.n_rows) return;
+#pragma unroll
+  for (int t = 0; t < NT; ++t) {
+    if (lane == t && t < p.n_tokens) p.y[int64_t(t) * p.y_stride + row] = acc[t];
+  }
+}
+
+template <int NT>
+Status launch_f32_rows(const MmProblem& p, cudaStream_t stream) {
+  const int64_t blocks = (p.n_rows + kF32Warps - 1) / kF32Warps;
+  const cudaError_t err = launch(f32_rows_kernel<NT>, unsigned(blocks), 32 * kF32Warps, 0, stream, p);
+  if (err != cudaSuccess) {
+    return make_error(StatusCode::kInternal, "matvec (F32, {} tokens): launch failed: {}", NT,
+                      cudaGetErrorString(err));
+  }
+  return Status::ok();
+}
+
+Status launch_f32_dense(const MmProblem& p, int nt, cudaStream_t stream) {
+  if (nt <= 1) return launch_f32_rows<1>(p, stream);
+  if (nt <= 2) return launch_f32_rows<2>(p, stream);
+  if (nt <= 4) return launch_f32_rows<4>(p, stream);
+  if (nt <= 8) return launch_f32_rows<8>(p, stream);
+  return launch_f32_rows<16>(p, stream);
+}
+
 template <class Q, int NT>
 Status launch_nt(const MmProblem& p, cudaStream_t stream) {
   dim3 grid;
@@ -310,17 +410,18 @@ Status launch_nt(const MmProblem& p, cudaStream_t stream) {
   }
   constexpr int kSmem = smem_bytes<Q>();
   if constexpr (kSmem > 48 * 1024) {
-    const cudaError_t err = cudaFuncSetAttribute(mv_kernel<Q, NT>, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem);
+    const cudaError_t err =
+        cudaFuncSetAttribute(mv_kernel<Q, NT>, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem);
     if (err != cudaSuccess) {
       return make_error(StatusCode::kInternal, "matvec ({}): shared memory {}: {}", dtype_name(p.type), kSmem,
                         cudaGetErrorString(err));
     }
   }
-  mv_kernel<Q, NT><<<grid, kThreads, kSmem, stream>>>(p);
+  launch(mv_kernel<Q, NT>, grid, kThreads, kSmem, stream, p);
   const cudaError_t err = cudaGetLastError();
   if (err != cudaSuccess) {
-    return make_error(StatusCode::kInternal, "matvec ({}, {} tokens): launch failed: {}", dtype_name(p.type), NT,
-                      cudaGetErrorString(err));
+    return make_error(StatusCode::kInternal, "matvec ({}, {} tokens): launch failed: {}", dtype_name(p.type),
+                      NT, cudaGetErrorString(err));
   }
   return Status::ok();
 }
@@ -348,8 +449,10 @@ size_t weight_row_align(DType t) {
   switch (t) {
     case DType::Q8_0:
     case DType::Q4_0:
-    case DType::Q6_K: return 2;
-    default: return 16;
+    case DType::Q6_K:
+      return 2;
+    default:
+      return 16;
   }
 }
 
@@ -365,12 +468,13 @@ Status check_weights(const char* what, DType type, const void* w, int64_t n_rows
   // Float types are read in runs of 16 elements.
   const int64_t unit = dtype_traits(type).quantized ? dtype_block_elems(type) : qdec::kRunLen;
   if (n_cols % unit != 0) {
-    return make_error(StatusCode::kInvalidArgument, "{}: n_cols {} is not a multiple of {} for {}", what, n_cols,
-                      unit, dtype_name(type));
+    return make_error(StatusCode::kInvalidArgument, "{}: n_cols {} is not a multiple of {} for {}", what,
+                      n_cols, unit, dtype_name(type));
   }
   if (row_bytes < dtype_row_bytes(type, n_cols) || row_bytes % weight_row_align(type) != 0) {
-    return make_error(StatusCode::kInvalidArgument, "{}: row_bytes {} for {} x {} (needs >= {}, a multiple of {})",
-                      what, row_bytes, n_cols, dtype_name(type), dtype_row_bytes(type, n_cols), weight_row_align(type));
+    return make_error(StatusCode::kInvalidArgument,
+                      "{}: row_bytes {} for {} x {} (needs >= {}, a multiple of {})", what, row_bytes, n_cols,
+                      dtype_name(type), dtype_row_bytes(type, n_cols), weight_row_align(type));
   }
   if ((reinterpret_cast<uintptr_t>(w) & 15) != 0) {
     return make_error(StatusCode::kInvalidArgument, "{}: weights are not 16-byte aligned", what);
@@ -382,14 +486,18 @@ Status check_activations(const char* what, const void* p, int64_t stride, int64_
   if (p == nullptr) return make_error(StatusCode::kInvalidArgument, "{}: null pointer", what);
   if ((reinterpret_cast<uintptr_t>(p) & 15) != 0 || stride % 4 != 0 || stride < n_used_cols) {
     return make_error(StatusCode::kInvalidArgument,
-                      "{}: rows must be 16-byte aligned with a stride (here {}) >= {} and a multiple of 4", what,
-                      stride, n_used_cols);
+                      "{}: rows must be 16-byte aligned with a stride (here {}) >= {} and a multiple of 4",
+                      what, stride, n_used_cols);
   }
   return Status::ok();
 }
 
 Status launch_matvec(const MmProblem& p, cudaStream_t stream) {
-  if (matvec_tc_type(p.type)) return launch_matvec_tc(p, stream);
+  // Grouped expert products of quantized weights: the tensor-core kernel
+  // (an expert with few pairs costs what one token does). Dense products stay
+  // here: at one token this kernel measured faster on an H100 (q 2048 -> 4096
+  // Q4_K: 5.6 us against 7.5; matvec_tc.cu's header has the numbers).
+  if (p.mode != MmMode::kDense && matvec_tc_type(p.type)) return launch_matvec_tc(p, stream);
   // The kernels address activation rows with 32-bit float offsets.
   if (p.n_tokens * p.x_stride >= (int64_t(1) << 31)) {
     return make_error(StatusCode::kInvalidArgument, "matvec: {} activation rows of {} floats is too many",
@@ -399,15 +507,25 @@ Status launch_matvec(const MmProblem& p, cudaStream_t stream) {
   // n_tokens pairs; taking them that many at a time reads its rows once.
   const int nt = static_cast<int>(std::min<int64_t>(p.n_tokens, kMatvecMaxTokens));
   switch (p.type) {
-    case DType::F32: return launch_type<DType::F32>(p, nt, stream);
-    case DType::F16: return launch_type<DType::F16>(p, nt, stream);
-    case DType::BF16: return launch_type<DType::BF16>(p, nt, stream);
-    case DType::Q8_0: return launch_type<DType::Q8_0>(p, nt, stream);
-    case DType::Q4_0: return launch_type<DType::Q4_0>(p, nt, stream);
-    case DType::Q4_K: return launch_type<DType::Q4_K>(p, nt, stream);
-    case DType::Q5_K: return launch_type<DType::Q5_K>(p, nt, stream);
-    case DType::Q6_K: return launch_type<DType::Q6_K>(p, nt, stream);
-    default: break;
+    case DType::F32:
+      return p.mode == MmMode::kDense ? launch_f32_dense(p, nt, stream)
+                                      : launch_type<DType::F32>(p, nt, stream);
+    case DType::F16:
+      return launch_type<DType::F16>(p, nt, stream);
+    case DType::BF16:
+      return launch_type<DType::BF16>(p, nt, stream);
+    case DType::Q8_0:
+      return launch_type<DType::Q8_0>(p, nt, stream);
+    case DType::Q4_0:
+      return launch_type<DType::Q4_0>(p, nt, stream);
+    case DType::Q4_K:
+      return launch_type<DType::Q4_K>(p, nt, stream);
+    case DType::Q5_K:
+      return launch_type<DType::Q5_K>(p, nt, stream);
+    case DType::Q6_K:
+      return launch_type<DType::Q6_K>(p, nt, stream);
+    default:
+      break;
   }
   return make_error(StatusCode::kUnsupported, "matvec: weight type {} is not supported", dtype_name(p.type));
 }

@@ -1,18 +1,22 @@
 // Matrix x vector products of the quantized weight types (Q8_0, Q4_0, Q4_K,
-// Q5_K, Q6_K) on tensor cores, for decode (1..16 tokens), the grouped expert
-// products of a decode step, and several matrices sharing one input (q/k/v).
+// Q5_K, Q6_K) on tensor cores: the grouped expert products of a decode step
+// (launch_matvec hands them over) and matvec_multi (several matrices sharing
+// one input, e.g. q/k/v, one launch). Dense matvec() stays on the CUDA-core
+// kernel of matvec.cu, which measured faster for one product at one token.
 //
-// Why tensor cores at one token: the CUDA-core kernel spent about 5 instructions
-// a weight (decode, scale, FMA, activation loads) and 1 FMA more per token,
-// so small matrices ran at 30-40% of the memory bandwidth and 8 tokens at
-// 14%. Here a weight costs about 2 instructions whatever the token count:
-// its integer code goes into a bf16 MMA operand exactly (tc_decode.cuh), and
-// the activations enter as three bf16 terms whose sum is exactly the f32
-// value, so the 16 x 8 products are exact and only the accumulation rounds.
+// Why tensor cores: the CUDA-core kernel pays an FMA (plus activation loads)
+// per weight and token, so an expert product at 8 tokens ran 8x the work of
+// one token although each expert of a decode batch serves 1-2 of them. Here
+// a weight's integer code goes into a bf16 MMA operand exactly
+// (tc_decode.cuh) and the activations enter as three bf16 terms whose sum is
+// the f32 value, so the 16 x 8 products are exact and only the accumulation
+// rounds: the work per weight hardly depends on the token count (1..8 tokens
+// one N tile, 9..16 two).
 // Numerics: each scale group's (32 columns, Q6_K 16) MMA sums start from
 // zero, smallest activation terms first, and are scaled and added to an f32
-// total with ordinary rounded FMAs: about the error of an f32 dot product
-// (the test bound stays 1e-5; gemm.cu measured the same scheme at ~2e-7).
+// total with ordinary rounded FMAs: ~1e-7 relative error against f64
+// (measured on an H100, 1.0e-7 .. 3.5e-7 over the test shapes), the bound
+// of matvec (1e-5) holds.
 //
 // Work: a CTA owns Wr tiles of 16 weight rows (kGateUp: 8 gate rows and the
 // same 8 up rows, so that an MMA thread holds gate and up of one output) and
@@ -21,12 +25,10 @@
 // Its Wr x Wk warps go through the row in chunks of 256 columns: warp (r, k)
 // takes chunks k, k + Wk, ... of tile r. Per round (Wk chunks):
 //  - each warp's chunk of its 16 rows was copied to shared memory with 16-byte
-//    cp.async one round ahead (a whole row's chunks are in flight at once for
-//    the decode shapes, which need one or two rounds);
+//    cp.async one round ahead (two lanes a row);
 //  - all threads split the round's activations into bf16 terms in the MMA B
 //    fragment order (and, for Q4_K/Q5_K, the 32-column sums of x the mins
-//    need) in shared memory: done once per CTA, so the split costs nothing
-//    per weight row;
+//    need) in shared memory, once per CTA;
 //  - each warp decodes its staged rows' scales into a table, then runs 16 K
 //    steps of 3 MMAs (per N tile), flushing each scale group into f32;
 //  - the chunk sums go to shared memory and owner threads add them to the
@@ -34,14 +36,39 @@
 // Every output is (sum over chunks in order) of (sum over scale groups in
 // order) of fresh MMA sums, each involving only its own token's activations:
 // the order is fixed by the type and n_cols alone, so a token's result is
-// bit-identical whatever the batch, the tile shape (Wr, Wk) or its column
-// within the MMA, and the same from matvec(), matvec_multi() or an expert
-// product.
+// bit-identical whatever the batch, the tile shape (Wr, Wk), its column
+// within the MMA, or the other matrices of a matvec_multi call.
+//
+// Measured (H100, matvec_bench decode: graph replays, weights rotated past
+// the L2; device copy 2.43 TB/s), 1 / 8 / 16 tokens:
+//   experts 8 of 128, gate_up 2048->768 Q4_K + down 768->2048 Q6_K:
+//     35.9 / 443 / 1174 us before (CUDA cores), 32.9 / 277 / 804 us here;
+//   q+k+v 2048->4096+512+512 Q4_K, one matvec_multi: 9.1 / 18.9 / 50.0 us
+//     against 12.9 / 31.3 / 68.7 us for three matvec() calls;
+//   one dense product: q 2048->4096 Q4_K 7.5 us (matvec 5.6), LM head
+//     2048->151936 Q6_K 189 us (matvec 141), 8 tokens 402 us (422).
+// What holds it back (ncu): it is latency-bound, not bandwidth- or
+// issue-bound (q, 1 token: 2.4M warp instructions, as the CUDA-core kernel,
+// DRAM 14% of peak): each CTA loads, splits x, syncs, runs a dependent
+// chain of 48 MMAs per warp, syncs and reduces, at 3 CTAs an SM (80
+// registers). Next steps: split x once per launch (or in the kernel that
+// writes x) instead of once per CTA, independent MMA chains per term, and a
+// persistent multi-stage pipeline across row tiles for long matrices.
+// Tried and dropped (2026-11-25, H100, 30b-a3b shapes at one token): a
+// CUDA-core kernel with one warp a row reading blocks straight from global
+// memory (gate_up 21.8 us, down 17.4, against 19.9 / 14.1 here; ncu: L1 77%
+// busy with the per-lane f32 activation loads, DRAM 19%), and the same with
+// 8 lanes a row so that x loads serve 4-8 rows (24.1 us, still L1-bound);
+// neither a route-written expert table instead of the offsets search nor
+// L2 prefetches of the rows changed the time. The weight stream needs more
+// bytes in flight per SM than either gets (TMA bulk copies into a
+// multi-stage pipeline are the candidate).
 #include <cuda_runtime.h>
 
 #include <algorithm>
 #include <cstdint>
 
+#include "kernels/cuda/launch.cuh"
 #include "kernels/cuda/matmul.h"
 #include "kernels/cuda/matmul_common.cuh"
 #include "kernels/cuda/matmul_detail.h"
@@ -55,11 +82,11 @@ namespace {
 using tcdec::kChunkCols;
 using tcdec::kSteps;
 
-constexpr int kMaxMats = 4;      // matrices of one multi launch
+constexpr int kMaxMats = 4;  // matrices of one multi launch
 constexpr int kMaxThreads = 256;
-constexpr int kMaxOwn = 8;       // outputs a thread totals
-constexpr int kTblStride = 18;   // floats a row of the scale table (conflict-free pairs)
-constexpr int kBLane = 24;       // bytes of one lane's B operand of a step: 3 terms x 2 words
+constexpr int kMaxOwn = 8;      // outputs a thread totals
+constexpr int kTblStride = 18;  // floats a row of the scale table (conflict-free pairs)
+constexpr int kBLane = 24;      // bytes of one lane's B operand of a step: 3 terms x 2 words
 
 struct TcMat {
   const uint8_t* w = nullptr;
@@ -89,24 +116,17 @@ struct TcProblem {
   int pair_chunk = 8;  // grouped: pairs per slot
   int rounds = 1, stages = 1;
   int64_t n_chunks = 0;
-  int rs = 0;          // bytes of a staged row
-  int tile_b = 0;      // bytes of one (chunk, N tile) B area
-  int red_t = 0;       // token stride of the chunk sums
+  int rs = 0;         // bytes of a staged row
+  int log2_rows = 4;  // log2(rows of a CTA: wr * (kGateUp ? 8 : 16))
+  int tile_b = 0;     // bytes of one (chunk, N tile) B area
+  int red_t = 0;      // token stride of the chunk sums
   int off_b = 0, off_x = 0, off_tbl = 0, off_red = 0;
 };
 
-__device__ __forceinline__ void mma_bf16(float (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
-                                         uint32_t b0, uint32_t b1) {
-  asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-      "{%0,%1,%2,%3};\n"
-      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
-}
-
 // Chunk `slot` of the grouped pairs, as find_slot (matmul_common.cuh), with
 // every offset load issued at once (up to 128 experts; more: find_slot).
-__device__ __forceinline__ Slot find_slot_fast(const int32_t* offsets, int64_t n_expert, int chunk, int64_t slot,
-                                               int lane) {
+__device__ __forceinline__ Slot find_slot_fast(const int32_t* offsets, int64_t n_expert, int chunk,
+                                               int64_t slot, int lane) {
   if (n_expert > 128) return find_slot(offsets, n_expert, chunk, slot, lane);
   const int e0 = 4 * lane;
   int o[5];
@@ -162,86 +182,115 @@ struct Rows {
   __device__ __forceinline__ bool last(int r) const { return index(r) >= n_rows - 1; }
 };
 
-__device__ __forceinline__ int lead16(const uint8_t* p) { return static_cast<int>(reinterpret_cast<uintptr_t>(p) & 15u); }
+__device__ __forceinline__ int lead16(const uint8_t* p) {
+  return static_cast<int>(reinterpret_cast<uintptr_t>(p) & 15u);
+}
 
-// Copies chunk c (`bytes` bytes from byte `off` of each row) of the 16 rows
-// into `stage` (rows rs apart, row r at lead16 of its address), 16-byte pieces
-// that never start past the chunk; a matrix's last row never has a piece read
-// past its end (its tail is copied with 2-byte loads).
 template <DType T>
-__device__ __forceinline__ void issue_chunk(const Rows& rows, int64_t off, int bytes, uint8_t* stage, int rs,
-                                            int lane) {
-  const int pieces = rs / 16;
-#pragma unroll 1
-  for (int k = lane; k < 16 * pieces; k += 32) {
-    const int r = k / pieces, piece = k - r * pieces;
-    const uint8_t* start = rows.row(r) + off;
-    const int lead = lead16(start), end = lead + bytes;
-    const int n = min(16, end - 16 * piece);
-    if (n <= 0 || (n < 16 && rows.last(r))) continue;
-    cp_async16(stage + r * rs + 16 * piece, start - lead + 16 * piece);
+constexpr int row_stage_bytes() {
+  using Q = tcdec::Tc<T>;
+  // The chunk plus, for 2-byte aligned rows, up to 14 bytes of lead and the
+  // words read around a misaligned one; an odd multiple of 16 so that the 8
+  // rows a warp reads at once fall in distinct banks.
+  const int span = Q::kChunkBytes + (Q::kAligned ? 0 : 34);
+  const int units = (span + 15) / 16;
+  return 16 * (units % 2 == 1 ? units : units + 1);
+}
+
+// Copies `bytes` bytes from `start` (a chunk of one row) to `dst` (its staged
+// row, the bytes at lead16(start)): 16-byte pieces half, half + 2, ... (the
+// two lanes of a row split them) that never start past the chunk; a matrix's
+// last row never has a piece read past its end (its tail: 2-byte loads).
+template <DType T>
+__device__ __forceinline__ void issue_row(const uint8_t* start, bool last, int bytes, uint8_t* dst,
+                                          int half) {
+  constexpr int kPieces = row_stage_bytes<T>() / 16;
+  const int lead = lead16(start), end = lead + bytes;
+  const uint8_t* src = start - lead;
+#pragma unroll
+  for (int i = 0; i < (kPieces + 1) / 2; ++i) {
+    const int piece = 2 * i + half;
+    const int n = end - 16 * piece;
+    if (piece < kPieces && (n >= 16 || (n > 0 && !last))) cp_async16(dst + 16 * piece, src + 16 * piece);
   }
   if constexpr (!tcdec::Tc<T>::kAligned) {
-    if (lane < 16 && rows.last(lane)) {
-      const uint8_t* start = rows.row(lane) + off;
-      const int lead = lead16(start), end = lead + bytes, tail = max(end & ~15, lead);
-      uint8_t* dst = stage + lane * rs;
-      for (int b = tail; b < end; b += 2) {
-        *reinterpret_cast<uint16_t*>(dst + b) = *reinterpret_cast<const uint16_t*>(start - lead + b);
+    if (last && half == 0) {
+      for (int b = max(end & ~15, lead); b < end; b += 2) {
+        *reinterpret_cast<uint16_t*>(dst + b) = *reinterpret_cast<const uint16_t*>(src + b);
       }
     }
   }
 }
 
-// One warp's MMAs over a staged chunk: rows g and g + 8 at rg and rg8, the
-// B terms and x sums of this chunk at bs and xs, the scale table at tbl.
+// c = A B (a fresh sum) and c += A B.
+__device__ __forceinline__ void mma_first(float (&c)[4], const uint32_t (&a)[4], uint2 b) {
+  asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+      "{%10,%10,%10,%10};\n"
+      : "=f"(c[0]), "=f"(c[1]), "=f"(c[2]), "=f"(c[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b.x), "r"(b.y), "f"(0.0f));
+}
+__device__ __forceinline__ void mma_add(float (&c)[4], const uint32_t (&a)[4], uint2 b) {
+  asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+      "{%0,%1,%2,%3};\n"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b.x), "r"(b.y));
+}
+
+// One warp's MMAs over a staged chunk of n_steps (kFull: all 16) K steps:
+// rows g and g + 8 at rg and rg8, their scale table rows at t0 and t8, each N
+// tile's B operand (this lane's, step 0) at bp[nt] (steps q_stride apart) and
+// its 32-column x sums (tokens 2j, 2j + 1, group 0) at xs[nt].
 // acc[nt][0..3]: (row g, token 2j), (g, 2j + 1), (g + 8, 2j), (g + 8, 2j + 1).
-template <DType T, int NTILES>
-__device__ __forceinline__ void chunk_mma(const uint8_t* rg, const uint8_t* rg8, const float* tbl, const uint8_t* bs,
-                                          const float* xs, int tile_b, int q_stride, const int (&b_lane)[NTILES],
-                                          int ntiles, int n_steps, int g, int j, float (&acc)[NTILES][4]) {
+template <DType T, int NTILES, bool kFull>
+__device__ __forceinline__ void chunk_mma(const uint8_t* rg, const uint8_t* rg8, const float* t0,
+                                          const float* t8, const uint8_t* const (&bp)[NTILES],
+                                          const float* const (&xs)[NTILES], int q_stride, int ntiles,
+                                          int n_steps, int j, float (&acc)[NTILES][4]) {
   using Q = tcdec::Tc<T>;
   float c[NTILES][4];
 #pragma unroll
-  for (int nt = 0; nt < NTILES; ++nt) c[nt][0] = c[nt][1] = c[nt][2] = c[nt][3] = 0.0f;
-#pragma unroll
   for (int q = 0; q < kSteps; ++q) {
-    if (q >= n_steps) break;
+    if (!kFull && q >= n_steps) break;
     uint32_t pa[2], pb[2];
     Q::step(rg, q, j, pa);
     Q::step(rg8, q, j, pb);
+    const uint32_t a[4] = {pa[0], pb[0], pa[1], pb[1]};
+    const bool first = Q::kStepScale || (q & 1) == 0;
 #pragma unroll
     for (int nt = 0; nt < NTILES; ++nt) {
-      if (nt < ntiles) {
-        const uint8_t* bp = bs + nt * tile_b + q * q_stride + b_lane[nt];
-        const uint2 t0 = *reinterpret_cast<const uint2*>(bp);
-        const uint2 t1 = *reinterpret_cast<const uint2*>(bp + 8);
-        const uint2 t2 = *reinterpret_cast<const uint2*>(bp + 16);
+      if (NTILES == 1 || nt < ntiles) {
+        const uint8_t* b = bp[nt] + q * q_stride;
+        const uint2 b0 = *reinterpret_cast<const uint2*>(b);
+        const uint2 b1 = *reinterpret_cast<const uint2*>(b + 8);
+        const uint2 b2 = *reinterpret_cast<const uint2*>(b + 16);
         // Smallest terms first.
-        mma_bf16(c[nt], pa[0], pb[0], pa[1], pb[1], t2.x, t2.y);
-        mma_bf16(c[nt], pa[0], pb[0], pa[1], pb[1], t1.x, t1.y);
-        mma_bf16(c[nt], pa[0], pb[0], pa[1], pb[1], t0.x, t0.y);
+        if (first) {
+          mma_first(c[nt], a, b2);
+        } else {
+          mma_add(c[nt], a, b2);
+        }
+        mma_add(c[nt], a, b1);
+        mma_add(c[nt], a, b0);
       }
     }
     if (Q::kStepScale || (q & 1) == 1) {
       float s0, m0, s1, m1;
-      tcdec::step_scale<T>(tbl + g * kTblStride, q, &s0, &m0);
-      tcdec::step_scale<T>(tbl + (g + 8) * kTblStride, q, &s1, &m1);
+      tcdec::step_scale<T>(t0, q, &s0, &m0);
+      tcdec::step_scale<T>(t8, q, &s1, &m1);
 #pragma unroll
       for (int nt = 0; nt < NTILES; ++nt) {
-        if (nt < ntiles) {
+        if (NTILES == 1 || nt < ntiles) {
           acc[nt][0] = fmaf(c[nt][0], s0, acc[nt][0]);
           acc[nt][1] = fmaf(c[nt][1], s0, acc[nt][1]);
           acc[nt][2] = fmaf(c[nt][2], s1, acc[nt][2]);
           acc[nt][3] = fmaf(c[nt][3], s1, acc[nt][3]);
           if constexpr (Q::kMin) {
-            const float2 xm = *reinterpret_cast<const float2*>(xs + (nt * 8 + (q >> 1)) * 8 + 2 * j);
+            const float2 xm = *reinterpret_cast<const float2*>(xs[nt] + (q >> 1) * 8);
             acc[nt][0] = fmaf(-m0, xm.x, acc[nt][0]);
             acc[nt][1] = fmaf(-m0, xm.y, acc[nt][1]);
             acc[nt][2] = fmaf(-m1, xm.x, acc[nt][2]);
             acc[nt][3] = fmaf(-m1, xm.y, acc[nt][3]);
           }
-          c[nt][0] = c[nt][1] = c[nt][2] = c[nt][3] = 0.0f;
         }
       }
     }
@@ -249,8 +298,15 @@ __device__ __forceinline__ void chunk_mma(const uint8_t* rg, const uint8_t* rg8,
 }
 
 template <DType T, int NTILES>
-__global__ void __launch_bounds__(kMaxThreads, 2) tc_kernel(const TcProblem p) {
+__global__ void __launch_bounds__(kMaxThreads, 3) tc_kernel(const TcProblem p) {
+  // launch.cuh: grouped products wait before reading the routing groups;
+  // dense ones first request their first chunk of weights.
+  if (p.mode != MmMode::kDense) {
+    grid_dependency_wait();
+    allow_dependents();
+  }
   using Q = tcdec::Tc<T>;
+  constexpr int kRs = row_stage_bytes<T>();
   extern __shared__ __align__(16) uint8_t smem[];
   const int tid = static_cast<int>(threadIdx.x), warp = tid >> 5, lane = tid & 31;
   const int nthreads = static_cast<int>(blockDim.x), nwarps = nthreads >> 5;
@@ -282,70 +338,90 @@ __global__ void __launch_bounds__(kMaxThreads, 2) tc_kernel(const TcProblem p) {
     if (gate_up) w_hi = p.w1 + s.expert * p.matrix_stride;
   }
   Rows rows;
-  rows.lo = w_lo, rows.hi = w_hi, rows.n_rows = m.n_rows, rows.row_bytes = m.row_bytes, rows.pairwise = gate_up;
+  rows.lo = w_lo, rows.hi = w_hi, rows.n_rows = m.n_rows, rows.row_bytes = m.row_bytes,
+  rows.pairwise = gate_up;
   rows.first = cta_first + int64_t(rw) * rows_per_tile;
 
   uint8_t* const bsm = smem + p.off_b;
   float* const xsm = reinterpret_cast<float*>(smem + p.off_x);
   float* const tbl = reinterpret_cast<float*>(smem + p.off_tbl) + warp * 16 * kTblStride;
   float* const red = reinterpret_cast<float*>(smem + p.off_red);
-  const int warp_stage = 16 * p.rs;
   const int64_t nb = p.n_cols / Q::kBlockElems;
   constexpr int kChunkBlocks = kChunkCols / Q::kBlockElems;
   auto chunk_bytes = [&](int64_t c) {
     return static_cast<int>(min(int64_t(kChunkBlocks), nb - c * kChunkBlocks)) * Q::kBlockBytes;
   };
-  auto stage_of = [&](int round) { return smem + ((p.stages == 2 ? (round & 1) : 0) * nwarps + warp) * warp_stage; };
+  auto stage_of = [&](int round) {
+    return smem + ((p.stages == 2 ? (round & 1) : 0) * nwarps + warp) * 16 * kRs;
+  };
+
+  // The row this lane copies (two lanes a row).
+  const int cp_r = lane & 15, cp_half = lane >> 4;
+  const uint8_t* const cp_row = rows.row(cp_r);
+  const bool cp_last = rows.last(cp_r);
+  // The rows this lane reads from a stage, and their leads.
+  const uint8_t* const row_g = rows.row(g);
+  const uint8_t* const row_g8 = rows.row(g + 8);
 
   // B lanes: token slot min(g, tokens of the tile - 1).
   const int ntiles = cnt > 8 ? 2 : 1;
-  int b_lane[NTILES];
+  const int q_stride = p.slots * 4 * kBLane;
+  const uint8_t* bp[NTILES];
+  const float* xs[NTILES];
 #pragma unroll
   for (int nt = 0; nt < NTILES; ++nt) {
     const int in_tile = max(1, min(8, cnt - 8 * nt));
-    b_lane[nt] = (min(g, in_tile - 1) * 4 + j) * kBLane;
+    bp[nt] = bsm + (kw * NTILES + nt) * p.tile_b + (min(g, in_tile - 1) * 4 + j) * kBLane;
+    xs[nt] = xsm + (kw * NTILES + nt) * 64 + 2 * j;
   }
-  const int q_stride = p.slots * 4 * kBLane;
 
-  float tot[kMaxOwn][2];
+  // Outputs this thread totals: row o_row of the CTA's R = wr * rows_per_tile,
+  // tokens o_tok, o_tok + o_step, ...
+  const int o_row = tid & ((wr * rows_per_tile) - 1), o_tok = tid >> p.log2_rows,
+            o_step = nthreads >> p.log2_rows;
+  const int o_tile = o_row / rows_per_tile, o_in = o_row % rows_per_tile;
+  constexpr int kOwn = NTILES == 1 ? kMaxOwn / 2 : kMaxOwn;  // outputs a thread totals (<= 16 / 2 tokens)
+  float tot[kOwn][2];
 #pragma unroll
-  for (int n = 0; n < kMaxOwn; ++n) tot[n][0] = tot[n][1] = 0.0f;
-  const int n_items = wr * rows_per_tile * cnt;
+  for (int n = 0; n < kOwn; ++n) tot[n][0] = tot[n][1] = 0.0f;
 
-  {
-    const int64_t c = kw;
-    if (c < p.n_chunks) issue_chunk<T>(rows, c * Q::kChunkBytes, chunk_bytes(c), stage_of(0), p.rs, lane);
-    cp_async_commit();
+  if (kw < p.n_chunks) {
+    issue_row<T>(cp_row + kw * Q::kChunkBytes, cp_last, chunk_bytes(kw), stage_of(0) + cp_r * kRs, cp_half);
+  }
+  cp_async_commit();
+  if (p.mode == MmMode::kDense) {
+    grid_dependency_wait();
+    allow_dependents();
   }
   for (int round = 0; round < p.rounds; ++round) {
     const int64_t c = int64_t(round) * wk + kw;
     if (round + 1 < p.rounds && c + wk < p.n_chunks) {
-      issue_chunk<T>(rows, (c + wk) * Q::kChunkBytes, chunk_bytes(c + wk), stage_of(round + 1), p.rs, lane);
+      issue_row<T>(cp_row + (c + wk) * Q::kChunkBytes, cp_last, chunk_bytes(c + wk),
+                   stage_of(round + 1) + cp_r * kRs, cp_half);
     }
     cp_async_commit();
 
-    // Activations of the round's chunks: unit u = 4 columns (one lane's B
-    // operand of a step) of one token; 8 consecutive units = one 32-column
+    // Activations of the round's chunks, token by token: unit u = 4 columns
+    // (one lane's B operand of a step); 8 consecutive units = one 32-column
     // group, so its x sum is a fixed 8-lane tree.
-    {
-      const int units = wk * cnt * 64;
-      for (int u0 = warp * 32; u0 < units; u0 += nthreads) {
+    for (int slot = 0; slot < cnt; ++slot) {
+      const int64_t xrow =
+          p.mode == MmMode::kDense ? int64_t(slot) : int64_t(__ldg(p.pairs + begin + slot)) / p.x_row_div;
+      const float* const xr = p.x + xrow * p.x_stride;
+      uint8_t* const bslot = bsm + (slot >> 3) * p.tile_b + (slot & 7) * 4 * kBLane;
+      for (int u0 = warp * 32; u0 < wk * 64; u0 += nthreads) {
         const int u = u0 + lane;
-        const int i8 = u & 7, grp = (u >> 3) & 7, rest = u >> 6;
-        const int slot = rest % cnt, kk = rest / cnt;
-        const int64_t cc = int64_t(round) * wk + kk;
-        const int64_t col = cc * kChunkCols + 32 * grp + 4 * i8;
-        const bool ok = u < units && cc < p.n_chunks && col < p.n_cols;
+        const int i8 = u & 7, grp = (u >> 3) & 7, kk = u >> 6;
+        const int64_t col = (int64_t(round) * wk + kk) * kChunkCols + 32 * grp + 4 * i8;
+        const bool ok = col < p.n_cols;
         float4 v = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
         if (ok) {
-          const int64_t xrow = p.mode == MmMode::kDense ? int64_t(slot)
-                                                        : int64_t(__ldg(p.pairs + begin + slot)) / p.x_row_div;
-          v = __ldg(reinterpret_cast<const float4*>(p.x + xrow * p.x_stride + col));
+          v = __ldg(reinterpret_cast<const float4*>(xr + col));
           uint32_t lo[3], hi[3];
           tcdec::split_pair(v.x, v.y, lo);
           tcdec::split_pair(v.z, v.w, hi);
-          const int q = 2 * grp + (i8 >> 2);
-          uint8_t* dst = bsm + (kk * NTILES + slot / 8) * p.tile_b + q * q_stride + ((slot & 7) * 4 + (i8 & 3)) * kBLane;
+          uint8_t* dst =
+              bslot + kk * NTILES * p.tile_b + (2 * grp + (i8 >> 2)) * q_stride + (i8 & 3) * kBLane;
           *reinterpret_cast<uint2*>(dst) = make_uint2(lo[0], hi[0]);
           *reinterpret_cast<uint2*>(dst + 8) = make_uint2(lo[1], hi[1]);
           *reinterpret_cast<uint2*>(dst + 16) = make_uint2(lo[2], hi[2]);
@@ -355,7 +431,7 @@ __global__ void __launch_bounds__(kMaxThreads, 2) tc_kernel(const TcProblem p) {
           s4 += __shfl_xor_sync(kFull, s4, 1);
           s4 += __shfl_xor_sync(kFull, s4, 2);
           s4 += __shfl_xor_sync(kFull, s4, 4);
-          if (ok && i8 == 0) xsm[((kk * NTILES + slot / 8) * 8 + grp) * 8 + (slot & 7)] = s4;
+          if (ok && i8 == 0) xsm[((kk * NTILES + (slot >> 3)) * 8 + grp) * 8 + (slot & 7)] = s4;
         }
       }
     }
@@ -366,54 +442,53 @@ __global__ void __launch_bounds__(kMaxThreads, 2) tc_kernel(const TcProblem p) {
       __syncwarp();
       const uint8_t* stage = stage_of(round);
       const int64_t off = c * Q::kChunkBytes;
-      {
-        const int r = lane & 15;
-        Q::scales(stage + r * p.rs + lead16(rows.row(r) + off), lane >> 4, tbl + r * kTblStride);
-      }
+      Q::scales(stage + cp_r * kRs + lead16(cp_row + off), cp_half, tbl + cp_r * kTblStride);
       __syncwarp();
-      const uint8_t* rg = stage + g * p.rs + lead16(rows.row(g) + off);
-      const uint8_t* rg8 = stage + (g + 8) * p.rs + lead16(rows.row(g + 8) + off);
-      const int n_steps = static_cast<int>(min(int64_t(kSteps), (p.n_cols - c * kChunkCols) / 16));
+      const uint8_t* rg = stage + g * kRs + lead16(row_g + off);
+      const uint8_t* rg8 = stage + (g + 8) * kRs + lead16(row_g8 + off);
       float acc[NTILES][4];
 #pragma unroll
       for (int nt = 0; nt < NTILES; ++nt) acc[nt][0] = acc[nt][1] = acc[nt][2] = acc[nt][3] = 0.0f;
-      chunk_mma<T, NTILES>(rg, rg8, tbl, bsm + kw * NTILES * p.tile_b, xsm + kw * NTILES * 64, p.tile_b, q_stride,
-                           b_lane, ntiles, n_steps, g, j, acc);
+      const float* t0 = tbl + g * kTblStride;
+      const float* t8 = tbl + (g + 8) * kTblStride;
+      const int n_steps = static_cast<int>(min(int64_t(kSteps), (p.n_cols - c * kChunkCols) / 16));
+      if (Q::kBlockElems == kChunkCols || n_steps == kSteps) {
+        chunk_mma<T, NTILES, true>(rg, rg8, t0, t8, bp, xs, q_stride, ntiles, kSteps, j, acc);
+      } else if constexpr (Q::kBlockElems < kChunkCols) {
+        chunk_mma<T, NTILES, false>(rg, rg8, t0, t8, bp, xs, q_stride, ntiles, n_steps, j, acc);
+      }
       float* out = red + (kw * wr + rw) * 16 * p.red_t;
 #pragma unroll
       for (int nt = 0; nt < NTILES; ++nt) {
-        const int t0 = 8 * nt + 2 * j;
-        if (t0 < cnt) out[g * p.red_t + t0] = acc[nt][0], out[(g + 8) * p.red_t + t0] = acc[nt][2];
-        if (t0 + 1 < cnt) out[g * p.red_t + t0 + 1] = acc[nt][1], out[(g + 8) * p.red_t + t0 + 1] = acc[nt][3];
+        const int tk = 8 * nt + 2 * j;
+        if (tk < cnt) out[g * p.red_t + tk] = acc[nt][0], out[(g + 8) * p.red_t + tk] = acc[nt][2];
+        if (tk + 1 < cnt)
+          out[g * p.red_t + tk + 1] = acc[nt][1], out[(g + 8) * p.red_t + tk + 1] = acc[nt][3];
       }
     }
     __syncthreads();
     // Totals: the round's chunk sums in chunk order.
     const int k_valid = static_cast<int>(min(int64_t(wk), p.n_chunks - int64_t(round) * wk));
+    const float* part = red + o_tile * 16 * p.red_t + o_in * p.red_t;
 #pragma unroll
-    for (int n = 0; n < kMaxOwn; ++n) {
-      const int it = tid + n * nthreads;
-      if (it < n_items) {
-        const int r = it / (rows_per_tile * cnt), rem = it - r * rows_per_tile * cnt;
-        const int row = rem / cnt, tok = rem - row * cnt;
+    for (int n = 0; n < kOwn; ++n) {
+      const int tk = o_tok + n * o_step;
+      if (tk < cnt) {
         for (int kk = 0; kk < k_valid; ++kk) {
-          const float* part = red + (kk * wr + r) * 16 * p.red_t;
-          tot[n][0] += part[row * p.red_t + tok];
-          if (gate_up) tot[n][1] += part[(row + 8) * p.red_t + tok];
+          tot[n][0] += part[kk * wr * 16 * p.red_t + tk];
+          if (gate_up) tot[n][1] += part[kk * wr * 16 * p.red_t + 8 * p.red_t + tk];
         }
       }
     }
   }
 
+  const int64_t grow = cta_first + o_row;
+  if (grow < m.n_rows) {
 #pragma unroll
-  for (int n = 0; n < kMaxOwn; ++n) {
-    const int it = tid + n * nthreads;
-    if (it < n_items) {
-      const int r = it / (rows_per_tile * cnt), rem = it - r * rows_per_tile * cnt;
-      const int row = rem / cnt, tok = rem - row * cnt;
-      const int64_t grow = cta_first + int64_t(r) * rows_per_tile + row;
-      if (grow < m.n_rows) {
-        const int64_t out_row = p.mode == MmMode::kDense ? int64_t(tok) : int64_t(__ldg(p.pairs + begin + tok));
+    for (int n = 0; n < kOwn; ++n) {
+      const int tk = o_tok + n * o_step;
+      if (tk < cnt) {
+        const int64_t out_row = p.mode == MmMode::kDense ? int64_t(tk) : int64_t(__ldg(p.pairs + begin + tk));
         m.y[out_row * m.y_stride + grow] = gate_up ? silu(tot[n][0]) * tot[n][1] : tot[n][0];
       }
     }
@@ -444,22 +519,12 @@ DeviceLimits device_limits() {
   return l;
 }
 
-template <DType T>
-constexpr int row_stage_bytes() {
-  using Q = tcdec::Tc<T>;
-  // The chunk plus, for 2-byte aligned rows, up to 14 bytes of lead and the
-  // words read around a misaligned one; an odd multiple of 16 so that the 8
-  // rows a warp reads at once fall in distinct banks.
-  const int span = Q::kChunkBytes + (Q::kAligned ? 0 : 34);
-  const int units = (span + 15) / 16;
-  return 16 * (units % 2 == 1 ? units : units + 1);
-}
-
 // Shared-memory layout of a geometry; returns the bytes.
 template <DType T, int NTILES>
 int layout(TcProblem& p) {
   const int nwarps = p.wk * p.wr;
   p.rs = row_stage_bytes<T>();
+  p.log2_rows = (p.mode == MmMode::kGateUp ? 3 : 4) + (p.wr == 4 ? 2 : p.wr == 2 ? 1 : 0);
   p.tile_b = kSteps * p.slots * 4 * kBLane;
   p.red_t = NTILES == 1 ? p.slots : 16;
   int at = p.stages * nwarps * 16 * p.rs;
@@ -482,19 +547,17 @@ int choose_geometry(TcProblem& p, int nt, int nt_eff, Ctas&& ctas) {
   p.n_chunks = (p.n_cols + kChunkCols - 1) / kChunkCols;
   p.slots = std::min(8, nt);
   // Rows a CTA: one tile for few tokens (most parallel); for more tokens,
-  // more tiles share the activation split, as long as the CTAs still cover
-  // the SMs.
+  // 2 or 4 tiles share the activation split (done once a CTA), 2 even if the
+  // CTAs then leave SMs idle (from 9 tokens the split is most of the work).
   int wr = 1;
-  if (nt_eff >= 4) {
-    for (int cand : {4, 2}) {
-      if (cand <= (nt_eff >= 8 ? 4 : 2) && 10 * ctas(cand) >= 9 * int64_t(lim.sms)) {
-        wr = cand;
-        break;
-      }
-    }
+  if (nt_eff >= 9) {
+    wr = 10 * ctas(4) >= 9 * int64_t(lim.sms) ? 4 : 2;
+  } else if (nt_eff >= 3) {
+    wr = 10 * ctas(2) >= 9 * int64_t(lim.sms) ? 2 : 1;
   }
   for (;; wr /= 2) {
-    for (int wk = static_cast<int>(std::min<int64_t>(p.n_chunks, (kMaxThreads / 32) / wr)); wk >= 1; wk /= 2) {
+    for (int wk = static_cast<int>(std::min<int64_t>(p.n_chunks, (kMaxThreads / 32) / wr)); wk >= 1;
+         wk /= 2) {
       p.wr = wr, p.wk = wk;
       p.rounds = static_cast<int>((p.n_chunks + wk - 1) / wk);
       p.stages = p.rounds > 1 ? 2 : 1;
@@ -543,7 +606,7 @@ Status launch_geometry(TcProblem& p, int nt, int nt_eff, int64_t n_slots, cudaSt
                         cudaGetErrorString(err));
     }
   }
-  tc_kernel<T, NTILES><<<grid, 32 * p.wk * p.wr, bytes, stream>>>(p);
+  detail::launch(tc_kernel<T, NTILES>, grid, 32 * p.wk * p.wr, bytes, stream, p);
   const cudaError_t err = cudaGetLastError();
   if (err != cudaSuccess) {
     return make_error(StatusCode::kInternal, "matvec ({}, {} tokens): launch failed: {}", dtype_name(T), nt,
@@ -558,16 +621,23 @@ Status launch_type(TcProblem& p, int nt, int nt_eff, int64_t n_slots, cudaStream
   return launch_geometry<T, 2>(p, nt, nt_eff, n_slots, stream);
 }
 
-Status launch(TcProblem& p, DType type, int nt, int nt_eff, int64_t n_slots, cudaStream_t stream) {
+Status launch_tc(TcProblem& p, DType type, int nt, int nt_eff, int64_t n_slots, cudaStream_t stream) {
   switch (type) {
-    case DType::Q8_0: return launch_type<DType::Q8_0>(p, nt, nt_eff, n_slots, stream);
-    case DType::Q4_0: return launch_type<DType::Q4_0>(p, nt, nt_eff, n_slots, stream);
-    case DType::Q4_K: return launch_type<DType::Q4_K>(p, nt, nt_eff, n_slots, stream);
-    case DType::Q5_K: return launch_type<DType::Q5_K>(p, nt, nt_eff, n_slots, stream);
-    case DType::Q6_K: return launch_type<DType::Q6_K>(p, nt, nt_eff, n_slots, stream);
-    default: break;
+    case DType::Q8_0:
+      return launch_type<DType::Q8_0>(p, nt, nt_eff, n_slots, stream);
+    case DType::Q4_0:
+      return launch_type<DType::Q4_0>(p, nt, nt_eff, n_slots, stream);
+    case DType::Q4_K:
+      return launch_type<DType::Q4_K>(p, nt, nt_eff, n_slots, stream);
+    case DType::Q5_K:
+      return launch_type<DType::Q5_K>(p, nt, nt_eff, n_slots, stream);
+    case DType::Q6_K:
+      return launch_type<DType::Q6_K>(p, nt, nt_eff, n_slots, stream);
+    default:
+      break;
   }
-  return make_error(StatusCode::kUnsupported, "matvec: weight type {} has no tensor-core path", dtype_name(type));
+  return make_error(StatusCode::kUnsupported, "matvec: weight type {} has no tensor-core path",
+                    dtype_name(type));
 }
 
 TcProblem common_problem(const MmProblem& p) {
@@ -594,7 +664,7 @@ Status launch_matvec_tc(const MmProblem& p, cudaStream_t stream) {
   TcProblem t = common_problem(p);
   if (p.mode == MmMode::kDense) {
     const int nt = static_cast<int>(p.n_tokens);
-    return launch(t, p.type, nt, nt, 0, stream);
+    return launch_tc(t, p.type, nt, nt, 0, stream);
   }
   // Grouped: an expert serves each token at most once, so up to 16 tokens
   // all its pairs fit one slot of min(n_tokens, 16) (rounded to the N tiles)
@@ -603,8 +673,9 @@ Status launch_matvec_tc(const MmProblem& p, cudaStream_t stream) {
   t.pair_chunk = nt <= 8 ? nt : 16;
   const int64_t used = std::min(p.n_expert, p.n_pairs);
   const int64_t n_slots = p.n_tokens <= t.pair_chunk ? used : p.n_pairs / t.pair_chunk + used + 1;
-  const int nt_eff = static_cast<int>(std::min<int64_t>(nt, (p.n_pairs + used - 1) / std::max<int64_t>(used, 1)));
-  return launch(t, p.type, t.pair_chunk, nt_eff, n_slots, stream);
+  const int nt_eff =
+      static_cast<int>(std::min<int64_t>(nt, (p.n_pairs + used - 1) / std::max<int64_t>(used, 1)));
+  return launch_tc(t, p.type, t.pair_chunk, nt_eff, n_slots, stream);
 }
 
 }  // namespace detail
@@ -625,19 +696,21 @@ Status matvec_multi(const MatmulArgs* products, int n_products, cudaStream_t str
     if (a.x != a0.x || a.x_stride != a0.x_stride || a.n_tokens != a0.n_tokens || a.n_cols != a0.n_cols) {
       return make_error(StatusCode::kInvalidArgument, "matvec_multi: product {} has another input", i);
     }
-    MOESERVE_RETURN_IF_ERROR(detail::check_weights("matvec_multi", a.w_type, a.w, a.n_rows, a.n_cols, a.row_bytes));
+    MOESERVE_RETURN_IF_ERROR(
+        detail::check_weights("matvec_multi", a.w_type, a.w, a.n_rows, a.n_cols, a.row_bytes));
     MOESERVE_RETURN_IF_ERROR(
         detail::check_activations("matvec_multi", a.x, a.n_tokens > 1 ? a.x_stride : a.n_cols, a.n_cols));
     if (a.y == nullptr || (a.n_tokens > 1 && a.y_stride < a.n_rows)) {
-      return make_error(StatusCode::kInvalidArgument, "matvec_multi: null y or y_stride {} < n_rows {}", a.y_stride,
-                        a.n_rows);
+      return make_error(StatusCode::kInvalidArgument, "matvec_multi: null y or y_stride {} < n_rows {}",
+                        a.y_stride, a.n_rows);
     }
   }
   if (a0.n_tokens * a0.x_stride >= (int64_t(1) << 31)) {
     return make_error(StatusCode::kInvalidArgument, "matvec_multi: activation rows too large");
   }
   bool done[64] = {};
-  if (n_products > 64) return make_error(StatusCode::kInvalidArgument, "matvec_multi: {} products", n_products);
+  if (n_products > 64)
+    return make_error(StatusCode::kInvalidArgument, "matvec_multi: {} products", n_products);
   for (int i = 0; i < n_products; ++i) {
     if (done[i]) continue;
     const DType type = products[i].w_type;
@@ -665,7 +738,7 @@ Status matvec_multi(const MatmulArgs* products, int n_products, cudaStream_t str
       done[k] = true;
     }
     const int nt = static_cast<int>(a0.n_tokens);
-    MOESERVE_RETURN_IF_ERROR(detail::launch(t, type, nt, nt, 0, stream));
+    MOESERVE_RETURN_IF_ERROR(detail::launch_tc(t, type, nt, nt, 0, stream));
   }
   return Status::ok();
 }

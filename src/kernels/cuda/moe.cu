@@ -16,6 +16,7 @@
 #include <cstdint>
 
 #include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/launch.cuh"
 #include "kernels/cuda/moe.h"
 
 namespace moeserve::cuda {
@@ -182,6 +183,8 @@ struct RouteParams {
 // chunk, also scan and place (the whole job in one launch).
 template <int kPerLane>
 __global__ void __launch_bounds__(kRouteThreads) route_chunk_kernel(RouteParams p) {
+  detail::grid_dependency_wait();  // launch.cuh: before any activation access
+  detail::allow_dependents();
   extern __shared__ int32_t hist[];  // [n_expert]
   const int warp = int(threadIdx.x) / kWarp, lane = int(threadIdx.x) % kWarp;
   const int64_t t0 = int64_t(blockIdx.x) * p.chunk_tokens;
@@ -209,6 +212,8 @@ __global__ void __launch_bounds__(kRouteThreads) route_chunk_kernel(RouteParams 
 // offsets.
 __global__ void __launch_bounds__(kScanThreads)
     chunk_scan_kernel(int32_t* chunk_counts, int n_chunks, int E, int32_t* offsets) {
+  detail::grid_dependency_wait();
+  detail::allow_dependents();
   __shared__ int32_t totals[kRouteMaxExperts];
   for (int e = threadIdx.x; e < E; e += blockDim.x) {
     int32_t run = 0;
@@ -226,6 +231,8 @@ __global__ void __launch_bounds__(kScanThreads)
 
 // Kernel 3 (one warp per chunk): place the chunk's pairs.
 __global__ void __launch_bounds__(kWarp) chunk_scatter_kernel(RouteParams p) {
+  detail::grid_dependency_wait();  // launch.cuh: before any activation access
+  detail::allow_dependents();
   extern __shared__ int32_t running[];  // [n_expert]
   const int lane = int(threadIdx.x);
   const int E = p.n_expert, K = p.n_used;
@@ -238,8 +245,8 @@ __global__ void __launch_bounds__(kWarp) chunk_scatter_kernel(RouteParams p) {
 
 template <int kPerLane>
 void launch_route(const RouteParams& p, int64_t n_chunks, cudaStream_t stream) {
-  route_chunk_kernel<kPerLane>
-      <<<unsigned(n_chunks), kRouteThreads, size_t(p.n_expert) * sizeof(int32_t), stream>>>(p);
+  detail::launch(route_chunk_kernel<kPerLane>, unsigned(n_chunks), kRouteThreads,
+                 size_t(p.n_expert) * sizeof(int32_t), stream, p);
 }
 
 Status check_route_args(const RouteArgs& a) {
@@ -277,6 +284,8 @@ Status check_route_args(const RouteArgs& a) {
 // blockIdx.x; float4 accesses when every row is 16-byte aligned.
 template <bool kVec>
 __global__ void combine_kernel(float* x, const float* y, const float* w, int K, int64_t n) {
+  detail::grid_dependency_wait();  // launch.cuh: before any activation access
+  detail::allow_dependents();
   const int64_t t = blockIdx.x;
   const int64_t col = 4 * (int64_t(blockIdx.y) * blockDim.x + threadIdx.x);
   if (col >= n) return;
@@ -351,10 +360,11 @@ Status route_and_group(const RouteArgs& a, cudaStream_t stream) {
   }
   MOESERVE_RETURN_IF_ERROR(launched("route_and_group (route)"));
   if (plan.n_chunks == 1) return Status::ok();
-  chunk_scan_kernel<<<1, kScanThreads, 0, stream>>>(p.chunk_counts, int(plan.n_chunks), p.n_expert,
-                                                    p.offsets);
+  detail::launch(chunk_scan_kernel, 1, kScanThreads, 0, stream, p.chunk_counts, int(plan.n_chunks),
+                 p.n_expert, p.offsets);
   MOESERVE_RETURN_IF_ERROR(launched("route_and_group (scan)"));
-  chunk_scatter_kernel<<<unsigned(plan.n_chunks), kWarp, size_t(p.n_expert) * sizeof(int32_t), stream>>>(p);
+  detail::launch(chunk_scatter_kernel, unsigned(plan.n_chunks), kWarp, size_t(p.n_expert) * sizeof(int32_t),
+                 stream, p);
   return launched("route_and_group (scatter)");
 }
 
@@ -375,9 +385,11 @@ Status combine_experts(const CombineArgs& a, cudaStream_t stream) {
   const dim3 grid(unsigned(a.n_tokens),
                   unsigned((a.n_embd + 4 * kCombineThreads - 1) / (4 * kCombineThreads)));
   if (vec) {
-    combine_kernel<true><<<grid, kCombineThreads, 0, stream>>>(a.x, a.y, a.weights, int(a.n_used), a.n_embd);
+    detail::launch(combine_kernel<true>, grid, kCombineThreads, 0, stream, a.x, a.y, a.weights, int(a.n_used),
+                   a.n_embd);
   } else {
-    combine_kernel<false><<<grid, kCombineThreads, 0, stream>>>(a.x, a.y, a.weights, int(a.n_used), a.n_embd);
+    detail::launch(combine_kernel<false>, grid, kCombineThreads, 0, stream, a.x, a.y, a.weights,
+                   int(a.n_used), a.n_embd);
   }
   return launched("combine_experts");
 }

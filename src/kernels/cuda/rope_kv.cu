@@ -1,5 +1,6 @@
 // qk_norm_rope_store: per-head q/k RMSNorm, NEOX RoPE and the f16 K/V cache
-// store of a batch of rows, one CTA per row.
+// store of a batch of rows, one warp per head; rope_table: the rows' angles,
+// once per forward.
 //
 // It follows the CPU reference step for step (kernels/cpu/ref/ops_ref.cpp,
 // rope_table.cpp, compiled there without FMA): the sum of squares in double,
@@ -14,6 +15,7 @@
 
 #include "kernels/cuda/attention.h"
 #include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/launch.cuh"
 
 namespace moeserve::cuda {
 namespace {
@@ -64,19 +66,43 @@ __device__ void norm_rope_head(float* x, const float* w, int hd, int n_rot, floa
   }
 }
 
+// theta_i = pos * base^(-2i/n_rot) in double, rounded once (rope_table.cpp).
+__device__ __forceinline__ void rope_angle(int32_t pos, int i, int n_rot, double freq_base, float* cos_sin) {
+  const int half = n_rot / 2;
+  const double inv_freq = pow(freq_base, -2.0 * double(i) / double(n_rot));
+  double s, c;
+  sincos(double(pos) * inv_freq, &s, &c);
+  cos_sin[i] = float(c);
+  cos_sin[half + i] = float(s);
+}
+
+__global__ void __launch_bounds__(kThreads) rope_table_kernel(const RopeTableArgs a) {
+  detail::grid_dependency_wait();  // launch.cuh: before any activation access
+  detail::allow_dependents();
+  const int64_t row = blockIdx.x;
+  const int n_rot = int(a.n_rot);
+  for (int i = threadIdx.x; i < n_rot / 2; i += kThreads) {
+    rope_angle(a.row_pos[row], i, n_rot, a.freq_base, a.cos_sin + row * a.n_rot);
+  }
+}
+
+// Grid (row, head group): each of the kWarps warps of a CTA takes one head
+// (q heads, then k heads) and the CTAs of a row share its V store.
 __global__ void __launch_bounds__(kThreads) qk_norm_rope_store_kernel(const QkNormRopeStoreArgs a) {
+  detail::grid_dependency_wait();  // launch.cuh: before any activation access
+  detail::allow_dependents();
   extern __shared__ float cos_sin[];  // n_rot floats: n_rot/2 cosines, then sines
   const int64_t row = blockIdx.x;
   const int32_t seq = a.rows.row_seq[row];
   const int32_t pos = a.rows.row_pos[row];
   const int hd = int(a.head_dim), n_rot = int(a.n_rot), half = n_rot / 2;
   for (int i = threadIdx.x; i < half; i += kThreads) {
-    // theta_i = pos * base^(-2i/n_rot) in double, rounded once (rope_table.cpp).
-    const double inv_freq = pow(a.freq_base, -2.0 * double(i) / double(n_rot));
-    double s, c;
-    sincos(double(pos) * inv_freq, &s, &c);
-    cos_sin[i] = float(c);
-    cos_sin[half + i] = float(s);
+    if (a.cos_sin != nullptr) {
+      cos_sin[i] = a.cos_sin[row * n_rot + i];
+      cos_sin[half + i] = a.cos_sin[row * n_rot + half + i];
+    } else {
+      rope_angle(pos, i, n_rot, a.freq_base, cos_sin);
+    }
   }
   __syncthreads();
 
@@ -90,44 +116,50 @@ __global__ void __launch_bounds__(kThreads) qk_norm_rope_store_kernel(const QkNo
     v_dst = a.kv.v[slot] + int64_t(pos) * kv_dim;
   }
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  for (int64_t h = warp; h < n_head + n_head_kv; h += kWarps) {
-    if (h < n_head) {
-      norm_rope_head(a.q + (row * n_head + h) * hd, a.q_norm, hd, n_rot, a.rms_eps, cos_sin, nullptr, lane);
-    } else {
-      const int64_t hk = h - n_head;
-      norm_rope_head(a.k + (row * n_head_kv + hk) * hd, a.k_norm, hd, n_rot, a.rms_eps, cos_sin,
-                     k_dst != nullptr ? k_dst + hk * hd : nullptr, lane);
-    }
+  const int64_t h = int64_t(blockIdx.y) * kWarps + warp;
+  if (h < n_head) {
+    norm_rope_head(a.q + (row * n_head + h) * hd, a.q_norm, hd, n_rot, a.rms_eps, cos_sin, nullptr, lane);
+  } else if (h < n_head + n_head_kv) {
+    const int64_t hk = h - n_head;
+    norm_rope_head(a.k + (row * n_head_kv + hk) * hd, a.k_norm, hd, n_rot, a.rms_eps, cos_sin,
+                   k_dst != nullptr ? k_dst + hk * hd : nullptr, lane);
   }
   if (v_dst != nullptr) {
     const float* v = a.v + row * kv_dim;
-    for (int64_t i = threadIdx.x; i < kv_dim; i += kThreads) v_dst[i] = to_f16(v[i]);
+    const int64_t stride = int64_t(gridDim.y) * kThreads;
+    for (int64_t i = int64_t(blockIdx.y) * kThreads + threadIdx.x; i < kv_dim; i += stride)
+      v_dst[i] = to_f16(v[i]);
   }
 }
 
 Status validate(const QkNormRopeStoreArgs& a) {
   if (a.rows.n_rows < 0 || a.rows.n_rows > INT_MAX) {
-    return make_error(StatusCode::kInvalidArgument, "qk_norm_rope_store: n_rows {} out of range", a.rows.n_rows);
+    return make_error(StatusCode::kInvalidArgument, "qk_norm_rope_store: n_rows {} out of range",
+                      a.rows.n_rows);
   }
-  if (a.n_head < 1 || a.n_head_kv < 1 || a.head_dim < 1 || a.head_dim > kMaxHeadDim) {
+  if (a.n_head < 1 || a.n_head_kv < 1 || a.head_dim < 1 || a.head_dim > kMaxHeadDim ||
+      a.n_head + a.n_head_kv > int64_t(65535) * kWarps) {
     return make_error(StatusCode::kInvalidArgument,
                       "qk_norm_rope_store: n_head {}, n_head_kv {}, head_dim {} (need >= 1, head_dim <= {})",
                       a.n_head, a.n_head_kv, a.head_dim, kMaxHeadDim);
   }
   if (a.n_rot < 0 || a.n_rot > a.head_dim || a.n_rot % 2 != 0) {
     return make_error(StatusCode::kInvalidArgument,
-                      "qk_norm_rope_store: n_rot {} must be even and within 0..head_dim ({})", a.n_rot, a.head_dim);
+                      "qk_norm_rope_store: n_rot {} must be even and within 0..head_dim ({})", a.n_rot,
+                      a.head_dim);
   }
   if (a.n_rot > 0 && !(a.freq_base > 0.0)) {
-    return make_error(StatusCode::kInvalidArgument, "qk_norm_rope_store: freq_base {} must be > 0", a.freq_base);
+    return make_error(StatusCode::kInvalidArgument, "qk_norm_rope_store: freq_base {} must be > 0",
+                      a.freq_base);
   }
   if (a.kv.n_layer < 1 || a.layer < 0 || a.layer >= a.kv.n_layer) {
     return make_error(StatusCode::kInvalidArgument, "qk_norm_rope_store: layer {} outside 0..{}", a.layer,
                       a.kv.n_layer - 1);
   }
   if (a.rows.n_rows > 0 && (a.q == nullptr || a.k == nullptr || a.v == nullptr || a.rows.row_seq == nullptr ||
-                       a.rows.row_pos == nullptr || a.kv.k == nullptr || a.kv.v == nullptr)) {
-    return make_error(StatusCode::kInvalidArgument, "qk_norm_rope_store: a null q/k/v/row/cache-table pointer");
+                            a.rows.row_pos == nullptr || a.kv.k == nullptr || a.kv.v == nullptr)) {
+    return make_error(StatusCode::kInvalidArgument,
+                      "qk_norm_rope_store: a null q/k/v/row/cache-table pointer");
   }
   return Status::ok();
 }
@@ -138,8 +170,23 @@ Status qk_norm_rope_store(const QkNormRopeStoreArgs& a, cudaStream_t stream) {
   MOESERVE_RETURN_IF_ERROR(validate(a));
   if (a.rows.n_rows == 0) return Status::ok();
   const size_t smem = size_t(a.n_rot) * sizeof(float);
-  qk_norm_rope_store_kernel<<<unsigned(a.rows.n_rows), kThreads, smem, stream>>>(a);
-  MOESERVE_CUDA_RETURN_IF_ERROR(cudaGetLastError());
+  const dim3 grid(unsigned(a.rows.n_rows), unsigned((a.n_head + a.n_head_kv + kWarps - 1) / kWarps));
+  MOESERVE_CUDA_RETURN_IF_ERROR(detail::launch(qk_norm_rope_store_kernel, grid, kThreads, smem, stream, a));
+  return Status::ok();
+}
+
+Status rope_table(const RopeTableArgs& a, cudaStream_t stream) {
+  if (a.n_rows < 0 || a.n_rows > INT_MAX || a.n_rot < 2 || a.n_rot % 2 != 0 || a.n_rot > kMaxHeadDim ||
+      !(a.freq_base > 0.0)) {
+    return make_error(StatusCode::kInvalidArgument, "rope_table: {} rows, n_rot {}, freq_base {}", a.n_rows,
+                      a.n_rot, a.freq_base);
+  }
+  if (a.n_rows == 0) return Status::ok();
+  if (a.row_pos == nullptr || a.cos_sin == nullptr) {
+    return make_error(StatusCode::kInvalidArgument, "rope_table: null row_pos or cos_sin");
+  }
+  MOESERVE_CUDA_RETURN_IF_ERROR(
+      detail::launch(rope_table_kernel, unsigned(a.n_rows), kThreads, 0, stream, a));
   return Status::ok();
 }
 

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "kernels/cpu/cpu_kernels.h"
+#include "kernels/cuda/elementwise.h"
 #include "kernels/cuda/moe.h"
 #include "kernels_gpu/cuda/gpu_test_util.h"
 
@@ -231,6 +232,35 @@ TEST_P(CombineGpu, MatchesSlotOrderReference) {
 
 INSTANTIATE_TEST_SUITE_P(Sizes, CombineGpu,
                          ::testing::Combine(::testing::Values(1, 7, 4096, 4099), ::testing::Values(0, 1)));
+
+// The combine fused with the next layer's norm (elementwise.h) gives
+// exactly what combine_experts followed by rms_norm give: x and the normed
+// rows, bit for bit (float4 rows and, at an odd offset, the scalar path).
+TEST_P(CombineGpu, FusedWithNormEqualsCombineThenNorm) {
+  MOESERVE_REQUIRE_GPU();
+  const auto [n_embd, off] = GetParam();
+  const int64_t T = 3, K = 8;
+  const auto x = random_floats(size_t(T * n_embd + off), 94);
+  const auto y = random_floats(size_t(T * K * n_embd + off), 95);
+  const auto w = random_floats(size_t(T * K), 96, 0.3f);
+  const auto g = random_floats(size_t(n_embd + off), 97);
+  DeviceArray<float> x1(x), x2(x), dy(y), dw(w), dg(g), out1(x.size()), out2(x.size());
+  cuda::CombineArgs c;
+  c.x = x1.get() + off, c.y = dy.get() + off, c.weights = dw.get(), c.n_tokens = T, c.n_used = K,
+  c.n_embd = n_embd;
+  ASSERT_TRUE(cuda::combine_experts(c, nullptr).is_ok());
+  cuda::RmsNormArgs n;
+  n.x = x1.get() + off, n.w = dg.get() + off, n.out = out1.get() + off, n.n_rows = T, n.n_cols = n_embd,
+  n.eps = 1e-6f;
+  ASSERT_TRUE(cuda::rms_norm(n, nullptr).is_ok());
+  cuda::CombineRmsNormArgs f;
+  f.x = x2.get() + off, f.y = dy.get() + off, f.weights = dw.get(), f.n_used = K;
+  f.w = dg.get() + off, f.out = out2.get() + off, f.n_rows = T, f.n_cols = n_embd, f.eps = 1e-6f;
+  ASSERT_TRUE(cuda::combine_rms_norm(f, nullptr).is_ok());
+  const auto a1 = x1.download(), a2 = x2.download(), o1 = out1.download(), o2 = out2.download();
+  for (size_t i = size_t(off); i < a1.size(); ++i) ASSERT_EQ(a1[i], a2[i]) << "x element " << i;
+  for (size_t i = size_t(off); i < o1.size(); ++i) ASSERT_EQ(o1[i], o2[i]) << "normed element " << i;
+}
 
 TEST(CombineGpuChecks, RejectsBadArguments) {
   cuda::CombineArgs a;

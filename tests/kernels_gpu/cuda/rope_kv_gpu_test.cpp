@@ -34,17 +34,21 @@ struct RowSpec {
 
 // Rows of three sequences in mixed order, including positions ~100000
 // (where a float angle would already be off; the table is built in double).
-const std::vector<RowSpec> kRows = {{0, 0},      {0, 1},      {0, 2},  {2, 37}, {1, 100000},
-                                    {1, 100001}, {1, 100002}, {0, 3},  {2, 38}};
+const std::vector<RowSpec> kRows = {{0, 0},      {0, 1},      {0, 2}, {2, 37}, {1, 100000},
+                                    {1, 100001}, {1, 100002}, {0, 3}, {2, 38}};
 constexpr int64_t kLayers = 3, kLayer = 1, kSeqs = 3;
 constexpr uint16_t kPoison = 0xFFFF;  // an f16 NaN: what cudaMemset(0xFF) leaves
 
-void run_case(const RopeCase& c, uint32_t seed) {
+// table: the rotation comes from rope_table() (as the CUDA backend runs it,
+// once per forward) instead of being computed in the kernel; both must give
+// the same bits, which the caller checks through the returned q.
+std::vector<float> run_case(const RopeCase& c, uint32_t seed, bool table = false) {
   const int64_t n_rows = int64_t(kRows.size()), hd = c.head_dim, qd = c.n_head * hd, kvd = c.n_head_kv * hd;
   std::vector<float> q = random_floats(size_t(n_rows * qd), seed, 1.5f);
   std::vector<float> k = random_floats(size_t(n_rows * kvd), seed + 1, 1.5f);
   const std::vector<float> v = random_floats(size_t(n_rows * kvd), seed + 2, 1.5f);
-  std::vector<float> q_norm = random_floats(size_t(hd), seed + 3, 0.3f), k_norm = random_floats(size_t(hd), seed + 4, 0.3f);
+  std::vector<float> q_norm = random_floats(size_t(hd), seed + 3, 0.3f),
+                     k_norm = random_floats(size_t(hd), seed + 4, 0.3f);
   for (float& w : q_norm) w += 1.0f;
   for (float& w : k_norm) w += 1.0f;
   std::vector<int32_t> row_seq, row_pos;
@@ -90,79 +94,101 @@ void run_case(const RopeCase& c, uint32_t seed) {
   a.rows = {dseq.get(), dpos.get(), n_rows};
   a.kv = {dk_tab.get(), dv_tab.get(), kLayers};
   a.layer = kLayer;
+  DeviceArray<float> dtable(size_t(std::max<int64_t>(n_rows * c.n_rot, 1)));
+  if (table && c.n_rot > 0) {
+    const Status st = cuda::rope_table({dpos.get(), n_rows, c.n_rot, a.freq_base, dtable.get()}, nullptr);
+    EXPECT_TRUE(st.is_ok()) << st.to_string();
+    a.cos_sin = dtable.get();
+  }
   const Status st = cuda::qk_norm_rope_store(a, nullptr);
-  ASSERT_TRUE(st.is_ok()) << st.to_string();
+  EXPECT_TRUE(st.is_ok()) << st.to_string();
+  if (!st.is_ok()) return {};
   const std::vector<float> gq = dq.download(), gk = dk.download();
 
-  // CPU reference, as models/qwen3.cpp runs it.
-  const cpu::CpuKernels& ref = *cpu::cpu_kernels_for(cpu::SimdLevel::kReference);
-  std::vector<float> cos_sin(size_t(std::max<int64_t>(c.n_rot, 1)));
-  for (int64_t t = 0; t < n_rows; ++t) {
-    if (c.n_rot > 0) cpu::rope_cos_sin(row_pos[size_t(t)], c.n_rot, a.freq_base, cos_sin.data());
-    auto head = [&](float* x, const float* w) {
-      if (c.norm) ref.rms_norm(x, w, x, hd, a.rms_eps);
-      if (c.n_rot > 0) ref.rope_neox(x, c.n_rot, cos_sin.data());
-    };
-    for (int64_t h = 0; h < c.n_head; ++h) head(q.data() + t * qd + h * hd, q_norm.data());
-    for (int64_t h = 0; h < c.n_head_kv; ++h) head(k.data() + t * kvd + h * hd, k_norm.data());
-  }
-  // Same operations in the same order (no FMA on either side); only a last
-  // double bit of pow/sincos surviving the rounding of cos/sin to float can
-  // differ, a few float ulps at most.
-  constexpr double kTol = 1e-6;
-  for (int64_t t = 0; t < n_rows; ++t) {
-    for (int64_t h = 0; h < c.n_head; ++h) {
-      const size_t off = size_t(t * qd + h * hd);
-      ASSERT_LT(relative_error(gq.data() + off, q.data() + off, size_t(hd)), kTol) << "q row " << t << " head " << h;
+  // The checks run in a lambda so that ASSERT stops at the first mismatch.
+  [&] {
+    // CPU reference, as models/qwen3.cpp runs it.
+    const cpu::CpuKernels& ref = *cpu::cpu_kernels_for(cpu::SimdLevel::kReference);
+    std::vector<float> cos_sin(size_t(std::max<int64_t>(c.n_rot, 1)));
+    for (int64_t t = 0; t < n_rows; ++t) {
+      if (c.n_rot > 0) cpu::rope_cos_sin(row_pos[size_t(t)], c.n_rot, a.freq_base, cos_sin.data());
+      auto head = [&](float* x, const float* w) {
+        if (c.norm) ref.rms_norm(x, w, x, hd, a.rms_eps);
+        if (c.n_rot > 0) ref.rope_neox(x, c.n_rot, cos_sin.data());
+      };
+      for (int64_t h = 0; h < c.n_head; ++h) head(q.data() + t * qd + h * hd, q_norm.data());
+      for (int64_t h = 0; h < c.n_head_kv; ++h) head(k.data() + t * kvd + h * hd, k_norm.data());
     }
-    for (int64_t h = 0; h < c.n_head_kv; ++h) {
-      const size_t off = size_t(t * kvd + h * hd);
-      ASSERT_LT(relative_error(gk.data() + off, k.data() + off, size_t(hd)), kTol) << "k row " << t << " head " << h;
+    // Same operations in the same order (no FMA on either side); only a last
+    // double bit of pow/sincos surviving the rounding of cos/sin to float can
+    // differ, a few float ulps at most.
+    constexpr double kTol = 1e-6;
+    for (int64_t t = 0; t < n_rows; ++t) {
+      for (int64_t h = 0; h < c.n_head; ++h) {
+        const size_t off = size_t(t * qd + h * hd);
+        ASSERT_LT(relative_error(gq.data() + off, q.data() + off, size_t(hd)), kTol)
+            << "q row " << t << " head " << h;
+      }
+      for (int64_t h = 0; h < c.n_head_kv; ++h) {
+        const size_t off = size_t(t * kvd + h * hd);
+        ASSERT_LT(relative_error(gk.data() + off, k.data() + off, size_t(hd)), kTol)
+            << "k row " << t << " head " << h;
+      }
     }
-  }
 
-  // Cache rows: each written row is exactly the RNE f16 of the kernel's own
-  // k (and of v); every other row is still poison.
-  std::map<std::pair<int32_t, int32_t>, int64_t> written;  // (seq, pos) -> batch row
-  for (int64_t t = 0; t < n_rows; ++t) written[{row_seq[size_t(t)], row_pos[size_t(t)]}] = t;
-  for (int64_t s = 0; s < kSeqs; ++s) {
-    const std::vector<uint16_t> hk = k_cache[size_t(s)].download(), hv = v_cache[size_t(s)].download();
-    for (int64_t p = 0; p < capacity[size_t(s)]; ++p) {
-      const auto it = written.find({int32_t(s), int32_t(p)});
-      for (int64_t i = 0; i < kvd; ++i) {
-        const size_t ci = size_t(p * kvd + i);
-        if (it == written.end()) {
-          ASSERT_EQ(hk[ci], kPoison) << "seq " << s << " pos " << p << " written but not a row's";
-          ASSERT_EQ(hv[ci], kPoison) << "seq " << s << " pos " << p << " written but not a row's";
-        } else {
-          const size_t ri = size_t(it->second * kvd + i);
-          ASSERT_EQ(hk[ci], fp32_to_fp16(gk[ri])) << "k seq " << s << " pos " << p << " i " << i;
-          ASSERT_EQ(hv[ci], fp32_to_fp16(v[ri])) << "v seq " << s << " pos " << p << " i " << i;
+    // Cache rows: each written row is exactly the RNE f16 of the kernel's own
+    // k (and of v); every other row is still poison.
+    std::map<std::pair<int32_t, int32_t>, int64_t> written;  // (seq, pos) -> batch row
+    for (int64_t t = 0; t < n_rows; ++t) written[{row_seq[size_t(t)], row_pos[size_t(t)]}] = t;
+    for (int64_t s = 0; s < kSeqs; ++s) {
+      const std::vector<uint16_t> hk = k_cache[size_t(s)].download(), hv = v_cache[size_t(s)].download();
+      for (int64_t p = 0; p < capacity[size_t(s)]; ++p) {
+        const auto it = written.find({int32_t(s), int32_t(p)});
+        for (int64_t i = 0; i < kvd; ++i) {
+          const size_t ci = size_t(p * kvd + i);
+          if (it == written.end()) {
+            ASSERT_EQ(hk[ci], kPoison) << "seq " << s << " pos " << p << " written but not a row's";
+            ASSERT_EQ(hv[ci], kPoison) << "seq " << s << " pos " << p << " written but not a row's";
+          } else {
+            const size_t ri = size_t(it->second * kvd + i);
+            ASSERT_EQ(hk[ci], fp32_to_fp16(gk[ri])) << "k seq " << s << " pos " << p << " i " << i;
+            ASSERT_EQ(hv[ci], fp32_to_fp16(v[ri])) << "v seq " << s << " pos " << p << " i " << i;
+          }
         }
       }
     }
+    for (uint16_t x : decoy.download()) ASSERT_EQ(x, kPoison) << "another layer's cache was written";
+  }();
+  return gq;
+}
+
+void run_both(const RopeCase& c, uint32_t seed) {
+  const std::vector<float> own = run_case(c, seed, false);
+  const std::vector<float> tabled = run_case(c, seed, true);
+  ASSERT_EQ(own.size(), tabled.size());
+  for (size_t i = 0; i < own.size(); ++i) {
+    ASSERT_EQ(own[i], tabled[i]) << "q element " << i << ": rope_table's angles differ from the kernel's own";
   }
-  for (uint16_t x : decoy.download()) ASSERT_EQ(x, kPoison) << "another layer's cache was written";
 }
 
 TEST(QkNormRopeStoreGpu, FullRotaryGqa) {
   MOESERVE_REQUIRE_GPU();
-  run_case({6, 2, 128, 128, true}, 11);
+  run_both({6, 2, 128, 128, true}, 11);
 }
 
 TEST(QkNormRopeStoreGpu, PartialRotaryHeadDim64) {
   MOESERVE_REQUIRE_GPU();
-  run_case({4, 4, 64, 32, true}, 22);
+  run_both({4, 4, 64, 32, true}, 22);
 }
 
 TEST(QkNormRopeStoreGpu, OddHeadDimWithoutNorm) {
   MOESERVE_REQUIRE_GPU();
-  run_case({8, 2, 80, 64, false}, 33);
+  run_both({8, 2, 80, 64, false}, 33);
 }
 
 TEST(QkNormRopeStoreGpu, NormWithoutRope) {
   MOESERVE_REQUIRE_GPU();
-  run_case({5, 1, 128, 0, true}, 44);
+  run_both({5, 1, 128, 0, true}, 44);
 }
 
 TEST(QkNormRopeStoreGpu, RejectsBadShapes) {
