@@ -1,13 +1,14 @@
 #!/usr/bin/env python3
 """Summarises an `ncu --csv --print-units base` run of moeserve generate:
-forwards are cut at each embedding kernel; the first (the prompt) is
-skipped and the decode forwards are averaged per kernel name."""
+forwards are cut at each embedding kernel; by default the first (the
+prompt) is skipped and the decode forwards are averaged per kernel name;
+with --prefill only the first forward is summarised."""
 import collections
 import csv
 import sys
 
 
-def main(path):
+def main(path, prefill=False):
     rows = [r for r in csv.reader(l for l in open(path) if l.startswith('"'))]
     head, rows = rows[0], rows[1:]
     col = {n: i for i, n in enumerate(head)}
@@ -31,9 +32,9 @@ def main(path):
             forwards.append(cur)
         if cur is not None:
             cur.append((f"{short}{tmpl[:60]}", grid, t, rd, wr))
-    decode = forwards[1:]
+    decode = forwards[:1] if prefill else forwards[1:]
     if not decode:
-        print("no decode forwards found")
+        print("no forwards found")
         return
     agg = collections.OrderedDict()
     for f in decode:
@@ -45,7 +46,7 @@ def main(path):
             a[3] += wr
     n = len(decode)
     total = sum(a[1] for a in agg.values()) / n
-    print(f"{n} decode forwards, {len(decode[0])} kernels each, kernel time {total / 1e3:.1f} us per forward")
+    print(f"{n} {'prefill' if prefill else 'decode'} forwards, {len(decode[0])} kernels each, kernel time {total / 1e3:.1f} us per forward")
     print(f"{'kernel':70s} {'grid':>16s} {'per fwd':>7s} {'us each':>8s} {'us/fwd':>8s} {'share':>6s} {'GB/s':>7s}")
     for (name, grid), (cnt, t, rd, wr) in sorted(agg.items(), key=lambda kv: -kv[1][1]):
         each = t / cnt
@@ -54,4 +55,4 @@ def main(path):
 
 
 if __name__ == "__main__":
-    main(sys.argv[1])
+    main(sys.argv[1], "--prefill" in sys.argv[2:])

@@ -416,13 +416,7 @@ Status CudaOps::matmul(std::span<const MatmulOp> group) {
     a.y = op.y;
     a.y_stride = op.w->n_rows;
     if (op.n_tokens > cuda::kMatvecMaxTokens && exact_rows(a.w_type)) {
-      for (int64_t t0 = 0; t0 < op.n_tokens; t0 += cuda::kMatvecMaxTokens) {
-        cuda::MatmulArgs chunk = a;
-        chunk.x = op.x + t0 * a.x_stride;
-        chunk.y = op.y + t0 * a.y_stride;
-        chunk.n_tokens = std::min(cuda::kMatvecMaxTokens, op.n_tokens - t0);
-        MOESERVE_RETURN_IF_ERROR(cuda::matvec(chunk, stream_));
-      }
+      MOESERVE_RETURN_IF_ERROR(cuda::matvec_rows(a, stream_));
       continue;
     }
     MOESERVE_RETURN_IF_ERROR(cuda::matmul(a, stream_));

@@ -509,6 +509,23 @@ Status matvec(const MatmulArgs& a, cudaStream_t stream) {
   return detail::launch_matvec(dense_problem(a), stream);
 }
 
+Status matvec_rows(const MatmulArgs& a, cudaStream_t stream) {
+  if (a.n_tokens < 1)
+    return make_error(StatusCode::kInvalidArgument, "matvec_rows: n_tokens {} < 1", a.n_tokens);
+  MOESERVE_RETURN_IF_ERROR(check_dense("matvec_rows", a));
+  // F32: every chunk of 16 tokens in one launch (the kernel's grid has a
+  // token-chunk axis); the other types one matvec() launch per chunk.
+  if (a.w_type == DType::F32) return detail::launch_matvec(dense_problem(a), stream);
+  for (int64_t t0 = 0; t0 < a.n_tokens; t0 += kMatvecMaxTokens) {
+    MatmulArgs chunk = a;
+    chunk.x = a.x + t0 * a.x_stride;
+    chunk.y = a.y + t0 * a.y_stride;
+    chunk.n_tokens = std::min(kMatvecMaxTokens, a.n_tokens - t0);
+    MOESERVE_RETURN_IF_ERROR(detail::launch_matvec(dense_problem(chunk), stream));
+  }
+  return Status::ok();
+}
+
 Status gemm(const MatmulArgs& a, cudaStream_t stream) {
   if (a.n_tokens < 1) return make_error(StatusCode::kInvalidArgument, "gemm: n_tokens {} < 1", a.n_tokens);
   MOESERVE_RETURN_IF_ERROR(check_dense("gemm", a));

@@ -47,8 +47,8 @@ struct MatmulArgs {
   const float* x = nullptr;  // [n_tokens][x_stride], n_cols used
   int64_t x_stride = 0;      // elements
   int64_t n_tokens = 0;
-  float* y = nullptr;        // [n_tokens][y_stride], n_rows written
-  int64_t y_stride = 0;      // elements
+  float* y = nullptr;    // [n_tokens][y_stride], n_rows written
+  int64_t y_stride = 0;  // elements
 };
 
 // Rows up to which matmul() takes the matrix x vector path.
@@ -59,6 +59,11 @@ inline constexpr int64_t kMatvecMaxTokens = 16;
 // not depend on n_tokens, so a token's row is bit-identical whatever else
 // is in the batch.
 Status matvec(const MatmulArgs& a, cudaStream_t stream);
+// Any n_tokens, each token's row bit-identical to what matvec() gives it
+// (products whose rows must not depend on how a batch was cut: the F32
+// router). F32 weights take one launch for all tokens, the other types one
+// matvec() per 16 tokens.
+Status matvec_rows(const MatmulArgs& a, cudaStream_t stream);
 // Several matrix x vector products sharing one input (an attention layer's
 // q, k and v): products[i] must all have the same x, x_stride, n_tokens
 // (1..kMatvecMaxTokens) and n_cols; each has its own weights (any type) and
@@ -92,7 +97,7 @@ struct ExpertGroups {
   const int32_t* pairs_by_expert = nullptr;  // [n_tokens * n_used]
   const int32_t* expert_offsets = nullptr;   // [n_expert + 1]
   int64_t n_expert = 0;
-  int64_t n_used = 0;                        // slots per token (top-k)
+  int64_t n_used = 0;  // slots per token (top-k)
   int64_t n_tokens = 0;
 };
 

@@ -323,9 +323,14 @@ __device__ __forceinline__ float dot4(float4 a, float4 b, float acc) {
   return fmaf(a.w, b.w, acc);
 }
 
+// Block (row group, token chunk): chunk c takes tokens NT*c.. (up to NT):
+// many tokens (the router of a prefill chunk) in one launch, each token's
+// sum as at one token.
 template <int NT>
-__global__ void __launch_bounds__(32 * kF32Warps) f32_rows_kernel(const MmProblem p) {
+__global__ void __launch_bounds__(32 * kF32Warps) f32_rows_kernel(MmProblem p) {
   const int warp = static_cast<int>(threadIdx.x) >> 5, lane = static_cast<int>(threadIdx.x) & 31;
+  const int64_t t0 = int64_t(blockIdx.y) * NT;
+  p.x += t0 * p.x_stride, p.y += t0 * p.y_stride, p.n_tokens = min(int64_t(NT), p.n_tokens - t0);
   const int64_t row = int64_t(blockIdx.x) * kF32Warps + warp;
   const float4* w = reinterpret_cast<const float4*>(p.w0 + min(row, p.n_rows - 1) * p.row_bytes);
   const int64_t n4 = p.n_cols / 4;
@@ -375,8 +380,13 @@ __global__ void __launch_bounds__(32 * kF32Warps) f32_rows_kernel(const MmProble
 
 template <int NT>
 Status launch_f32_rows(const MmProblem& p, cudaStream_t stream) {
-  const int64_t blocks = (p.n_rows + kF32Warps - 1) / kF32Warps;
-  const cudaError_t err = launch(f32_rows_kernel<NT>, unsigned(blocks), 32 * kF32Warps, 0, stream, p);
+  const int64_t blocks = (p.n_rows + kF32Warps - 1) / kF32Warps, chunks = (p.n_tokens + NT - 1) / NT;
+  if (blocks > INT32_MAX || chunks > 65535) {
+    return make_error(StatusCode::kInvalidArgument, "matvec (F32): {} rows x {} tokens is too many", p.n_rows,
+                      p.n_tokens);
+  }
+  const dim3 grid{unsigned(blocks), unsigned(chunks)};
+  const cudaError_t err = launch(f32_rows_kernel<NT>, grid, 32 * kF32Warps, 0, stream, p);
   if (err != cudaSuccess) {
     return make_error(StatusCode::kInternal, "matvec (F32, {} tokens): launch failed: {}", NT,
                       cudaGetErrorString(err));
@@ -505,6 +515,7 @@ Status launch_matvec(const MmProblem& p, cudaStream_t stream) {
   }
   // Grouped: an expert serves each token at most once, so it has at most
   // n_tokens pairs; taking them that many at a time reads its rows once.
+  // (Dense F32 problems of more tokens run in chunks of 16: matvec_rows.)
   const int nt = static_cast<int>(std::min<int64_t>(p.n_tokens, kMatvecMaxTokens));
   switch (p.type) {
     case DType::F32:

@@ -66,12 +66,14 @@ QuantMatrix make_matrix(DType type, int64_t rows, int64_t cols, uint32_t seed, s
 }
 
 // y[t][r] = sum_c W[r][c] * x[t][c] in double.
-std::vector<float> reference(const QuantMatrix& m, const std::vector<float>& x, int64_t x_stride, int64_t n_tokens) {
+std::vector<float> reference(const QuantMatrix& m, const std::vector<float>& x, int64_t x_stride,
+                             int64_t n_tokens) {
   std::vector<float> y(size_t(n_tokens * m.rows));
   for (int64_t t = 0; t < n_tokens; ++t) {
     for (int64_t r = 0; r < m.rows; ++r) {
       double s = 0.0;
-      for (int64_t c = 0; c < m.cols; ++c) s += double(m.values[r * m.cols + c]) * double(x[t * x_stride + c]);
+      for (int64_t c = 0; c < m.cols; ++c)
+        s += double(m.values[r * m.cols + c]) * double(x[t * x_stride + c]);
       y[t * m.rows + r] = float(s);
     }
   }
@@ -84,7 +86,7 @@ bool is_poison(float v) {
   return b == 0xFFFFFFFFu;
 }
 
-enum class Path { kMatvec, kGemm, kMatmul };
+enum class Path { kMatvec, kGemm, kMatmul, kRows };
 
 struct ProductRun {
   std::vector<float> y;  // [n_tokens][n_rows], gathered from the strided output
@@ -93,8 +95,8 @@ struct ProductRun {
 
 // Runs one product on device copies; checks that every output in the
 // strided y is written and that the stride padding stays poisoned.
-ProductRun run_product(Path path, const QuantMatrix& m, const std::vector<float>& x, int64_t x_stride, int64_t n_tokens,
-                int64_t y_pad = 3) {
+ProductRun run_product(Path path, const QuantMatrix& m, const std::vector<float>& x, int64_t x_stride,
+                       int64_t n_tokens, int64_t y_pad = 3) {
   DeviceArray<uint8_t> dw(m.bytes);
   DeviceArray<float> dx(x);
   const int64_t y_stride = m.rows + y_pad;
@@ -106,6 +108,7 @@ ProductRun run_product(Path path, const QuantMatrix& m, const std::vector<float>
   ProductRun out;
   out.status = path == Path::kMatvec ? cuda::matvec(a, nullptr)
                : path == Path::kGemm ? cuda::gemm(a, nullptr)
+               : path == Path::kRows ? cuda::matvec_rows(a, nullptr)
                                      : cuda::matmul(a, nullptr);
   if (!out.status.is_ok()) return out;
   const cudaError_t err = cudaDeviceSynchronize();
@@ -182,6 +185,28 @@ TEST_P(MatvecGpu, TokenResultsDoNotDependOnTheBatch) {
   EXPECT_EQ(std::memcmp(five.y.data(), batch.y.data() + 3 * rows, size_t(5 * rows) * sizeof(float)), 0);
 }
 
+// matvec_rows: any number of tokens, each row bit for bit what matvec gives
+// that token (F32 in one launch over 16-token chunks; the others a launch
+// a chunk), and the reference within matvec's tolerance.
+TEST_P(MatvecGpu, RowsOfAnyBatchEqualMatvecRows) {
+  MOESERVE_REQUIRE_GPU();
+  const DType type = GetParam();
+  const int64_t cols = 5 * col_unit(type), rows = 37, n_tokens = 53, x_stride = cols + 4;
+  const QuantMatrix m = make_matrix(type, rows, cols, 17);
+  const std::vector<float> x = random_floats(size_t(n_tokens * x_stride), 18);
+  const ProductRun all = run_product(Path::kRows, m, x, x_stride, n_tokens);
+  ASSERT_TRUE(all.status.is_ok()) << all.status.to_string();
+  const std::vector<float> want = reference(m, x, x_stride, n_tokens);
+  EXPECT_LT(relative_error(all.y.data(), want.data(), want.size()), kMatvecTol) << dtype_name(type);
+  for (int64_t t : {0, 15, 16, 52}) {
+    const std::vector<float> xt(x.begin() + t * x_stride, x.begin() + (t + 1) * x_stride);
+    const ProductRun one = run_product(Path::kMatvec, m, xt, x_stride, 1);
+    ASSERT_TRUE(one.status.is_ok());
+    EXPECT_EQ(std::memcmp(one.y.data(), all.y.data() + t * rows, size_t(rows) * sizeof(float)), 0)
+        << dtype_name(type) << ": token " << t << " of 53 differs from its matvec row";
+  }
+}
+
 class GemmGpu : public ::testing::TestWithParam<DType> {};
 
 TEST_P(GemmGpu, MatchesDoubleReference) {
@@ -231,13 +256,16 @@ TEST_P(GemmGpu, MatmulPicksMatvecUpTo16Tokens) {
   for (int64_t n : {16, 17}) {
     const std::vector<float> x = random_floats(size_t(n * cols), uint32_t(22 + n));
     const ProductRun via_matmul = run_product(Path::kMatmul, m, x, cols, n);
-    const ProductRun direct = run_product(n <= cuda::kMatvecMaxTokens ? Path::kMatvec : Path::kGemm, m, x, cols, n);
+    const ProductRun direct =
+        run_product(n <= cuda::kMatvecMaxTokens ? Path::kMatvec : Path::kGemm, m, x, cols, n);
     ASSERT_TRUE(via_matmul.status.is_ok() && direct.status.is_ok());
     EXPECT_EQ(std::memcmp(via_matmul.y.data(), direct.y.data(), via_matmul.y.size() * sizeof(float)), 0) << n;
   }
 }
 
-std::string type_name(const ::testing::TestParamInfo<DType>& info) { return std::string(dtype_name(info.param)); }
+std::string type_name(const ::testing::TestParamInfo<DType>& info) {
+  return std::string(dtype_name(info.param));
+}
 
 INSTANTIATE_TEST_SUITE_P(AllWeightTypes, MatvecGpu, ::testing::ValuesIn(kWeightDTypes), type_name);
 INSTANTIATE_TEST_SUITE_P(AllWeightTypes, GemmGpu, ::testing::ValuesIn(kWeightDTypes), type_name);
@@ -303,7 +331,8 @@ void check_tc_decoder(uint32_t seed) {
   const int64_t cols = 3 * cuda::tcdec::kChunkCols;
   std::vector<float> src = random_floats(size_t(cols), seed);
   // Some blocks of very different magnitudes.
-  for (int64_t i = 0; i < cols; ++i) src[size_t(i)] *= float(1 + (i / 64) % 5) * ((i / 256) % 2 ? 100.0f : 0.01f);
+  for (int64_t i = 0; i < cols; ++i)
+    src[size_t(i)] *= float(1 + (i / 64) % 5) * ((i / 256) % 2 ? 100.0f : 0.01f);
   std::vector<uint8_t> bytes(dtype_row_bytes(T, cols) + 16, 0xAB);
   quantize_row(T, src.data(), bytes.data(), cols);
   std::vector<float> want(static_cast<size_t>(cols), 0.0f);
@@ -314,7 +343,8 @@ void check_tc_decoder(uint32_t seed) {
     Q::scales(row, 0, e);
     Q::scales(row, 1, e);
     double max_abs = 0.0;
-    for (int i = 0; i < cuda::tcdec::kChunkCols; ++i) max_abs = std::max(max_abs, std::fabs(double(want[size_t(c * 256 + i)])));
+    for (int i = 0; i < cuda::tcdec::kChunkCols; ++i)
+      max_abs = std::max(max_abs, std::fabs(double(want[size_t(c * 256 + i)])));
     for (int q = 0; q < cuda::tcdec::kSteps; ++q) {
       float scale = 0.0f, min = 0.0f;
       cuda::tcdec::step_scale<T>(e, q, &scale, &min);
@@ -364,8 +394,8 @@ TEST(MatvecTcDecode, ActivationTermsSumExactly) {
 
 // matvec_multi of `mats` (one input x, cols columns, contiguous rows): each
 // product's output [n_tokens][rows], every element checked written.
-std::vector<std::vector<float>> run_multi(const std::vector<const QuantMatrix*>& mats, const std::vector<float>& x,
-                                          int64_t cols, int64_t n_tokens) {
+std::vector<std::vector<float>> run_multi(const std::vector<const QuantMatrix*>& mats,
+                                          const std::vector<float>& x, int64_t cols, int64_t n_tokens) {
   DeviceArray<float> dx(x);
   std::vector<std::unique_ptr<DeviceArray<uint8_t>>> dw;
   std::vector<std::unique_ptr<DeviceArray<float>>> dy;
@@ -375,7 +405,8 @@ std::vector<std::vector<float>> run_multi(const std::vector<const QuantMatrix*>&
     dy.push_back(std::make_unique<DeviceArray<float>>(size_t(n_tokens * m->rows)));
     dy.back()->poison();
     cuda::MatmulArgs a;
-    a.w = dw.back()->get(), a.w_type = m->type, a.n_rows = m->rows, a.n_cols = m->cols, a.row_bytes = m->row_bytes;
+    a.w = dw.back()->get(), a.w_type = m->type, a.n_rows = m->rows, a.n_cols = m->cols,
+    a.row_bytes = m->row_bytes;
     a.x = dx.get(), a.x_stride = cols, a.n_tokens = n_tokens, a.y = dy.back()->get(), a.y_stride = m->rows;
     args.push_back(a);
   }
@@ -403,8 +434,9 @@ TEST(MatvecTcGpu, DecodeShapesMatchDoubleReference) {
     int64_t rows, cols;
     size_t pad;
   };
-  const Shape shapes[] = {{DType::Q4_K, 300, 2048, 0}, {DType::Q6_K, 133, 4096, 2}, {DType::Q6_K, 70, 768, 0},
-                          {DType::Q5_K, 40, 1024, 0},  {DType::Q8_0, 50, 2080, 2}, {DType::Q4_0, 45, 4096, 0}};
+  const Shape shapes[] = {{DType::Q4_K, 300, 2048, 0}, {DType::Q6_K, 133, 4096, 2},
+                          {DType::Q6_K, 70, 768, 0},   {DType::Q5_K, 40, 1024, 0},
+                          {DType::Q8_0, 50, 2080, 2},  {DType::Q4_0, 45, 4096, 0}};
   uint32_t seed = 500;
   for (const Shape& s : shapes) {
     const QuantMatrix m = make_matrix(s.type, s.rows, s.cols, seed++, s.pad);
@@ -413,7 +445,8 @@ TEST(MatvecTcGpu, DecodeShapesMatchDoubleReference) {
       const std::vector<std::vector<float>> got = run_multi({&m}, x, s.cols, n_tokens);
       const std::vector<float> want = reference(m, x, s.cols, n_tokens);
       const double err = relative_error(got[0].data(), want.data(), want.size());
-      EXPECT_LT(err, kMatvecTol) << dtype_name(s.type) << " " << s.cols << " -> " << s.rows << " tokens " << n_tokens;
+      EXPECT_LT(err, kMatvecTol) << dtype_name(s.type) << " " << s.cols << " -> " << s.rows << " tokens "
+                                 << n_tokens;
       if (n_tokens == 16) {
         std::printf("  %-5s %5ld -> %-4ld: relative error %.2e\n", std::string(dtype_name(s.type)).c_str(),
                     long(s.cols), long(s.rows), err);
@@ -452,7 +485,8 @@ TEST(MatvecTcGpu, MultiMatchesSeparateProductsAndTheReference) {
   const DType types[] = {DType::Q4_K, DType::Q4_K, DType::Q6_K, DType::F32, DType::Q6_K};
   const int64_t rows[] = {160, 33, 48, 20, 7};
   std::vector<QuantMatrix> mats;
-  for (int i = 0; i < 5; ++i) mats.push_back(make_matrix(types[i], rows[i], cols, uint32_t(40 + i), row_pad(types[i])));
+  for (int i = 0; i < 5; ++i)
+    mats.push_back(make_matrix(types[i], rows[i], cols, uint32_t(40 + i), row_pad(types[i])));
   std::vector<const QuantMatrix*> all;
   for (const QuantMatrix& m : mats) all.push_back(&m);
   for (int64_t n_tokens : {1, 5, 16}) {
@@ -468,7 +502,8 @@ TEST(MatvecTcGpu, MultiMatchesSeparateProductsAndTheReference) {
       if (types[i] == DType::F32) {
         const ProductRun one = run_product(Path::kMatvec, mats[i], x, cols, n_tokens, 0);
         ASSERT_TRUE(one.status.is_ok());
-        EXPECT_EQ(std::memcmp(got[i].data(), one.y.data(), got[i].size() * sizeof(float)), 0) << "float: matvec";
+        EXPECT_EQ(std::memcmp(got[i].data(), one.y.data(), got[i].size() * sizeof(float)), 0)
+            << "float: matvec";
       }
     }
   }
