@@ -21,10 +21,14 @@ ApiReply json_reply(int status, const api::json& body) {
 // down is 503, anything else is the caller's fault.
 api::ApiError submit_error(const Status& st) {
   switch (st.code()) {
-    case StatusCode::kResourceExhausted: return api::too_many_requests(st.message());
-    case StatusCode::kCancelled: return api::unavailable(st.message());
-    case StatusCode::kOutOfRange: return api::invalid_request(st.message(), "messages", "context_length_exceeded");
-    default: return api::invalid_request(st.message());
+    case StatusCode::kResourceExhausted:
+      return api::too_many_requests(st.message());
+    case StatusCode::kCancelled:
+      return api::unavailable(st.message());
+    case StatusCode::kOutOfRange:
+      return api::invalid_request(st.message(), "messages", "context_length_exceeded");
+    default:
+      return api::invalid_request(st.message());
   }
 }
 
@@ -48,7 +52,8 @@ ApiService::ApiService(runtime::Model& model, runtime::BatchEngine& engine, Serv
     }
   }
   metrics_->set(api::Gauge::kSlotsTotal, double(engine.options().n_slots));
-  metrics_->set(api::Gauge::kKvCacheCapacityTokens, double(engine.options().n_slots * engine.options().n_ctx));
+  metrics_->set(api::Gauge::kKvCacheCapacityTokens,
+                double(engine.options().n_slots * engine.options().n_ctx));
 }
 
 ApiReply ApiService::error_reply(const api::ApiError& e) { return json_reply(e.status, e.to_json()); }
@@ -56,8 +61,9 @@ ApiReply ApiService::error_reply(const api::ApiError& e) { return json_reply(e.s
 ApiReply ApiService::handle(const ApiRequest& r) {
   ApiReply reply = route(r);
   // Label by route, never by the raw path: garbage paths must not grow the metrics.
-  static constexpr std::string_view kRoutes[] = {"/health", "/v1/models", "/metrics", "/", "/v1/chat/completions",
-                                                 "/v1/completions", "/tokenize", "/detokenize"};
+  static constexpr std::string_view kRoutes[] = {"/health",   "/v1/models",           "/metrics",
+                                                 "/",         "/v1/chat/completions", "/v1/completions",
+                                                 "/tokenize", "/detokenize"};
   const bool known = std::find(std::begin(kRoutes), std::end(kRoutes), r.path) != std::end(kRoutes);
   metrics_->record_request(known ? std::string_view(r.path) : std::string_view("other"), reply.status);
   return reply;
@@ -66,8 +72,9 @@ ApiReply ApiService::handle(const ApiRequest& r) {
 ApiReply ApiService::route(const ApiRequest& r) {
   const bool open_route = r.path == "/health" || r.path == "/" || r.path == "/index.html";
   if (!config_.api_key.empty() && !open_route && r.authorization != "Bearer " + config_.api_key) {
-    return error_reply(api::unauthorized(r.authorization.empty() ? "missing API key: send 'Authorization: Bearer KEY'"
-                                                                  : "incorrect API key provided"));
+    return error_reply(api::unauthorized(r.authorization.empty()
+                                             ? "missing API key: send 'Authorization: Bearer KEY'"
+                                             : "incorrect API key provided"));
   }
   if (r.method == "GET") {
     if (r.path == "/health") return health();
@@ -97,8 +104,9 @@ ApiReply ApiService::models() const {
 
 std::optional<api::ApiError> ApiService::check_model(const std::string& requested) const {
   if (requested.empty() || requested == config_.model_id) return std::nullopt;
-  return api::not_found("the model '" + requested + "' does not exist; this server serves '" + config_.model_id + "'",
-                        "model_not_found");
+  return api::not_found(
+      "the model '" + requested + "' does not exist; this server serves '" + config_.model_id + "'",
+      "model_not_found");
 }
 
 ApiReply ApiService::chat_completions(const ApiRequest& r) {
@@ -115,9 +123,11 @@ ApiReply ApiService::chat_completions(const ApiRequest& r) {
   const tok::Tokenizer& t = model_.tokenizer();
   if (t.bos_id()) in.bos_token = t.token_text(*t.bos_id());
   if (t.eos_id()) in.eos_token = t.token_text(*t.eos_id());
-  auto text = template_->render(in);
-  if (!text.is_ok()) return error_reply(api::invalid_request("the chat template rejected the messages: " +
-                                                             text.status().message(), "messages"));
+  auto prompt = encode_chat_prompt(t, *template_, in, config_.special_tokens_in_content);
+  if (!prompt.is_ok())
+    return error_reply(api::invalid_request(
+        "the chat template rejected the messages: " + prompt.status().message(), "messages"));
+  const std::string* text = &prompt->text;
   SessionConfig c;
   c.endpoint = Endpoint::kChat;
   c.stream = req.stream;
@@ -128,7 +138,7 @@ ApiReply ApiService::chat_completions(const ApiRequest& r) {
   c.parser.starts_in_reasoning = ends_with(*text, "<think>\n") || ends_with(*text, "<think>");
   c.parser.parse_tool_calls = req.tools_enabled();
   c.top_logprobs = req.params.logprobs ? req.params.top_logprobs : -1;
-  return run(t.encode(*text), req.params, std::move(c), r.client_alive);
+  return run(std::move(prompt->ids), req.params, std::move(c), r.client_alive);
 }
 
 ApiReply ApiService::completions(const ApiRequest& r) {
@@ -147,27 +157,30 @@ ApiReply ApiService::completions(const ApiRequest& r) {
   if (req.echo) {
     const int32_t n_vocab = int32_t(model_.info().n_vocab);
     for (int32_t id : prompt) {
-      if (id < 0 || id >= n_vocab) return error_reply(api::invalid_request("token id out of range", "prompt"));
+      if (id < 0 || id >= n_vocab)
+        return error_reply(api::invalid_request("token id out of range", "prompt"));
     }
     c.echo = req.prompt_is_tokens ? t.decode(prompt) : req.prompt_text;
   }
   return run(std::move(prompt), req.params, std::move(c), r.client_alive);
 }
 
-ApiReply ApiService::run(std::vector<int32_t> prompt, const api::GenerationParams& params, SessionConfig config,
-                         const std::function<bool()>& client_alive) {
+ApiReply ApiService::run(std::vector<int32_t> prompt, const api::GenerationParams& params,
+                         SessionConfig config, const std::function<bool()>& client_alive) {
   const int64_t n_ctx = engine_.n_ctx(), n_prompt = int64_t(prompt.size());
   if (n_prompt == 0) return error_reply(api::invalid_request("the prompt is empty", "prompt"));
   if (n_prompt >= n_ctx) {
     return error_reply(api::invalid_request(
-        fmt::format("the prompt has {} tokens; this server's context holds {} (including the answer)", n_prompt, n_ctx),
+        fmt::format("the prompt has {} tokens; this server's context holds {} (including the answer)",
+                    n_prompt, n_ctx),
         "messages", "context_length_exceeded"));
   }
   int64_t max_tokens = params.max_tokens < 0 ? n_ctx - n_prompt : params.max_tokens;
   if (n_prompt + max_tokens > n_ctx) {
     return error_reply(api::invalid_request(
-        fmt::format("max_tokens is {} but only {} tokens of the {}-token context are left after the {}-token prompt",
-                    max_tokens, n_ctx - n_prompt, n_ctx, n_prompt),
+        fmt::format(
+            "max_tokens is {} but only {} tokens of the {}-token context are left after the {}-token prompt",
+            max_tokens, n_ctx - n_prompt, n_ctx, n_prompt),
         "max_tokens", "context_length_exceeded"));
   }
   runtime::EngineRequest er;
@@ -236,8 +249,8 @@ ApiReply ApiService::detokenize(const std::string& body) {
   const int32_t n_vocab = int32_t(model_.info().n_vocab);
   for (int32_t id : parsed.value->tokens) {
     if (id < 0 || id >= n_vocab) {
-      return error_reply(api::invalid_request(fmt::format("token id {} is outside the vocabulary (0..{})", id, n_vocab - 1),
-                                              "tokens"));
+      return error_reply(api::invalid_request(
+          fmt::format("token id {} is outside the vocabulary (0..{})", id, n_vocab - 1), "tokens"));
     }
   }
   return json_reply(200, {{"content", model_.tokenizer().decode(parsed.value->tokens)}});
@@ -249,7 +262,8 @@ ApiReply ApiService::metrics_text() {
     std::lock_guard lock(scrape_mu_);
     metrics_->record_prefill(s.prefill_tokens - last_scrape_.prefill_tokens,
                              s.prefill_seconds - last_scrape_.prefill_seconds);
-    metrics_->record_decode(s.decode_tokens - last_scrape_.decode_tokens, s.decode_seconds - last_scrape_.decode_seconds);
+    metrics_->record_decode(s.decode_tokens - last_scrape_.decode_tokens,
+                            s.decode_seconds - last_scrape_.decode_seconds);
     last_scrape_ = s;
   }
   metrics_->set(api::Gauge::kQueueDepth, double(s.queue_depth));

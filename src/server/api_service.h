@@ -16,14 +16,17 @@
 #include "server/api/api_error.h"
 #include "server/api/metrics.h"
 #include "server/api/openai_request.h"
+#include "server/chat_prompt.h"
 #include "server/generation_session.h"
 
 namespace moeserve::server {
 
 struct ServiceConfig {
-  std::string model_id;      // what /v1/models lists and requests may name
-  std::string api_key;       // empty: no authentication
-  std::string web_page;      // HTML served at "/"
+  std::string model_id;  // what /v1/models lists and requests may name
+  std::string api_key;   // empty: no authentication
+  std::string web_page;  // HTML served at "/"
+  // Control-token text inside chat messages: plain text (default) or parsed.
+  SpecialTokensInContent special_tokens_in_content = SpecialTokensInContent::kText;
 };
 
 struct ApiRequest {

@@ -16,8 +16,8 @@ bool is_literal_type(TokenType type) { return is_added_type(type) || type == Tok
 
 Status check_special_id(const VocabData& vocab, const char* what, const std::optional<int32_t>& id) {
   if (id && (*id < 0 || static_cast<size_t>(*id) >= vocab.tokens.size())) {
-    return make_error(StatusCode::kInvalidFormat, "{}: {} id {} is outside the vocabulary (size {})", vocab.source,
-                      what, *id, vocab.tokens.size());
+    return make_error(StatusCode::kInvalidFormat, "{}: {} id {} is outside the vocabulary (size {})",
+                      vocab.source, what, *id, vocab.tokens.size());
   }
   return Status::ok();
 }
@@ -39,8 +39,8 @@ Status Tokenizer::build(VocabData& vocab) {
     return make_error(StatusCode::kOutOfRange, "{}: {} tokens is too many", src, vocab.tokens.size());
   }
   if (!vocab.token_types.empty() && vocab.token_types.size() != vocab.tokens.size()) {
-    return make_error(StatusCode::kInvalidFormat, "{}: {} token types for {} tokens", src, vocab.token_types.size(),
-                      vocab.tokens.size());
+    return make_error(StatusCode::kInvalidFormat, "{}: {} token types for {} tokens", src,
+                      vocab.token_types.size(), vocab.tokens.size());
   }
   MOESERVE_RETURN_IF_ERROR(check_special_id(vocab, "bos", vocab.bos_id));
   MOESERVE_RETURN_IF_ERROR(check_special_id(vocab, "eos", vocab.eos_id));
@@ -66,8 +66,8 @@ Status Tokenizer::build(VocabData& vocab) {
     if (types_[id] == TokenType::kUnused) continue;  // padding slots may repeat or be empty
     auto [it, inserted] = ids_.emplace(tokens_[id], static_cast<int32_t>(id));
     if (!inserted) {
-      return make_error(StatusCode::kInvalidFormat, "{}: token '{}' appears twice (ids {} and {})", src, tokens_[id],
-                        it->second, id);
+      return make_error(StatusCode::kInvalidFormat, "{}: token '{}' appears twice (ids {} and {})", src,
+                        tokens_[id], it->second, id);
     }
     token_bytes_[id] = is_literal_type(types_[id]) ? tokens_[id] : alphabet.decode(tokens_[id]);
   }
@@ -99,16 +99,19 @@ Status Tokenizer::build_merges(const VocabData& vocab) {
     const auto& [left, right] = vocab.merges[rank];
     auto l = ids_.find(left), r = ids_.find(right);
     if (l == ids_.end() || r == ids_.end()) {
-      return make_error(StatusCode::kInvalidFormat, "{}: merge {} '{} {}' names a token that is not in the vocabulary",
-                        vocab.source, rank, left, right);
+      return make_error(StatusCode::kInvalidFormat,
+                        "{}: merge {} '{} {}' names a token that is not in the vocabulary", vocab.source,
+                        rank, left, right);
     }
     joined.assign(left).append(right);
     auto merged = ids_.find(joined);
     if (merged == ids_.end()) {
-      return make_error(StatusCode::kInvalidFormat, "{}: merge {} '{} {}' makes '{}', which is not in the vocabulary",
-                        vocab.source, rank, left, right, joined);
+      return make_error(StatusCode::kInvalidFormat,
+                        "{}: merge {} '{} {}' makes '{}', which is not in the vocabulary", vocab.source, rank,
+                        left, right, joined);
     }
-    if (rank > static_cast<size_t>(INT32_MAX)) return make_error(StatusCode::kOutOfRange, "{}: too many merges", vocab.source);
+    if (rank > static_cast<size_t>(INT32_MAX))
+      return make_error(StatusCode::kOutOfRange, "{}: too many merges", vocab.source);
     merger_.add_merge(l->second, r->second, merged->second, static_cast<int32_t>(rank));
   }
   return Status::ok();
@@ -119,6 +122,7 @@ void Tokenizer::index_added_tokens() {
     if (is_added_type(types_[id]) && !tokens_[id].empty()) {
       added_by_first_byte_[static_cast<uint8_t>(tokens_[id][0])].push_back(static_cast<int32_t>(id));
     }
+    if (types_[id] == TokenType::kControl && !tokens_[id].empty()) control_texts_.push_back(tokens_[id]);
   }
   for (auto& candidates : added_by_first_byte_) {
     std::stable_sort(candidates.begin(), candidates.end(),
@@ -126,13 +130,18 @@ void Tokenizer::index_added_tokens() {
   }
 }
 
-void Tokenizer::split_added_tokens(std::string_view text, bool parse_special, std::vector<Segment>& out) const {
+void Tokenizer::split_added_tokens(std::string_view text, bool parse_special,
+                                   std::span<const TextRange> literal, std::vector<Segment>& out) const {
   size_t segment_start = 0;
   size_t i = 0;
+  size_t next_literal = 0;  // the first range that does not end before i
   while (i < text.size()) {
+    while (next_literal < literal.size() && literal[next_literal].end <= i) ++next_literal;
+    const bool in_literal = next_literal < literal.size() && literal[next_literal].begin <= i;
+    const bool control_ok = parse_special && !in_literal;
     int32_t found = -1;
     for (int32_t id : added_by_first_byte_[static_cast<uint8_t>(text[i])]) {
-      if (!parse_special && types_[id] == TokenType::kControl) continue;
+      if (!control_ok && types_[id] == TokenType::kControl) continue;
       if (text.compare(i, tokens_[id].size(), tokens_[id]) == 0) {
         found = id;  // candidates are longest first
         break;
@@ -155,7 +164,10 @@ std::vector<int32_t> Tokenizer::encode(std::string_view text, const EncodeOption
   if (options.add_bos.value_or(add_bos_) && bos_id_) ids.push_back(*bos_id_);
   const std::string valid = sanitize_utf8(text);
   std::vector<Segment> segments;
-  split_added_tokens(valid, options.parse_special, segments);
+  // Sanitizing moved the literal ranges' offsets: keep every control token
+  // as text rather than risk splitting one out of a literal range.
+  const bool moved = !options.literal_ranges.empty() && valid != text;
+  split_added_tokens(valid, options.parse_special && !moved, options.literal_ranges, segments);
   for (const Segment& segment : segments) {
     if (segment.added_id >= 0) {
       ids.push_back(segment.added_id);
@@ -234,7 +246,9 @@ const std::string& Tokenizer::token_to_bytes(int32_t id) const {
   return is_valid_id(id) ? token_bytes_[id] : kEmpty;
 }
 
-TokenType Tokenizer::token_type(int32_t id) const { return is_valid_id(id) ? types_[id] : TokenType::kUndefined; }
+TokenType Tokenizer::token_type(int32_t id) const {
+  return is_valid_id(id) ? types_[id] : TokenType::kUndefined;
+}
 
 std::optional<int32_t> Tokenizer::find_token(std::string_view text) const {
   auto it = ids_.find(text);

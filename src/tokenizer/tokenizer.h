@@ -37,9 +37,19 @@
 
 namespace moeserve::tok {
 
+// A byte range [begin, end) of a text.
+struct TextRange {
+  size_t begin = 0, end = 0;
+};
+
 struct EncodeOptions {
-  bool parse_special = true;        // split control tokens out of the text
-  std::optional<bool> add_bos;      // nullopt: the vocab's add_bos
+  bool parse_special = true;    // split control tokens out of the text
+  std::optional<bool> add_bos;  // nullopt: the vocab's add_bos
+  // With parse_special: byte ranges (ascending, disjoint) in which a control
+  // token's text is plain text (a chat prompt's user content, so that a user
+  // cannot forge a turn). Offsets refer to `text`; if text is not valid
+  // UTF-8 (sanitizing would move them), no control token is split out at all.
+  std::span<const TextRange> literal_ranges;
 };
 
 struct DecodeOptions {
@@ -74,6 +84,8 @@ class Tokenizer {
   bool is_control(int32_t id) const { return token_type(id) == TokenType::kControl; }
   // Exact lookup of a vocabulary text.
   std::optional<int32_t> find_token(std::string_view text) const;
+  // The texts of the control tokens ("<|im_start|>", ...).
+  const std::vector<std::string_view>& control_texts() const { return control_texts_; }
 
   std::optional<int32_t> bos_id() const { return bos_id_; }
   std::optional<int32_t> eos_id() const { return eos_id_; }
@@ -93,7 +105,8 @@ class Tokenizer {
     std::string_view text;
     int32_t added_id;  // >= 0: the segment is this added token
   };
-  void split_added_tokens(std::string_view text, bool parse_special, std::vector<Segment>& out) const;
+  void split_added_tokens(std::string_view text, bool parse_special, std::span<const TextRange> literal,
+                          std::vector<Segment>& out) const;
   void encode_segment(std::string_view text, std::vector<int32_t>& out) const;
   void encode_piece(std::string_view piece, std::vector<int32_t>& out) const;
 
@@ -110,6 +123,7 @@ class Tokenizer {
   // Added tokens grouped by first byte, longest first, for leftmost-longest
   // matching.
   std::array<std::vector<int32_t>, 256> added_by_first_byte_;
+  std::vector<std::string_view> control_texts_;  // views into tokens_
 
   std::optional<int32_t> bos_id_, eos_id_, eot_id_, pad_id_;
   bool add_bos_ = false;

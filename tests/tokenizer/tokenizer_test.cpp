@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <random>
 #include <thread>
 
@@ -52,6 +53,49 @@ TEST(Tokenizer, PiecesAreMergedIndependently) {
   // "a" and "bc" are in different pre-tokenizer pieces ("a", "1", "bc")
   // so no "abc" across the digit.
   EXPECT_EQ(t->encode("a1bc"), (Ids{byte_id('a'), byte_id('1'), testing::kBC}));
+}
+
+// Control tokens inside a literal range stay text (a chat prompt's user
+// content); outside it, and with parse_special, they are split out.
+TEST(Tokenizer, LiteralRangesKeepControlTokensAsText) {
+  auto t = make_tiny();
+  const std::string text = "<|im_start|>ab<|im_start|>ab<|im_end|>";
+  const TextRange user{14, 26};  // the second "<|im_start|>"
+  EncodeOptions o;
+  o.literal_ranges = std::span<const TextRange>(&user, 1);
+  const Ids ids = t->encode(text, o);
+  EXPECT_EQ(ids.front(), kImStart);
+  EXPECT_EQ(ids.back(), kImEnd);
+  EXPECT_EQ(std::count(ids.begin(), ids.end(), int32_t(kImStart)), 1)
+      << "the literal <|im_start|> was split out";
+  // The literal part encodes as the same text would with parse_special off.
+  EncodeOptions plain;
+  plain.parse_special = false;
+  Ids want = {kImStart};
+  const Ids middle = t->encode("ab<|im_start|>ab", plain);
+  want.insert(want.end(), middle.begin(), middle.end());
+  want.push_back(kImEnd);
+  EXPECT_EQ(ids, want);
+  // A range that starts inside a token's text does not protect a token
+  // that starts before it; one covering the token's first byte does.
+  const TextRange late{1, 12};
+  o.literal_ranges = std::span<const TextRange>(&late, 1);
+  EXPECT_EQ(t->encode("<|im_start|>", o), (Ids{kImStart}));
+  const TextRange first{0, 1};
+  o.literal_ranges = std::span<const TextRange>(&first, 1);
+  EXPECT_NE(t->encode("<|im_start|>", o), (Ids{kImStart}));
+  // Invalid UTF-8 moves offsets: then no control token is split out.
+  const TextRange none{100, 101};
+  o.literal_ranges = std::span<const TextRange>(&none, 1);
+  for (int32_t id : t->encode("<|im_start|>\xff", o)) EXPECT_NE(id, kImStart);
+}
+
+TEST(Tokenizer, ControlTextsListsTheControlTokens) {
+  auto t = make_tiny();
+  const auto& texts = t->control_texts();
+  EXPECT_NE(std::find(texts.begin(), texts.end(), "<|im_start|>"), texts.end());
+  EXPECT_NE(std::find(texts.begin(), texts.end(), "<|im_end|>"), texts.end());
+  EXPECT_EQ(std::find(texts.begin(), texts.end(), "<think>"), texts.end()) << "user-defined, not control";
 }
 
 TEST(Tokenizer, SpecialTokensAreSplitOutLongestFirst) {
@@ -106,16 +150,24 @@ TEST(Tokenizer, EveryByteRoundTrips) {
 TEST(Tokenizer, InvalidUtf8BecomesReplacementCharacter) {
   auto t = make_tiny();
   // One U+FFFD per maximal invalid subpart (WHATWG): FF | E4 BD (truncated).
-  EXPECT_EQ(t->decode(t->encode("a\xFF" "b")), "a\xEF\xBF\xBD" "b");
-  EXPECT_EQ(t->decode(t->encode("\xE4\xBD" "c")), "\xEF\xBF\xBD" "c");
+  EXPECT_EQ(t->decode(t->encode("a\xFF"
+                                "b")),
+            "a\xEF\xBF\xBD"
+            "b");
+  EXPECT_EQ(t->decode(t->encode("\xE4\xBD"
+                                "c")),
+            "\xEF\xBF\xBD"
+            "c");
   EXPECT_EQ(t->decode(t->encode("\xC0\xAF")), "\xEF\xBF\xBD\xEF\xBF\xBD");
   EXPECT_EQ(t->encode("\xFF"), t->encode("\xEF\xBF\xBD"));
 }
 
 TEST(Tokenizer, DecodeOfEncodeIsIdentityForValidUtf8) {
   auto t = make_tiny();
-  const std::vector<std::string> alphabet = {"a", "b", "c", " ", "  ", "\n", "\t", "'s", "1", "é", "你", "😀",
-                                             "\xE2\x80\x8D", "<|im_start|>", "<think>", "<|im", "!", "\r\n"};
+  const std::vector<std::string> alphabet = {
+      "a",       "b",    "c", " ",   "  ", "\n",           "\t",
+      "'s",      "1",    "é", "你",  "😀",  "\xE2\x80\x8D", "<|im_start|>",
+      "<think>", "<|im", "!", "\r\n"};
   std::mt19937 rng(1234);
   for (int i = 0; i < 500; ++i) {
     std::string text;
@@ -162,7 +214,8 @@ TEST(Tokenizer, Accessors) {
 TEST(Tokenizer, ConcurrentEncodesAgree) {
   auto t = make_tiny();
   std::vector<std::string> texts;
-  for (int i = 0; i < 64; ++i) texts.push_back(std::string(static_cast<size_t>(i % 7 + 1), 'a') + " abc" + std::to_string(i));
+  for (int i = 0; i < 64; ++i)
+    texts.push_back(std::string(static_cast<size_t>(i % 7 + 1), 'a') + " abc" + std::to_string(i));
   std::vector<Ids> expected;
   for (const auto& text : texts) expected.push_back(t->encode(text));
   std::vector<std::thread> threads;
@@ -171,7 +224,8 @@ TEST(Tokenizer, ConcurrentEncodesAgree) {
     threads.emplace_back([&, w] {
       for (int round = 0; round < 50; ++round) {
         for (size_t i = 0; i < texts.size(); ++i) {
-          if (t->encode(texts[(i + static_cast<size_t>(w)) % texts.size()]) != expected[(i + static_cast<size_t>(w)) % texts.size()]) {
+          if (t->encode(texts[(i + static_cast<size_t>(w)) % texts.size()]) !=
+              expected[(i + static_cast<size_t>(w)) % texts.size()]) {
             ++mismatches[w];
           }
         }

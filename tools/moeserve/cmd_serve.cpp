@@ -36,6 +36,7 @@ struct ServeCliOptions {
   size_t queue = 64;
   size_t prefix_cache_mb = 256;
   size_t max_body_kb = 1024;
+  std::string special_tokens_in_content = "text";
 };
 
 server::HttpServer* g_server = nullptr;
@@ -61,10 +62,13 @@ Status run_serve(ServeCliOptions o) {
     listener.join();
     g_server = nullptr;
   };
-  fmt::print(stderr, "moeserve serve: listening on http://{}:{}/ (loading {})\n", o.http.host, port, o.model_path);
+  fmt::print(stderr, "moeserve serve: listening on http://{}:{}/ (loading {})\n", o.http.host, port,
+             o.model_path);
   // Every weight page is faulted in at load: the first requests would
   // otherwise pay for it (a page fault per 4 KiB) in their latency.
-  auto model = runtime::Model::load(o.model_path, {.n_threads = o.threads, .pack_weights = !o.no_pack, .populate = true, .device = o.device});
+  auto model = runtime::Model::load(
+      o.model_path,
+      {.n_threads = o.threads, .pack_weights = !o.no_pack, .populate = true, .device = o.device});
   if (!model.is_ok()) {
     stop_listener();
     return model.status();
@@ -76,7 +80,8 @@ Status run_serve(ServeCliOptions o) {
   eo.n_batch = o.batch;
   eo.max_queue = o.queue;
   eo.prefix_cache_bytes = o.prefix_cache_mb << 20;
-  auto plan = runtime::plan_device_memory(**model, {.n_sequences = eo.n_slots, .n_ctx = eo.n_ctx, .n_batch = eo.n_batch});
+  auto plan = runtime::plan_device_memory(
+      **model, {.n_sequences = eo.n_slots, .n_ctx = eo.n_ctx, .n_batch = eo.n_batch});
   if (!plan.is_ok()) {
     stop_listener();
     return plan.status();
@@ -90,6 +95,8 @@ Status run_serve(ServeCliOptions o) {
   sc.model_id = !o.alias.empty() ? o.alias : std::filesystem::path(o.model_path).stem().string();
   sc.api_key = o.api_key;
   sc.web_page = std::string(server::web_page());
+  sc.special_tokens_in_content = server::special_tokens_policy_from_name(o.special_tokens_in_content)
+                                     .value_or(server::SpecialTokensInContent::kText);
   auto service = std::make_unique<server::ApiService>(**model, *engine, sc);
   http.set_service(service.get());
   fmt::print(stderr, "moeserve serve: model '{}', {} slots x {} tokens of context, {} threads\n", sc.model_id,
@@ -111,34 +118,56 @@ Status run_serve(ServeCliOptions o) {
 
 void register_serve(CLI::App& app) {
   auto o = std::make_shared<ServeCliOptions>();
-  CLI::App* cmd = app.add_subcommand(
-      "serve", "OpenAI-compatible HTTP server (/v1/chat/completions, /v1/completions, /v1/models, /metrics, web chat at /)");
+  CLI::App* cmd = app.add_subcommand("serve",
+                                     "OpenAI-compatible HTTP server (/v1/chat/completions, /v1/completions, "
+                                     "/v1/models, /metrics, web chat at /)");
   cmd->add_option("-m,--model", o->model_path, "GGUF model file (qwen3moe or qwen3)")->required();
-  cmd->add_option("--host", o->http.host, "Address to listen on (0.0.0.0: every interface)")->capture_default_str();
+  cmd->add_option("--host", o->http.host, "Address to listen on (0.0.0.0: every interface)")
+      ->capture_default_str();
   cmd->add_option("--port", o->http.port, "TCP port (0: pick a free one; the ready line tells which)")
-      ->capture_default_str()->check(CLI::Range(0, 65535));
+      ->capture_default_str()
+      ->check(CLI::Range(0, 65535));
   cmd->add_option("--parallel", o->parallel, "Sequences decoded together (continuous batching slots)")
-      ->capture_default_str()->check(CLI::Range(1, 256));
+      ->capture_default_str()
+      ->check(CLI::Range(1, 256));
   cmd->add_option("-c,--ctx-size", o->ctx_size, "Context per slot in tokens (0: the model's, at most 4096)")
-      ->capture_default_str()->check(CLI::Range(int64_t(0), int64_t(1) << 20));
+      ->capture_default_str()
+      ->check(CLI::Range(int64_t(0), int64_t(1) << 20));
   cmd->add_option("-b,--batch", o->batch, "Tokens per forward step (decode rows + a prompt chunk)")
-      ->capture_default_str()->check(CLI::Range(int64_t(1), int64_t(1) << 16));
-  cmd->add_option("--api-key", o->api_key, "Require 'Authorization: Bearer KEY' (except /health and the web page)");
-  cmd->add_option("-t,--threads", o->threads, "Compute threads (0: one per physical core)")->capture_default_str();
-  cmd->add_option("--device", o->device, "Device: auto (the first CUDA GPU when this binary has CUDA and one is visible, else the CPU), cpu, cuda or cuda:N")
+      ->capture_default_str()
+      ->check(CLI::Range(int64_t(1), int64_t(1) << 16));
+  cmd->add_option("--api-key", o->api_key,
+                  "Require 'Authorization: Bearer KEY' (except /health and the web page)");
+  cmd->add_option("-t,--threads", o->threads, "Compute threads (0: one per physical core)")
+      ->capture_default_str();
+  cmd->add_option("--device", o->device,
+                  "Device: auto (the first CUDA GPU when this binary has CUDA and one is visible, else the "
+                  "CPU), cpu, cuda or cuda:N")
       ->capture_default_str();
   cmd->add_flag("--no-pack", o->no_pack,
                 "Use every weight in place from the file (zero-copy), without the packed copy the AVX-512 "
                 "kernels are fastest with (saves the Q4_K/Q6_K weights' size in RAM; slower)");
-  cmd->add_option("--queue", o->queue, "Requests that may wait for a slot; more get 429")->capture_default_str()
+  cmd->add_option("--queue", o->queue, "Requests that may wait for a slot; more get 429")
+      ->capture_default_str()
       ->check(CLI::Range(size_t(0), size_t(100000)));
   cmd->add_option("--prefix-cache-mb", o->prefix_cache_mb, "Memory for reusable prompt prefixes (0: off)")
       ->capture_default_str();
-  cmd->add_option("--timeout", o->http.timeout_seconds, "Seconds a socket may stay silent before it is closed")
-      ->capture_default_str()->check(CLI::Range(1, 3600));
+  cmd->add_option("--timeout", o->http.timeout_seconds,
+                  "Seconds a socket may stay silent before it is closed")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 3600));
   cmd->add_option("--max-body-kb", o->max_body_kb, "Largest request body accepted, in KiB (larger: 413)")
-      ->capture_default_str()->check(CLI::Range(size_t(1), size_t(1) << 20));
+      ->capture_default_str()
+      ->check(CLI::Range(size_t(1), size_t(1) << 20));
   cmd->add_option("--alias", o->alias, "Model id for /v1/models and requests (default: the file name)");
+  cmd->add_option(
+         "--special-tokens-in-content", o->special_tokens_in_content,
+         "Control-token text (<|im_start|>, <|im_end|>, ...) inside chat messages, tools or\n"
+         "template arguments: 'text' (default) keeps it plain text, so a user cannot end their turn\n"
+         "or forge a system turn; 'parse' lets it act as control tokens (trusted clients that build\n"
+         "turns themselves). /v1/completions always parses its raw prompt.")
+      ->check(CLI::IsMember({"text", "parse"}))
+      ->capture_default_str();
   cmd->callback([o] {
     const Status st = run_serve(*o);
     if (!st.is_ok()) {
