@@ -3,6 +3,7 @@
 #include <climits>
 #include <cstdio>
 #include <cstdlib>
+#include <system_error>
 
 #if defined(__linux__)
 #include <linux/futex.h>
@@ -72,7 +73,18 @@ ThreadPool::ThreadPool(int n_threads) {
   n_threads_ = n_threads;
   done_ = std::make_unique<DoneSlot[]>(size_t(n_threads_));
   workers_.reserve(size_t(n_threads_ - 1));
-  for (int i = 1; i < n_threads_; ++i) workers_.emplace_back([this, i] { worker_main(i); });
+  for (int i = 1; i < n_threads_; ++i) {
+    try {
+      workers_.emplace_back([this, i] { worker_main(i); });
+    } catch (const std::system_error& e) {
+      // The system refused another thread (a thread or address-space
+      // limit): run with the ones that started. Workers never read
+      // n_threads_ and nothing was dispatched yet, so shrinking it is safe.
+      std::fprintf(stderr, "moeserve: ThreadPool: started %d of %d threads (%s)\n", i, n_threads, e.what());
+      n_threads_ = i;
+      break;
+    }
+  }
 }
 
 ThreadPool::~ThreadPool() {

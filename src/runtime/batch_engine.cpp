@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <system_error>
 
 #include "tokenizer/tokenizer.h"
 
@@ -61,7 +62,13 @@ BatchEngine::BatchEngine(Model& model, const EngineOptions& options)
   if (!status_.is_ok()) slots_.clear();
   totals_.n_slots = options_.n_slots;
   totals_.kv_capacity_tokens = options_.n_slots * options_.n_ctx;
-  thread_ = std::thread([this] { run(); });
+  try {
+    thread_ = std::thread([this] { run(); });
+  } catch (const std::system_error& e) {
+    // No engine thread: every request is refused with this status.
+    status_ = make_error(StatusCode::kResourceExhausted, "could not start the engine thread: {}", e.what());
+    slots_.clear();
+  }
 }
 
 BatchEngine::~BatchEngine() {
@@ -70,7 +77,7 @@ BatchEngine::~BatchEngine() {
     stopping_ = true;
   }
   wake_.notify_all();
-  thread_.join();
+  if (thread_.joinable()) thread_.join();
 }
 
 Result<uint64_t> BatchEngine::submit(EngineRequest r) {
@@ -78,18 +85,21 @@ Result<uint64_t> BatchEngine::submit(EngineRequest r) {
   const int64_t n_prompt = int64_t(r.prompt.size());
   if (n_prompt == 0) return make_error(StatusCode::kInvalidArgument, "the prompt is empty");
   if (n_prompt >= options_.n_ctx) {
-    return make_error(StatusCode::kOutOfRange,
-                      "the prompt has {} tokens; the context holds {} (leave room for at least one generated token)",
-                      n_prompt, options_.n_ctx);
+    return make_error(
+        StatusCode::kOutOfRange,
+        "the prompt has {} tokens; the context holds {} (leave room for at least one generated token)",
+        n_prompt, options_.n_ctx);
   }
   if (r.max_tokens < 1 || n_prompt + r.max_tokens > options_.n_ctx) {
-    return make_error(StatusCode::kOutOfRange, "prompt ({} tokens) + max_tokens ({}) exceeds the context of {} tokens",
-                      n_prompt, r.max_tokens, options_.n_ctx);
+    return make_error(StatusCode::kOutOfRange,
+                      "prompt ({} tokens) + max_tokens ({}) exceeds the context of {} tokens", n_prompt,
+                      r.max_tokens, options_.n_ctx);
   }
   const int32_t n_vocab = int32_t(model_.info().n_vocab);
   for (int32_t t : r.prompt) {
     if (t < 0 || t >= n_vocab) {
-      return make_error(StatusCode::kInvalidArgument, "token id {} is outside the vocabulary (0..{})", t, n_vocab - 1);
+      return make_error(StatusCode::kInvalidArgument, "token id {} is outside the vocabulary (0..{})", t,
+                        n_vocab - 1);
     }
   }
   std::lock_guard lock(mu_);
@@ -127,7 +137,8 @@ void BatchEngine::run() {
   for (;;) {
     {
       std::unique_lock lock(mu_);
-      wake_.wait(lock, [&] { return stopping_ || !queue_.empty() || !cancelled_.empty() || active_.load() > 0; });
+      wake_.wait(lock,
+                 [&] { return stopping_ || !queue_.empty() || !cancelled_.empty() || active_.load() > 0; });
       if (stopping_) break;
     }
     admit_waiting();
@@ -140,7 +151,8 @@ void BatchEngine::run() {
     left.swap(queue_);
   }
   for (Pending& p : left) {
-    if (p.request.on_finish) p.request.on_finish(Status(StatusCode::kCancelled, "the server is shutting down"), {});
+    if (p.request.on_finish)
+      p.request.on_finish(Status(StatusCode::kCancelled, "the server is shutting down"), {});
   }
   for (auto& s : slots_) {
     if (s->busy) finish(*s, Status(StatusCode::kCancelled, "the server is shutting down"));
@@ -213,7 +225,7 @@ bool BatchEngine::step() {
   std::vector<int32_t> tokens;
   std::vector<models::SequenceSlice> slices;
   std::vector<int64_t> logit_rows;
-  std::vector<Slot*> row_owner;  // per logit row
+  std::vector<Slot*> row_owner;                // per logit row
   std::vector<std::pair<Slot*, int64_t>> fed;  // slot, tokens appended
   int64_t n_decode = 0, n_prefill = 0;
   for (auto& s : slots_) {
@@ -236,7 +248,8 @@ bool BatchEngine::step() {
     const int64_t left = int64_t(s->req.prompt.size()) - s->prompt_done;
     const int64_t n = std::min(left, budget);
     slices.push_back({int64_t(tokens.size()), n, s->seq.position(), s->seq.kv().view()});
-    tokens.insert(tokens.end(), s->req.prompt.begin() + s->prompt_done, s->req.prompt.begin() + s->prompt_done + n);
+    tokens.insert(tokens.end(), s->req.prompt.begin() + s->prompt_done,
+                  s->req.prompt.begin() + s->prompt_done + n);
     if (n == left) {
       logit_rows.push_back(int64_t(tokens.size()) - 1);
       row_owner.push_back(s);
@@ -269,8 +282,9 @@ bool BatchEngine::step() {
     totals_.prefill_seconds += dt * double(n_prefill) / total;
   }
   for (auto& [s, n] : fed) {
-    const auto first = s->decoding ? std::span<const int32_t>(&s->pending, 1)
-                                   : std::span<const int32_t>(s->req.prompt).subspan(size_t(s->prompt_done), size_t(n));
+    const auto first =
+        s->decoding ? std::span<const int32_t>(&s->pending, 1)
+                    : std::span<const int32_t>(s->req.prompt).subspan(size_t(s->prompt_done), size_t(n));
     s->seq.append(first);
     if (!s->decoding) s->prompt_done += n;
   }

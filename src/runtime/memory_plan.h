@@ -11,9 +11,10 @@
 namespace moeserve::runtime {
 
 struct MemoryPlanRequest {
-  int64_t n_sequences = 1;  // --parallel
-  int64_t n_ctx = 4096;     // --ctx-size per sequence
-  int64_t n_batch = 512;    // rows per forward (the workspace)
+  int64_t n_sequences = 1;          // --parallel
+  int64_t n_ctx = 4096;             // --ctx-size per sequence
+  int64_t n_batch = 512;            // rows per forward (the workspace)
+  uint64_t prefix_cache_bytes = 0;  // host memory (--prefix-cache-mb)
 };
 
 struct MemoryPlan {
@@ -23,8 +24,15 @@ struct MemoryPlan {
 };
 
 // The plan for the model's device; an error naming the bytes per item and
-// the flags to change when the device lacks them (host memory is not
-// checked here: it is paged, and the OS reports it better).
+// the flags to change when the device lacks them. A GPU is checked against
+// its free memory; host memory (CPU device) against what the process may
+// still use (core/host_memory.h: MemAvailable, the cgroup limit, ulimit -v),
+// the prefix cache's budget included. Host caches are zero pages until
+// written, but a full context must fit or a long request would fail late.
 Result<MemoryPlan> plan_device_memory(Model& model, const MemoryPlanRequest& request);
+
+// The largest context per sequence (a multiple of 256, at most
+// request.n_ctx) whose plan fits; 0 when not even 256 does.
+int64_t largest_fitting_context(Model& model, const MemoryPlanRequest& request);
 
 }  // namespace moeserve::runtime

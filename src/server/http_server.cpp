@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <cerrno>
 
+#include "core/log.h"
 #include "server/http/connection.h"
 #include "server/http/listener.h"
 #include "server/http/worker_pool.h"
@@ -128,6 +129,18 @@ Status HttpServer::run() {
   Status result = Status::ok();
   {
     http::WorkerPool pool(threads, queue, [&ctx](int fd) { http::Connection(fd, ctx).serve(); });
+    if (pool.threads() == 0) {
+      ::close(m.listen_fd);
+      m.listen_fd = -1;
+      return make_error(StatusCode::kResourceExhausted,
+                        "could not start any connection thread ({}); raise the process's thread or memory "
+                        "limit, or lower --max-connections",
+                        pool.start_error());
+    }
+    if (pool.threads() < threads) {
+      MOESERVE_LOG_WARN("started {} of {} connection threads ({}): at most {} connections are served at once",
+                        pool.threads(), threads, pool.start_error(), pool.threads());
+    }
     while (!m.stopping.load()) {
       pollfd fds[2] = {{m.listen_fd, POLLIN, 0}, {m.wake_fd, POLLIN, 0}};
       if (::poll(fds, 2, -1) < 0 && errno != EINTR) {

@@ -8,6 +8,7 @@
 #include <csignal>
 #include <filesystem>
 #include <memory>
+#include <system_error>
 #include <thread>
 
 #include "core/mapped_file.h"
@@ -37,7 +38,13 @@ struct ServeCliOptions {
   size_t prefix_cache_mb = 256;
   size_t max_body_kb = 1024;
   std::string special_tokens_in_content = "text";
+  int max_connections = 0;  // 0: 2 x (parallel + queue) + 16, at most kAutoMaxConnections
 };
+
+// The automatic connection cap: each open connection holds a thread (this
+// front end is thread-per-connection), so a huge --queue must not mean
+// hundreds of thousands of threads.
+constexpr int kAutoMaxConnections = 1024;
 
 server::HttpServer* g_server = nullptr;
 
@@ -48,7 +55,15 @@ void on_signal(int) {
 
 Status run_serve(ServeCliOptions o) {
   o.http.max_body_bytes = o.max_body_kb * 1024;
-  o.http.threads = std::max(o.http.threads, 2 * (o.parallel + int(o.queue)) + 16);
+  const int64_t wanted = 2 * (int64_t(o.parallel) + int64_t(o.queue)) + 16;
+  o.http.threads =
+      o.max_connections > 0 ? o.max_connections : int(std::min<int64_t>(wanted, kAutoMaxConnections));
+  if (o.max_connections == 0 && wanted > kAutoMaxConnections) {
+    fmt::print(stderr,
+               "moeserve serve: serving at most {} connections at once (--max-connections; --queue {} would "
+               "want {}); more get 503\n",
+               o.http.threads, o.queue, wanted);
+  }
   server::HttpServer http(o.http);
   MOESERVE_ASSIGN_OR_RETURN(const int port, http.bind());
   g_server = &http;
@@ -56,7 +71,13 @@ Status run_serve(ServeCliOptions o) {
   std::signal(SIGTERM, on_signal);
   std::signal(SIGPIPE, SIG_IGN);
   Status served;
-  std::thread listener([&] { served = http.run(); });
+  std::thread listener;
+  try {
+    listener = std::thread([&] { served = http.run(); });
+  } catch (const std::system_error& e) {
+    g_server = nullptr;
+    return make_error(StatusCode::kResourceExhausted, "could not start the listener thread: {}", e.what());
+  }
   auto stop_listener = [&] {
     http.stop();
     listener.join();
@@ -80,8 +101,22 @@ Status run_serve(ServeCliOptions o) {
   eo.n_batch = o.batch;
   eo.max_queue = o.queue;
   eo.prefix_cache_bytes = o.prefix_cache_mb << 20;
-  auto plan = runtime::plan_device_memory(
-      **model, {.n_sequences = eo.n_slots, .n_ctx = eo.n_ctx, .n_batch = eo.n_batch});
+  const runtime::MemoryPlanRequest want{.n_sequences = eo.n_slots,
+                                        .n_ctx = eo.n_ctx,
+                                        .n_batch = eo.n_batch,
+                                        .prefix_cache_bytes = eo.prefix_cache_bytes};
+  auto plan = runtime::plan_device_memory(**model, want);
+  if (!plan.is_ok() && o.ctx_size == 0) {
+    // No --ctx-size given: take the largest default context that fits.
+    const int64_t fits = runtime::largest_fitting_context(**model, want);
+    if (fits > 0) {
+      fmt::print(stderr, "moeserve serve: context lowered from {} to {} tokens per slot to fit memory ({})\n",
+                 eo.n_ctx, fits, plan.status().message());
+      eo.n_ctx = fits;
+      plan = runtime::plan_device_memory(**model,
+                                         {want.n_sequences, fits, want.n_batch, want.prefix_cache_bytes});
+    }
+  }
   if (!plan.is_ok()) {
     stop_listener();
     return plan.status();
@@ -160,6 +195,11 @@ void register_serve(CLI::App& app) {
       ->capture_default_str()
       ->check(CLI::Range(size_t(1), size_t(1) << 20));
   cmd->add_option("--alias", o->alias, "Model id for /v1/models and requests (default: the file name)");
+  cmd->add_option(
+         "--max-connections", o->max_connections,
+         "Connections served at once (each holds a thread); more get 503 (default: 2 x (--parallel +\n"
+         "--queue) + 16, at most 1024)")
+      ->check(CLI::Range(1, 65536));
   cmd->add_option(
          "--special-tokens-in-content", o->special_tokens_in_content,
          "Control-token text (<|im_start|>, <|im_end|>, ...) inside chat messages, tools or\n"

@@ -2,12 +2,23 @@
 
 #include <unistd.h>
 
+#include <system_error>
+
 namespace moeserve::server::http {
 
 WorkerPool::WorkerPool(size_t threads, size_t queue_limit, std::function<void(int fd)> serve)
     : queue_limit_(queue_limit), serve_(std::move(serve)) {
   threads_.reserve(threads);
-  for (size_t i = 0; i < threads; ++i) threads_.emplace_back([this] { work(); });
+  for (size_t i = 0; i < threads; ++i) {
+    try {
+      threads_.emplace_back([this] { work(); });
+    } catch (const std::system_error& e) {
+      // The system refused another thread (a thread or address-space
+      // limit): serve with those that started; the caller reports it.
+      start_error_ = e.what();
+      break;
+    }
+  }
 }
 
 bool WorkerPool::offer(int fd) {

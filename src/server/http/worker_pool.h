@@ -8,6 +8,7 @@
 #include <deque>
 #include <functional>
 #include <mutex>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -21,6 +22,10 @@ class WorkerPool {
   WorkerPool(const WorkerPool&) = delete;
   WorkerPool& operator=(const WorkerPool&) = delete;
 
+  // The workers that started (fewer than asked when the system refused
+  // more threads; start_error() says why).
+  size_t threads() const { return threads_.size(); }
+  const std::string& start_error() const { return start_error_; }
   // Queues fd for a worker; false (fd untouched) when the queue is full.
   bool offer(int fd);
   // Closes what is still queued and joins the workers (they return once the
@@ -37,6 +42,7 @@ class WorkerPool {
   std::deque<int> queue_;
   bool closing_ = false;
   std::vector<std::thread> threads_;
+  std::string start_error_;
 };
 
 }  // namespace moeserve::server::http
