@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# moeserve serve start-up limits (issue 17), end to end:
+#  - --queue 100000 starts with a bounded number of threads and answers;
+#  - a KV cache that cannot fit the address-space limit is refused with
+#    the bytes and the flags, exit 1 (no abort, no "listening" then a crash);
+#  - the special-token policy flag rejects unknown values.
+# usage: serve_limits_test.sh MOESERVE MODEL
+set -uo pipefail
+bin=$1
+model=$2
+fail() { echo "FAIL: $*"; exit 1; }
+
+port_file=$(mktemp)
+log=$(mktemp)
+trap 'rm -f "$port_file" "$log"; [ -n "${pid:-}" ] && kill "$pid" 2>/dev/null' EXIT
+
+# 1. A huge queue: bounded threads, the server answers.
+"$bin" serve -m "$model" --queue 100000 --port 0 --threads 2 > "$log" 2>&1 &
+pid=$!
+for _ in $(seq 1 100); do grep -q "ready at" "$log" && break; sleep 0.1; done
+grep -q "ready at" "$log" || fail "no ready line: $(cat "$log")"
+grep -q "serving at most 1024 connections" "$log" || fail "no connection-cap note: $(cat "$log")"
+threads=$(ls /proc/$pid/task | wc -l)
+[ "$threads" -le 1100 ] || fail "$threads threads with --queue 100000"
+port=$(sed -n 's#.*ready at http://[^:]*:\([0-9]*\)/.*#\1#p' "$log" | head -1)
+if command -v curl > /dev/null; then
+  curl -sf "http://127.0.0.1:$port/health" > /dev/null || fail "no answer on /health"
+fi
+kill "$pid"; wait "$pid" 2>/dev/null; pid=
+
+# 2. Too little address space for the KV cache: a clear refusal, exit 1.
+out=$( (ulimit -v 3000000; "$bin" serve -m "$model" --ctx-size 1048576 --parallel 8 --port 0 --threads 2) 2>&1)
+code=$?
+[ "$code" -eq 1 ] || fail "exit $code (want 1): $out"
+echo "$out" | grep -q "not enough memory: the KV cache for --parallel 8 x --ctx-size 1048576" \
+  || fail "no memory-plan message: $out"
+echo "$out" | grep -q "terminate called" && fail "aborted: $out"
+
+# 3. The special-token policy takes text or parse only.
+"$bin" serve -m "$model" --special-tokens-in-content maybe --port 0 > "$log" 2>&1 && fail "accepted 'maybe'"
+grep -q "special-tokens-in-content" "$log" || fail "no message naming the flag: $(cat "$log")"
+echo "serve limits: ok"
