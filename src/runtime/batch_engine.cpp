@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <new>
 #include <system_error>
 
 #include "tokenizer/tokenizer.h"
@@ -141,8 +142,22 @@ void BatchEngine::run() {
                  [&] { return stopping_ || !queue_.empty() || !cancelled_.empty() || active_.load() > 0; });
       if (stopping_) break;
     }
-    admit_waiting();
-    if (active_.load() > 0) step();
+    // An allocation failure inside a step ends the requests of that step
+    // with an error (their clients get a 503) and the engine goes on: a
+    // failed allocation never takes the process down.
+    try {
+      if (options_.inject_step_allocation_failure && options_.inject_step_allocation_failure()) {
+        throw std::bad_alloc();
+      }
+      admit_waiting();
+      if (active_.load() > 0) step();
+    } catch (const std::bad_alloc&) {
+      const Status oom(StatusCode::kResourceExhausted,
+                       "the server ran out of memory during this request's step; retry later");
+      for (auto& s : slots_) {
+        if (s->busy) finish(*s, oom);
+      }
+    }
   }
   // Shutdown: everything still queued or running ends as cancelled.
   std::deque<Pending> left;

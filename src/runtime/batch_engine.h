@@ -34,29 +34,29 @@ namespace moeserve::runtime {
 // One generated token, delivered on the engine thread.
 struct TokenEvent {
   int32_t token = 0;
-  std::string text;                // text this token releases (may be empty: held back for UTF-8 or a stop string)
-  float logprob = 0.0f;            // when logprobs were requested
-  std::vector<TokenLogprob> top;   // the top_logprobs most likely tokens
+  std::string text;      // text this token releases (may be empty: held back for UTF-8 or a stop string)
+  float logprob = 0.0f;  // when logprobs were requested
+  std::vector<TokenLogprob> top;  // the top_logprobs most likely tokens
 };
 
 struct RequestStats {
   StopReason reason = StopReason::kMaxTokens;
   int64_t prompt_tokens = 0;
-  int64_t cached_tokens = 0;       // prompt tokens restored from the prefix cache
+  int64_t cached_tokens = 0;  // prompt tokens restored from the prefix cache
   int64_t completion_tokens = 0;
-  double queue_seconds = 0.0;      // submit -> slot
+  double queue_seconds = 0.0;        // submit -> slot
   double first_token_seconds = 0.0;  // submit -> first token
   double total_seconds = 0.0;
-  std::string tail_text;           // text released at the end (held-back bytes), also sent as a last token-less piece
+  std::string tail_text;  // text released at the end (held-back bytes), also sent as a last token-less piece
 };
 
 struct EngineRequest {
-  std::vector<int32_t> prompt;     // non-empty, shorter than the context
-  int64_t max_tokens = 16;         // >= 1; prompt + max_tokens <= context
+  std::vector<int32_t> prompt;  // non-empty, shorter than the context
+  int64_t max_tokens = 16;      // >= 1; prompt + max_tokens <= context
   SamplerOptions sampling;
   std::vector<std::string> stop;
   bool stop_at_eos = true;
-  int top_logprobs = -1;           // -1: no logprobs; 0..20: chosen token's logprob + this many alternatives
+  int top_logprobs = -1;  // -1: no logprobs; 0..20: chosen token's logprob + this many alternatives
   // Called on the engine thread, in order; keep them short. on_token
   // returning false cancels the request (e.g. the client disconnected).
   std::function<bool(const TokenEvent&)> on_token;
@@ -65,11 +65,14 @@ struct EngineRequest {
 };
 
 struct EngineOptions {
-  int n_slots = 4;                 // sequences decoded together
-  int64_t n_ctx = 4096;            // context (KV positions) per slot
-  int64_t n_batch = 512;           // tokens per forward (decode rows + prefill chunk)
-  size_t max_queue = 64;           // waiting requests beyond the slots; more: kResourceExhausted
+  int n_slots = 4;        // sequences decoded together
+  int64_t n_ctx = 4096;   // context (KV positions) per slot
+  int64_t n_batch = 512;  // tokens per forward (decode rows + prefill chunk)
+  size_t max_queue = 64;  // waiting requests beyond the slots; more: kResourceExhausted
   size_t prefix_cache_bytes = size_t(256) << 20;  // 0: no prefix cache
+  // Fault injection for tests: returning true makes the next step fail as
+  // if an allocation had (std::bad_alloc).
+  std::function<bool()> inject_step_allocation_failure;
 };
 
 struct EngineStats {
@@ -131,7 +134,7 @@ class BatchEngine {
   bool stopping_ = false;
   uint64_t next_id_ = 1;
   uint64_t admission_counter_ = 0;  // engine thread only
-  EngineStats totals_;  // counters under mu_
+  EngineStats totals_;              // counters under mu_
   std::atomic<int64_t> active_{0}, kv_used_{0};
   std::vector<float> logits_;
   Status status_;

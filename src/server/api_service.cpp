@@ -1,6 +1,7 @@
 #include "server/api_service.h"
 
 #include <algorithm>
+#include <new>
 #include <random>
 
 #include "server/api/openai_request.h"
@@ -59,7 +60,18 @@ ApiService::ApiService(runtime::Model& model, runtime::BatchEngine& engine, Serv
 ApiReply ApiService::error_reply(const api::ApiError& e) { return json_reply(e.status, e.to_json()); }
 
 ApiReply ApiService::handle(const ApiRequest& r) {
-  ApiReply reply = route(r);
+  ApiReply reply;
+  // An allocation failure while handling one request fails that request
+  // (503) and nothing else: the server goes on.
+  try {
+    if (config_.inject_allocation_failure && config_.inject_allocation_failure(r.path))
+      throw std::bad_alloc();
+    reply = route(r);
+  } catch (const std::bad_alloc&) {
+    reply =
+        error_reply(api::unavailable("the server ran out of memory handling this request; retry later or "
+                                     "send a smaller request"));
+  }
   // Label by route, never by the raw path: garbage paths must not grow the metrics.
   static constexpr std::string_view kRoutes[] = {"/health",   "/v1/models",           "/metrics",
                                                  "/",         "/v1/chat/completions", "/v1/completions",
@@ -221,7 +233,13 @@ ApiReply ApiService::run(std::vector<int32_t> prompt, const api::GenerationParam
     }
   }
   const SessionOutcome out = *done;
-  if (!out.status.is_ok()) return error_reply(api::server_error(out.status.message()));
+  if (!out.status.is_ok()) {
+    // Out of memory (or another exhausted resource) is the server's state,
+    // not the request's fault: 503, retry later.
+    return error_reply(out.status.code() == StatusCode::kResourceExhausted
+                           ? api::unavailable(out.status.message())
+                           : api::server_error(out.status.message()));
+  }
   return json_reply(200, session->response_json());
 }
 

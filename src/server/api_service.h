@@ -5,6 +5,7 @@
 #pragma once
 
 #include <atomic>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -27,6 +28,9 @@ struct ServiceConfig {
   std::string web_page;  // HTML served at "/"
   // Control-token text inside chat messages: plain text (default) or parsed.
   SpecialTokensInContent special_tokens_in_content = SpecialTokensInContent::kText;
+  // Fault injection for tests: returning true makes this request's handling
+  // fail as if an allocation had (std::bad_alloc).
+  std::function<bool(const std::string& path)> inject_allocation_failure;
 };
 
 struct ApiRequest {

@@ -1,12 +1,13 @@
 // ApiService end to end without sockets: the trained tiny model behind a
 // BatchEngine, requests in, OpenAI-shaped replies out.
-#include "server/api_service.h"
-
 #include <gtest/gtest.h>
 
-#include "test_device.h"
-
+#include <atomic>
+#include <functional>
 #include <nlohmann/json.hpp>
+
+#include "server/api_service.h"
+#include "test_device.h"
 
 namespace moeserve::server {
 namespace {
@@ -20,14 +21,17 @@ struct Fixture {
   std::unique_ptr<runtime::BatchEngine> engine;
   std::unique_ptr<ApiService> service;
 
-  explicit Fixture(runtime::EngineOptions eo = {}, std::string api_key = {}) {
-    model = std::move(runtime::Model::load(kModel, {.n_threads = 1, .device = testing::test_device()}).value());
+  explicit Fixture(runtime::EngineOptions eo = {}, std::string api_key = {},
+                   std::function<bool(const std::string&)> inject_allocation_failure = {}) {
+    model =
+        std::move(runtime::Model::load(kModel, {.n_threads = 1, .device = testing::test_device()}).value());
     if (eo.n_ctx == 4096) eo.n_ctx = 256;
     engine = std::make_unique<runtime::BatchEngine>(*model, eo);
     ServiceConfig c;
     c.model_id = "tiny";
     c.api_key = std::move(api_key);
     c.web_page = "<html>chat</html>";
+    c.inject_allocation_failure = std::move(inject_allocation_failure);
     service = std::make_unique<ApiService>(*model, *engine, c);
   }
   ~Fixture() {
@@ -36,7 +40,9 @@ struct Fixture {
   ApiReply post(const std::string& path, const std::string& body, const std::string& auth = {}) {
     return service->handle({"POST", path, body, auth, {}});
   }
-  ApiReply get(const std::string& path, const std::string& auth = {}) { return service->handle({"GET", path, "", auth, {}}); }
+  ApiReply get(const std::string& path, const std::string& auth = {}) {
+    return service->handle({"GET", path, "", auth, {}});
+  }
 };
 
 std::string drain(const ApiReply& r) {
@@ -68,6 +74,32 @@ std::vector<json> sse_events(const std::string& body) {
 
 const char* kChat = R"({"model":"tiny","messages":[{"role":"system","content":"You write Python."},
   {"role":"user","content":"Write a function"}],"max_tokens":24,"temperature":0})";
+
+// An allocation failure while handling a request (injected) fails that
+// request with 503; the next one is served normally.
+TEST(ApiService, AllocationFailureIsA503AndTheServerGoesOn) {
+  int calls = 0;
+  Fixture f({}, {},
+            [&calls](const std::string& path) { return path == "/v1/chat/completions" && calls++ == 0; });
+  const ApiReply failed = f.post("/v1/chat/completions", kChat);
+  EXPECT_EQ(failed.status, 503) << failed.body;
+  EXPECT_NE(failed.body.find("out of memory"), std::string::npos) << failed.body;
+  const ApiReply ok = f.post("/v1/chat/completions", kChat);
+  EXPECT_EQ(ok.status, 200) << ok.body;
+}
+
+// The same inside the engine's step: the step's request ends with 503, the
+// engine keeps running and the next request is answered.
+TEST(ApiService, AllocationFailureInAnEngineStepIsA503AndTheEngineGoesOn) {
+  std::atomic<int> steps{0};
+  runtime::EngineOptions eo;
+  eo.inject_step_allocation_failure = [&steps] { return steps.fetch_add(1) == 1; };  // the second step
+  Fixture f(eo);
+  const ApiReply failed = f.post("/v1/chat/completions", kChat);
+  EXPECT_EQ(failed.status, 503) << failed.body;
+  const ApiReply ok = f.post("/v1/chat/completions", kChat);
+  EXPECT_EQ(ok.status, 200) << ok.body;
+}
 
 TEST(ApiService, ChatPlainAndStreamedGiveTheSameGreedyText) {
   Fixture f;
@@ -136,11 +168,14 @@ TEST(ApiService, ErrorsAreOpenAiShapedWithTheRightStatus) {
   expect(f.post("/v1/chat/completions", "{not json"), 400);
   expect(f.post("/v1/chat/completions", R"({"messages":"hi"})"), 400, "messages");
   expect(f.post("/v1/chat/completions", R"({"model":"tiny"})"), 400, "messages");
-  expect(f.post("/v1/chat/completions", R"({"messages":[{"role":"user","content":"x"}],"temperature":"hot"})"), 400,
-         "temperature");
-  expect(f.post("/v1/chat/completions", R"({"model":"gpt-9","messages":[{"role":"user","content":"x"}]})"), 404);
-  expect(f.post("/v1/chat/completions", R"({"messages":[{"role":"user","content":"x"}],"max_tokens":100000})"), 400,
-         "max_tokens");
+  expect(
+      f.post("/v1/chat/completions", R"({"messages":[{"role":"user","content":"x"}],"temperature":"hot"})"),
+      400, "temperature");
+  expect(f.post("/v1/chat/completions", R"({"model":"gpt-9","messages":[{"role":"user","content":"x"}]})"),
+         404);
+  expect(
+      f.post("/v1/chat/completions", R"({"messages":[{"role":"user","content":"x"}],"max_tokens":100000})"),
+      400, "max_tokens");
   const std::string long_prompt(2000, 'a');
   expect(f.post("/v1/completions", json{{"prompt", long_prompt}}.dump()), 400);
   expect(f.get("/v2/nothing"), 404);
@@ -193,7 +228,8 @@ TEST(ApiService, TokenizeDetokenizeModelsAndMetrics) {
   EXPECT_EQ(m["data"][0]["id"], "tiny");
   f.post("/v1/completions", R"({"prompt":"x = ","max_tokens":3})");
   const std::string metrics = f.get("/metrics").body;
-  EXPECT_NE(metrics.find("moeserve_requests_total{endpoint=\"/v1/completions\",status=\"200\"} 1"), std::string::npos)
+  EXPECT_NE(metrics.find("moeserve_requests_total{endpoint=\"/v1/completions\",status=\"200\"} 1"),
+            std::string::npos)
       << metrics;
   EXPECT_NE(metrics.find("moeserve_generated_tokens_total 3"), std::string::npos) << metrics;
   EXPECT_NE(metrics.find("moeserve_slots_total"), std::string::npos);
