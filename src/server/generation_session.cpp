@@ -44,9 +44,32 @@ void GenerationSession::stream_delta(api::OutputDelta&& delta, std::vector<api::
   push_chunk(api::chat_chunk_delta(config_.meta, d));
 }
 
+// The engine thread only queues the event: parsing, logprob text and JSON
+// happen on the thread that reads the session (drain_locked), so no stream
+// costs the engine's step anything but a copy.
 bool GenerationSession::on_token(const runtime::TokenEvent& ev) {
   std::lock_guard lock(mu_);
   if (gone_) return false;
+  pending_.push_back(ev);
+  cv_.notify_all();
+  return true;
+}
+
+void GenerationSession::on_finish(const Status& status, const runtime::RequestStats& stats) {
+  std::lock_guard lock(mu_);
+  status_ = status;
+  stats_ = stats;
+  engine_done_ = true;
+  cv_.notify_all();
+}
+
+void GenerationSession::drain_locked() {
+  for (const runtime::TokenEvent& ev : pending_) process_token_locked(ev);
+  pending_.clear();
+  if (engine_done_ && !finished_) process_finish_locked();
+}
+
+void GenerationSession::process_token_locked(const runtime::TokenEvent& ev) {
   std::optional<api::TokenLogprob> lp;
   if (config_.top_logprobs >= 0) {
     lp = logprob_entry(ev);
@@ -71,8 +94,6 @@ bool GenerationSession::on_token(const runtime::TokenEvent& ev) {
     }
     parsed_.append(std::move(delta));
   }
-  cv_.notify_all();
-  return true;
 }
 
 std::string GenerationSession::finish_reason() const {
@@ -90,10 +111,9 @@ api::Usage GenerationSession::usage() const {
   return u;
 }
 
-void GenerationSession::on_finish(const Status& status, const runtime::RequestStats& stats) {
-  std::lock_guard lock(mu_);
-  status_ = status;
-  stats_ = stats;
+void GenerationSession::process_finish_locked() {
+  const Status& status = status_;
+  const runtime::RequestStats& stats = stats_;
   if (config_.endpoint == Endpoint::kCompletion) {
     text_ += stats.tail_text;
     if (config_.stream && status.is_ok()) {
@@ -117,18 +137,19 @@ void GenerationSession::on_finish(const Status& status, const runtime::RequestSt
       api::ApiError e = api::server_error(status.message());
       out_.push_back(api::sse_data(e.to_json()));
     } else if (config_.include_usage) {
-      push_chunk(config_.endpoint == Endpoint::kChat ? api::chat_chunk_usage(config_.meta, usage())
-                                                      : api::text_completion_usage_chunk(config_.meta, usage()));
+      push_chunk(config_.endpoint == Endpoint::kChat
+                     ? api::chat_chunk_usage(config_.meta, usage())
+                     : api::text_completion_usage_chunk(config_.meta, usage()));
     }
     out_.push_back(api::sse_done());
   }
   finished_ = true;
-  cv_.notify_all();
 }
 
 bool GenerationSession::next(std::string& out, std::chrono::milliseconds wait) {
   std::unique_lock lock(mu_);
-  cv_.wait_for(lock, wait, [&] { return !out_.empty() || finished_; });
+  cv_.wait_for(lock, wait, [&] { return !out_.empty() || !pending_.empty() || engine_done_; });
+  drain_locked();
   const bool got = !out_.empty();
   while (!out_.empty()) {
     out += out_.front();
@@ -144,18 +165,21 @@ void GenerationSession::client_gone() {
 
 SessionOutcome GenerationSession::wait() {
   std::unique_lock lock(mu_);
-  cv_.wait(lock, [&] { return finished_; });
+  cv_.wait(lock, [&] { return engine_done_; });
+  drain_locked();
   return {status_, stats_};
 }
 
 std::optional<SessionOutcome> GenerationSession::wait_for(std::chrono::milliseconds timeout) {
   std::unique_lock lock(mu_);
-  if (!cv_.wait_for(lock, timeout, [&] { return finished_; })) return std::nullopt;
+  if (!cv_.wait_for(lock, timeout, [&] { return engine_done_; })) return std::nullopt;
+  drain_locked();
   return SessionOutcome{status_, stats_};
 }
 
-api::json GenerationSession::response_json() const {
+api::json GenerationSession::response_json() {
   std::lock_guard lock(mu_);
+  drain_locked();
   if (config_.endpoint == Endpoint::kCompletion) {
     api::CompletionChoiceResult c;
     c.text = config_.echo + text_;

@@ -27,9 +27,9 @@ struct SessionConfig {
   bool stream = false;
   bool include_usage = false;
   api::ResponseMeta meta;
-  api::OutputParserOptions parser;   // chat only
-  int top_logprobs = -1;              // -1: no logprobs
-  std::string echo;                   // completions: prompt text echoed before the output
+  api::OutputParserOptions parser;  // chat only
+  int top_logprobs = -1;            // -1: no logprobs
+  std::string echo;                 // completions: prompt text echoed before the output
 };
 
 // What the session reports when it ends (for metrics).
@@ -42,7 +42,9 @@ class GenerationSession {
  public:
   GenerationSession(SessionConfig config, const tok::Tokenizer& tokenizer);
 
-  // Engine-thread callbacks (wire them into the EngineRequest).
+  // Engine-thread callbacks (wire them into the EngineRequest). They only
+  // queue the events: the output parser, logprob texts and JSON run on the
+  // reading thread (next / wait / response_json), never on the engine's.
   bool on_token(const runtime::TokenEvent& ev);
   void on_finish(const Status& status, const runtime::RequestStats& stats);
 
@@ -58,7 +60,7 @@ class GenerationSession {
   SessionOutcome wait();
   std::optional<SessionOutcome> wait_for(std::chrono::milliseconds timeout);
   // The response body of a finished, successful plain request.
-  api::json response_json() const;
+  api::json response_json();
 
  private:
   std::string finish_reason() const;
@@ -66,19 +68,25 @@ class GenerationSession {
   void push_chunk(const api::json& chunk);  // locked by caller
   api::TokenLogprob logprob_entry(const runtime::TokenEvent& ev) const;
   void stream_delta(api::OutputDelta&& delta, std::vector<api::TokenLogprob>&& lps);
+  // Reader side, mu_ held: turns the engine's queued events into output.
+  void drain_locked();
+  void process_token_locked(const runtime::TokenEvent& ev);
+  void process_finish_locked();
 
   SessionConfig config_;
   const tok::Tokenizer& tokenizer_;
   api::OutputParser parser_;
   mutable std::mutex mu_;
   std::condition_variable cv_;
-  std::deque<std::string> out_;  // SSE frames not yet handed out
-  bool finished_ = false, gone_ = false;
+  std::deque<std::string> out_;               // SSE frames not yet handed out
+  std::vector<runtime::TokenEvent> pending_;  // from the engine, not processed yet
+  bool engine_done_ = false;                  // on_finish came (its output may still be pending)
+  bool finished_ = false, gone_ = false;      // finished_: the final output is in out_
   Status status_;
   runtime::RequestStats stats_;
   // Accumulated result.
-  std::string text_;             // raw model text (completions)
-  api::OutputDelta parsed_;      // chat: content / reasoning / tool calls so far
+  std::string text_;         // raw model text (completions)
+  api::OutputDelta parsed_;  // chat: content / reasoning / tool calls so far
   std::vector<api::TokenLogprob> logprobs_;
   size_t tool_calls_streamed_ = 0;
 };
