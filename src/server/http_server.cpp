@@ -1,5 +1,6 @@
 #include "server/http_server.h"
 
+#include <arpa/inet.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
@@ -9,6 +10,9 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <mutex>
+#include <string>
+#include <unordered_map>
 
 #include "core/log.h"
 #include "server/http/connection.h"
@@ -46,6 +50,9 @@ http::HttpReply error_reply(int status, const std::string& message) {
     case 500:
       e = api::server_error(message);
       break;
+    case 429:
+      e = api::too_many_requests(message);
+      break;
     case 503:
       e = api::unavailable(message);
       break;
@@ -69,9 +76,10 @@ http::ConnectionOptions connection_options(const HttpOptions& o) {
 }
 
 // Every thread is busy and the queue is full: a short 503 instead of an
-// ever-growing backlog. Non-blocking; a client that cannot take it loses it.
-void refuse_busy(int fd) {
-  const http::HttpReply r = error_reply(503, "the server is busy; retry shortly");
+// ever-growing backlog (429 when one client holds too many connections).
+// Non-blocking; a client that cannot take it loses it.
+void refuse_busy(int fd, int status = 503, const char* message = "the server is busy; retry shortly") {
+  const http::HttpReply r = error_reply(status, message);
   const std::string out = http::response_head(r, false) + r.body;
   [[maybe_unused]] const ssize_t n = ::send(fd, out.data(), out.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
   ::shutdown(fd, SHUT_WR);
@@ -87,8 +95,57 @@ struct HttpServer::Impl {
   std::atomic<bool> stopping{false};
   http::Handler test_handler;
 
+  // Open connections by peer address (max_connections_per_client), and
+  // the address of each accepted descriptor until a worker takes it.
+  std::mutex clients_mu;
+  std::unordered_map<std::string, int> per_client;
+  std::unordered_map<int, std::string> client_of_fd;
+
   void accept_ready(http::WorkerPool& pool);
+  bool admit_client(int fd, const std::string& peer);  // false: over the per-client limit
+  std::string take_client(int fd);
+  void release_client(const std::string& peer);
 };
+
+bool HttpServer::Impl::admit_client(int fd, const std::string& peer) {
+  if (options.max_connections_per_client <= 0) return true;
+  std::lock_guard lock(clients_mu);
+  int& n = per_client[peer];
+  if (n >= options.max_connections_per_client) return false;
+  ++n;
+  client_of_fd[fd] = peer;
+  return true;
+}
+
+// Called by the worker before it serves fd (still open, so not reused yet).
+std::string HttpServer::Impl::take_client(int fd) {
+  if (options.max_connections_per_client <= 0) return {};
+  std::lock_guard lock(clients_mu);
+  auto it = client_of_fd.find(fd);
+  if (it == client_of_fd.end()) return {};
+  std::string peer = std::move(it->second);
+  client_of_fd.erase(it);
+  return peer;
+}
+
+void HttpServer::Impl::release_client(const std::string& peer) {
+  if (options.max_connections_per_client <= 0 || peer.empty()) return;
+  std::lock_guard lock(clients_mu);
+  auto it = per_client.find(peer);
+  if (it != per_client.end() && --it->second <= 0) per_client.erase(it);
+}
+
+namespace {
+std::string peer_address(const sockaddr_storage& a) {
+  char buf[INET6_ADDRSTRLEN] = {};
+  if (a.ss_family == AF_INET) {
+    ::inet_ntop(AF_INET, &reinterpret_cast<const sockaddr_in&>(a).sin_addr, buf, sizeof buf);
+  } else if (a.ss_family == AF_INET6) {
+    ::inet_ntop(AF_INET6, &reinterpret_cast<const sockaddr_in6&>(a).sin6_addr, buf, sizeof buf);
+  }
+  return buf;
+}
+}  // namespace
 
 HttpServer::HttpServer(HttpOptions options) : impl_(std::make_unique<Impl>()) {
   impl_->options = std::move(options);
@@ -128,7 +185,11 @@ Status HttpServer::run() {
   const size_t queue = threads * size_t(std::max(1, m.options.queue_per_thread));
   Status result = Status::ok();
   {
-    http::WorkerPool pool(threads, queue, [&ctx](int fd) { http::Connection(fd, ctx).serve(); });
+    http::WorkerPool pool(threads, queue, [&ctx, &m](int fd) {
+      const std::string peer = m.take_client(fd);
+      http::Connection(fd, ctx).serve();
+      m.release_client(peer);
+    });
     if (pool.threads() == 0) {
       ::close(m.listen_fd);
       m.listen_fd = -1;
@@ -159,7 +220,10 @@ Status HttpServer::run() {
 
 void HttpServer::Impl::accept_ready(http::WorkerPool& pool) {
   for (int i = 0; i < 64; ++i) {
-    const int fd = ::accept4(listen_fd, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
+    sockaddr_storage addr{};
+    socklen_t addr_len = sizeof addr;
+    const int fd =
+        ::accept4(listen_fd, reinterpret_cast<sockaddr*>(&addr), &addr_len, SOCK_NONBLOCK | SOCK_CLOEXEC);
     if (fd < 0) {
       // Out of descriptors: back off briefly instead of spinning on a
       // listening socket that stays readable.
@@ -172,7 +236,16 @@ void HttpServer::Impl::accept_ready(http::WorkerPool& pool) {
     // SSE chunks are small and must go out at once.
     const int one = 1;
     ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-    if (!pool.offer(fd)) refuse_busy(fd);
+    const std::string peer = options.max_connections_per_client > 0 ? peer_address(addr) : std::string();
+    if (!admit_client(fd, peer)) {
+      refuse_busy(fd, 429, "too many open connections from this client; close some and retry");
+      continue;
+    }
+    if (!pool.offer(fd)) {
+      take_client(fd);
+      release_client(peer);
+      refuse_busy(fd);
+    }
   }
 }
 

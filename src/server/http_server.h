@@ -30,6 +30,9 @@ struct HttpOptions {
   int queue_per_thread = 4;          // connections waiting for a thread, per thread; more get 503
   int head_timeout_ms = 0;           // a request head must arrive within this (0: timeout_seconds)
   int idle_timeout_ms = 0;  // keep-alive connections idle longer close (0: min(5 s, timeout_seconds))
+  // Open connections (served or waiting) one peer address may hold; more
+  // get 429 and close. 0: no per-client limit.
+  int max_connections_per_client = 0;
 };
 
 class HttpServer {

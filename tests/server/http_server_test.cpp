@@ -383,6 +383,34 @@ TEST_F(HttpServerTest, FullQueueGets503) {
   EXPECT_EQ(r[0].status, 503);
 }
 
+TEST_F(HttpServerTest, PerClientConnectionCapGets429) {
+  HttpOptions o;
+  o.threads = 8;
+  o.max_connections_per_client = 2;
+  start(o);
+  auto a = std::make_unique<Client>(port_);
+  auto b = std::make_unique<Client>(port_);
+  std::this_thread::sleep_for(100ms);
+  {
+    Client extra(port_);
+    std::string raw;
+    EXPECT_TRUE(extra.read_to_close(raw));
+    const auto r = parse_responses(raw);
+    ASSERT_EQ(r.size(), 1u) << raw;
+    EXPECT_EQ(r[0].status, 429);
+  }
+  // One closes: the client may open another, which is served.
+  a.reset();
+  std::this_thread::sleep_for(200ms);
+  Client again(port_);
+  ASSERT_TRUE(again.send("GET /health HTTP/1.1\r\nConnection: close\r\n\r\n"));
+  std::string raw;
+  EXPECT_TRUE(again.read_to_close(raw));
+  const auto r = parse_responses(raw);
+  ASSERT_EQ(r.size(), 1u) << raw;
+  EXPECT_EQ(r[0].status, 200);
+}
+
 TEST_F(HttpServerTest, StopReturnsPromptlyWithConnectionsOpen) {
   start();
   Client idle(port_), half(port_), streaming(port_);

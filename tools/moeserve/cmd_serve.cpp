@@ -195,6 +195,9 @@ void register_serve(CLI::App& app) {
       ->capture_default_str()
       ->check(CLI::Range(size_t(1), size_t(1) << 20));
   cmd->add_option("--alias", o->alias, "Model id for /v1/models and requests (default: the file name)");
+  cmd->add_option("--max-connections-per-client", o->http.max_connections_per_client,
+                  "Open connections one client address may hold; more get 429 (default 0: no limit)")
+      ->check(CLI::Range(0, 65536));
   cmd->add_option(
          "--max-connections", o->max_connections,
          "Connections served at once (each holds a thread); more get 503 (default: 2 x (--parallel +\n"
