@@ -87,7 +87,8 @@ std::vector<uint8_t> random_weights(DType t, int64_t rows, int64_t cols, uint64_
 
 struct DeviceBuffer {
   void* p = nullptr;
-  explicit DeviceBuffer(size_t n) { CHECK_CUDA(cudaMalloc(&p, std::max<size_t>(n, 16))); }
+  size_t bytes = 0;
+  explicit DeviceBuffer(size_t n) : bytes(std::max<size_t>(n, 16)) { CHECK_CUDA(cudaMalloc(&p, bytes)); }
   DeviceBuffer(const void* host, size_t n) : DeviceBuffer(n) { CHECK_CUDA(cudaMemcpy(p, host, n, cudaMemcpyHostToDevice)); }
   ~DeviceBuffer() { cudaFree(p); }
   DeviceBuffer(const DeviceBuffer&) = delete;
@@ -186,6 +187,8 @@ void bench_gemm(DType t, int64_t tokens, int64_t rows, int64_t cols) {
   cuda::MatmulArgs a;
   a.w = w.p, a.w_type = t, a.n_rows = rows, a.n_cols = cols, a.row_bytes = dtype_row_bytes(t, cols);
   a.x = x.as<float>(), a.x_stride = cols, a.n_tokens = tokens, a.y = y.as<float>(), a.y_stride = rows;
+  DeviceBuffer scratch(std::max<size_t>(16, cuda::gemm_scratch_bytes(t, tokens, cols)));
+  a.scratch = scratch.p, a.scratch_bytes = scratch.bytes;
   const double us = time_us([&](int, cudaStream_t s) { check(cuda::gemm(a, s)); }, 4, 20);
   std::printf("gemm   %-5s %ld x %ld -> %ld: %8.1f us  %6.1f TFLOP/s\n", std::string(dtype_name(t)).c_str(), long(tokens),
               long(cols), long(rows), us, 2.0 * double(tokens * rows * cols) / (us * 1e6));
@@ -244,8 +247,12 @@ void bench_experts(DType t, DType down_t, int64_t n_tokens, double roof) {
   cuda::ExpertGateUpArgs gu;
   gu.gate = gate.first, gu.up = up.first, gu.gate.w = gate.second->p, gu.up.w = up.second->p;
   gu.x = x.as<float>(), gu.h = h.as<float>();
+  DeviceBuffer scratch(std::max<size_t>({size_t(16), cuda::gemm_scratch_bytes(t, n_tokens, n_embd),
+                                          cuda::gemm_scratch_bytes(down_t, n_tokens * n_used, n_ff)}));
+  gu.scratch = scratch.p, gu.scratch_bytes = scratch.bytes;
   cuda::ExpertDownArgs dn;
   dn.down = down.first, dn.down.w = down.second->p, dn.h = h.as<float>(), dn.y = y.as<float>();
+  dn.scratch = scratch.p, dn.scratch_bytes = scratch.bytes;
   const double us_gu = time_us([&](int i, cudaStream_t s) {
     cuda::ExpertGateUpArgs a = gu;
     a.groups = groups(i);

@@ -58,7 +58,8 @@ class CudaOps final : public Ops {
         moe_mem_(device, [this] { buffers_moved(); }),
         attention_mem_(device, [this] { buffers_moved(); }),
         hidden_mem_(device, [this] { buffers_moved(); }),
-        rope_mem_(device, [this] { buffers_moved(); }) {}
+        rope_mem_(device, [this] { buffers_moved(); }),
+        q8_mem_(device, [this] { buffers_moved(); }) {}
   ~CudaOps() override {
     if (mode_ != Mode::kEager) abandon_graph();
     if (stream_ != nullptr) cudaStreamSynchronize(stream_);
@@ -141,6 +142,7 @@ class CudaOps final : public Ops {
   void* pinned_ = nullptr;  // host staging of the layout upload
   size_t pinned_bytes_ = 0;
   Scratch layout_mem_, moe_mem_, attention_mem_, hidden_mem_, rope_mem_;
+  Scratch q8_mem_;  // gemm's converted activations (cuda::gemm_scratch_bytes)
   // This batch's layout on the device.
   int64_t n_rows_ = 0, n_blocks_ = 0, max_block_rows_ = 0, max_kv_ = 0, n_seq_ = 0, n_layer_ = 0;
   const int32_t* tokens_ = nullptr;
@@ -419,6 +421,12 @@ Status CudaOps::matmul(std::span<const MatmulOp> group) {
       MOESERVE_RETURN_IF_ERROR(cuda::matvec_rows(a, stream_));
       continue;
     }
+    if (op.n_tokens > cuda::kMatvecMaxTokens) {
+      a.scratch_bytes = cuda::gemm_scratch_bytes(a.w_type, a.n_tokens, a.n_cols);
+      if (a.scratch_bytes > 0) {
+        MOESERVE_ASSIGN_OR_RETURN(a.scratch, q8_mem_.get(a.scratch_bytes, "workspace (gemm activations)"));
+      }
+    }
     MOESERVE_RETURN_IF_ERROR(cuda::matmul(a, stream_));
   }
   return Status::ok();
@@ -514,18 +522,28 @@ Status CudaOps::expert_ffn(const ExpertFfnArgs& a) {
   float* h = static_cast<float*>(mem);
   float* y = reinterpret_cast<float*>(static_cast<uint8_t*>(mem) + h_bytes);
   const cuda::ExpertGroups groups{pairs_, offsets_, n_expert_, n_used_, a.n_tokens};
+  // One scratch for both products' converted activations (they run in turn).
+  const size_t gu_scratch = cuda::gemm_scratch_bytes(a.gate->type, a.n_tokens, a.n_embd);
+  const size_t dn_scratch = cuda::gemm_scratch_bytes(a.down->type, pairs, a.n_ff);
+  void* scratch = nullptr;
+  if (gu_scratch > 0 || dn_scratch > 0) {
+    MOESERVE_ASSIGN_OR_RETURN(
+        scratch, q8_mem_.get(std::max(gu_scratch, dn_scratch), "workspace (expert activations)"));
+  }
   cuda::ExpertGateUpArgs gu;
   gu.gate = expert_weights(*a.gate);
   gu.up = expert_weights(*a.up);
   gu.groups = groups;
   gu.x = a.xn;
   gu.h = h;
+  gu.scratch = scratch, gu.scratch_bytes = gu_scratch;
   MOESERVE_RETURN_IF_ERROR(cuda::expert_gate_up(gu, stream_));
   cuda::ExpertDownArgs dn;
   dn.down = expert_weights(*a.down);
   dn.groups = groups;
   dn.h = h;
   dn.y = y;
+  dn.scratch = scratch, dn.scratch_bytes = dn_scratch;
   MOESERVE_RETURN_IF_ERROR(cuda::expert_down(dn, stream_));
   if (a.norm_out != nullptr) {
     cuda::CombineRmsNormArgs c;

@@ -3,14 +3,15 @@
 // The pairs are grouped by expert on the device, so every grid is sized from
 // host-known bounds (n_tokens * n_used pairs, n_expert experts) and blocks
 // find their (expert, chunk of pairs) from expert_offsets, leaving at once
-// when there is none. Up to kMatvecMaxTokens tokens (decode, batched decode)
-// the matrix x vector kernels run (matvec_tc.cu for the quantized types,
-// matvec.cu for the float ones): an expert serves each token at most once, so
-// all its pairs fit in one slot and its rows are read once, with f32
-// accuracy; an expert with 1 pair costs what one token's product does (the
-// tensor-core kernel's work per weight hardly grows with the pairs).
-// Larger batches (prefill) take the tensor-core kernels of gemm.cu, 64 pairs
-// of one expert per tile.
+// when there is none. K-quant experts (Q4_K, Q5_K, Q6_K) run the integer
+// kernels of gemm_kq.cu at every batch size (Q8_K activations, the CPU's
+// arithmetic; 8, 16 or 32 pairs of one expert a tile, the activations
+// quantized into the caller's scratch first). The other types: up to
+// kMatvecMaxTokens tokens (decode, batched decode) the matrix x vector
+// kernels (matvec_tc.cu for Q8_0/Q4_0, matvec.cu for the float ones; f32
+// accuracy), all of an expert's pairs in one slot so its rows are read once;
+// larger batches (prefill) the tensor-core kernels of gemm.cu, 64 pairs of
+// one expert a tile.
 // Within each path a pair's result does not depend on how many other pairs
 // its expert has (each output's sum involves only its own activation row).
 #include <cuda_runtime.h>
@@ -82,6 +83,7 @@ Status expert_gate_up(const ExpertGateUpArgs& a, cudaStream_t stream) {
   p.w1 = static_cast<const uint8_t*>(a.up.w);
   p.x = a.x, p.x_stride = n_embd, p.x_row_div = a.groups.n_used;
   p.y = a.h, p.y_stride = n_ff;
+  p.scratch = a.scratch, p.scratch_bytes = a.scratch_bytes;
   return launch(p, stream);
 }
 
@@ -95,6 +97,7 @@ Status expert_down(const ExpertDownArgs& a, cudaStream_t stream) {
   detail::MmProblem p = grouped_problem(detail::MmMode::kDown, a.down, a.groups);
   p.x = a.h, p.x_stride = n_ff, p.x_row_div = 1;
   p.y = a.y, p.y_stride = n_embd;
+  p.scratch = a.scratch, p.scratch_bytes = a.scratch_bytes;
   return launch(p, stream);
 }
 

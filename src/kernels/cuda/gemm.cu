@@ -450,6 +450,7 @@ Status launch_type(const MmProblem& p, cudaStream_t stream) {
 }  // namespace
 
 Status launch_gemm(const MmProblem& p, cudaStream_t stream) {
+  if (gemm_kq_type(p.type)) return launch_gemm_kq(p, stream);
   switch (p.type) {
     case DType::F32:
       return launch_type<DType::F32>(p, stream);
@@ -495,10 +496,15 @@ detail::MmProblem dense_problem(const MatmulArgs& a) {
   p.w0 = static_cast<const uint8_t*>(a.w), p.row_bytes = a.row_bytes;
   p.n_rows = a.n_rows, p.n_cols = a.n_cols;
   p.x = a.x, p.x_stride = a.x_stride, p.y = a.y, p.y_stride = a.y_stride, p.n_tokens = a.n_tokens;
+  p.scratch = a.scratch, p.scratch_bytes = a.scratch_bytes;
   return p;
 }
 
 }  // namespace
+
+size_t gemm_scratch_bytes(DType w_type, int64_t n_rows, int64_t n_cols) {
+  return detail::gemm_kq_type(w_type) ? detail::gemm_kq_scratch_bytes(n_rows, n_cols) : 0;
+}
 
 Status matvec(const MatmulArgs& a, cudaStream_t stream) {
   if (a.n_tokens < 1 || a.n_tokens > kMatvecMaxTokens) {

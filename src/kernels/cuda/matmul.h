@@ -33,8 +33,11 @@ namespace moeserve::cuda {
 // added in f32 (the same ~1e-7);
 // gemm multiplies on tensor cores, accumulating in f32: F16 and BF16
 // weights are exact operands and x enters as 2 f16 (3 bf16) terms that
-// carry all its bits (~1.5e-7); the other weight types (F32 and the
-// quantized ones) are rounded to f16, and x once too (~3e-4; gemm.cu).
+// carry all its bits (~1.5e-7); K-quant weights (Q4_K, Q5_K, Q6_K) take
+// the CPU's arithmetic: x quantized to Q8_K, integer block sums, bit for
+// bit the reference CPU kernels (Q8_K's accuracy, ~6e-3 on random data;
+// gemm_kq.cu); the other types (F32, Q8_0, Q4_0) are rounded to f16, and x
+// once too (~3e-4; gemm.cu).
 // Both are deterministic,
 // and a token's row of y does not depend on the other tokens of the batch
 // (nor, in gemm, on its position in it): each output is one fixed-order sum.
@@ -49,7 +52,16 @@ struct MatmulArgs {
   int64_t n_tokens = 0;
   float* y = nullptr;    // [n_tokens][y_stride], n_rows written
   int64_t y_stride = 0;  // elements
+  // Device scratch for gemm(): at least gemm_scratch_bytes(w_type, n_tokens,
+  // n_cols) bytes, 16-byte aligned (the Q8_K rows of K-quant products);
+  // unused by the matrix x vector paths.
+  void* scratch = nullptr;
+  size_t scratch_bytes = 0;
 };
+
+// Scratch a gemm() over `n_rows` activation rows of `n_cols` needs (0 for
+// the weight types that convert nothing ahead).
+size_t gemm_scratch_bytes(DType w_type, int64_t n_rows, int64_t n_cols);
 
 // Rows up to which matmul() takes the matrix x vector path.
 inline constexpr int64_t kMatvecMaxTokens = 16;
@@ -81,10 +93,13 @@ Status gemm(const MatmulArgs& a, cudaStream_t stream);
 Status matmul(const MatmulArgs& a, cudaStream_t stream);
 
 // ---- grouped expert products (MoE) ---------------------------------------
-// Expert products: decode batches (n_tokens <= kMatvecMaxTokens) run the
-// matvec kernels, all of an expert's pairs in one pass over its rows;
-// larger batches the gemm kernels, 64 pairs of one expert per tile. Within
-// each, a pair's result does not depend on the other pairs of its expert.
+// Expert products: K-quant weights take gemm's integer kernels at every
+// batch size (Q8_K activations, the CPU's arithmetic: decode, batched decode
+// and prefill alike; MOESERVE_CUDA_EXPERT_DECODE=tc puts decode batches on
+// the exact matvec kernels instead); the other types run the matvec kernels
+// for decode batches (n_tokens <= kMatvecMaxTokens; all of an expert's pairs
+// in one pass over its rows) and the gemm kernels for larger ones. A pair's
+// result never depends on the other pairs of its expert.
 // Grids are sized from n_tokens * n_used and n_expert (the groups stay on
 // the device); blocks without work exit at once. gate and up must share
 // type, shape and layout; matrix_stride follows the row_bytes rule above.
@@ -118,6 +133,10 @@ struct ExpertGateUpArgs {
   ExpertGroups groups;
   const float* x = nullptr;  // [n_tokens][n_embd]
   float* h = nullptr;        // [n_tokens * n_used][n_ff]
+  // gemm_scratch_bytes(type, n_tokens, n_embd) bytes (see MatmulArgs; the
+  // K-quant kernels need it at every batch size).
+  void* scratch = nullptr;
+  size_t scratch_bytes = 0;
 };
 Status expert_gate_up(const ExpertGateUpArgs& a, cudaStream_t stream);
 
@@ -128,6 +147,9 @@ struct ExpertDownArgs {
   ExpertGroups groups;
   const float* h = nullptr;  // [n_tokens * n_used][n_ff]
   float* y = nullptr;        // [n_tokens * n_used][n_embd]
+  // gemm_scratch_bytes(type, n_tokens * n_used, n_ff) bytes.
+  void* scratch = nullptr;
+  size_t scratch_bytes = 0;
 };
 Status expert_down(const ExpertDownArgs& a, cudaStream_t stream);
 

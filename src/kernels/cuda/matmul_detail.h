@@ -40,6 +40,9 @@ struct MmProblem {
   int64_t n_expert = 0;
   int64_t n_pairs = 0;
   int64_t x_row_div = 1;
+  // gemm scratch (MatmulArgs::scratch).
+  void* scratch = nullptr;
+  size_t scratch_bytes = 0;
 };
 
 // Validation shared by the public entry points: the weight pointer/rows/type
@@ -56,7 +59,15 @@ Status check_activations(const char* what, const void* p, int64_t stride, int64_
 // kMatvecMaxTokens; grouped: any batch, the pairs of each expert taken
 // min(n_tokens, 16) (rounded up to a power of two) at a time.
 Status launch_matvec(const MmProblem& p, cudaStream_t stream);
-// Tensor-core kernels (gemm.cu): any batch.
+// Tensor-core kernels (gemm.cu): any batch. K-quant weights go to
+// launch_gemm_kq (gemm_kq.cu) unless MOESERVE_CUDA_KQ_GEMM=0.
 Status launch_gemm(const MmProblem& p, cudaStream_t stream);
+// Whether launch_gemm hands this weight type to the integer kernel.
+bool gemm_kq_type(DType t);
+// Integer tensor-core kernels for Q4_K/Q5_K/Q6_K with Q8_K activations (the
+// CPU's arithmetic, bit for bit the reference CPU kernels): any batch. The
+// activation rows are quantized into p.scratch first (gemm_kq_scratch_bytes).
+Status launch_gemm_kq(const MmProblem& p, cudaStream_t stream);
+size_t gemm_kq_scratch_bytes(int64_t n_rows, int64_t n_cols);
 
 }  // namespace moeserve::cuda::detail

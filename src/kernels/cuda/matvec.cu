@@ -26,6 +26,8 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstdlib>
+#include <cstring>
 
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/launch.cuh"
@@ -503,11 +505,23 @@ Status check_activations(const char* what, const void* p, int64_t stride, int64_
 }
 
 Status launch_matvec(const MmProblem& p, cudaStream_t stream) {
-  // Grouped expert products of quantized weights: the tensor-core kernel
-  // (an expert with few pairs costs what one token does). Dense products stay
+  // Grouped expert products of quantized weights: tensor-core kernels (an
+  // expert with few pairs costs what one token does). Dense products stay
   // here: at one token this kernel measured faster on an H100 (q 2048 -> 4096
   // Q4_K: 5.6 us against 7.5; matvec_tc.cu's header has the numbers).
-  if (p.mode != MmMode::kDense && matvec_tc_type(p.type)) return launch_matvec_tc(p, stream);
+  if (p.mode != MmMode::kDense && matvec_tc_type(p.type)) {
+    // K-quant experts: the integer kernel of gemm_kq.cu (Q8_K activations,
+    // the CPU's arithmetic), measured faster than the exact one at every
+    // decode batch (H100, 30b-a3b shapes, gate_up + down: 1 token 28.1 us
+    // against 33.0; 8 tokens 110 against 278; 16: 167 against 814).
+    // MOESERVE_CUDA_EXPERT_DECODE=tc keeps them on matvec_tc.cu (exact x).
+    static const bool exact = [] {
+      const char* v = std::getenv("MOESERVE_CUDA_EXPERT_DECODE");
+      return v != nullptr && std::strcmp(v, "tc") == 0;
+    }();
+    if (!exact && gemm_kq_type(p.type)) return launch_gemm_kq(p, stream);
+    return launch_matvec_tc(p, stream);
+  }
   // The kernels address activation rows with 32-bit float offsets.
   if (p.n_tokens * p.x_stride >= (int64_t(1) << 31)) {
     return make_error(StatusCode::kInvalidArgument, "matvec: {} activation rows of {} floats is too many",

@@ -1,7 +1,9 @@
 // Matrix x vector products of the quantized weight types (Q8_0, Q4_0, Q4_K,
-// Q5_K, Q6_K) on tensor cores: the grouped expert products of a decode step
-// (launch_matvec hands them over) and matvec_multi (several matrices sharing
-// one input, e.g. q/k/v, one launch). Dense matvec() stays on the CUDA-core
+// Q5_K, Q6_K) on tensor cores with exact f32 activations: matvec_multi
+// (several matrices sharing one input, e.g. q/k/v, one launch) and the
+// grouped expert products of a decode step for Q8_0/Q4_0 (launch_matvec
+// hands them over; K-quant experts go to gemm_kq.cu's integer kernel unless
+// MOESERVE_CUDA_EXPERT_DECODE=tc). Dense matvec() stays on the CUDA-core
 // kernel of matvec.cu, which measured faster for one product at one token.
 //
 // Why tensor cores: the CUDA-core kernel pays an FMA (plus activation loads)
@@ -74,6 +76,7 @@
 #include "kernels/cuda/matmul_detail.h"
 #include "kernels/cuda/matvec_tc.h"
 #include "kernels/cuda/tc_decode.cuh"
+#include "kernels/cuda/tc_stage.cuh"
 
 namespace moeserve::cuda {
 namespace detail {
@@ -163,63 +166,6 @@ __device__ __forceinline__ Slot find_slot_fast(const int32_t* offsets, int64_t n
   s.begin = __shfl_sync(kFull, b, src);
   s.count = __shfl_sync(kFull, c, src);
   return s;
-}
-
-// The 16 rows of a tile: rows 0..7 from `lo`, 8..15 from `hi` (kGateUp: gate
-// and up rows first..first+7; otherwise one matrix, rows first..first+15).
-// Rows past n_rows repeat the last (computed, never stored).
-struct Rows {
-  const uint8_t* lo;
-  const uint8_t* hi;
-  int64_t first, n_rows;
-  size_t row_bytes;
-  bool pairwise;  // kGateUp
-  __device__ __forceinline__ int64_t index(int r) const { return first + (pairwise ? (r & 7) : r); }
-  __device__ __forceinline__ const uint8_t* row(int r) const {
-    return (pairwise && r >= 8 ? hi : lo) + min(index(r), n_rows - 1) * row_bytes;
-  }
-  // The matrix's last row: its bytes may end the allocation.
-  __device__ __forceinline__ bool last(int r) const { return index(r) >= n_rows - 1; }
-};
-
-__device__ __forceinline__ int lead16(const uint8_t* p) {
-  return static_cast<int>(reinterpret_cast<uintptr_t>(p) & 15u);
-}
-
-template <DType T>
-constexpr int row_stage_bytes() {
-  using Q = tcdec::Tc<T>;
-  // The chunk plus, for 2-byte aligned rows, up to 14 bytes of lead and the
-  // words read around a misaligned one; an odd multiple of 16 so that the 8
-  // rows a warp reads at once fall in distinct banks.
-  const int span = Q::kChunkBytes + (Q::kAligned ? 0 : 34);
-  const int units = (span + 15) / 16;
-  return 16 * (units % 2 == 1 ? units : units + 1);
-}
-
-// Copies `bytes` bytes from `start` (a chunk of one row) to `dst` (its staged
-// row, the bytes at lead16(start)): 16-byte pieces half, half + 2, ... (the
-// two lanes of a row split them) that never start past the chunk; a matrix's
-// last row never has a piece read past its end (its tail: 2-byte loads).
-template <DType T>
-__device__ __forceinline__ void issue_row(const uint8_t* start, bool last, int bytes, uint8_t* dst,
-                                          int half) {
-  constexpr int kPieces = row_stage_bytes<T>() / 16;
-  const int lead = lead16(start), end = lead + bytes;
-  const uint8_t* src = start - lead;
-#pragma unroll
-  for (int i = 0; i < (kPieces + 1) / 2; ++i) {
-    const int piece = 2 * i + half;
-    const int n = end - 16 * piece;
-    if (piece < kPieces && (n >= 16 || (n > 0 && !last))) cp_async16(dst + 16 * piece, src + 16 * piece);
-  }
-  if constexpr (!tcdec::Tc<T>::kAligned) {
-    if (last && half == 0) {
-      for (int b = max(end & ~15, lead); b < end; b += 2) {
-        *reinterpret_cast<uint16_t*>(dst + b) = *reinterpret_cast<const uint16_t*>(src + b);
-      }
-    }
-  }
 }
 
 // c = A B (a fresh sum) and c += A B.

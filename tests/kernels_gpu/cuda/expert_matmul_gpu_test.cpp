@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <numeric>
 #include <random>
@@ -14,6 +15,7 @@
 #include <vector>
 
 #include "kernels/cuda/matmul.h"
+#include "kernels_gpu/cuda/cpu_reference_dot.h"
 #include "kernels_gpu/cuda/gpu_test_util.h"
 #include "tensor/quantize.h"
 
@@ -31,14 +33,28 @@ constexpr double kDecodeTol = 1e-5;
 // the f32 accumulation (truncating tensor-core adds) remains; measured
 // <= 1.9e-7 on an H100, through SwiGLU.
 constexpr double kPrefillTolExactW = 1e-6;
-// Other types (F32, Q8_0, Q4_0, Q4_K, Q5_K, Q6_K): the weights and the
+// K-quants (gemm_kq.cu, decode batches too): Q8_K activations, the CPU's
+// arithmetic (checked bit for bit below); against the double reference,
+// Q8_K's ~6e-3.
+constexpr double kPrefillTolQ8K = 2e-2;
+// Other types (F32, Q8_0, Q4_0): the weights and the
 // activations are each rounded to f16, ~2^-11 relative each: measured
 // 2.6e-4 .. 3.0e-4 (down) and 3.7e-4 .. 4.3e-4 (gate/up: SwiGLU's output
 // carries both the gate's and the up's error) on an H100; a product's
 // error is at most about 2^-10 ~ 1e-3.
 constexpr double kPrefillTolRoundedW = 1e-3;
 
+// Whether the products of this case take the Q8_K kernels (K-quants at any
+// batch unless MOESERVE_CUDA_EXPERT_DECODE=tc sends decode batches to the
+// exact kernels).
+bool uses_q8k(DType t, int64_t n_tokens) {
+  if (!testing::gemm_uses_q8k(t)) return false;
+  const char* v = std::getenv("MOESERVE_CUDA_EXPERT_DECODE");
+  return n_tokens > cuda::kMatvecMaxTokens || v == nullptr || std::string(v) != "tc";
+}
+
 double tolerance(DType t, int64_t n_tokens) {
+  if (uses_q8k(t, n_tokens)) return kPrefillTolQ8K;
   if (n_tokens <= cuda::kMatvecMaxTokens) return kDecodeTol;
   return t == DType::F16 || t == DType::BF16 ? kPrefillTolExactW : kPrefillTolRoundedW;
 }
@@ -165,6 +181,8 @@ std::vector<float> run_gate_up(const Routing& r, const ExpertStack& gate, const 
   cuda::ExpertGateUpArgs a;
   a.gate = gate.desc, a.up = up.desc, a.gate.w = dg.get(), a.up.w = du.get();
   a.groups = groups.desc, a.x = dx.get(), a.h = dh.get();
+  DeviceArray<uint8_t> scratch(cuda::gemm_scratch_bytes(gate.desc.type, r.n_tokens, gate.desc.n_cols));
+  a.scratch = scratch.get(), a.scratch_bytes = scratch.size();
   const Status st = cuda::expert_gate_up(a, nullptr);
   EXPECT_TRUE(st.is_ok()) << st.to_string();
   EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
@@ -179,34 +197,49 @@ std::vector<float> run_down(const Routing& r, const ExpertStack& down, const std
   DeviceGroups groups(r);
   cuda::ExpertDownArgs a;
   a.down = down.desc, a.down.w = dd.get(), a.groups = groups.desc, a.h = dh.get(), a.y = dy.get();
+  DeviceArray<uint8_t> scratch(cuda::gemm_scratch_bytes(down.desc.type, n_pairs, down.desc.n_cols));
+  a.scratch = scratch.get(), a.scratch_bytes = scratch.size();
   const Status st = cuda::expert_down(a, nullptr);
   EXPECT_TRUE(st.is_ok()) << st.to_string();
   EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
   return collect(dy, n_pairs, n_embd);
 }
 
+// One expert row times an activation row: the double reference on the
+// dequantized values, or the reference CPU kernels (Q8_K activations for
+// the K-quants; what gemm_kq.cu reproduces).
+enum class Ref { kDouble, kCpu };
+double row_dot(Ref ref, const ExpertStack& s, int64_t e, int64_t r, const float* x) {
+  if (ref == Ref::kDouble) return dot(s.row(e, r), x, s.desc.n_cols);
+  const uint8_t* row = s.bytes.data() + e * s.desc.matrix_stride + r * s.desc.row_bytes;
+  return testing::cpu_reference_dot(s.desc.type, row, x, s.desc.n_cols);
+}
+
+// SwiGLU in double, or in f32 as the kernels (silu(g) = g / (1 + exp(-g))).
 std::vector<float> reference_gate_up(const Routing& r, const ExpertStack& gate, const ExpertStack& up,
-                                     const std::vector<float>& x) {
+                                     const std::vector<float>& x, Ref ref = Ref::kDouble) {
   const int64_t n_ff = gate.desc.n_rows, n_embd = gate.desc.n_cols;
   std::vector<float> h(r.expert_of_pair.size() * size_t(n_ff));
   for (size_t p = 0; p < r.expert_of_pair.size(); ++p) {
     const int64_t e = r.expert_of_pair[p];
     const float* xt = x.data() + (int64_t(p) / r.n_used) * n_embd;
     for (int64_t f = 0; f < n_ff; ++f) {
-      const double g = dot(gate.row(e, f), xt, n_embd), u = dot(up.row(e, f), xt, n_embd);
-      h[p * size_t(n_ff) + size_t(f)] = float(g / (1.0 + std::exp(-g)) * u);
+      const double g = row_dot(ref, gate, e, f, xt), u = row_dot(ref, up, e, f, xt);
+      const float gf = float(g), uf = float(u);
+      h[p * size_t(n_ff) + size_t(f)] =
+          ref == Ref::kCpu ? gf / (1.0f + std::exp(-gf)) * uf : float(g / (1.0 + std::exp(-g)) * u);
     }
   }
   return h;
 }
 
-std::vector<float> reference_down(const Routing& r, const ExpertStack& down, const std::vector<float>& h) {
+std::vector<float> reference_down(const Routing& r, const ExpertStack& down, const std::vector<float>& h,
+                                  Ref ref = Ref::kDouble) {
   const int64_t n_embd = down.desc.n_rows, n_ff = down.desc.n_cols;
   std::vector<float> y(r.expert_of_pair.size() * size_t(n_embd));
   for (size_t p = 0; p < r.expert_of_pair.size(); ++p) {
-    for (int64_t i = 0; i < n_embd; ++i) {
-      y[p * size_t(n_embd) + size_t(i)] = float(dot(down.row(r.expert_of_pair[p], i), h.data() + p * size_t(n_ff), n_ff));
-    }
+    for (int64_t i = 0; i < n_embd; ++i)
+      y[p * size_t(n_embd) + size_t(i)] = float(row_dot(ref, down, r.expert_of_pair[p], i, h.data() + p * size_t(n_ff)));
   }
   return y;
 }
@@ -235,6 +268,12 @@ TEST_P(ExpertMatmulGpu, GateUpMatchesDoubleReference) {
     const std::vector<float> want = reference_gate_up(r, gate, up, x);
     EXPECT_LT(relative_error(got.data(), want.data(), want.size()), tolerance(type, c.n_tokens))
         << dtype_name(type) << " " << c.name;
+    if (uses_q8k(type, c.n_tokens)) {
+      // The products are the CPU's bits; exp may differ by an ulp between
+      // the host and the device library.
+      const std::vector<float> cpu = reference_gate_up(r, gate, up, x, Ref::kCpu);
+      EXPECT_LT(relative_error(got.data(), cpu.data(), cpu.size()), 1e-6) << dtype_name(type) << " " << c.name;
+    }
   }
 }
 
@@ -251,6 +290,11 @@ TEST_P(ExpertMatmulGpu, DownMatchesDoubleReference) {
     const std::vector<float> want = reference_down(r, down, h);
     EXPECT_LT(relative_error(got.data(), want.data(), want.size()), tolerance(type, c.n_tokens))
         << dtype_name(type) << " " << c.name;
+    if (uses_q8k(type, c.n_tokens)) {
+      const std::vector<float> cpu = reference_down(r, down, h, Ref::kCpu);
+      EXPECT_EQ(std::memcmp(cpu.data(), got.data(), cpu.size() * sizeof(float)), 0)
+          << dtype_name(type) << " " << c.name << ": differs from the reference CPU kernels";
+    }
   }
 }
 

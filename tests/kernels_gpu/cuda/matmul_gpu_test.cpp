@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "kernels/cuda/matmul.h"
+#include "kernels_gpu/cuda/cpu_reference_dot.h"
 #include "kernels_gpu/cuda/gpu_test_util.h"
 #include "tensor/quantize.h"
 
@@ -27,14 +28,22 @@ constexpr double kMatvecTol = 1e-5;
 // f32 accumulation on the tensor cores (truncating adds) remains; measured
 // <= 1.5e-7 on an H100.
 constexpr double kGemmTolExactW = 1e-6;
-// Other types (F32, Q8_0, Q4_0, Q4_K, Q5_K, Q6_K): the weight (a dequantized
+// K-quants (Q4_K, Q5_K, Q6_K; gemm_kq.cu): the CPU's arithmetic, Q8_K
+// activations and integer block sums, bit for bit the reference CPU
+// kernels; against the double reference that is Q8_K's accuracy (~6e-3 on
+// normal data: a step of max|x| / 127 per 256 columns).
+constexpr double kGemmTolQ8K = 2e-2;
+// Other types (F32, Q8_0, Q4_0): the weight (a dequantized
 // value has up to ~21 significant bits; F32 24) and the activation are each
 // rounded to f16, ~2^-11 relative each: measured 2.6e-4 .. 3.6e-4 on an
 // H100 (about 3e-4 RMS expected); a product's error is at most about
 // 2^-10 ~ 1e-3.
 constexpr double kGemmTolRoundedW = 1e-3;
 
-double gemm_tol(DType t) { return t == DType::F16 || t == DType::BF16 ? kGemmTolExactW : kGemmTolRoundedW; }
+double gemm_tol(DType t) {
+  if (testing::gemm_uses_q8k(t)) return kGemmTolQ8K;
+  return t == DType::F16 || t == DType::BF16 ? kGemmTolExactW : kGemmTolRoundedW;
+}
 
 // The smallest column count unit of a type (float types: runs of 16).
 int64_t col_unit(DType t) { return dtype_traits(t).quantized ? dtype_block_elems(t) : 16; }
@@ -80,6 +89,23 @@ std::vector<float> reference(const QuantMatrix& m, const std::vector<float>& x, 
   return y;
 }
 
+// The reference CPU kernels' products (Q8_K activations), for the types
+// whose gemm reproduces them.
+std::vector<float> cpu_reference(const QuantMatrix& m, const std::vector<float>& x, int64_t x_stride,
+                                 int64_t n_tokens) {
+  const size_t q_bytes = dtype_row_bytes(DType::Q8_K, m.cols);
+  std::vector<uint8_t> q(size_t(n_tokens) * q_bytes);
+  for (int64_t t = 0; t < n_tokens; ++t)
+    quantize_row(DType::Q8_K, x.data() + t * x_stride, q.data() + t * q_bytes, m.cols);
+  const cpu::VecDotFn dot = cpu::cpu_kernels_for(cpu::SimdLevel::kReference)->vec_dot[dtype_slot(m.type)];
+  std::vector<float> y(size_t(n_tokens * m.rows));
+  for (int64_t t = 0; t < n_tokens; ++t) {
+    for (int64_t r = 0; r < m.rows; ++r)
+      y[size_t(t * m.rows + r)] = dot(m.cols, m.bytes.data() + r * m.row_bytes, q.data() + t * q_bytes);
+  }
+  return y;
+}
+
 bool is_poison(float v) {
   uint32_t b;
   std::memcpy(&b, &v, sizeof b);
@@ -105,6 +131,8 @@ ProductRun run_product(Path path, const QuantMatrix& m, const std::vector<float>
   MatmulArgs a;
   a.w = dw.get(), a.w_type = m.type, a.n_rows = m.rows, a.n_cols = m.cols, a.row_bytes = m.row_bytes;
   a.x = dx.get(), a.x_stride = x_stride, a.n_tokens = n_tokens, a.y = dy.get(), a.y_stride = y_stride;
+  DeviceArray<uint8_t> scratch(cuda::gemm_scratch_bytes(m.type, n_tokens, m.cols));
+  a.scratch = scratch.get(), a.scratch_bytes = scratch.size();
   ProductRun out;
   out.status = path == Path::kMatvec ? cuda::matvec(a, nullptr)
                : path == Path::kGemm ? cuda::gemm(a, nullptr)
@@ -218,7 +246,9 @@ TEST_P(GemmGpu, MatchesDoubleReference) {
   };
   // Partial tiles in every direction (64 tokens x 128 rows x 32 columns);
   // float types also end in a half K step (cols % 32 == 16).
-  const Shape shapes[] = {{67, 133, 3 * u}, {17, 5, 13 * u}, {130, 260, (u == 256 ? 4 : 33) * u}};
+  // The last (K-quants): enough CTAs for gemm_kq.cu's 32-token tiles.
+  std::vector<Shape> shapes = {{67, 133, 3 * u}, {17, 5, 13 * u}, {130, 260, (u == 256 ? 4 : 33) * u}};
+  if (testing::gemm_uses_q8k(type)) shapes.push_back({520, 2100, u});
   uint32_t seed = 300;
   for (const Shape& s : shapes) {
     const QuantMatrix m = make_matrix(type, s.rows, s.cols, seed++, row_pad(type));
@@ -229,6 +259,13 @@ TEST_P(GemmGpu, MatchesDoubleReference) {
     const std::vector<float> want = reference(m, x, x_stride, s.tokens);
     EXPECT_LT(relative_error(got.y.data(), want.data(), want.size()), gemm_tol(type))
         << dtype_name(type) << " " << s.tokens << "x" << s.cols << " -> " << s.rows;
+    if (testing::gemm_uses_q8k(type)) {
+      const std::vector<float> cpu = cpu_reference(m, x, x_stride, s.tokens);
+      int64_t differ = 0;
+      for (size_t i = 0; i < cpu.size(); ++i) differ += std::memcmp(&cpu[i], &got.y[i], sizeof(float)) != 0;
+      EXPECT_EQ(differ, 0) << dtype_name(type) << " " << s.tokens << "x" << s.cols << " -> " << s.rows
+                           << ": outputs that differ from the reference CPU kernels";
+    }
   }
 }
 
@@ -304,6 +341,15 @@ TEST(MatmulGpuArgs, RejectsBadArguments) {
   expect_code(a, StatusCode::kInvalidArgument, "no tokens");
   a = ok, a.n_tokens = cuda::kMatvecMaxTokens + 1, a.x_stride = 256, a.y_stride = 4;
   EXPECT_EQ(cuda::matvec(a, nullptr).code(), StatusCode::kInvalidArgument) << "matvec past 16 tokens";
+  // K-quant gemm converts the activations into the caller's scratch: none,
+  // or too little, is refused before any launch.
+  if (testing::gemm_uses_q8k(DType::Q4_K)) {
+    a = ok, a.n_tokens = 17, a.y_stride = 4;
+    EXPECT_EQ(cuda::gemm(a, nullptr).code(), StatusCode::kInvalidArgument) << "no scratch";
+    a.scratch = buf, a.scratch_bytes = cuda::gemm_scratch_bytes(DType::Q4_K, 17, 256) - 1;
+    EXPECT_EQ(cuda::gemm(a, nullptr).code(), StatusCode::kInvalidArgument) << "scratch too small";
+  }
+  EXPECT_EQ(cuda::gemm_scratch_bytes(DType::BF16, 17, 256), 0u) << "types that convert nothing ahead";
 }
 
 }  // namespace

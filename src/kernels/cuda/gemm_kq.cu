@@ -1,0 +1,523 @@
+// Products of K-quant weights (Q4_K, Q5_K, Q6_K) on integer tensor cores,
+// with the CPU's own arithmetic: prefill (gemm, the grouped expert products)
+// and the expert products of decode batches. The activations are quantized
+// to Q8_K (tensor/quantize.h: per 256 columns d = m / -127, m the value of
+// largest |x|, codes rounded to nearest even), each scale group's code
+// products are summed exactly in int32 by the MMA (m16n8k32 s8 for the
+// 32-column groups of Q4_K/Q5_K, m16n8k16 for Q6_K's 16-column groups), the
+// groups' sums are scaled by the integer scales in int32, the K-quant mins
+// (sum of m_G times the activations' group sums) are one more pair of MMAs,
+// and each 256-column block's float result is formed and added in f32
+// exactly as the CPU reference's vec_dot does it (kernels/cpu/ref/
+// quant_ref.cpp: the same operations in the same order, no contraction). A
+// row's result is bit for bit what the reference CPU kernels give; the
+// accuracy is that of Q8_K activations (~6e-3 relative on random data, as
+// the CPU path and llama.cpp's).
+//
+// Why (H100, 30b-a3b shapes): the f16 kernel (gemm.cu) decodes every weight
+// to a scaled f16 value and multiplies 16x16x16 f16 tiles; with 32 pairs an
+// expert (a 512-token prefill of 128 experts, 8 used) its gate/up + down ran
+// in 782 us, here 464 us; a dense 512 x 4096 -> 4096 Q4_K product 121 ->
+// 167 TFLOP/s. Here a weight is 4 (6) bits turned into a byte by a shift and
+// a mask, an MMA does 32 columns, and the scales are applied once a group to
+// 4 int32 sums. At decode batches the expert products read their weights at
+// 1.0-1.8 TB/s against 0.5-0.9 for the exact kernel (matvec_tc.cu): 1 token
+// 26.6 us against 33.0, 8 tokens 110 against 278, 16 tokens 155 against 814.
+//
+// Work: a CTA owns 16 weight rows a warp (kGateUp: 8 gate rows and the same
+// 8 up rows, so a thread holds gate and up of the same outputs) and up to
+// kBn tokens (pairs of one expert): 8 warps and 32 tokens for prefill, 4
+// warps and 8 or 16 tokens for decode batches. K goes in 256-column blocks
+// through a 2-4 stage cp.async pipeline: each warp copies its own rows'
+// block (tc_stage.cuh) and the CTA the block's Q8_K activation rows, which
+// a kernel before wrote to the caller's scratch (quantize_q8k_kernel, once
+// for every CTA); decode batches of up to 8 tokens quantize their rows in
+// each CTA instead (one launch less).
+// A token's result depends only on its own activation row and the weights:
+// not on the other rows of its tile, the tile size or the batch.
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <atomic>
+#include <climits>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+
+#include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/launch.cuh"
+#include "kernels/cuda/matmul_common.cuh"
+#include "kernels/cuda/matmul_detail.h"
+#include "kernels/cuda/tc_stage.cuh"
+
+namespace moeserve::cuda::detail {
+namespace {
+
+// ---- integer MMAs -----------------------------------------------------------
+
+__device__ __forceinline__ void mma_k32(int (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+  asm("mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+      "{%10,%10,%10,%10};\n"
+      : "=r"(c[0]), "=r"(c[1]), "=r"(c[2]), "=r"(c[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1), "r"(0));
+}
+__device__ __forceinline__ void mma_k16(int (&c)[4], uint32_t a0, uint32_t a1, uint32_t b0) {
+  asm("mma.sync.aligned.m16n8k16.row.col.s32.s8.s8.s32 {%0,%1,%2,%3}, {%4,%5}, {%6}, {%7,%7,%7,%7};\n"
+      : "=r"(c[0]), "=r"(c[1]), "=r"(c[2]), "=r"(c[3])
+      : "r"(a0), "r"(a1), "r"(b0), "r"(0));
+}
+
+__device__ __forceinline__ uint32_t lds32(const uint8_t* p) { return *reinterpret_cast<const uint32_t*>(p); }
+
+// ---- per type: the A fragments of a scale group and the block's float ------
+// MMA A fragment of rows g (a0, a2) and g + 8 (a1, a3), lane quad j: columns
+// 4j..4j+3 (a0, a1) and 16 + 4j.. (a2, a3) of the group (PTX m16n8k32 .s8).
+
+// Q4_K / Q5_K block {d, dmin, scales[12], (qh[32],) qs[128]}: group G's code l
+// is nibble G%2 of qs[32(G/2) + l] (plus bit G of qh[l] as bit 4 for Q5_K).
+template <bool kHigh>
+__device__ __forceinline__ uint32_t affine_codes(const uint8_t* blk, int G, int l0) {
+  constexpr int kQs = kHigh ? 48 : 16;
+  uint32_t c = (lds32(blk + kQs + 32 * (G >> 1) + l0) >> (4 * (G & 1))) & 0x0F0F0F0Fu;
+  if constexpr (kHigh) c |= ((lds32(blk + 16 + l0) >> G) & 0x01010101u) << 4;
+  return c;
+}
+
+// The 6-bit scales and mins of a Q4_K/Q5_K block's 8 groups (the CPU's
+// k_scale_min), a byte each: word 0 groups 0..3, word 1 groups 4..7.
+struct GroupScales {
+  uint32_t sc[2], m[2];
+};
+__device__ __forceinline__ GroupScales group_scales(const uint8_t* blk) {
+  const uint32_t w0 = lds32(blk + 4), w1 = lds32(blk + 8), w2 = lds32(blk + 12);
+  GroupScales g;
+  g.sc[0] = w0 & 0x3F3F3F3Fu;
+  g.m[0] = w1 & 0x3F3F3F3Fu;
+  g.sc[1] = (w2 & 0x0F0F0F0Fu) | ((w0 >> 2) & 0x30303030u);
+  g.m[1] = ((w2 >> 4) & 0x0F0F0F0Fu) | ((w1 >> 2) & 0x30303030u);
+  return g;
+}
+__device__ __forceinline__ int group_byte(const uint32_t (&w)[2], int G) {
+  return int((w[G >> 2] >> (8 * (G & 3))) & 0xFFu);
+}
+
+__device__ __forceinline__ float f16_at(const uint8_t* p) {
+  return qdec::half_bits_to_float(*reinterpret_cast<const uint16_t*>(p));
+}
+
+// ---- Q8_K activation rows (scratch) -------------------------------------------
+// Row r's 256-column block b at scratch + (r * n_blocks + b) * kQ8Bytes:
+// 256 codes; the 8 sums of 32 codes (the K-quant mins) as sum = 64 hi + lo,
+// hi (-64..63) and lo (0..63) bytes, so that the mins' products are one
+// more integer MMA; d (f32); padding. A CTA stages a block's rows whole (19
+// 16-byte pieces); the staged stride puts the B fragment loads of 8 rows in
+// distinct banks.
+constexpr int kQ8Bytes = 304;
+constexpr int kQ8SumHi = 256, kQ8SumLo = 264, kQ8D = 272;
+constexpr int kQ8Pieces = kQ8Bytes / 16;
+
+// One row's 256-column block, 8 columns a lane, as the CPU's Q8_K
+// (tensor/quantize.cpp: m = the value of largest |x|, ties to the positive;
+// iscale = -127/m; codes rounded to nearest even and clamped; d = 1/iscale).
+__device__ __forceinline__ void quantize_block(const float (&v)[8], int lane, uint8_t* out) {
+  float hi = 0.0f, lo = 0.0f;
+#pragma unroll
+  for (int i = 0; i < 8; ++i) hi = fmaxf(hi, v[i]), lo = fminf(lo, v[i]);
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) {
+    hi = fmaxf(hi, __shfl_xor_sync(kFull, hi, o));
+    lo = fminf(lo, __shfl_xor_sync(kFull, lo, o));
+  }
+  const float m = -lo > hi ? lo : hi;
+  int c[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+  float d = 0.0f;
+  if (m != 0.0f) {
+    const float iscale = __fdiv_rn(-127.0f, m);
+#pragma unroll
+    for (int i = 0; i < 8; ++i) c[i] = __float2int_rn(fminf(fmaxf(__fmul_rn(iscale, v[i]), -127.0f), 127.0f));
+    d = __fdiv_rn(1.0f, iscale);
+  }
+  uint32_t w0 = 0, w1 = 0;
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    w0 |= uint32_t(c[i] & 0xFF) << (8 * i);
+    w1 |= uint32_t(c[4 + i] & 0xFF) << (8 * i);
+  }
+  *reinterpret_cast<uint2*>(out + 8 * lane) = make_uint2(w0, w1);
+  int sum = 0;
+#pragma unroll
+  for (int i = 0; i < 8; ++i) sum += c[i];
+  sum += __shfl_xor_sync(kFull, sum, 1);
+  sum += __shfl_xor_sync(kFull, sum, 2);  // |sum| <= 32 * 127
+  if ((lane & 3) == 0) {
+    out[kQ8SumHi + (lane >> 2)] = uint8_t(int8_t(sum >> 6));
+    out[kQ8SumLo + (lane >> 2)] = uint8_t(sum & 63);
+  }
+  if (lane == 0) *reinterpret_cast<float*>(out + kQ8D) = d;
+}
+
+// One warp a (row, block).
+__global__ void __launch_bounds__(256)
+    quantize_q8k_kernel(const float* x, int64_t x_stride, int64_t n_rows, int64_t n_blocks, uint8_t* out) {
+  grid_dependency_wait();  // launch.cuh: x is written by the kernel before
+  allow_dependents();
+  const int lane = int(threadIdx.x) & 31;
+  const int64_t unit = int64_t(blockIdx.x) * 8 + (threadIdx.x >> 5);
+  if (unit >= n_rows * n_blocks) return;
+  const int64_t row = unit / n_blocks, b = unit % n_blocks;
+  const float4* src = reinterpret_cast<const float4*>(x + row * x_stride + b * 256 + 8 * lane);
+  const float4 lo = __ldg(src), hi = __ldg(src + 1);
+  const float v[8] = {lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w};
+  quantize_block(v, lane, out + unit * kQ8Bytes);
+}
+
+// ---- the product kernel -------------------------------------------------------
+
+// A CTA: kWarps warps, one 16-row MMA tile of weights each, and kBn tokens.
+template <DType T, int kBn, int kWarps>
+struct KqStage {
+  uint8_t w[16 * kWarps][row_stage_bytes<T>()];
+  uint8_t x[kBn][kQ8Bytes];
+};
+// Stages in flight: three where two CTAs an SM still fit (Q4_K, Q5_K), four
+// for the small CTAs of decode batches (more bytes in flight an SM).
+template <DType T, int kBn>
+inline constexpr int kStagesOf = kBn <= 8           ? 4
+                                 : T == DType::Q6_K ? 2
+                                                    : 3;
+
+// Decode batches of up to 8 tokens (kInline; rows of at most kInlineBlocks
+// blocks) quantize their few activation rows in each CTA, into shared memory
+// after the stages, instead of a launch before: one kernel boundary less.
+constexpr int kInlineBlocks = 8;
+
+template <DType T, int kBn, int kWarps, bool kInline>
+__global__ void __launch_bounds__(32 * kWarps, 2) gemm_kq_kernel(const MmProblem p) {
+  constexpr int kNt = kBn / 8;  // MMA N tiles (8 tokens each)
+  constexpr int kStages = kStagesOf<T, kBn>;
+  constexpr int kThreads = 32 * kWarps, kCtaRows = 16 * kWarps;
+  using Q = tcdec::Tc<T>;
+  using Stage = KqStage<T, kBn, kWarps>;
+  extern __shared__ __align__(16) uint8_t kq_smem[];
+  Stage* const st = reinterpret_cast<Stage*>(kq_smem);
+  const int tid = int(threadIdx.x), warp = tid >> 5, lane = tid & 31, g = lane >> 2, j = lane & 3;
+  const bool gate_up = p.mode == MmMode::kGateUp;
+
+  // ---- the CTA's tokens and rows
+  int64_t m0 = 0, begin = 0, expert = 0;
+  int cnt;
+  if (p.mode != MmMode::kDense) {
+    grid_dependency_wait();  // launch.cuh: the groups are written by the kernels before
+    const Slot s = find_slot(p.offsets, p.n_expert, kBn, blockIdx.x, lane);
+    if (s.count == 0) return;  // the same answer in every warp
+    begin = s.begin, expert = s.expert, cnt = s.count;
+  } else {
+    m0 = int64_t(blockIdx.x) * kBn;
+    cnt = int(min(int64_t(kBn), p.n_tokens - m0));
+  }
+  Rows rows;
+  rows.lo = p.w0 + expert * p.matrix_stride;
+  rows.hi = gate_up ? p.w1 + expert * p.matrix_stride : rows.lo;
+  rows.n_rows = p.n_rows, rows.row_bytes = p.row_bytes, rows.pairwise = gate_up;
+  rows.first = int64_t(blockIdx.y) * (gate_up ? kCtaRows / 2 : kCtaRows) + warp * (gate_up ? 8 : 16);
+
+  // This lane copies half of row cp_r of its warp's tile; it reads rows g, g + 8.
+  const int cp_r = lane >> 1, cp_half = lane & 1;
+  const uint8_t* const cp_row = rows.row(cp_r);
+  const bool cp_last = rows.last(cp_r);
+  const uint8_t* const row_g = rows.row(g);
+  const uint8_t* const row_g8 = rows.row(g + 8);
+  const int64_t n_blocks = p.n_cols / 256;
+  const uint8_t* const q8 = static_cast<const uint8_t*>(p.scratch);
+  // Scratch row of token t of the tile (t < cnt).
+  auto x_row = [&](int t) -> int64_t {
+    return p.mode == MmMode::kDense ? m0 + t : int64_t(__ldg(p.pairs + begin + t)) / p.x_row_div;
+  };
+  auto issue_weights = [&](int64_t b) {
+    issue_row<T>(cp_row + b * Q::kBlockBytes, cp_last, Q::kBlockBytes,
+                 &st[b % kStages].w[16 * warp + cp_r][0], cp_half);
+  };
+  uint8_t* const x_all = kq_smem + kStages * sizeof(Stage);  // kInline: [block][token][kQ8Bytes]
+  auto issue_x = [&](int64_t b) {
+    if constexpr (!kInline) {
+      for (int i = tid; i < cnt * kQ8Pieces; i += kThreads) {
+        const int t = i / kQ8Pieces, piece = i % kQ8Pieces;
+        cp_async16(&st[b % kStages].x[t][16 * piece], q8 + (x_row(t) * n_blocks + b) * kQ8Bytes + 16 * piece);
+      }
+    }
+  };
+  // Weights first (they do not depend on the kernels before), then the activations.
+  for (int s = 0; s < kStages - 1; ++s) {
+    if (s < n_blocks) issue_weights(s);
+  }
+  if (p.mode == MmMode::kDense) grid_dependency_wait();
+  allow_dependents();
+  for (int s = 0; s < kStages - 1; ++s) {
+    if (s < n_blocks) issue_x(s);
+    cp_async_commit();
+  }
+  if constexpr (kInline) {  // visible after the first barrier below
+    const int units = cnt * int(n_blocks);
+    for (int u = warp; u < units; u += kWarps) {
+      const int t = u / int(n_blocks), b = u % int(n_blocks);
+      const float4* src = reinterpret_cast<const float4*>(p.x + x_row(t) * p.x_stride + b * 256 + 8 * lane);
+      const float4 lo = __ldg(src), hi = __ldg(src + 1);
+      const float v[8] = {lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w};
+      quantize_block(v, lane, x_all + (b * kBn + t) * kQ8Bytes);
+    }
+  }
+
+  float acc[kNt][4];
+#pragma unroll
+  for (int nt = 0; nt < kNt; ++nt) acc[nt][0] = acc[nt][1] = acc[nt][2] = acc[nt][3] = 0.0f;
+
+  for (int64_t b = 0; b < n_blocks; ++b) {
+    cp_async_wait<kStages - 2>();
+    __syncthreads();  // block b's copies are visible; every warp is done with block b - 1
+    if (b + kStages - 1 < n_blocks) {
+      issue_weights(b + kStages - 1);
+      issue_x(b + kStages - 1);
+    }
+    cp_async_commit();
+
+    const Stage& sb = st[b % kStages];
+    const uint8_t* const xb = kInline ? x_all + b * kBn * kQ8Bytes : &sb.x[0][0];
+    auto xr = [&](int t) { return xb + t * kQ8Bytes; };
+    const uint8_t* rg = &sb.w[16 * warp + g][0] + lead16(row_g + b * Q::kBlockBytes);
+    const uint8_t* rg8 = &sb.w[16 * warp + g + 8][0] + lead16(row_g8 + b * Q::kBlockBytes);
+    int isum[kNt][4];
+#pragma unroll
+    for (int nt = 0; nt < kNt; ++nt) isum[nt][0] = isum[nt][1] = isum[nt][2] = isum[nt][3] = 0;
+
+    if constexpr (T == DType::Q6_K) {
+      // 16 groups of 16 columns: group q = 8hf + 2t + s, codes l = 16s + ..
+      // of quarter t of half hf (tc_decode.cuh's Tc<Q6_K>), minus 32.
+#pragma unroll
+      for (int q = 0; q < 16; ++q) {
+        const int hf = q >> 3, t = (q >> 1) & 3, s = q & 1;
+        uint32_t codes[2];
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {
+          const uint8_t* row = r == 0 ? rg : rg8;
+          const uint32_t ql = tcdec::ld32_2(row + 64 * hf + 32 * (t & 1) + 16 * s + 4 * j);
+          const uint32_t qh = tcdec::ld32_2(row + 128 + 32 * hf + 16 * s + 4 * j);
+          const uint32_t c = ((ql >> (4 * (t >> 1))) & 0x0F0F0F0Fu) | (((qh >> (2 * t)) & 0x03030303u) << 4);
+          codes[r] = __vsub4(c, 0x20202020u);
+        }
+        const int sc0 = int(int8_t(rg[192 + q])), sc8 = int(int8_t(rg8[192 + q]));
+#pragma unroll
+        for (int nt = 0; nt < kNt; ++nt) {
+          int c[4];
+          mma_k16(c, codes[0], codes[1], lds32(xr(8 * nt + g) + 16 * q + 4 * j));
+          isum[nt][0] += c[0] * sc0, isum[nt][1] += c[1] * sc0;
+          isum[nt][2] += c[2] * sc8, isum[nt][3] += c[3] * sc8;
+        }
+      }
+      // x.d * d * total, as the CPU (left to right).
+      const float d0 = f16_at(rg + 208), d8 = f16_at(rg8 + 208);
+#pragma unroll
+      for (int nt = 0; nt < kNt; ++nt) {
+        const float xd0 = *reinterpret_cast<const float*>(xr(8 * nt + 2 * j) + kQ8D);
+        const float xd1 = *reinterpret_cast<const float*>(xr(8 * nt + 2 * j + 1) + kQ8D);
+        acc[nt][0] = __fadd_rn(acc[nt][0], __fmul_rn(__fmul_rn(xd0, d0), float(isum[nt][0])));
+        acc[nt][1] = __fadd_rn(acc[nt][1], __fmul_rn(__fmul_rn(xd1, d0), float(isum[nt][1])));
+        acc[nt][2] = __fadd_rn(acc[nt][2], __fmul_rn(__fmul_rn(xd0, d8), float(isum[nt][2])));
+        acc[nt][3] = __fadd_rn(acc[nt][3], __fmul_rn(__fmul_rn(xd1, d8), float(isum[nt][3])));
+      }
+    } else {
+      constexpr bool kHigh = T == DType::Q5_K;
+      const GroupScales gs0 = group_scales(rg), gs8 = group_scales(rg8);
+#pragma unroll
+      for (int G = 0; G < 8; ++G) {
+        const uint32_t a[4] = {affine_codes<kHigh>(rg, G, 4 * j), affine_codes<kHigh>(rg8, G, 4 * j),
+                               affine_codes<kHigh>(rg, G, 16 + 4 * j),
+                               affine_codes<kHigh>(rg8, G, 16 + 4 * j)};
+#pragma unroll
+        for (int nt = 0; nt < kNt; ++nt) {
+          const uint8_t* xq = xr(8 * nt + g) + 32 * G + 4 * j;
+          int c[4];
+          mma_k32(c, a, lds32(xq), lds32(xq + 16));
+          const int sc0 = group_byte(gs0.sc, G), sc8 = group_byte(gs8.sc, G);
+          isum[nt][0] += c[0] * sc0, isum[nt][1] += c[1] * sc0;
+          isum[nt][2] += c[2] * sc8, isum[nt][3] += c[3] * sc8;
+        }
+      }
+      // mins = sum over G of m_G * xsum_G: K = 8 (lanes j = 2, 3 hold zero
+      // A columns), xsum = 64 hi + lo, as two MMAs.
+      const uint32_t am0 = j == 0 ? gs0.m[0] : j == 1 ? gs0.m[1] : 0u;
+      const uint32_t am8 = j == 0 ? gs8.m[0] : j == 1 ? gs8.m[1] : 0u;
+      // x.d * (d * scaled - dmin * mins), as the CPU.
+      const float d0 = f16_at(rg), dm0 = f16_at(rg + 2), d8 = f16_at(rg8), dm8 = f16_at(rg8 + 2);
+#pragma unroll
+      for (int nt = 0; nt < kNt; ++nt) {
+        const uint8_t* xg = xr(8 * nt + g);
+        int hi[4], lo[4], mins[4];
+        mma_k16(hi, am0, am8, lds32(xg + kQ8SumHi + 4 * j));
+        mma_k16(lo, am0, am8, lds32(xg + kQ8SumLo + 4 * j));
+#pragma unroll
+        for (int e = 0; e < 4; ++e) mins[e] = 64 * hi[e] + lo[e];
+        const float xd[2] = {*reinterpret_cast<const float*>(xr(8 * nt + 2 * j) + kQ8D),
+                             *reinterpret_cast<const float*>(xr(8 * nt + 2 * j + 1) + kQ8D)};
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const float d = e < 2 ? d0 : d8, dm = e < 2 ? dm0 : dm8;
+          const float blk = __fmul_rn(
+              xd[e & 1], __fsub_rn(__fmul_rn(d, float(isum[nt][e])), __fmul_rn(dm, float(mins[e]))));
+          acc[nt][e] = __fadd_rn(acc[nt][e], blk);
+        }
+      }
+    }
+  }
+
+  // ---- outputs: rows g and g + 8 of the warp's tile, tokens 8nt + 2j, + 1
+#pragma unroll
+  for (int nt = 0; nt < kNt; ++nt) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int t = 8 * nt + 2 * j + h;
+      if (t >= cnt) continue;
+      const int64_t out_row = p.mode == MmMode::kDense ? m0 + t : int64_t(__ldg(p.pairs + begin + t));
+      float* y = p.y + out_row * p.y_stride;
+      if (gate_up) {
+        const int64_t f = rows.index(g);
+        if (f < p.n_rows) y[f] = silu(acc[nt][h]) * acc[nt][2 + h];
+      } else {
+        const int64_t r0 = rows.index(g), r8 = rows.index(g + 8);
+        if (r0 < p.n_rows) y[r0] = acc[nt][h];
+        if (r8 < p.n_rows) y[r8] = acc[nt][2 + h];
+      }
+    }
+  }
+}
+
+// ---- host side ----------------------------------------------------------------
+
+constexpr int kMaxDevices = 64;
+
+// The activation rows quantized once for every CTA, into the scratch.
+Status quantize_into_scratch(const MmProblem& p, cudaStream_t stream) {
+  const int64_t x_rows = p.mode == MmMode::kDown ? p.n_pairs : p.n_tokens;
+  const size_t need = gemm_kq_scratch_bytes(x_rows, p.n_cols);
+  if (p.scratch == nullptr || p.scratch_bytes < need || reinterpret_cast<uintptr_t>(p.scratch) % 16 != 0) {
+    return make_error(StatusCode::kInvalidArgument,
+                      "gemm ({}): needs {} bytes of 16-byte aligned scratch for the Q8_K activations, got {}",
+                      dtype_name(p.type), need, p.scratch == nullptr ? 0 : p.scratch_bytes);
+  }
+  const int64_t units = x_rows * (p.n_cols / 256);
+  if ((units + 7) / 8 > int64_t(INT32_MAX)) {
+    return make_error(StatusCode::kInvalidArgument, "gemm: {} activation rows is too many", x_rows);
+  }
+  detail::launch(quantize_q8k_kernel, dim3(unsigned((units + 7) / 8)), 256, 0, stream, p.x, p.x_stride,
+                 x_rows, p.n_cols / 256, static_cast<uint8_t*>(p.scratch));
+  if (const cudaError_t err = cudaGetLastError(); err != cudaSuccess) {
+    return make_error(StatusCode::kInternal, "gemm: Q8_K launch failed: {}", cudaGetErrorString(err));
+  }
+  return Status::ok();
+}
+
+template <DType T, int kBn, int kWarps, bool kInline = false>
+Status launch_kq(const MmProblem& p, int64_t n_slots, cudaStream_t stream) {
+  if constexpr (!kInline) MOESERVE_RETURN_IF_ERROR(quantize_into_scratch(p, stream));
+  constexpr size_t bytes = sizeof(KqStage<T, kBn, kWarps>) * kStagesOf<T, kBn> +
+                           (kInline ? size_t(kInlineBlocks) * kBn * kQ8Bytes : 0);
+  const int64_t rows_per_cta = p.mode == MmMode::kGateUp ? 8 * kWarps : 16 * kWarps;
+  const int64_t row_tiles = (p.n_rows + rows_per_cta - 1) / rows_per_cta;
+  if (row_tiles > 65535 || n_slots > int64_t(INT32_MAX)) {
+    return make_error(StatusCode::kInvalidArgument, "gemm: {} rows x {} tiles is too many", p.n_rows,
+                      n_slots);
+  }
+  const dim3 grid{unsigned(n_slots), unsigned(row_tiles), 1u};
+  static std::atomic<bool> opted[kMaxDevices];
+  int dev = 0;
+  cudaError_t err = cudaGetDevice(&dev);
+  if (err == cudaSuccess && (dev < 0 || dev >= kMaxDevices || !opted[dev].load(std::memory_order_acquire))) {
+    err = cudaFuncSetAttribute(gemm_kq_kernel<T, kBn, kWarps, kInline>,
+                               cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes));
+    if (err == cudaSuccess && dev >= 0 && dev < kMaxDevices)
+      opted[dev].store(true, std::memory_order_release);
+  }
+  if (err != cudaSuccess) {
+    return make_error(StatusCode::kInternal, "gemm ({}): {} bytes of shared memory: {}", dtype_name(T), bytes,
+                      cudaGetErrorString(err));
+  }
+  detail::launch(gemm_kq_kernel<T, kBn, kWarps, kInline>, grid, 32 * kWarps, bytes, stream, p);
+  err = cudaGetLastError();
+  if (err != cudaSuccess) {
+    return make_error(StatusCode::kInternal, "gemm ({}): launch failed: {}", dtype_name(T),
+                      cudaGetErrorString(err));
+  }
+  return Status::ok();
+}
+
+int sm_count_of_device() {
+  static std::atomic<int> counts[kMaxDevices];
+  int dev = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= kMaxDevices) return 132;
+  int n = counts[dev].load(std::memory_order_relaxed);
+  if (n == 0 && cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev) == cudaSuccess) {
+    counts[dev].store(n, std::memory_order_relaxed);
+  }
+  return n > 0 ? n : 132;
+}
+
+template <DType T>
+Status launch_kq_type(const MmProblem& p, cudaStream_t stream) {
+  if (p.mode == MmMode::kDense) {
+    // 32 tokens a CTA, 16 where that leaves SMs idle (k/v products of a
+    // 512-token prompt: 4 row tiles of 128).
+    const int64_t ctas32 = ((p.n_tokens + 31) / 32) * ((p.n_rows + 127) / 128);
+    if (ctas32 < int64_t(sm_count_of_device())) return launch_kq<T, 16, 8>(p, (p.n_tokens + 15) / 16, stream);
+    return launch_kq<T, 32, 8>(p, (p.n_tokens + 31) / 32, stream);
+  }
+  // Tiles of kBn pairs an expert: at most n_pairs / kBn full ones plus one
+  // partial per non-empty expert; CTAs past the real count exit. An expert
+  // has at most n_tokens pairs: decode batches take 8 or 16 a tile, and 64
+  // weight rows a CTA (8 experts x 2048 rows: 256 CTAs, not 128).
+  const int64_t bn = p.n_tokens <= 8 ? 8 : p.n_tokens <= 16 ? 16 : 32;
+  const int64_t slots = p.n_pairs / bn + std::min(p.n_expert, p.n_pairs) + 1;
+  static const bool inline_ok = [] {  // MOESERVE_CUDA_KQ_INLINE=0: always the launch before (comparisons)
+    const char* v = std::getenv("MOESERVE_CUDA_KQ_INLINE");
+    return v == nullptr || std::strcmp(v, "0") != 0;
+  }();
+  // (16 tokens quantized in every CTA measured slower than the launch.)
+  if (inline_ok && bn == 8 && p.n_cols / 256 <= kInlineBlocks)
+    return launch_kq<T, 8, 4, true>(p, slots, stream);
+  if (bn == 8) return launch_kq<T, 8, 4>(p, slots, stream);
+  if (bn == 16) return launch_kq<T, 16, 4>(p, slots, stream);
+  return launch_kq<T, 32, 8>(p, slots, stream);
+}
+
+}  // namespace
+
+bool gemm_kq_type(DType t) {
+  if (t != DType::Q4_K && t != DType::Q5_K && t != DType::Q6_K) return false;
+  // MOESERVE_CUDA_KQ_GEMM=0: the f16 kernel of gemm.cu (for comparisons).
+  static const bool enabled = [] {
+    const char* v = std::getenv("MOESERVE_CUDA_KQ_GEMM");
+    return v == nullptr || std::strcmp(v, "0") != 0;
+  }();
+  return enabled;
+}
+
+size_t gemm_kq_scratch_bytes(int64_t n_rows, int64_t n_cols) {
+  return size_t(std::max<int64_t>(n_rows, 0)) * size_t(std::max<int64_t>(n_cols, 0) / 256) * kQ8Bytes;
+}
+
+Status launch_gemm_kq(const MmProblem& p, cudaStream_t stream) {
+  if (p.n_cols % 256 != 0) {
+    return make_error(StatusCode::kInvalidArgument, "gemm: {} columns is not a multiple of 256", p.n_cols);
+  }
+  switch (p.type) {
+    case DType::Q4_K:
+      return launch_kq_type<DType::Q4_K>(p, stream);
+    case DType::Q5_K:
+      return launch_kq_type<DType::Q5_K>(p, stream);
+    case DType::Q6_K:
+      return launch_kq_type<DType::Q6_K>(p, stream);
+    default:
+      break;
+  }
+  return make_error(StatusCode::kUnsupported, "gemm_kq: weight type {} is not a K-quant", dtype_name(p.type));
+}
+
+}  // namespace moeserve::cuda::detail
