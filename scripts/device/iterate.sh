@@ -17,7 +17,7 @@ echo "kernels_gpu: $(grep -E '^\[  (PASSED|FAILED)' "$out/tests.log" | tr '\n' '
 grep -E '^\[  FAILED|Failure' "$out/tests.log" | head -20
 bench=$(find build-gpu -name matvec_bench -type f | head -1)
 model=/tmp/30b-l8.q4_k_m.gguf
-[ -f $model ] || build-gpu/bin/moeserve make-model --arch qwen3moe --preset 30b-a3b --layers 8 --type q4_k_m -o $model \
+[ -f $model ] || build-gpu/bin/moeserve make-model --arch qwen3moe --preset 30b-a3b --layers 8 --type q4_k_m --quick-quant -o $model \
   --no-progress | tail -1
 IFS=';' read -ra variants <<< "${VARIANTS:-}"
 for v in "" "${variants[@]}"; do

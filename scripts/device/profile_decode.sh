@@ -16,7 +16,7 @@ if [ "${3:-build}" = build ]; then
   scripts/device/build.sh build-gpu 90a moeserve > "$out/build_profile.log" 2>&1 || { tail -30 "$out/build_profile.log"; exit 1; }
 fi
 model=/tmp/30b-l$layers.$type.gguf
-[ -f $model ] || $bin make-model --arch qwen3moe --preset 30b-a3b --layers $layers --type $type -o $model --no-progress \
+[ -f $model ] || $bin make-model --arch qwen3moe --preset 30b-a3b --layers $layers --type $type --quick-quant -o $model --no-progress \
   | tail -1
 $bin bench -m $model -p 512 -n 128 -r 3 --device cuda --parallel 8 2>&1 | grep -E "pp512|tg128|roofline|sequences|error"
 export MOESERVE_CUDA_GRAPHS=0

@@ -11,7 +11,7 @@ export LD_LIBRARY_PATH=/tmp/devroot/usr/lib/x86_64-linux-gnu:${LD_LIBRARY_PATH:-
 bin=build-gpu/bin/moeserve
 scripts/device/build.sh build-gpu 90a moeserve > "$out/build_prefill.log" 2>&1 || { tail -30 "$out/build_prefill.log"; exit 1; }
 model=/tmp/30b-l$layers.q4_k_m.gguf
-[ -f $model ] || $bin make-model --arch qwen3moe --preset 30b-a3b --layers $layers --type q4_k_m -o $model --no-progress | tail -1
+[ -f $model ] || $bin make-model --arch qwen3moe --preset 30b-a3b --layers $layers --type q4_k_m --quick-quant -o $model --no-progress | tail -1
 python3 -c "print(' '.join(['The quick brown fox jumps over the lazy dog.'] * 52))" > /tmp/prompt512.txt
 export MOESERVE_CUDA_GRAPHS=0
 ncu --clock-control none --metrics gpu__time_duration.sum,dram__bytes_read.sum,dram__bytes_write.sum \

@@ -16,16 +16,20 @@ namespace {
 Status check_options(const MakeModelOptions& o) {
   const ModelShape& s = o.shape;
   if (!(o.router_skew >= 0.0) || !std::isfinite(o.router_skew)) {
-    return make_error(StatusCode::kInvalidArgument, "router skew {} must be a finite number >= 0", o.router_skew);
+    return make_error(StatusCode::kInvalidArgument, "router skew {} must be a finite number >= 0",
+                      o.router_skew);
   }
-  if (s.n_layer <= 0 || s.n_embd <= 0 || s.n_head <= 0 || s.n_head_kv <= 0 || s.head_dim <= 0 || s.n_vocab <= 0) {
-    return make_error(StatusCode::kInvalidArgument, "model shape '{}' has a non-positive dimension", s.preset);
+  if (s.n_layer <= 0 || s.n_embd <= 0 || s.n_head <= 0 || s.n_head_kv <= 0 || s.head_dim <= 0 ||
+      s.n_vocab <= 0) {
+    return make_error(StatusCode::kInvalidArgument, "model shape '{}' has a non-positive dimension",
+                      s.preset);
   }
   if (s.n_head % s.n_head_kv != 0) {
     return make_error(StatusCode::kInvalidArgument, "head count {} is not a multiple of the KV head count {}",
                       s.n_head, s.n_head_kv);
   }
-  if (s.is_moe() && (s.n_expert <= 0 || s.n_expert_used <= 0 || s.n_expert_used > s.n_expert || s.n_ff_exp <= 0)) {
+  if (s.is_moe() &&
+      (s.n_expert <= 0 || s.n_expert_used <= 0 || s.n_expert_used > s.n_expert || s.n_ff_exp <= 0)) {
     return make_error(StatusCode::kInvalidArgument, "model shape '{}': bad expert counts", s.preset);
   }
   if (!s.is_moe() && s.n_ff <= 0) {
@@ -71,6 +75,7 @@ struct FillContext {
   std::function<void(uint64_t, uint64_t)> on_progress;
   uint64_t done = 0;
   uint64_t total = 0;
+  QuantEffort effort = QuantEffort::kBest;
 };
 
 // Rows per pool task; tasks are small so that two busy cores stay balanced.
@@ -82,7 +87,8 @@ Status fill_tensor(FillContext& ctx, const SyntheticTensor& t, std::span<uint8_t
   const int64_t ne0 = t.ne[0], n_rows = t.n_rows();
   const size_t row_bytes = dtype_row_bytes(t.type, ne0);
   const int64_t rows_per_task = std::max<int64_t>(1, kTaskElements / ne0);
-  const int64_t rows_per_batch = std::max<int64_t>(rows_per_task, kBatchElements / ne0 / rows_per_task * rows_per_task);
+  const int64_t rows_per_batch =
+      std::max<int64_t>(rows_per_task, kBatchElements / ne0 / rows_per_task * rows_per_task);
   std::vector<std::vector<float>> scratch(size_t(ctx.pool->size()));
   for (int64_t batch = 0; batch < n_rows; batch += rows_per_batch) {
     const int64_t batch_rows = std::min(rows_per_batch, n_rows - batch);
@@ -93,7 +99,7 @@ Status fill_tensor(FillContext& ctx, const SyntheticTensor& t, std::span<uint8_t
       std::vector<float>& buf = scratch[size_t(thread)];
       buf.resize(size_t(rows * ne0));
       ctx.weights.generate_rows(t, row0, rows, buf.data());
-      quantize_rows(t.type, buf.data(), out.data() + size_t(row0) * row_bytes, rows, ne0);
+      quantize_rows(t.type, buf.data(), out.data() + size_t(row0) * row_bytes, rows, ne0, ctx.effort);
     });
     ctx.done += size_t(batch_rows) * row_bytes;
     if (ctx.on_progress) ctx.on_progress(ctx.done, ctx.total);
@@ -125,6 +131,7 @@ Result<MakeModelSummary> add_synthetic_model(const MakeModelOptions& options, Gg
     MOESERVE_RETURN_IF_ERROR(writer.add_tensor_deferred(name, type, ne, std::move(fill)));
   }
   ctx->total = summary.tensor_bytes;
+  ctx->effort = options.quick_quant ? QuantEffort::kQuick : QuantEffort::kBest;
   return summary;
 }
 

@@ -21,11 +21,14 @@
 namespace moeserve::convert {
 
 struct MakeModelOptions {
-  ModelShape shape;  // from model_preset()
+  ModelShape shape;                     // from model_preset()
   FileType file_type = FileType::kF32;  // any of quant_mix.h
   uint64_t seed = 0;
   double router_skew = 0.0;  // >= 0; see make_model_weights.h
   int n_threads = 0;         // ThreadPool semantics: <= 0 means one per physical core
+  // K-quant scales from each block's plain range instead of the search
+  // (tensor/quantize.h QuantEffort::kQuick): ~15x faster, other bytes.
+  bool quick_quant = false;
   // Called on the calling thread as tensor data is produced: bytes done, bytes in all.
   std::function<void(uint64_t done, uint64_t total)> on_progress;
 };

@@ -201,8 +201,18 @@ void dequantize_row(DType t, const void* src, float* dst, int64_t n) { dequantiz
 void quantize_row(DType t, const float* src, void* dst, int64_t n) { quantize_row_fn(t)(src, dst, n); }
 
 size_t quantize_rows(DType t, const float* src, void* dst, int64_t n_rows, int64_t n_per_row) {
+  return quantize_rows(t, src, dst, n_rows, n_per_row, QuantEffort::kBest);
+}
+
+size_t quantize_rows(DType t, const float* src, void* dst, int64_t n_rows, int64_t n_per_row,
+                     QuantEffort effort) {
   const size_t row_bytes = dtype_row_bytes(t, n_per_row);
-  const QuantizeRowRefFn fn = quantize_row_fn(t);
+  QuantizeRowRefFn fn = quantize_row_fn(t);
+  if (effort == QuantEffort::kQuick) {
+    if (t == DType::Q4_K) fn = quant_detail::quantize_q4_k_quick;
+    if (t == DType::Q5_K) fn = quant_detail::quantize_q5_k_quick;
+    if (t == DType::Q6_K) fn = quant_detail::quantize_q6_k_quick;
+  }
   auto* out = static_cast<uint8_t*>(dst);
   for (int64_t r = 0; r < n_rows; ++r) fn(src + r * n_per_row, out + size_t(r) * row_bytes, n_per_row);
   return size_t(n_rows) * row_bytes;

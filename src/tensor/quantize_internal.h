@@ -41,6 +41,10 @@ inline HalfScale half_scale(float s) {
 }
 
 void quantize_q4_k(const float* src, void* dst, int64_t n);
+// QuantEffort::kQuick (quantize.h): plain range scales, no search.
+void quantize_q4_k_quick(const float* src, void* dst, int64_t n);
+void quantize_q5_k_quick(const float* src, void* dst, int64_t n);
+void quantize_q6_k_quick(const float* src, void* dst, int64_t n);
 void quantize_q5_k(const float* src, void* dst, int64_t n);
 void quantize_q6_k(const float* src, void* dst, int64_t n);
 void dequantize_q4_k(const void* src, float* dst, int64_t n);

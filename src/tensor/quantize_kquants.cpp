@@ -188,11 +188,22 @@ bool refit_affine_super_scales(const float* x, const AffineSuperBlock& s, float*
   return *d > 0 && *dmin >= 0;
 }
 
-void encode_affine_super_block(const float* x, int nmax, AffineSuperBlock* s) {
+// Quick effort: the sub-block's plain range, [min(x, 0), max(x)] on 0..nmax.
+AffineFit range_affine_sub_block(const float* x, int n, int nmax) {
+  float lo = 0.0f, hi = x[0];
+  for (int i = 0; i < n; ++i) {
+    lo = x[i] < lo ? x[i] : lo;
+    hi = x[i] > hi ? x[i] : hi;
+  }
+  return hi > lo ? AffineFit{(hi - lo) / float(nmax), -lo} : AffineFit{0.0f, -lo};
+}
+
+void encode_affine_super_block(const float* x, int nmax, bool quick, AffineSuperBlock* s) {
   AffineFit fits[kNumSub];
   float max_scale = 0.0f, max_min = 0.0f;
   for (int j = 0; j < kNumSub; ++j) {
-    fits[j] = fit_affine_sub_block(x + j * kSub, kSub, nmax);
+    fits[j] = quick ? range_affine_sub_block(x + j * kSub, kSub, nmax)
+                    : fit_affine_sub_block(x + j * kSub, kSub, nmax);
     max_scale = fits[j].scale > max_scale ? fits[j].scale : max_scale;
     max_min = fits[j].min > max_min ? fits[j].min : max_min;
   }
@@ -201,6 +212,10 @@ void encode_affine_super_block(const float* x, int nmax, AffineSuperBlock* s) {
   for (int j = 0; j < kNumSub; ++j) {
     s->sc[j] = scale_code(fits[j].scale, s->d.value, kMaxCode6Bit);
     s->mn[j] = scale_code(fits[j].min, s->dmin.value, kMaxCode6Bit);
+  }
+  if (quick) {
+    code_affine_values(x, nmax, s);
+    return;
   }
   polish_affine_codes(x, nmax, s);
   double err = code_affine_values(x, nmax, s);
@@ -238,13 +253,11 @@ void pack_low_nibbles(const uint8_t* q, uint8_t* qs) {
   }
 }
 
-}  // namespace
-
-void quantize_q4_k(const float* src, void* dst, int64_t n) {
+void quantize_q4_k_effort(const float* src, void* dst, int64_t n, bool quick) {
   auto* out = static_cast<BlockQ4_K*>(dst);
   AffineSuperBlock s;
   for (int64_t b = 0; b < n / kQK_K; ++b) {
-    encode_affine_super_block(src + b * kQK_K, 15, &s);
+    encode_affine_super_block(src + b * kQK_K, 15, quick, &s);
     out[b].d = s.d.bits;
     out[b].dmin = s.dmin.bits;
     pack_scale_min_codes(s.sc, s.mn, out[b].scales);
@@ -252,11 +265,11 @@ void quantize_q4_k(const float* src, void* dst, int64_t n) {
   }
 }
 
-void quantize_q5_k(const float* src, void* dst, int64_t n) {
+void quantize_q5_k_effort(const float* src, void* dst, int64_t n, bool quick) {
   auto* out = static_cast<BlockQ5_K*>(dst);
   AffineSuperBlock s;
   for (int64_t b = 0; b < n / kQK_K; ++b) {
-    encode_affine_super_block(src + b * kQK_K, 31, &s);
+    encode_affine_super_block(src + b * kQK_K, 31, quick, &s);
     out[b].d = s.d.bits;
     out[b].dmin = s.dmin.bits;
     pack_scale_min_codes(s.sc, s.mn, out[b].scales);
@@ -268,6 +281,13 @@ void quantize_q5_k(const float* src, void* dst, int64_t n) {
     }
   }
 }
+
+}  // namespace
+
+void quantize_q4_k(const float* src, void* dst, int64_t n) { quantize_q4_k_effort(src, dst, n, false); }
+void quantize_q5_k(const float* src, void* dst, int64_t n) { quantize_q5_k_effort(src, dst, n, false); }
+void quantize_q4_k_quick(const float* src, void* dst, int64_t n) { quantize_q4_k_effort(src, dst, n, true); }
+void quantize_q5_k_quick(const float* src, void* dst, int64_t n) { quantize_q5_k_effort(src, dst, n, true); }
 
 template <typename Block>
 void dequantize_affine(const Block& blk, const uint8_t* qh, float* y) {

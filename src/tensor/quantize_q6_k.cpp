@@ -132,17 +132,32 @@ bool refit_super_scale(const float* x, const SymmetricSuperBlock& s, float* d) {
   return *d > 0;
 }
 
-void encode_symmetric_super_block(const float* x, SymmetricSuperBlock* s) {
+// Quick effort: the value of largest magnitude on level -32.
+float range_symmetric_sub_block(const float* x, int n) {
+  float hi = 0.0f, lo = 0.0f;
+  for (int i = 0; i < n; ++i) {
+    hi = x[i] > hi ? x[i] : hi;
+    lo = x[i] < lo ? x[i] : lo;
+  }
+  return (-lo > hi ? lo : hi) / float(kLevelLo);
+}
+
+void encode_symmetric_super_block(const float* x, bool quick, SymmetricSuperBlock* s) {
   float scales[kNumSub];
   float max_abs = 0.0f;
   for (int j = 0; j < kNumSub; ++j) {
-    scales[j] = fit_symmetric_sub_block(x + j * kSub, kSub);
+    scales[j] =
+        quick ? range_symmetric_sub_block(x + j * kSub, kSub) : fit_symmetric_sub_block(x + j * kSub, kSub);
     max_abs = std::fabs(scales[j]) > max_abs ? std::fabs(scales[j]) : max_abs;
   }
   s->d = half_scale(max_abs / kMaxScaleCode);
   for (int j = 0; j < kNumSub; ++j) {
     s->sc[j] = s->d.value > 0.0f ? int8_t(round_clamp(scales[j] / s->d.value, -kMaxScaleCode, kMaxScaleCode))
                                  : int8_t(0);
+  }
+  if (quick) {
+    code_values(x, s);
+    return;
   }
   polish_scale_codes(x, s);
   double err = code_values(x, s);
@@ -172,16 +187,19 @@ void pack_q6_k(const SymmetricSuperBlock& s, BlockQ6_K* out) {
   out->d = s.d.bits;
 }
 
-}  // namespace
-
-void quantize_q6_k(const float* src, void* dst, int64_t n) {
+void quantize_q6_k_effort(const float* src, void* dst, int64_t n, bool quick) {
   auto* out = static_cast<BlockQ6_K*>(dst);
   SymmetricSuperBlock s;
   for (int64_t b = 0; b < n / kQK_K; ++b) {
-    encode_symmetric_super_block(src + b * kQK_K, &s);
+    encode_symmetric_super_block(src + b * kQK_K, quick, &s);
     pack_q6_k(s, &out[b]);
   }
 }
+
+}  // namespace
+
+void quantize_q6_k(const float* src, void* dst, int64_t n) { quantize_q6_k_effort(src, dst, n, false); }
+void quantize_q6_k_quick(const float* src, void* dst, int64_t n) { quantize_q6_k_effort(src, dst, n, true); }
 
 void dequantize_q6_k(const void* src, float* dst, int64_t n) {
   const auto* in = static_cast<const BlockQ6_K*>(src);

@@ -22,6 +22,7 @@ struct MakeModelCliOptions {
   double router_skew = 0.0;
   int64_t layers = 0;  // 0: the preset's
   int threads = 0;
+  bool quick_quant = false;
   std::string output;
   bool progress = false;
   bool no_progress = false;
@@ -60,6 +61,7 @@ Result<convert::MakeModelOptions> to_options(const MakeModelCliOptions& cli) {
   o.seed = cli.seed;
   o.router_skew = cli.router_skew;
   o.n_threads = cli.threads;
+  o.quick_quant = cli.quick_quant;
   return o;
 }
 
@@ -134,6 +136,10 @@ void register_make_model(CLI::App& app) {
       "experts take 27% of selections at S=0, 53% at S=0.5, 68% at S=1");
   cmd->add_option("--threads", cli->threads,
                   "Threads generating and quantizing rows (default: one per physical core)");
+  cmd->add_flag("--quick-quant", cli->quick_quant,
+                "K-quant scales from each block's plain range, no least-squares search: about 15x faster\n"
+                "to write and ~1.12x the quantization error; the same shapes, types and speed to run.\n"
+                "For speed benchmarks (scripts/device/bench_30b.sh)");
   cmd->add_option("-o,--output", cli->output, "GGUF file to write (via FILE.tmp, then renamed)")->required();
   cmd->add_flag("--progress", cli->progress, "Show the progress bar even when stderr is not a terminal");
   cmd->add_flag("--no-progress", cli->no_progress, "Never show the progress bar");
