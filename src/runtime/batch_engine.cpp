@@ -338,6 +338,7 @@ void BatchEngine::handle_logits(Slot& s, const float* logits) {
   const bool keep = !s.req.on_token || s.req.on_token(ev);
   if (s.filter->stopped()) {
     s.stats.reason = StopReason::kStopString;
+    s.stats.stop_string = s.filter->matched();
   } else if (!keep) {
     s.stats.reason = StopReason::kCallback;
   } else if (s.stats.completion_tokens >= s.req.max_tokens) {

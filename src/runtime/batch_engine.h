@@ -48,6 +48,7 @@ struct RequestStats {
   double first_token_seconds = 0.0;  // submit -> first token
   double total_seconds = 0.0;
   std::string tail_text;  // text released at the end (held-back bytes), also sent as a last token-less piece
+  std::string stop_string;  // reason kStopString: which of the request's stop strings
 };
 
 struct EngineRequest {

@@ -7,17 +7,24 @@ namespace moeserve::runtime {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+double seconds_since(Clock::time_point t0) {
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
 
 }  // namespace
 
 const char* stop_reason_name(StopReason reason) {
   switch (reason) {
-    case StopReason::kMaxTokens: return "max tokens";
-    case StopReason::kEndOfSequence: return "end of sequence";
-    case StopReason::kStopString: return "stop string";
-    case StopReason::kContextFull: return "context full";
-    case StopReason::kCallback: return "stopped by caller";
+    case StopReason::kMaxTokens:
+      return "max tokens";
+    case StopReason::kEndOfSequence:
+      return "end of sequence";
+    case StopReason::kStopString:
+      return "stop string";
+    case StopReason::kContextFull:
+      return "context full";
+    case StopReason::kCallback:
+      return "stopped by caller";
   }
   return "?";
 }
@@ -26,13 +33,16 @@ std::string StopStringFilter::push(std::string_view piece) {
   if (stopped_) return {};
   held_ += piece;
   size_t first = std::string::npos;
+  const std::string* which = nullptr;  // the earliest match (the first listed on a tie)
   for (const std::string& s : stops_) {
-    if (!s.empty()) first = std::min(first, held_.find(s));
+    const size_t at = s.empty() ? std::string::npos : held_.find(s);
+    if (at < first) first = at, which = &s;
   }
   if (first != std::string::npos) {
     std::string out = held_.substr(0, first);
     held_.clear();
     stopped_ = true;
+    matched_ = *which;
     return out;
   }
   // Keep the longest tail that is a proper prefix of some stop string.
@@ -74,16 +84,19 @@ Generator::Generator(Model& model, int64_t n_ctx) : model_(model) {
 Status Generator::prefill(std::span<const int32_t> tokens, int64_t n_batch, std::span<float> last_logits) {
   MOESERVE_RETURN_IF_ERROR(status_);
   if (int64_t(tokens.size()) > seq_.remaining()) {
-    return make_error(StatusCode::kOutOfRange,
-                      "the prompt has {} tokens but only {} of the context size {} are free (raise --ctx-size)",
-                      tokens.size(), seq_.remaining(), seq_.capacity());
+    return make_error(
+        StatusCode::kOutOfRange,
+        "the prompt has {} tokens but only {} of the context size {} are free (raise --ctx-size)",
+        tokens.size(), seq_.remaining(), seq_.capacity());
   }
-  if (n_batch < 1) return make_error(StatusCode::kInvalidArgument, "batch size must be >= 1, got {}", n_batch);
+  if (n_batch < 1)
+    return make_error(StatusCode::kInvalidArgument, "batch size must be >= 1, got {}", n_batch);
   if (!last_logits.empty() && int64_t(last_logits.size()) < model_.info().n_vocab) {
     return make_error(StatusCode::kInvalidArgument, "logits buffer smaller than the vocabulary");
   }
   for (size_t start = 0; start < tokens.size(); start += size_t(n_batch)) {
-    const std::span<const int32_t> chunk = tokens.subspan(start, std::min(tokens.size() - start, size_t(n_batch)));
+    const std::span<const int32_t> chunk =
+        tokens.subspan(start, std::min(tokens.size() - start, size_t(n_batch)));
     const bool last = start + chunk.size() == tokens.size();
     const int64_t last_row = int64_t(chunk.size()) - 1;
     models::ForwardBatch b;
@@ -112,7 +125,8 @@ Result<GenerateResult> Generator::generate(std::span<const int32_t> prompt, cons
   if (prompt.empty()) return make_error(StatusCode::kInvalidArgument, "the prompt is empty");
   seq_.clear();
   if (int64_t(prompt.size()) > seq_.capacity()) {
-    return make_error(StatusCode::kOutOfRange, "the prompt has {} tokens, more than the context size {} (raise --ctx-size)",
+    return make_error(StatusCode::kOutOfRange,
+                      "the prompt has {} tokens, more than the context size {} (raise --ctx-size)",
                       prompt.size(), seq_.capacity());
   }
   GenerateResult r;

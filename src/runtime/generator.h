@@ -22,22 +22,22 @@ const char* stop_reason_name(StopReason reason);
 
 struct GenerateOptions {
   int64_t max_tokens = 128;
-  int64_t n_batch = 512;           // prefill chunk size
+  int64_t n_batch = 512;  // prefill chunk size
   SamplerOptions sampling;
-  std::vector<std::string> stop;   // stop strings (never emitted, nor their partial text)
-  bool stop_at_eos = true;         // stop on the tokenizer's eos/eot ids
+  std::vector<std::string> stop;  // stop strings (never emitted, nor their partial text)
+  bool stop_at_eos = true;        // stop on the tokenizer's eos/eot ids
 };
 
 // Receives decoded text in pieces; return false to stop generating.
 using TextCallback = std::function<bool(std::string_view piece)>;
 
 struct GenerateResult {
-  std::string text;                // everything emitted
-  std::vector<int32_t> tokens;     // generated ids (the stop token excluded)
+  std::string text;             // everything emitted
+  std::vector<int32_t> tokens;  // generated ids (the stop token excluded)
   StopReason reason = StopReason::kMaxTokens;
   int64_t prompt_tokens = 0;
   double prefill_seconds = 0.0;
-  double decode_seconds = 0.0;     // sampling + forward of every generated token after the first
+  double decode_seconds = 0.0;       // sampling + forward of every generated token after the first
   double first_token_seconds = 0.0;  // from start to the first sampled token
 };
 
@@ -52,10 +52,13 @@ class StopStringFilter {
   // The held-back tail, at the end of generation without a stop.
   std::string flush();
   bool stopped() const { return stopped_; }
+  // The stop string that stopped it (empty until then).
+  const std::string& matched() const { return matched_; }
 
  private:
   std::vector<std::string> stops_;
   std::string held_;
+  std::string matched_;
   bool stopped_ = false;
 };
 

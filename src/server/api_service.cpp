@@ -4,6 +4,7 @@
 #include <new>
 #include <random>
 
+#include "server/api/anthropic.h"
 #include "server/api/openai_request.h"
 #include "server/api/response_format.h"
 #include "tokenizer/tokenizer.h"
@@ -35,6 +36,10 @@ api::ApiError submit_error(const Status& st) {
 
 bool ends_with(std::string_view s, std::string_view tail) {
   return s.size() >= tail.size() && s.substr(s.size() - tail.size()) == tail;
+}
+
+bool anthropic_route(std::string_view path) {
+  return path == "/v1/messages" || path == "/v1/messages/count_tokens";
 }
 
 }  // namespace
@@ -73,9 +78,19 @@ ApiReply ApiService::handle(const ApiRequest& r) {
                                      "send a smaller request"));
   }
   // Label by route, never by the raw path: garbage paths must not grow the metrics.
-  static constexpr std::string_view kRoutes[] = {"/health",   "/v1/models",           "/metrics",
-                                                 "/",         "/v1/chat/completions", "/v1/completions",
-                                                 "/tokenize", "/detokenize"};
+  // Anthropic's clients read errors in Anthropic's shape.
+  if (anthropic_route(r.path) && reply.status >= 400 && !reply.stream)
+    reply.body = api::anthropic_error_body(reply.status, reply.body);
+  static constexpr std::string_view kRoutes[] = {"/health",
+                                                 "/v1/models",
+                                                 "/metrics",
+                                                 "/",
+                                                 "/v1/chat/completions",
+                                                 "/v1/completions",
+                                                 "/tokenize",
+                                                 "/detokenize",
+                                                 "/v1/messages",
+                                                 "/v1/messages/count_tokens"};
   const bool known = std::find(std::begin(kRoutes), std::end(kRoutes), r.path) != std::end(kRoutes);
   metrics_->record_request(known ? std::string_view(r.path) : std::string_view("other"), reply.status);
   return reply;
@@ -84,9 +99,9 @@ ApiReply ApiService::handle(const ApiRequest& r) {
 ApiReply ApiService::route(const ApiRequest& r) {
   const bool open_route = r.path == "/health" || r.path == "/" || r.path == "/index.html";
   if (!config_.api_key.empty() && !open_route && r.authorization != "Bearer " + config_.api_key) {
-    return error_reply(api::unauthorized(r.authorization.empty()
-                                             ? "missing API key: send 'Authorization: Bearer KEY'"
-                                             : "incorrect API key provided"));
+    return error_reply(api::unauthorized(
+        r.authorization.empty() ? "missing API key: send 'Authorization: Bearer KEY' or 'x-api-key: KEY'"
+                                : "incorrect API key provided"));
   }
   if (r.method == "GET") {
     if (r.path == "/health") return health();
@@ -101,6 +116,8 @@ ApiReply ApiService::route(const ApiRequest& r) {
   } else if (r.method == "POST") {
     if (r.path == "/v1/chat/completions" || r.path == "/chat/completions") return chat_completions(r);
     if (r.path == "/v1/completions" || r.path == "/completions") return completions(r);
+    if (r.path == "/v1/messages") return messages(r);
+    if (r.path == "/v1/messages/count_tokens") return count_tokens(r);
     if (r.path == "/tokenize") return tokenize(r.body);
     if (r.path == "/detokenize") return detokenize(r.body);
   }
@@ -121,12 +138,12 @@ std::optional<api::ApiError> ApiService::check_model(const std::string& requeste
       "model_not_found");
 }
 
-ApiReply ApiService::chat_completions(const ApiRequest& r) {
-  auto parsed = api::parse_chat_completion_request(r.body);
-  if (!parsed.ok()) return error_reply(parsed.error);
-  const api::ChatCompletionRequest& req = *parsed.value;
-  if (auto e = check_model(req.model)) return error_reply(*e);
-  if (!template_) return error_reply(api::invalid_request(template_error_));
+api::Parsed<ApiService::ChatPrompt> ApiService::render_chat(const api::ChatCompletionRequest& req) const {
+  api::Parsed<ChatPrompt> out;
+  if (!template_) {
+    out.error = api::invalid_request(template_error_);
+    return out;
+  }
   chat::ChatRenderInput in;
   in.messages = req.messages;
   if (req.tools.is_array() && req.tool_choice != "none") in.tools = req.tools;
@@ -136,21 +153,66 @@ ApiReply ApiService::chat_completions(const ApiRequest& r) {
   if (t.bos_id()) in.bos_token = t.token_text(*t.bos_id());
   if (t.eos_id()) in.eos_token = t.token_text(*t.eos_id());
   auto prompt = encode_chat_prompt(t, *template_, in, config_.special_tokens_in_content);
-  if (!prompt.is_ok())
-    return error_reply(api::invalid_request(
-        "the chat template rejected the messages: " + prompt.status().message(), "messages"));
-  const std::string* text = &prompt->text;
+  if (!prompt.is_ok()) {
+    out.error = api::invalid_request("the chat template rejected the messages: " + prompt.status().message(),
+                                     "messages");
+    return out;
+  }
+  const std::string& text = prompt->text;
+  // Templates that open the reasoning block themselves (thinking forced on).
+  out.value = ChatPrompt{std::move(prompt->ids), ends_with(text, "<think>\n") || ends_with(text, "<think>")};
+  return out;
+}
+
+SessionConfig ApiService::chat_session(const api::ChatCompletionRequest& req,
+                                       const ChatPrompt& prompt) const {
   SessionConfig c;
   c.endpoint = Endpoint::kChat;
   c.stream = req.stream;
   c.include_usage = req.include_usage;
   c.meta = {api::make_id("chatcmpl-"), config_.model_id, api::unix_time_now()};
   c.parser.parse_reasoning = true;
-  // Templates that open the reasoning block themselves (thinking forced on).
-  c.parser.starts_in_reasoning = ends_with(*text, "<think>\n") || ends_with(*text, "<think>");
+  c.parser.starts_in_reasoning = prompt.starts_in_reasoning;
   c.parser.parse_tool_calls = req.tools_enabled();
   c.top_logprobs = req.params.logprobs ? req.params.top_logprobs : -1;
-  return run(std::move(prompt->ids), req.params, std::move(c), r.client_alive);
+  c.prompt_tokens = int64_t(prompt.ids.size());
+  return c;
+}
+
+ApiReply ApiService::chat_completions(const ApiRequest& r) {
+  auto parsed = api::parse_chat_completion_request(r.body);
+  if (!parsed.ok()) return error_reply(parsed.error);
+  const api::ChatCompletionRequest& req = *parsed.value;
+  if (auto e = check_model(req.model)) return error_reply(*e);
+  auto prompt = render_chat(req);
+  if (!prompt.ok()) return error_reply(prompt.error);
+  SessionConfig c = chat_session(req, *prompt.value);
+  return run(std::move(prompt.value->ids), req.params, std::move(c), r.client_alive);
+}
+
+// Anthropic's clients name their own models (claude-...): any name is
+// served by the loaded model, which the reply names.
+ApiReply ApiService::messages(const ApiRequest& r) {
+  auto parsed = api::parse_messages_request(r.body);
+  if (!parsed.ok()) return error_reply(parsed.error);
+  const api::ChatCompletionRequest& req = parsed.value->chat;
+  auto prompt = render_chat(req);
+  if (!prompt.ok()) return error_reply(prompt.error);
+  SessionConfig c = chat_session(req, *prompt.value);
+  c.endpoint = Endpoint::kMessages;
+  c.stream = parsed.value->stream;
+  c.include_usage = false;
+  c.meta.id = api::make_id("msg_");
+  c.top_logprobs = -1;
+  return run(std::move(prompt.value->ids), req.params, std::move(c), r.client_alive);
+}
+
+ApiReply ApiService::count_tokens(const ApiRequest& r) {
+  auto parsed = api::parse_count_tokens_request(r.body);
+  if (!parsed.ok()) return error_reply(parsed.error);
+  auto prompt = render_chat(parsed.value->chat);
+  if (!prompt.ok()) return error_reply(prompt.error);
+  return json_reply(200, {{"input_tokens", prompt.value->ids.size()}});
 }
 
 ApiReply ApiService::completions(const ApiRequest& r) {

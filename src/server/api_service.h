@@ -37,7 +37,7 @@ struct ApiRequest {
   std::string method;
   std::string path;
   std::string body;
-  std::string authorization;  // the Authorization header, if any
+  std::string authorization;  // the Authorization header ("Bearer " + x-api-key when only that was sent)
   // Plain (non-streamed) generations poll this while they wait; false means
   // the client hung up, and the request is cancelled so its slot frees.
   std::function<bool()> client_alive;
@@ -63,6 +63,16 @@ class ApiService {
  private:
   ApiReply route(const ApiRequest& r);
   ApiReply chat_completions(const ApiRequest& r);
+  // Anthropic's Messages API (api/anthropic.h): the same chat path.
+  ApiReply messages(const ApiRequest& r);
+  ApiReply count_tokens(const ApiRequest& r);
+  // The chat template's prompt for a request, or the error to answer with.
+  struct ChatPrompt {
+    std::vector<int32_t> ids;
+    bool starts_in_reasoning = false;  // the template opened the reasoning block itself
+  };
+  api::Parsed<ChatPrompt> render_chat(const api::ChatCompletionRequest& req) const;
+  SessionConfig chat_session(const api::ChatCompletionRequest& req, const ChatPrompt& prompt) const;
   ApiReply completions(const ApiRequest& r);
   ApiReply tokenize(const std::string& body);
   ApiReply detokenize(const std::string& body);

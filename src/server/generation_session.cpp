@@ -8,6 +8,12 @@ namespace moeserve::server {
 GenerationSession::GenerationSession(SessionConfig config, const tok::Tokenizer& tokenizer)
     : config_(std::move(config)), tokenizer_(tokenizer), parser_(config_.parser) {
   if (config_.stream && config_.endpoint == Endpoint::kChat) push_chunk(api::chat_chunk_role(config_.meta));
+  if (config_.stream && config_.endpoint == Endpoint::kMessages) {
+    anthropic_.emplace(config_.meta);
+    api::Usage u;
+    u.prompt_tokens = config_.prompt_tokens;
+    out_.push_back(anthropic_->start(u));
+  }
   if (config_.stream && config_.endpoint == Endpoint::kCompletion && !config_.echo.empty()) {
     api::CompletionChoiceResult piece;
     piece.text = config_.echo;
@@ -33,6 +39,10 @@ api::TokenLogprob GenerationSession::logprob_entry(const runtime::TokenEvent& ev
 // A streamed chat delta (content / reasoning / finished tool calls), with the
 // logprobs of the tokens behind it. Caller holds mu_.
 void GenerationSession::stream_delta(api::OutputDelta&& delta, std::vector<api::TokenLogprob>&& lps) {
+  if (anthropic_) {
+    if (std::string events = anthropic_->delta(delta); !events.empty()) out_.push_back(std::move(events));
+    return;
+  }
   if (delta.empty() && lps.empty()) return;
   api::ChatDelta d;
   d.content = std::move(delta.content);
@@ -103,6 +113,20 @@ std::string GenerationSession::finish_reason() const {
   return "stop";
 }
 
+api::MessageStop GenerationSession::message_stop() const {
+  using runtime::StopReason;
+  api::MessageStop m;
+  if (stats_.reason == StopReason::kMaxTokens || stats_.reason == StopReason::kContextFull) {
+    m.reason = "max_tokens";
+  } else if (!parsed_.tool_calls.empty()) {
+    m.reason = "tool_use";
+  } else if (stats_.reason == StopReason::kStopString) {
+    m.reason = "stop_sequence";
+    m.sequence = stats_.stop_string;
+  }
+  return m;
+}
+
 api::Usage GenerationSession::usage() const {
   api::Usage u;
   u.prompt_tokens = stats_.prompt_tokens;
@@ -130,9 +154,13 @@ void GenerationSession::process_finish_locked() {
       stream_delta(std::move(copy), {});
     }
     parsed_.append(std::move(delta));
-    if (config_.stream && status.is_ok()) push_chunk(api::chat_chunk_finish(config_.meta, finish_reason()));
+    if (config_.stream && status.is_ok() && config_.endpoint == Endpoint::kChat)
+      push_chunk(api::chat_chunk_finish(config_.meta, finish_reason()));
   }
-  if (config_.stream) {
+  if (anthropic_) {  // no [DONE]: message_stop (or an error event) ends the stream
+    out_.push_back(status.is_ok() ? anthropic_->finish(message_stop(), usage())
+                                  : api::AnthropicStream::error(api::server_error(status.message())));
+  } else if (config_.stream) {
     if (!status.is_ok()) {
       api::ApiError e = api::server_error(status.message());
       out_.push_back(api::sse_data(e.to_json()));
@@ -193,6 +221,8 @@ api::json GenerationSession::response_json() {
   c.content = parsed_.content;
   c.reasoning = parsed_.reasoning;
   c.tool_calls = parsed_.tool_calls;
+  if (config_.endpoint == Endpoint::kMessages)
+    return api::anthropic_message(config_.meta, c, message_stop(), usage());
   c.finish_reason = finish_reason();
   if (config_.top_logprobs >= 0) c.logprobs = api::chat_logprobs(logprobs_);
   return api::chat_completion(config_.meta, c, usage());

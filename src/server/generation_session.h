@@ -15,12 +15,14 @@
 #include <vector>
 
 #include "runtime/batch_engine.h"
+#include "server/api/anthropic.h"
 #include "server/api/output_parser.h"
 #include "server/api/response_format.h"
 
 namespace moeserve::server {
 
-enum class Endpoint { kChat, kCompletion };
+// kMessages: Anthropic's /v1/messages (a chat underneath, its own shapes).
+enum class Endpoint { kChat, kCompletion, kMessages };
 
 struct SessionConfig {
   Endpoint endpoint = Endpoint::kChat;
@@ -30,6 +32,7 @@ struct SessionConfig {
   api::OutputParserOptions parser;  // chat only
   int top_logprobs = -1;            // -1: no logprobs
   std::string echo;                 // completions: prompt text echoed before the output
+  int64_t prompt_tokens = 0;        // messages: reported by message_start
 };
 
 // What the session reports when it ends (for metrics).
@@ -64,6 +67,7 @@ class GenerationSession {
 
  private:
   std::string finish_reason() const;
+  api::MessageStop message_stop() const;
   api::Usage usage() const;
   void push_chunk(const api::json& chunk);  // locked by caller
   api::TokenLogprob logprob_entry(const runtime::TokenEvent& ev) const;
@@ -89,6 +93,7 @@ class GenerationSession {
   api::OutputDelta parsed_;  // chat: content / reasoning / tool calls so far
   std::vector<api::TokenLogprob> logprobs_;
   size_t tool_calls_streamed_ = 0;
+  std::optional<api::AnthropicStream> anthropic_;  // kMessages streams
 };
 
 }  // namespace moeserve::server

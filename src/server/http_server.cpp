@@ -273,6 +273,11 @@ http::HttpReply HttpServer::handle(const http::HttpRequest& request,
   r.path = request.path;
   r.body = request.body;
   r.authorization = std::string(request.header("Authorization"));
+  // Anthropic's clients send the key as x-api-key.
+  if (r.authorization.empty()) {
+    if (const std::string_view key = request.header("x-api-key"); !key.empty())
+      r.authorization = "Bearer " + std::string(key);
+  }
   r.client_alive = client_alive;
   return to_http(service->handle(r));
 }

@@ -21,6 +21,13 @@ TEST(StopStringFilter, StopAcrossPiecesIsNeverPartlyEmitted) {
   for (const char* piece : {"hello <", "E", "N", "D> world"}) out += f.push(piece);
   EXPECT_TRUE(f.stopped());
   EXPECT_EQ(out, "hello ");
+  EXPECT_EQ(f.matched(), "<END>");
+}
+
+TEST(StopStringFilter, MatchedIsTheEarliestStop) {
+  StopStringFilter f({"zz", "b", "ab"});
+  EXPECT_EQ(f.push("xxabzz"), "xx");
+  EXPECT_EQ(f.matched(), "ab");  // starts first, though listed after "b"
 }
 
 TEST(StopStringFilter, FalseStartIsReleased) {
