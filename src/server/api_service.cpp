@@ -7,6 +7,7 @@
 #include "server/api/anthropic.h"
 #include "server/api/openai_request.h"
 #include "server/api/response_format.h"
+#include "server/api/responses.h"
 #include "tokenizer/tokenizer.h"
 
 namespace moeserve::server {
@@ -90,7 +91,8 @@ ApiReply ApiService::handle(const ApiRequest& r) {
                                                  "/tokenize",
                                                  "/detokenize",
                                                  "/v1/messages",
-                                                 "/v1/messages/count_tokens"};
+                                                 "/v1/messages/count_tokens",
+                                                 "/v1/responses"};
   const bool known = std::find(std::begin(kRoutes), std::end(kRoutes), r.path) != std::end(kRoutes);
   metrics_->record_request(known ? std::string_view(r.path) : std::string_view("other"), reply.status);
   return reply;
@@ -118,6 +120,7 @@ ApiReply ApiService::route(const ApiRequest& r) {
     if (r.path == "/v1/completions" || r.path == "/completions") return completions(r);
     if (r.path == "/v1/messages") return messages(r);
     if (r.path == "/v1/messages/count_tokens") return count_tokens(r);
+    if (r.path == "/v1/responses" || r.path == "/responses") return responses(r);
     if (r.path == "/tokenize") return tokenize(r.body);
     if (r.path == "/detokenize") return detokenize(r.body);
   }
@@ -204,6 +207,23 @@ ApiReply ApiService::messages(const ApiRequest& r) {
   c.include_usage = false;
   c.meta.id = api::make_id("msg_");
   c.top_logprobs = -1;
+  return run(std::move(prompt.value->ids), req.params, std::move(c), r.client_alive);
+}
+
+ApiReply ApiService::responses(const ApiRequest& r) {
+  auto parsed = api::parse_responses_request(r.body);
+  if (!parsed.ok()) return error_reply(parsed.error);
+  const api::ChatCompletionRequest& req = parsed.value->chat;
+  if (auto e = check_model(req.model)) return error_reply(*e);
+  auto prompt = render_chat(req);
+  if (!prompt.ok()) return error_reply(prompt.error);
+  SessionConfig c = chat_session(req, *prompt.value);
+  c.endpoint = Endpoint::kResponses;
+  c.stream = parsed.value->stream;
+  c.include_usage = false;
+  c.meta.id = api::make_id("resp_");
+  c.top_logprobs = -1;
+  c.response_echo = parsed.value->echo;
   return run(std::move(prompt.value->ids), req.params, std::move(c), r.client_alive);
 }
 

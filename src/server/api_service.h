@@ -66,6 +66,8 @@ class ApiService {
   // Anthropic's Messages API (api/anthropic.h): the same chat path.
   ApiReply messages(const ApiRequest& r);
   ApiReply count_tokens(const ApiRequest& r);
+  // OpenAI's Responses API (api/responses.h), stateless: the same chat path.
+  ApiReply responses(const ApiRequest& r);
   // The chat template's prompt for a request, or the error to answer with.
   struct ChatPrompt {
     std::vector<int32_t> ids;

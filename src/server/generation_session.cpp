@@ -14,6 +14,10 @@ GenerationSession::GenerationSession(SessionConfig config, const tok::Tokenizer&
     u.prompt_tokens = config_.prompt_tokens;
     out_.push_back(anthropic_->start(u));
   }
+  if (config_.stream && config_.endpoint == Endpoint::kResponses) {
+    responses_.emplace(config_.meta, config_.response_echo);
+    out_.push_back(responses_->start());
+  }
   if (config_.stream && config_.endpoint == Endpoint::kCompletion && !config_.echo.empty()) {
     api::CompletionChoiceResult piece;
     piece.text = config_.echo;
@@ -39,8 +43,9 @@ api::TokenLogprob GenerationSession::logprob_entry(const runtime::TokenEvent& ev
 // A streamed chat delta (content / reasoning / finished tool calls), with the
 // logprobs of the tokens behind it. Caller holds mu_.
 void GenerationSession::stream_delta(api::OutputDelta&& delta, std::vector<api::TokenLogprob>&& lps) {
-  if (anthropic_) {
-    if (std::string events = anthropic_->delta(delta); !events.empty()) out_.push_back(std::move(events));
+  if (anthropic_ || responses_) {
+    std::string events = anthropic_ ? anthropic_->delta(delta) : responses_->delta(delta);
+    if (!events.empty()) out_.push_back(std::move(events));
     return;
   }
   if (delta.empty() && lps.empty()) return;
@@ -113,6 +118,11 @@ std::string GenerationSession::finish_reason() const {
   return "stop";
 }
 
+api::ResponseEnd GenerationSession::response_end() const {
+  using runtime::StopReason;
+  return {stats_.reason == StopReason::kMaxTokens || stats_.reason == StopReason::kContextFull};
+}
+
 api::MessageStop GenerationSession::message_stop() const {
   using runtime::StopReason;
   api::MessageStop m;
@@ -160,6 +170,9 @@ void GenerationSession::process_finish_locked() {
   if (anthropic_) {  // no [DONE]: message_stop (or an error event) ends the stream
     out_.push_back(status.is_ok() ? anthropic_->finish(message_stop(), usage())
                                   : api::AnthropicStream::error(api::server_error(status.message())));
+  } else if (responses_) {  // no [DONE]: response.completed / incomplete / failed ends it
+    out_.push_back(status.is_ok() ? responses_->finish(response_end(), usage())
+                                  : responses_->error(api::server_error(status.message())));
   } else if (config_.stream) {
     if (!status.is_ok()) {
       api::ApiError e = api::server_error(status.message());
@@ -223,6 +236,8 @@ api::json GenerationSession::response_json() {
   c.tool_calls = parsed_.tool_calls;
   if (config_.endpoint == Endpoint::kMessages)
     return api::anthropic_message(config_.meta, c, message_stop(), usage());
+  if (config_.endpoint == Endpoint::kResponses)
+    return api::response_object(config_.meta, config_.response_echo, c, response_end(), usage());
   c.finish_reason = finish_reason();
   if (config_.top_logprobs >= 0) c.logprobs = api::chat_logprobs(logprobs_);
   return api::chat_completion(config_.meta, c, usage());

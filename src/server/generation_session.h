@@ -18,11 +18,13 @@
 #include "server/api/anthropic.h"
 #include "server/api/output_parser.h"
 #include "server/api/response_format.h"
+#include "server/api/responses.h"
 
 namespace moeserve::server {
 
-// kMessages: Anthropic's /v1/messages (a chat underneath, its own shapes).
-enum class Endpoint { kChat, kCompletion, kMessages };
+// kMessages: Anthropic's /v1/messages; kResponses: OpenAI's /v1/responses
+// (both a chat underneath, with their own shapes).
+enum class Endpoint { kChat, kCompletion, kMessages, kResponses };
 
 struct SessionConfig {
   Endpoint endpoint = Endpoint::kChat;
@@ -33,6 +35,7 @@ struct SessionConfig {
   int top_logprobs = -1;            // -1: no logprobs
   std::string echo;                 // completions: prompt text echoed before the output
   int64_t prompt_tokens = 0;        // messages: reported by message_start
+  api::json response_echo;          // responses: request fields the response object repeats
 };
 
 // What the session reports when it ends (for metrics).
@@ -68,6 +71,7 @@ class GenerationSession {
  private:
   std::string finish_reason() const;
   api::MessageStop message_stop() const;
+  api::ResponseEnd response_end() const;
   api::Usage usage() const;
   void push_chunk(const api::json& chunk);  // locked by caller
   api::TokenLogprob logprob_entry(const runtime::TokenEvent& ev) const;
@@ -94,6 +98,7 @@ class GenerationSession {
   std::vector<api::TokenLogprob> logprobs_;
   size_t tool_calls_streamed_ = 0;
   std::optional<api::AnthropicStream> anthropic_;  // kMessages streams
+  std::optional<api::ResponsesStream> responses_;  // kResponses streams
 };
 
 }  // namespace moeserve::server

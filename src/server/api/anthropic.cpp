@@ -181,30 +181,17 @@ ojson translate(const ojson& body, bool count_only) {
 }
 
 Parsed<MessagesRequest> parse(std::string_view body, bool count_only) {
-  Parsed<MessagesRequest> out;
-  Parsed<ojson> json_body = parse_json_object_body(body);
-  if (!json_body.ok()) {
-    out.error = std::move(json_body.error);
-    return out;
-  }
-  ojson chat;
   bool stream = false;
-  try {
-    chat = translate(*json_body.value, count_only);
-    if (!count_only) stream = detail::read_bool(*json_body.value, "stream").value_or(false);
-  } catch (const detail::RequestError& e) {
-    out.error = e.error;
-    return out;
-  } catch (const std::exception& e) {
-    out.error = invalid_request(std::string("invalid request: ") + e.what());
-    return out;
-  }
-  Parsed<ChatCompletionRequest> parsed = parse_chat_completion_request(chat.dump());
-  if (!parsed.ok()) {
-    out.error = std::move(parsed.error);
+  Parsed<ChatCompletionRequest> chat = parse_translated_chat_request(body, [&](const ojson& b) {
+    if (!count_only) stream = detail::read_bool(b, "stream").value_or(false);
+    return translate(b, count_only);
+  });
+  Parsed<MessagesRequest> out;
+  if (!chat.ok()) {
+    out.error = std::move(chat.error);
     return out;
   }
-  out.value = MessagesRequest{std::move(*parsed.value), stream};
+  out.value = MessagesRequest{std::move(*chat.value), stream};
   return out;
 }
 

@@ -21,7 +21,9 @@ ApiError unauthorized(std::string message) {
 ApiError too_many_requests(std::string message) {
   return {429, "rate_limit_error", std::move(message), {}, "queue_full"};
 }
-ApiError unavailable(std::string message) { return {503, "server_error", std::move(message), {}, "unavailable"}; }
+ApiError unavailable(std::string message) {
+  return {503, "server_error", std::move(message), {}, "unavailable"};
+}
 ApiError server_error(std::string message) { return {500, "server_error", std::move(message), {}, {}}; }
 
 }  // namespace moeserve::server::api

@@ -10,7 +10,8 @@ namespace moeserve::server::api {
 
 struct ApiError {
   int status = 400;
-  std::string type = "invalid_request_error";  // invalid_request_error, authentication_error, server_error, ...
+  std::string type =
+      "invalid_request_error";  // invalid_request_error, authentication_error, server_error, ...
   std::string message;
   std::string param;  // empty: null in the JSON
   std::string code;   // empty: null in the JSON

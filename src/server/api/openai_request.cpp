@@ -131,6 +131,10 @@ DetokenizeRequest read_detokenize(const ojson& body) {
 Parsed<ChatCompletionRequest> parse_chat_completion_request(std::string_view body) {
   return guarded<ChatCompletionRequest>(body, read_chat);
 }
+Parsed<ChatCompletionRequest> parse_translated_chat_request(
+    std::string_view body, const std::function<ojson(const ojson&)>& translate) {
+  return guarded<ChatCompletionRequest>(body, [&](const ojson& b) { return read_chat(translate(b)); });
+}
 Parsed<CompletionRequest> parse_completion_request(std::string_view body) {
   return guarded<CompletionRequest>(body, read_completion);
 }

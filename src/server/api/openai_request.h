@@ -8,6 +8,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
@@ -77,6 +78,13 @@ struct DetokenizeRequest {
 };
 
 Parsed<ChatCompletionRequest> parse_chat_completion_request(std::string_view body);
+// The other APIs' bodies (anthropic.h, responses.h) as chat requests:
+// `translate` rewrites the parsed body object into a chat completion body
+// (failing through the same field readers), which is then read as
+// parse_chat_completion_request reads a body.
+Parsed<ChatCompletionRequest> parse_translated_chat_request(
+    std::string_view body,
+    const std::function<nlohmann::ordered_json(const nlohmann::ordered_json&)>& translate);
 Parsed<CompletionRequest> parse_completion_request(std::string_view body);
 Parsed<TokenizeRequest> parse_tokenize_request(std::string_view body);
 Parsed<DetokenizeRequest> parse_detokenize_request(std::string_view body);
