@@ -8,9 +8,12 @@
 #include <cstdlib>
 #include <string_view>
 
+#include "runtime/json_prefix.h"
+#include "server/api/anthropic.h"
 #include "server/api/openai_request.h"
 #include "server/api/output_parser.h"
 #include "server/api/response_format.h"
+#include "server/api/responses.h"
 
 namespace api = moeserve::server::api;
 
@@ -27,6 +30,17 @@ void fuzz_requests(std::string_view body) {
   if (!completion.ok()) (void)completion.error.to_json().dump();
   (void)api::parse_tokenize_request(body);
   (void)api::parse_detokenize_request(body);
+  // The translated APIs (Anthropic Messages, OpenAI Responses).
+  auto messages = api::parse_messages_request(body);
+  if (messages.ok()) (void)messages.value->chat.messages.dump();
+  (void)api::parse_count_tokens_request(body);
+  auto responses = api::parse_responses_request(body);
+  if (responses.ok()) (void)responses.value->echo.dump();
+  // The structured-output recogniser on arbitrary bytes: a refused byte
+  // leaves the state as it was, so feeding the rest must not crash.
+  moeserve::runtime::JsonPrefix prefix(false);
+  for (char c : body) (void)prefix.feed(uint8_t(c));
+  (void)prefix.complete();
 }
 
 api::OutputParserOptions parser_options(uint8_t bits) {
@@ -56,6 +70,8 @@ void fuzz_output_parser(const uint8_t* data, size_t size) {
   // Responses built from arbitrary model bytes must serialize (invalid UTF-8 is replaced).
   api::ChatChoiceResult choice{whole.content, whole.reasoning, whole.tool_calls, "stop", std::nullopt};
   (void)api::sse_data(api::chat_completion({"id", "m", 0}, choice, {}));
+  (void)api::dump_json(api::anthropic_message({"id", "m", 0}, choice, {}, {}));
+  (void)api::dump_json(api::response_object({"id", "m", 0}, {}, choice, {}, {}));
 }
 
 }  // namespace

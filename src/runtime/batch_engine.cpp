@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <limits>
 #include <new>
 #include <system_error>
 
@@ -312,13 +313,35 @@ bool BatchEngine::step() {
   return true;
 }
 
+// The sampled token was refused: every refused token is masked and the
+// token drawn again from what is left. Nothing left: the end of sequence
+// (the request stops; a constraint that can never be met ends the output).
+int32_t BatchEngine::constrained_sample(Slot& s, std::span<const float> logits) {
+  masked_.assign(logits.begin(), logits.end());
+  bool any = false;
+  for (size_t id = 0; id < masked_.size(); ++id) {
+    if (s.req.constraint->allows(int32_t(id))) {
+      any = true;
+    } else {
+      masked_[id] = -std::numeric_limits<float>::infinity();
+    }
+  }
+  const tok::Tokenizer& tokenizer = model_.tokenizer();
+  if (!any) return tokenizer.eos_id().value_or(tokenizer.eot_id().value_or(0));
+  return s.sampler->sample(masked_, s.seq.tokens());
+}
+
 // Samples the next token of a slot whose last fed token produced `logits`,
 // emits it, and ends the request when it should stop — the same sequence of
 // decisions as Generator::generate.
 void BatchEngine::handle_logits(Slot& s, const float* logits) {
   const tok::Tokenizer& tokenizer = model_.tokenizer();
   const std::span<const float> lg(logits, size_t(model_.info().n_vocab));
-  const int32_t next = s.sampler->sample(lg, s.seq.tokens());
+  int32_t next = s.sampler->sample(lg, s.seq.tokens());
+  if (s.req.constraint) {
+    if (!s.req.constraint->allows(next)) next = constrained_sample(s, lg);
+    s.req.constraint->accept(next);
+  }
   if (s.stats.completion_tokens == 0) s.stats.first_token_seconds = now_seconds() - s.submitted;
   s.decoding = true;
   if (s.req.stop_at_eos && (next == tokenizer.eos_id() || next == tokenizer.eot_id())) {

@@ -28,6 +28,7 @@
 #include "runtime/model.h"
 #include "runtime/prefix_cache.h"
 #include "runtime/sampler.h"
+#include "runtime/token_constraint.h"
 
 namespace moeserve::runtime {
 
@@ -58,6 +59,9 @@ struct EngineRequest {
   std::vector<std::string> stop;
   bool stop_at_eos = true;
   int top_logprobs = -1;  // -1: no logprobs; 0..20: chosen token's logprob + this many alternatives
+  // Structured output: the tokens this request may generate (null: any).
+  // Used on the engine thread only.
+  std::shared_ptr<TokenConstraint> constraint;
   // Called on the engine thread, in order; keep them short. on_token
   // returning false cancels the request (e.g. the client disconnected).
   std::function<bool(const TokenEvent&)> on_token;
@@ -123,6 +127,7 @@ class BatchEngine {
   bool step();
   void finish(Slot& slot, const Status& status);
   void handle_logits(Slot& slot, const float* logits);
+  int32_t constrained_sample(Slot& slot, std::span<const float> logits);
 
   Model& model_;
   EngineOptions options_;
@@ -138,6 +143,7 @@ class BatchEngine {
   EngineStats totals_;              // counters under mu_
   std::atomic<int64_t> active_{0}, kv_used_{0};
   std::vector<float> logits_;
+  std::vector<float> masked_;  // constrained_sample's copy of one row
   Status status_;
   std::unique_ptr<models::Workspace> ws_;
   std::thread thread_;

@@ -150,7 +150,8 @@ api::Parsed<ApiService::ChatPrompt> ApiService::render_chat(const api::ChatCompl
   chat::ChatRenderInput in;
   in.messages = req.messages;
   if (req.tools.is_array() && req.tool_choice != "none") in.tools = req.tools;
-  in.enable_thinking = req.enable_thinking;
+  // JSON output starts with the JSON itself: no reasoning block.
+  in.enable_thinking = req.params.format == api::OutputFormat::kText ? req.enable_thinking : false;
   in.extra = req.template_kwargs;
   const tok::Tokenizer& t = model_.tokenizer();
   if (t.bos_id()) in.bos_token = t.token_text(*t.bos_id());
@@ -284,6 +285,14 @@ ApiReply ApiService::run(std::vector<int32_t> prompt, const api::GenerationParam
   if (!params.seed_given) er.sampling.seed = std::random_device{}() ^ (seed_counter_.fetch_add(1) << 32);
   er.stop = params.stop;
   er.top_logprobs = config.top_logprobs;
+  if (params.format != api::OutputFormat::kText) {
+    std::vector<int32_t> end_ids;
+    const tok::Tokenizer& t = model_.tokenizer();
+    if (t.eos_id()) end_ids.push_back(*t.eos_id());
+    if (t.eot_id()) end_ids.push_back(*t.eot_id());
+    er.constraint = std::make_shared<runtime::JsonConstraint>(
+        token_bytes(), std::move(end_ids), params.format == api::OutputFormat::kJsonObject);
+  }
   const bool stream = config.stream;
   auto session = std::make_shared<GenerationSession>(std::move(config), model_.tokenizer());
   er.on_token = [session](const runtime::TokenEvent& ev) { return session->on_token(ev); };
@@ -323,6 +332,12 @@ ApiReply ApiService::run(std::vector<int32_t> prompt, const api::GenerationParam
                            : api::server_error(out.status.message()));
   }
   return json_reply(200, session->response_json());
+}
+
+runtime::TokenBytes ApiService::token_bytes() {
+  std::lock_guard lock(token_bytes_mu_);
+  if (!token_bytes_) token_bytes_ = runtime::token_byte_table(model_.tokenizer(), model_.info().n_vocab);
+  return token_bytes_;
 }
 
 ApiReply ApiService::tokenize(const std::string& body) {

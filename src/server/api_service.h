@@ -95,6 +95,10 @@ class ApiService {
   std::mutex scrape_mu_;
   runtime::EngineStats last_scrape_;
   std::atomic<uint64_t> seed_counter_{0};
+  // Every token's bytes, for structured output (built on first use).
+  std::mutex token_bytes_mu_;
+  runtime::TokenBytes token_bytes_;
+  runtime::TokenBytes token_bytes();
 };
 
 }  // namespace moeserve::server

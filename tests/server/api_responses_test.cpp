@@ -58,6 +58,12 @@ TEST(ResponsesRequest, TranslatesInputItemsToolsAndOptions) {
 TEST(ResponsesRequest, StringInputAndRefusals) {
   const Parsed<ResponsesRequest> p = parse_responses_request(R"({"input": "Hi"})");
   ASSERT_TRUE(p.ok());
+  EXPECT_EQ(p.value->chat.params.format, OutputFormat::kText);
+  const Parsed<ResponsesRequest> js = parse_responses_request(
+      R"({"input": "Hi", "text": {"format": {"type": "json_schema", "name": "a", "schema": {"type": "array"}}}})");
+  ASSERT_TRUE(js.ok()) << js.error.message;
+  EXPECT_EQ(js.value->chat.params.format, OutputFormat::kJsonValue);
+  EXPECT_EQ(js.value->echo["text"]["format"]["name"], "a");
   ASSERT_EQ(p.value->chat.messages.size(), 1u);
   EXPECT_EQ(p.value->chat.messages[0]["role"], "user");
   const std::pair<const char*, const char*> cases[] = {
@@ -68,7 +74,7 @@ TEST(ResponsesRequest, StringInputAndRefusals) {
       {R"({"input": "x", "tools": [{"type": "web_search"}]})", "tools[0].type"},
       {R"({"input": [{"role": "user", "content": [{"type": "input_image", "image_url": "x"}]}]})",
        "input[0].content[0].type"},
-      {R"({"input": "x", "text": {"format": {"type": "json_schema", "schema": {}}}})", "text.format"},
+      {R"({"input": "x", "text": {"format": {"type": "xml"}}})", "text.format.type"},
       {R"({"input": "x", "reasoning": {"effort": "extreme"}})", "reasoning.effort"},
       {R"({"input": [{"role": "robot", "content": "x"}]})", "input[0].role"},
   };
@@ -87,7 +93,8 @@ TEST(ResponsesResponse, ObjectHasOutputItemsUsageAndEcho) {
   choice.tool_calls = {{"call_1", "f", R"({"a":1})"}};
   Usage u;
   u.prompt_tokens = 10, u.cached_tokens = 4, u.completion_tokens = 7;
-  const json r = response_object({"resp_1", "tiny", 123}, {{"instructions", "Be brief."}}, choice, {false}, u);
+  const json r =
+      response_object({"resp_1", "tiny", 123}, {{"instructions", "Be brief."}}, choice, {false}, u);
   EXPECT_EQ(r["object"], "response");
   EXPECT_EQ(r["status"], "completed");
   EXPECT_EQ(r["instructions"], "Be brief.");

@@ -6,6 +6,7 @@
 #include <functional>
 #include <nlohmann/json.hpp>
 
+#include "runtime/json_prefix.h"
 #include "server/api_service.h"
 #include "test_device.h"
 
@@ -135,6 +136,45 @@ TEST(ApiService, ChatPlainAndStreamedGiveTheSameGreedyText) {
   }
   EXPECT_EQ(streamed, content);
   EXPECT_EQ(finish, "length");
+}
+
+// response_format json_object / json_schema: the answer is JSON whatever
+// the (tiny, untrained-for-JSON) model would say; it stops at the closing
+// brace, or is a JSON prefix when max_tokens cut it.
+TEST(ApiService, JsonResponseFormatConstrainsTheAnswer) {
+  Fixture f;
+  int complete = 0;
+  for (const char* format :
+       {R"({"type": "json_object"})",
+        R"({"type": "json_schema", "json_schema": {"name": "a", "schema": {"type": "object"}}})"}) {
+    for (double temperature : {0.0, 0.9}) {
+      json req = json::parse(kChat);
+      req["response_format"] = json::parse(format);
+      req["max_tokens"] = 96;
+      req["temperature"] = temperature;
+      req["seed"] = 5;
+      const ApiReply r = f.post("/v1/chat/completions", req.dump());
+      ASSERT_EQ(r.status, 200) << r.body;
+      const json body = json::parse(r.body);
+      const std::string content = body["choices"][0]["message"]["content"];
+      runtime::JsonPrefix prefix;
+      ASSERT_TRUE(prefix.feed_all(content)) << "not JSON: " << content;
+      ASSERT_FALSE(content.empty());
+      EXPECT_EQ(content.front(), '{') << content;
+      if (body["choices"][0]["finish_reason"] == "stop") {
+        ++complete;
+        EXPECT_TRUE(prefix.complete()) << content;
+        EXPECT_TRUE(json::parse(content).is_object()) << content;
+      }
+    }
+  }
+  // Plain text stays unconstrained, and a bad format is a 400 naming it.
+  json bad = json::parse(kChat);
+  bad["response_format"] = {{"type", "yaml"}};
+  const ApiReply r = f.post("/v1/chat/completions", bad.dump());
+  EXPECT_EQ(r.status, 400);
+  EXPECT_EQ(json::parse(r.body)["error"]["param"], "response_format.type");
+  RecordProperty("complete_json_answers", complete);
 }
 
 TEST(ApiService, CompletionsWithTokenPromptEchoAndLogprobs) {

@@ -79,6 +79,20 @@ describe('openai responses client against moeserve serve', () => {
     assert.ok(resp.usage.output_tokens > 0);
   });
 
+  test('JSON output: text.format and chat response_format give parseable JSON', async () => {
+    const resp = await client.responses.create({ ...request, max_output_tokens: 64,
+      text: { format: { type: 'json_schema', name: 'person', schema: { type: 'object',
+        properties: { name: { type: 'string' } } } } } });
+    assert.equal(resp.text.format.type, 'json_schema');
+    assert.ok(resp.output_text.startsWith('{'), resp.output_text);
+    if (resp.status === 'completed') assert.equal(typeof JSON.parse(resp.output_text), 'object');
+    const chat = await client.chat.completions.create({ model: MODEL, max_tokens: 64, temperature: 0,
+      response_format: { type: 'json_object' }, messages: [{ role: 'user', content: 'A person as JSON' }] });
+    const content = chat.choices[0].message.content;
+    assert.ok(content.startsWith('{'), content);
+    if (chat.choices[0].finish_reason === 'stop') assert.equal(typeof JSON.parse(content), 'object');
+  });
+
   test('what a stateless server cannot do is a 400 that says why', async () => {
     await assert.rejects(client.responses.create({ ...request, previous_response_id: 'resp_123' }),
       (e) => e instanceof OpenAI.BadRequestError && e.param === 'previous_response_id'

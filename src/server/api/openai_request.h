@@ -24,6 +24,12 @@ namespace moeserve::server::api {
 inline constexpr size_t kMaxStopStrings = 16;
 inline constexpr int kMaxTopLogprobs = 20;
 
+// response_format. kJsonObject: the answer is one JSON object; kJsonValue:
+// one JSON value (json_schema whose top-level type is not "object"). A
+// json_schema's own structure (properties, types) is not enforced yet: only
+// that the answer is JSON of the schema's top-level kind.
+enum class OutputFormat { kText, kJsonObject, kJsonValue };
+
 struct GenerationParams {
   // Fields the request leaves out keep SamplerOptions' defaults; temperature
   // 0 means greedy. `seed` is only meaningful when seed_given (otherwise the
@@ -34,6 +40,7 @@ struct GenerationParams {
   bool logprobs = false;
   int top_logprobs = 0;
   bool seed_given = false;
+  OutputFormat format = OutputFormat::kText;  // chat: response_format
 };
 
 struct ChatCompletionRequest {

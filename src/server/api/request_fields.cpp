@@ -192,6 +192,27 @@ void read_logprobs(const ojson& body, Endpoint endpoint, GenerationParams& p) {
 
 }  // namespace
 
+// response_format: {"type": "text" | "json_object" | "json_schema", "json_schema": {"schema": {...}}}.
+OutputFormat read_response_format(const ojson& body) {
+  const ojson* f = find_field(body, "response_format");
+  if (!f) return OutputFormat::kText;
+  if (!f->is_object()) fail("'response_format' must be an object", "response_format");
+  const std::string type = read_string(*f, "type", "response_format.type").value_or("");
+  if (type == "text") return OutputFormat::kText;
+  if (type == "json_object") return OutputFormat::kJsonObject;
+  if (type != "json_schema")
+    fail("'response_format.type' must be text, json_object or json_schema", "response_format.type");
+  const ojson* js = find_field(*f, "json_schema");
+  if (!js || !js->is_object())
+    fail("'response_format.json_schema' must be an object", "response_format.json_schema");
+  const ojson* schema = find_field(*js, "schema");
+  if (schema && !schema->is_object() && !schema->is_boolean())
+    fail("'response_format.json_schema.schema' must be an object", "response_format.json_schema.schema");
+  const ojson* top = schema && schema->is_object() ? find_field(*schema, "type") : nullptr;
+  const bool object = !top || (top->is_string() && *top == "object");
+  return object ? OutputFormat::kJsonObject : OutputFormat::kJsonValue;
+}
+
 GenerationParams read_generation_params(const ojson& body, Endpoint endpoint) {
   GenerationParams p;
   read_sampling(body, p.sampling);
@@ -208,6 +229,7 @@ GenerationParams read_generation_params(const ojson& body, Endpoint endpoint) {
   }
   read_stop(body, p);
   read_logprobs(body, endpoint, p);
+  if (endpoint == Endpoint::kChat) p.format = read_response_format(body);
   return p;
 }
 

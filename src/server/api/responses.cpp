@@ -136,9 +136,21 @@ void translate_options(const ojson& body, ojson& chat, json& echo) {
   }
   if (const ojson* text = find_field(body, "text")) {
     const ojson* format = text->is_object() ? find_field(*text, "format") : nullptr;
-    if (format && (!format->is_object() || format->value("type", "") != "text"))
-      fail("only text.format {\"type\": \"text\"} is supported: structured output is not implemented yet",
-           "text.format");
+    if (format) {
+      // Responses' text.format {type, schema, ...} is chat's response_format.
+      if (!format->is_object()) fail("'text.format' must be an object", "text.format");
+      const std::string type = detail::read_string(*format, "type", "text.format.type").value_or("text");
+      if (type == "json_schema") {
+        ojson js = {{"name", format->value("name", "answer")}};
+        if (const ojson* schema = find_field(*format, "schema")) js["schema"] = *schema;
+        chat["response_format"] = {{"type", "json_schema"}, {"json_schema", std::move(js)}};
+      } else if (type == "json_object" || type == "text") {
+        chat["response_format"] = {{"type", type}};
+      } else {
+        fail("'text.format.type' must be text, json_object or json_schema", "text.format.type");
+      }
+      echo["text"] = {{"format", *format}};
+    }
   }
 }
 
