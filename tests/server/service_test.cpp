@@ -177,6 +177,48 @@ TEST(ApiService, JsonResponseFormatConstrainsTheAnswer) {
   RecordProperty("complete_json_answers", complete);
 }
 
+// /v1/messages answers what /v1/chat/completions answers for the same
+// conversation, reports a matched stop sequence, and errs in Anthropic's shape.
+TEST(ApiService, AnthropicMessagesMatchChatAndReportTheStopSequence) {
+  Fixture f;
+  const ApiReply chat = f.post("/v1/chat/completions", kChat);
+  ASSERT_EQ(chat.status, 200) << chat.body;
+  const std::string content = json::parse(chat.body)["choices"][0]["message"]["content"];
+  ASSERT_GT(content.size(), 12u);
+  json req = {{"model", "claude-anything"},
+              {"max_tokens", 24},
+              {"temperature", 0},
+              {"system", "You write Python."},
+              {"messages", {{{"role", "user"}, {"content", "Write a function"}}}}};
+  const ApiReply plain = f.post("/v1/messages", req.dump());
+  ASSERT_EQ(plain.status, 200) << plain.body;
+  const json m = json::parse(plain.body);
+  EXPECT_EQ(m["type"], "message");
+  EXPECT_EQ(m["model"], "tiny");
+  std::string text;
+  for (const json& b : m["content"]) {
+    if (b["type"] == "text") text += b["text"].get<std::string>();
+  }
+  EXPECT_EQ(text, content);
+  EXPECT_EQ(m["stop_reason"], "max_tokens");
+
+  const std::string stop = content.substr(8, 4);
+  ASSERT_GT(content.find(stop), 0u) << "a stop sequence with text before it";
+  req["stop_sequences"] = {stop};
+  const json cut = json::parse(f.post("/v1/messages", req.dump()).body);
+  ASSERT_EQ(cut["content"].size(), 1u) << cut.dump();
+  EXPECT_EQ(cut["stop_reason"], "stop_sequence");
+  EXPECT_EQ(cut["stop_sequence"], stop);
+  EXPECT_EQ(cut["content"][0]["text"], content.substr(0, content.find(stop)));
+
+  req.erase("max_tokens");
+  const ApiReply bad = f.post("/v1/messages", req.dump());
+  EXPECT_EQ(bad.status, 400);
+  const json e = json::parse(bad.body);
+  EXPECT_EQ(e["type"], "error");
+  EXPECT_EQ(e["error"]["type"], "invalid_request_error");
+}
+
 TEST(ApiService, CompletionsWithTokenPromptEchoAndLogprobs) {
   Fixture f;
   const std::vector<int32_t> ids = f.model->tokenizer().encode("def main(");

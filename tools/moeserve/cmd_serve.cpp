@@ -155,7 +155,8 @@ void register_serve(CLI::App& app) {
   auto o = std::make_shared<ServeCliOptions>();
   CLI::App* cmd = app.add_subcommand("serve",
                                      "OpenAI-compatible HTTP server (/v1/chat/completions, /v1/completions, "
-                                     "/v1/models, /metrics, web chat at /)");
+                                     "/v1/responses, /v1/models, /metrics, web chat at /) that also speaks "
+                                     "Anthropic's Messages API (/v1/messages) for coding agents");
   cmd->add_option("-m,--model", o->model_path, "GGUF model file (qwen3moe or qwen3)")->required();
   cmd->add_option("--host", o->http.host, "Address to listen on (0.0.0.0: every interface)")
       ->capture_default_str();
@@ -171,8 +172,9 @@ void register_serve(CLI::App& app) {
   cmd->add_option("-b,--batch", o->batch, "Tokens per forward step (decode rows + a prompt chunk)")
       ->capture_default_str()
       ->check(CLI::Range(int64_t(1), int64_t(1) << 16));
-  cmd->add_option("--api-key", o->api_key,
-                  "Require 'Authorization: Bearer KEY' (except /health and the web page)");
+  cmd->add_option(
+      "--api-key", o->api_key,
+      "Require 'Authorization: Bearer KEY' or 'x-api-key: KEY' (except /health and the web page)");
   cmd->add_option("-t,--threads", o->threads, "Compute threads (0: one per physical core)")
       ->capture_default_str();
   cmd->add_option("--device", o->device,
