@@ -47,7 +47,8 @@ bool anthropic_route(std::string_view path) {
 
 ApiService::ApiService(runtime::Model& model, runtime::BatchEngine& engine, ServiceConfig config)
     : model_(model), engine_(engine), config_(std::move(config)), metrics_(std::make_shared<api::Metrics>()) {
-  const std::string& source = model.tokenizer().chat_template();
+  const std::string& source =
+      config_.chat_template.empty() ? model.tokenizer().chat_template() : config_.chat_template;
   if (source.empty()) {
     template_error_ = "the model file has no chat template (tokenizer.chat_template); use /v1/completions";
   } else {

@@ -26,6 +26,8 @@ struct ServiceConfig {
   std::string model_id;  // what /v1/models lists and requests may name
   std::string api_key;   // empty: no authentication
   std::string web_page;  // HTML served at "/"
+  // Jinja chat template replacing the model file's (serve --chat-template); empty: the file's.
+  std::string chat_template;
   // Control-token text inside chat messages: plain text (default) or parsed.
   SpecialTokensInContent special_tokens_in_content = SpecialTokensInContent::kText;
   // Fault injection for tests: returning true makes this request's handling

@@ -3,7 +3,8 @@
 #  - --queue 100000 starts with a bounded number of threads and answers;
 #  - a KV cache that cannot fit the address-space limit is refused with
 #    the bytes and the flags, exit 1 (no abort, no "listening" then a crash);
-#  - the special-token policy flag rejects unknown values.
+#  - the special-token policy flag rejects unknown values;
+#  - --chat-template refuses a template that does not parse, naming the line.
 # usage: serve_limits_test.sh MOESERVE MODEL
 set -uo pipefail
 bin=$1
@@ -39,4 +40,17 @@ echo "$out" | grep -q "terminate called" && fail "aborted: $out"
 # 3. The special-token policy takes text or parse only.
 "$bin" serve -m "$model" --special-tokens-in-content maybe --port 0 > "$log" 2>&1 && fail "accepted 'maybe'"
 grep -q "special-tokens-in-content" "$log" || fail "no message naming the flag: $(cat "$log")"
+
+# 4. --chat-template: a template that does not parse is refused at start,
+#    naming the file and the line; a missing file likewise (issue 19).
+tmpl=$(mktemp --suffix=.jinja)
+printf '{%% for m in messages %%}{{ m.content }}\n{%% endfor %%' > "$tmpl"
+out=$("$bin" serve -m "$model" --chat-template "$tmpl" --port 0 2>&1)
+code=$?
+rm -f "$tmpl"
+[ "$code" -eq 1 ] || fail "bad template: exit $code: $out"
+echo "$out" | grep -q -- "--chat-template $tmpl: chat template line 2" || fail "no file and line: $out"
+echo "$out" | grep -q "listening" && fail "started listening with a bad template: $out"
+out=$("$bin" serve -m "$model" --chat-template /nonexistent/t.jinja --port 0 2>&1) && fail "accepted a missing file"
+echo "$out" | grep -q "cannot open" || fail "no message for a missing file: $out"
 echo "serve limits: ok"

@@ -1,6 +1,8 @@
 // End-to-end tests of `moeserve convert`: a tiny Hugging Face directory is
 // written here (config.json, safetensors, tokenizer files), converted, and
 // the GGUF read back and compared with the source weights.
+#include "convert/hf_convert.h"
+
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -10,7 +12,6 @@
 #include <nlohmann/json.hpp>
 #include <random>
 
-#include "convert/hf_convert.h"
 #include "core/half.h"
 #include "format/gguf.h"
 #include "format/model_keys.h"
@@ -110,7 +111,8 @@ class TinyHfModel {
     }
     auto bytes = write_safetensors(tensors, {{"format", "pt"}});
     ASSERT_TRUE(bytes.is_ok());
-    std::ofstream(dir / "model.safetensors", std::ios::binary).write(reinterpret_cast<const char*>(bytes->data()), long(bytes->size()));
+    std::ofstream(dir / "model.safetensors", std::ios::binary)
+        .write(reinterpret_cast<const char*>(bytes->data()), long(bytes->size()));
   }
 
   // Values of the source as stored (rounded to the source dtype).
@@ -153,7 +155,8 @@ class TinyHfModel {
     const int64_t E = kExperts, I = kExpertFf, H = kHidden;
     Weights gu{transposed ? std::vector<int64_t>{E, H, 2 * I} : std::vector<int64_t>{E, 2 * I, H},
                std::vector<float>(size_t(E * 2 * I * H))};
-    Weights down{transposed ? std::vector<int64_t>{E, I, H} : std::vector<int64_t>{E, H, I}, std::vector<float>(size_t(E * H * I))};
+    Weights down{transposed ? std::vector<int64_t>{E, I, H} : std::vector<int64_t>{E, H, I},
+                 std::vector<float>(size_t(E * H * I))};
     for (int64_t e = 0; e < E; ++e) {
       const std::string x = p + std::to_string(e) + ".";
       const auto& gate = truth_.at(x + "gate_proj.weight").values;
@@ -185,11 +188,14 @@ class TinyHfModel {
         {"added_tokens", json::array({json{{"id", 257}, {"content", "<|endoftext|>"}, {"special", true}},
                                       json{{"id", 258}, {"content", "<|im_end|>"}, {"special", true}}})},
         {"normalizer", json{{"type", "NFC"}}},
-        {"pre_tokenizer",
-         json{{"type", "Sequence"},
-              {"pretokenizers",
-               json::array({json{{"type", "Split"}, {"pattern", json{{"Regex", regex}}}, {"behavior", "Isolated"}, {"invert", false}},
-                            json{{"type", "ByteLevel"}, {"add_prefix_space", false}, {"use_regex", false}}})}}},
+        {"pre_tokenizer", json{{"type", "Sequence"},
+                               {"pretokenizers", json::array({json{{"type", "Split"},
+                                                                   {"pattern", json{{"Regex", regex}}},
+                                                                   {"behavior", "Isolated"},
+                                                                   {"invert", false}},
+                                                              json{{"type", "ByteLevel"},
+                                                                   {"add_prefix_space", false},
+                                                                   {"use_regex", false}}})}}},
         {"model", json{{"type", "BPE"}, {"vocab", vocab}, {"merges", json::array({"a b"})}}}};
     std::ofstream(dir / "tokenizer.json") << tokenizer.dump();
     std::ofstream(dir / "tokenizer_config.json")
@@ -247,15 +253,18 @@ std::vector<float> concat_experts(std::map<std::string, Weights>& truth, int lay
 // Expected f32 contents of every GGUF tensor, from the HF truth.
 std::map<std::string, std::vector<float>> expected_tensors(TinyHfModel& m, bool moe, bool tied) {
   auto& t = m.truth();
-  std::map<std::string, std::vector<float>> out = {{"token_embd.weight", t.at("model.embed_tokens.weight").values},
-                                                   {"output_norm.weight", t.at("model.norm.weight").values}};
+  std::map<std::string, std::vector<float>> out = {
+      {"token_embd.weight", t.at("model.embed_tokens.weight").values},
+      {"output_norm.weight", t.at("model.norm.weight").values}};
   if (!tied) out["output.weight"] = t.at("lm_head.weight").values;
   const std::pair<const char*, const char*> direct[] = {
-      {"input_layernorm", "attn_norm"},   {"post_attention_layernorm", "ffn_norm"}, {"self_attn.q_proj", "attn_q"},
-      {"self_attn.k_proj", "attn_k"},     {"self_attn.v_proj", "attn_v"},            {"self_attn.o_proj", "attn_output"},
+      {"input_layernorm", "attn_norm"},    {"post_attention_layernorm", "ffn_norm"},
+      {"self_attn.q_proj", "attn_q"},      {"self_attn.k_proj", "attn_k"},
+      {"self_attn.v_proj", "attn_v"},      {"self_attn.o_proj", "attn_output"},
       {"self_attn.q_norm", "attn_q_norm"}, {"self_attn.k_norm", "attn_k_norm"}};
   for (int l = 0; l < kLayers; ++l) {
-    for (auto [hf, gguf] : direct) out[keys::blk(l, gguf)] = t.at(fmt::format("model.layers.{}.{}.weight", l, hf)).values;
+    for (auto [hf, gguf] : direct)
+      out[keys::blk(l, gguf)] = t.at(fmt::format("model.layers.{}.{}.weight", l, hf)).values;
     if (moe) {
       out[keys::blk(l, "ffn_gate_inp")] = t.at(fmt::format("model.layers.{}.mlp.gate.weight", l)).values;
       out[keys::blk(l, "ffn_gate_exps")] = concat_experts(t, l, "gate_proj");
@@ -263,7 +272,8 @@ std::map<std::string, std::vector<float>> expected_tensors(TinyHfModel& m, bool 
       out[keys::blk(l, "ffn_down_exps")] = concat_experts(t, l, "down_proj");
     } else {
       for (const char* part : {"gate", "up", "down"}) {
-        out[keys::blk(l, std::string("ffn_") + part)] = t.at(fmt::format("model.layers.{}.mlp.{}_proj.weight", l, part)).values;
+        out[keys::blk(l, std::string("ffn_") + part)] =
+            t.at(fmt::format("model.layers.{}.mlp.{}_proj.weight", l, part)).values;
       }
     }
   }
@@ -333,6 +343,31 @@ TEST_F(HfConvert, MoePerExpertF32RoundTripsExactly) {
 
 class HfConvertFused : public HfConvert, public ::testing::WithParamInterface<ExpertLayout> {};
 
+// Checkpoints saved by transformers v5 keep the template in
+// chat_template.jinja (older ones in chat_template.json): those win over
+// tokenizer_config.json's; a malformed chat_template.json is an error naming it.
+TEST_F(HfConvert, ChatTemplateFromItsOwnFiles) {
+  TinyHfModel model(/*moe=*/true, /*tied=*/false, DType::F32);
+  model.write(dir_ / "hf", ExpertLayout::kPerExpert);
+  auto template_of_output = [&]() -> std::string {
+    auto summary = convert(FileType::kF32);
+    EXPECT_TRUE(summary.is_ok()) << summary.status().to_string();
+    auto gguf = GgufFile::open((dir_ / "out.gguf").string());
+    return gguf.is_ok() ? std::string(gguf->get_string("tokenizer.chat_template").value_or(""))
+                        : std::string();
+  };
+  std::ofstream(dir_ / "hf" / "chat_template.json")
+      << R"({"chat_template": [{"name": "tool_use", "template": "T"}, {"name": "default", "template": "{{ json }}"}]})";
+  EXPECT_EQ(template_of_output(), "{{ json }}");
+  std::ofstream(dir_ / "hf" / "chat_template.jinja") << "{{ jinja }}\n";
+  EXPECT_EQ(template_of_output(), "{{ jinja }}\n");
+  fs::remove(dir_ / "hf" / "chat_template.jinja");
+  std::ofstream(dir_ / "hf" / "chat_template.json") << R"({"template": 5})";
+  auto bad = convert(FileType::kF32);
+  ASSERT_FALSE(bad.is_ok());
+  EXPECT_NE(bad.status().message().find("chat_template.json"), std::string::npos) << bad.status().to_string();
+}
+
 // transformers 5 writes the expert count as num_local_experts (and the RoPE
 // base inside rope_parameters): both spellings must convert.
 TEST_F(HfConvert, TransformersV5ConfigSpellings) {
@@ -368,7 +403,8 @@ TEST_P(HfConvertFused, Bf16FusedExpertLayoutsRoundTripExactly) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Layouts, HfConvertFused,
-                         ::testing::Values(ExpertLayout::kPerExpert, ExpertLayout::kFused, ExpertLayout::kFusedTransposed));
+                         ::testing::Values(ExpertLayout::kPerExpert, ExpertLayout::kFused,
+                                           ExpertLayout::kFusedTransposed));
 
 TEST_F(HfConvert, DenseTiedQ8HasNoOutputAndStaysClose) {
   TinyHfModel model(/*moe=*/false, /*tied=*/true, DType::F16);
@@ -400,24 +436,41 @@ struct ErrorCase {
 
 TEST_F(HfConvert, BadInputsGiveClearErrors) {
   const std::vector<ErrorCase> cases = {
-      {"unsupported arch", [](TinyHfModel& m, const fs::path&) { m.config()["architectures"] = {"LlamaForCausalLM"}; },
-       "'LlamaForCausalLM' is not supported (supported: Qwen3MoeForCausalLM (qwen3moe), Qwen3ForCausalLM (qwen3))"},
+      {"unsupported arch",
+       [](TinyHfModel& m, const fs::path&) { m.config()["architectures"] = {"LlamaForCausalLM"}; },
+       "'LlamaForCausalLM' is not supported (supported: Qwen3MoeForCausalLM (qwen3moe), Qwen3ForCausalLM "
+       "(qwen3))"},
       {"bad config type", [](TinyHfModel& m, const fs::path&) { m.config()["hidden_size"] = "32"; },
        "'hidden_size' must be a positive integer"},
       {"missing key", [](TinyHfModel& m, const fs::path&) { m.config().erase("num_hidden_layers"); },
        "'num_hidden_layers' is missing"},
-      {"norm_topk_prob", [](TinyHfModel& m, const fs::path&) { m.config()["norm_topk_prob"] = false; }, "norm_topk_prob"},
-      {"yarn", [](TinyHfModel& m, const fs::path&) { m.config()["rope_scaling"] = {{"rope_type", "yarn"}, {"factor", 4}}; },
+      {"norm_topk_prob", [](TinyHfModel& m, const fs::path&) { m.config()["norm_topk_prob"] = false; },
+       "norm_topk_prob"},
+      {"yarn",
+       [](TinyHfModel& m, const fs::path&) {
+         m.config()["rope_scaling"] = {{"rope_type", "yarn"}, {"factor", 4}};
+       },
        "rope_scaling"},
-      {"sparse step", [](TinyHfModel& m, const fs::path&) { m.config()["decoder_sparse_step"] = 2; }, "decoder_sparse_step"},
-      {"mlp_only", [](TinyHfModel& m, const fs::path&) { m.config()["mlp_only_layers"] = {1}; }, "mlp_only_layers"},
-      {"bias", [](TinyHfModel& m, const fs::path&) { m.config()["attention_bias"] = true; }, "attention_bias"},
-      {"sliding", [](TinyHfModel& m, const fs::path&) { m.config()["use_sliding_window"] = true; }, "use_sliding_window"},
-      {"missing tensor", [](TinyHfModel& m, const fs::path&) { m.truth().erase("model.layers.1.self_attn.k_norm.weight"); },
+      {"sparse step", [](TinyHfModel& m, const fs::path&) { m.config()["decoder_sparse_step"] = 2; },
+       "decoder_sparse_step"},
+      {"mlp_only", [](TinyHfModel& m, const fs::path&) { m.config()["mlp_only_layers"] = {1}; },
+       "mlp_only_layers"},
+      {"bias", [](TinyHfModel& m, const fs::path&) { m.config()["attention_bias"] = true; },
+       "attention_bias"},
+      {"sliding", [](TinyHfModel& m, const fs::path&) { m.config()["use_sliding_window"] = true; },
+       "use_sliding_window"},
+      {"missing tensor",
+       [](TinyHfModel& m, const fs::path&) { m.truth().erase("model.layers.1.self_attn.k_norm.weight"); },
        "tensor 'model.layers.1.self_attn.k_norm.weight' is missing"},
-      {"unknown tensor", [](TinyHfModel& m, const fs::path&) { m.truth()["model.layers.0.mystery.weight"] = {{2}, {1, 2}}; },
+      {"unknown tensor",
+       [](TinyHfModel& m, const fs::path&) {
+         m.truth()["model.layers.0.mystery.weight"] = {{2}, {1, 2}};
+       },
        "not used by the qwen3moe conversion: model.layers.0.mystery.weight"},
-      {"wrong shape", [](TinyHfModel& m, const fs::path&) { m.truth()["model.norm.weight"] = {{2}, {1, 2}}; },
+      {"wrong shape",
+       [](TinyHfModel& m, const fs::path&) {
+         m.truth()["model.norm.weight"] = {{2}, {1, 2}};
+       },
        "tensor 'model.norm.weight' has shape [2], config.json implies [32]"},
   };
   for (const ErrorCase& c : cases) {
@@ -427,7 +480,8 @@ TEST_F(HfConvert, BadInputsGiveClearErrors) {
     model.write(dir_ / "hf", ExpertLayout::kPerExpert);
     auto summary = convert(FileType::kF16);
     ASSERT_FALSE(summary.is_ok()) << c.what;
-    EXPECT_NE(summary.status().message().find(c.message_part), std::string::npos) << c.what << ": " << summary.status().to_string();
+    EXPECT_NE(summary.status().message().find(c.message_part), std::string::npos)
+        << c.what << ": " << summary.status().to_string();
     EXPECT_FALSE(fs::exists(dir_ / "out.gguf")) << c.what;
   }
 }

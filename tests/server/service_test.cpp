@@ -219,6 +219,23 @@ TEST(ApiService, AnthropicMessagesMatchChatAndReportTheStopSequence) {
   EXPECT_EQ(e["error"]["type"], "invalid_request_error");
 }
 
+// serve --chat-template: the given template replaces the model file's.
+TEST(ApiService, ChatTemplateOverrideIsUsed) {
+  Fixture f;
+  const std::string count_body = R"({"messages": [{"role": "user", "content": "hi"}]})";
+  const ApiReply own = f.post("/v1/messages/count_tokens", count_body);
+  ASSERT_EQ(own.status, 200) << own.body;
+  ServiceConfig c;
+  c.model_id = "tiny";
+  c.chat_template = "{% for m in messages %}{{ m.content }}{% endfor %}";
+  ApiService custom(*f.model, *f.engine, c);
+  const ApiReply r = custom.handle({"POST", "/v1/messages/count_tokens", count_body, "", {}});
+  ASSERT_EQ(r.status, 200) << r.body;
+  const int64_t n_custom = json::parse(r.body)["input_tokens"], n_own = json::parse(own.body)["input_tokens"];
+  EXPECT_EQ(n_custom, int64_t(f.model->tokenizer().encode("hi").size()));
+  EXPECT_LT(n_custom, n_own) << "the model's template wraps the turn in control tokens";
+}
+
 TEST(ApiService, CompletionsWithTokenPromptEchoAndLogprobs) {
   Fixture f;
   const std::vector<int32_t> ids = f.model->tokenizer().encode("def main(");

@@ -7,10 +7,13 @@
 
 #include <csignal>
 #include <filesystem>
+#include <fstream>
 #include <memory>
+#include <sstream>
 #include <system_error>
 #include <thread>
 
+#include "chat/chat_template.h"
 #include "core/mapped_file.h"
 #include "runtime/batch_engine.h"
 #include "runtime/memory_plan.h"
@@ -38,7 +41,8 @@ struct ServeCliOptions {
   size_t prefix_cache_mb = 256;
   size_t max_body_kb = 1024;
   std::string special_tokens_in_content = "text";
-  int max_connections = 0;  // 0: 2 x (parallel + queue) + 16, at most kAutoMaxConnections
+  std::string chat_template_file;  // --chat-template: overrides the model file's template
+  int max_connections = 0;         // 0: 2 x (parallel + queue) + 16, at most kAutoMaxConnections
 };
 
 // The automatic connection cap: each open connection holds a thread (this
@@ -53,8 +57,27 @@ void on_signal(int) {
   if (g_server != nullptr) g_server->stop();
 }
 
+// --chat-template FILE: read and parsed before anything starts, so a
+// template that does not parse is a start-up error naming the file and line.
+Result<std::string> read_chat_template(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return make_error(StatusCode::kNotFound, "--chat-template {}: cannot open the file", path);
+  std::ostringstream text;
+  text << in.rdbuf();
+  auto parsed = chat::ChatTemplate::parse(text.str());
+  if (!parsed.is_ok()) {
+    return make_error(StatusCode::kInvalidArgument, "--chat-template {}: {}", path,
+                      parsed.status().message());
+  }
+  return text.str();
+}
+
 Status run_serve(ServeCliOptions o) {
   o.http.max_body_bytes = o.max_body_kb * 1024;
+  std::string chat_template;
+  if (!o.chat_template_file.empty()) {
+    MOESERVE_ASSIGN_OR_RETURN(chat_template, read_chat_template(o.chat_template_file));
+  }
   const int64_t wanted = 2 * (int64_t(o.parallel) + int64_t(o.queue)) + 16;
   o.http.threads =
       o.max_connections > 0 ? o.max_connections : int(std::min<int64_t>(wanted, kAutoMaxConnections));
@@ -132,6 +155,7 @@ Status run_serve(ServeCliOptions o) {
   sc.web_page = std::string(server::web_page());
   sc.special_tokens_in_content = server::special_tokens_policy_from_name(o.special_tokens_in_content)
                                      .value_or(server::SpecialTokensInContent::kText);
+  sc.chat_template = std::move(chat_template);
   auto service = std::make_unique<server::ApiService>(**model, *engine, sc);
   http.set_service(service.get());
   fmt::print(stderr, "moeserve serve: model '{}', {} slots x {} tokens of context, {} threads\n", sc.model_id,
@@ -205,6 +229,11 @@ void register_serve(CLI::App& app) {
          "Connections served at once (each holds a thread); more get 503 (default: 2 x (--parallel +\n"
          "--queue) + 16, at most 1024)")
       ->check(CLI::Range(1, 65536));
+  cmd->add_option(
+      "--chat-template", o->chat_template_file,
+      "Jinja chat template FILE to use instead of the model file's (a checkpoint's\n"
+      "chat_template.jinja, a fixed or tool-calling variant); one that does not parse is an error\n"
+      "at start naming the line");
   cmd->add_option(
          "--special-tokens-in-content", o->special_tokens_in_content,
          "Control-token text (<|im_start|>, <|im_end|>, ...) inside chat messages, tools or\n"
