@@ -118,22 +118,6 @@ void translate_message(const ojson& message, const std::string& param, ojson& ou
   out.push_back(std::move(m));
 }
 
-ojson translate_tools(const ojson& tools) {
-  if (!tools.is_array()) fail("'tools' must be an array", "tools");
-  ojson out = ojson::array();
-  for (size_t i = 0; i < tools.size(); ++i) {
-    const std::string p = "tools[" + std::to_string(i) + "]";
-    const ojson& t = tools[i];
-    if (!t.is_object()) fail(quoted(p) + " must be an object", p);
-    ojson function = {{"name", string_field(t, "name", p + ".name")}};
-    if (const ojson* d = find_field(t, "description")) function["description"] = *d;
-    const ojson* schema = find_field(t, "input_schema");
-    function["parameters"] = schema ? *schema : ojson{{"type", "object"}};
-    out.push_back({{"type", "function"}, {"function", std::move(function)}});
-  }
-  return out;
-}
-
 ojson translate_tool_choice(const ojson& choice) {
   if (!choice.is_object()) fail("'tool_choice' must be an object", "tool_choice");
   const std::string& type = string_field(choice, "type", "tool_choice.type");
@@ -167,7 +151,8 @@ ojson translate(const ojson& body, bool count_only) {
     }
     if (const ojson* stops = find_field(body, "stop_sequences")) chat["stop"] = *stops;
   }
-  if (const ojson* tools = find_field(body, "tools")) chat["tools"] = translate_tools(*tools);
+  if (const ojson* tools = find_field(body, "tools"))
+    chat["tools"] = detail::chat_function_tools(*tools, "input_schema", false);
   if (const ojson* choice = find_field(body, "tool_choice"))
     chat["tool_choice"] = translate_tool_choice(*choice);
   if (const ojson* thinking = find_field(body, "thinking")) {

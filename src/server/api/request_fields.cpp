@@ -213,6 +213,32 @@ OutputFormat read_response_format(const ojson& body) {
   return object ? OutputFormat::kJsonObject : OutputFormat::kJsonValue;
 }
 
+std::string required_string(const ojson& object, std::string_view name, const std::string& param) {
+  std::optional<std::string> v = read_string(object, name, param);
+  if (!v) fail("'" + param + "' is required", param);
+  return std::move(*v);
+}
+
+ojson chat_function_tools(const ojson& tools, std::string_view schema_field, bool require_function_type) {
+  if (!tools.is_array()) fail("'tools' must be an array", "tools");
+  ojson out = ojson::array();
+  for (size_t i = 0; i < tools.size(); ++i) {
+    const std::string p = "tools[" + std::to_string(i) + "]";
+    const ojson& t = tools[i];
+    if (!t.is_object()) fail("'" + p + "' must be an object", p);
+    if (require_function_type) {
+      const std::string type = required_string(t, "type", p + ".type");
+      if (type != "function") fail("only function tools are supported (got '" + type + "')", p + ".type");
+    }
+    ojson function = {{"name", required_string(t, "name", p + ".name")}};
+    if (const ojson* d = find_field(t, "description")) function["description"] = *d;
+    const ojson* schema = find_field(t, schema_field);
+    function["parameters"] = schema ? *schema : ojson{{"type", "object"}};
+    out.push_back({{"type", "function"}, {"function", std::move(function)}});
+  }
+  return out;
+}
+
 GenerationParams read_generation_params(const ojson& body, Endpoint endpoint) {
   GenerationParams p;
   read_sampling(body, p.sampling);

@@ -31,6 +31,13 @@ const ojson* find_field(const ojson& object, std::string_view name);
 // `param` (default: the field name) when present with the wrong type or range.
 std::optional<bool> read_bool(const ojson& object, std::string_view name, std::string param = {});
 std::optional<std::string> read_string(const ojson& object, std::string_view name, std::string param = {});
+// read_string for a field that must be there.
+std::string required_string(const ojson& object, std::string_view name, const std::string& param);
+// The translated APIs' function tools (anthropic.h, responses.h) as chat
+// tools: each {name, description, <schema_field>} (with type "function"
+// when require_function_type) becomes {"type": "function", "function":
+// {name, description, parameters}}; a missing schema is an empty object's.
+ojson chat_function_tools(const ojson& tools, std::string_view schema_field, bool require_function_type);
 // `ok` checks the range; `expected` completes "'name' must be <expected>".
 std::optional<double> read_number(const ojson& object, std::string_view name,
                                   const std::function<bool(double)>& ok, std::string_view expected);

@@ -11,12 +11,7 @@ namespace {
 using detail::fail;
 using detail::find_field;
 using detail::ojson;
-
-std::string required_string(const ojson& object, std::string_view name, const std::string& param) {
-  std::optional<std::string> v = detail::read_string(object, name, param);
-  if (!v) fail("'" + param + "' is required", param);
-  return std::move(*v);
-}
+using detail::required_string;
 
 // A message's content: a string or text parts (input_text, output_text, text).
 std::string content_text(const ojson& content, const std::string& param) {
@@ -80,24 +75,6 @@ void translate_item(const ojson& item, const std::string& param, ojson& messages
   }
 }
 
-ojson translate_tools(const ojson& tools) {
-  if (!tools.is_array()) fail("'tools' must be an array", "tools");
-  ojson out = ojson::array();
-  for (size_t i = 0; i < tools.size(); ++i) {
-    const std::string p = "tools[" + std::to_string(i) + "]";
-    const ojson& t = tools[i];
-    if (!t.is_object()) fail("'" + p + "' must be an object", p);
-    const std::string type = required_string(t, "type", p + ".type");
-    if (type != "function") fail("only function tools are supported (got '" + type + "')", p + ".type");
-    ojson function = {{"name", required_string(t, "name", p + ".name")}};
-    if (const ojson* d = find_field(t, "description")) function["description"] = *d;
-    const ojson* params = find_field(t, "parameters");
-    function["parameters"] = params ? *params : ojson{{"type", "object"}};
-    out.push_back({{"type", "function"}, {"function", std::move(function)}});
-  }
-  return out;
-}
-
 ojson translate_tool_choice(const ojson& choice) {
   if (choice.is_string()) return choice;
   if (!choice.is_object()) fail("'tool_choice' must be a string or an object", "tool_choice");
@@ -114,7 +91,7 @@ void translate_options(const ojson& body, ojson& chat, json& echo) {
     if (const ojson* v = find_field(body, k)) chat[k] = *v, echo[k] = *v;
   }
   if (const ojson* tools = find_field(body, "tools")) {
-    chat["tools"] = translate_tools(*tools);
+    chat["tools"] = detail::chat_function_tools(*tools, "parameters", true);
     echo["tools"] = *tools;
   }
   if (const ojson* choice = find_field(body, "tool_choice")) {
