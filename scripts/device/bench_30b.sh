@@ -8,6 +8,8 @@
 #   scripts/device/bench_30b.sh start   # build, start make-model in the background (setsid)
 #   scripts/device/bench_30b.sh bench   # wait for the model, then bench
 # QUANT=full makes the model with the full scale search instead (~8 min).
+# VARIANTS="A=1;B=2 C=3" adds a decode run (tg128) per ';'-separated set of
+# environment settings after the main bench (e.g. MOESERVE_CUDA_PREFETCH=0).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 export LD_LIBRARY_PATH=/tmp/devroot/usr/lib/x86_64-linux-gnu:${LD_LIBRARY_PATH:-}
@@ -33,6 +35,8 @@ case "${1:-all}" in
     [ -f "$model.done" ] || { echo "model not ready: $(tail -c 300 /tmp/make30.log)"; exit 1; }
     ls -la $model
     $bin bench -m $model -p 512 -n 128 -r 3 --device cuda --parallel 8,32 2>&1 | tee "$out/bench30.txt"
-    MOESERVE_CUDA_GRAPHS=0 $bin bench -m $model -p 0 -n 64 -r 2 --device cuda 2>&1 | grep tg | sed 's/^/no graphs: /'
-    MOESERVE_CUDA_PDL=0 $bin bench -m $model -p 0 -n 64 -r 2 --device cuda 2>&1 | grep tg | sed 's/^/no PDL: /';;
+    IFS=';' read -ra variants <<< "${VARIANTS:-MOESERVE_CUDA_GRAPHS=0;MOESERVE_CUDA_PDL=0}"
+    for v in "${variants[@]}"; do
+      env $v $bin bench -m $model -p 0 -n 128 -r 2 --device cuda 2>&1 | grep -E "\| tg" | sed "s/^/$v: /"
+    done;;
 esac

@@ -88,6 +88,9 @@ struct BatchLayout {
   double rope_freq_base = 10000.0;
   // The caller times each op (finish() between them): no captured graphs.
   bool profiling = false;
+  // The forward ends with argmax_rows over the logits (a GPU records it in
+  // the forward's captured graph).
+  bool argmax = false;
 };
 
 // What a weight is used for, so a device can choose its layout (the CPU
@@ -210,6 +213,11 @@ class Ops {
   virtual Status swiglu(const float* gate, const float* up, float* out, int64_t n_rows, int64_t n_cols) = 0;
   virtual Status add(float* y, const float* x, int64_t n_rows, int64_t n_cols) = 0;
   virtual Status route(const RouteOpArgs& a) = 0;
+  // Greedy sampling: for each of the n_rows rows of x ([n_rows][n_cols], this
+  // device's memory) the index of its largest value (NaN as -inf, ties to
+  // the lowest index, 0 when nothing is above -inf: the host sampler's
+  // arg-max), written to host memory. Only the ids cross to the host.
+  virtual Status argmax_rows(const float* x, int64_t n_rows, int64_t n_cols, int32_t* host_ids) = 0;
   virtual Status expert_ffn(const ExpertFfnArgs& a) = 0;
   // Copies between this device's memory and the host, ordered with the ops.
   virtual Status download(void* host, const void* src, size_t bytes) = 0;

@@ -30,6 +30,10 @@ struct ForwardBatch {
   std::span<const SequenceSlice> sequences;  // non-empty: several sequences (pos0/kv above unused)
   std::span<const int64_t> logit_rows;  // chunk indices whose logits are wanted (ascending or not)
   float* logits = nullptr;              // host memory: [logit_rows.size()][n_vocab]
+  // Optional, host memory: [logit_rows.size()]: each logit row's greedy
+  // choice (Ops::argmax_rows), computed where the logits are; `logits` may
+  // then be null (they stay on the device).
+  int32_t* greedy = nullptr;
 };
 
 // Wall time per part of the forward pass (nanoseconds), for profiling. On

@@ -177,7 +177,7 @@ Status Qwen3Model::Forward::check_slices(const ForwardBatch& b) {
     if (r < 0 || r >= T)
       return make_error(StatusCode::kInvalidArgument, "forward: logit row {} outside chunk", r);
   }
-  if (!b.logit_rows.empty() && b.logits == nullptr) {
+  if (!b.logit_rows.empty() && b.logits == nullptr && b.greedy == nullptr) {
     return make_error(StatusCode::kInvalidArgument, "forward: logits requested, no buffer");
   }
   ws_.slices = std::move(slices);
@@ -203,6 +203,7 @@ Status Qwen3Model::Forward::begin(const ForwardBatch& b) {
   layout.n_rot = hp_.n_rot;
   layout.rope_freq_base = hp_.rope_freq_base;
   layout.profiling = profile_ != nullptr;
+  layout.argmax = b.greedy != nullptr && !b.logit_rows.empty();
   const int64_t T = int64_t(b.tokens.size());
   for (DeviceBuffers& d : ws_.devices) {
     MOESERVE_RETURN_IF_ERROR(ensure_buffers(d, hp_, T));
@@ -374,15 +375,17 @@ Status Qwen3Model::Forward::output_block(DeviceBuffers& d, const ForwardBatch& b
                                          .eps = hp_.rms_eps,
                                          .rows = b.logit_rows}));
   const size_t logit_bytes = size_t(R * hp_.n_vocab) * sizeof(float);
-  // A device on host memory writes the caller's buffer directly.
+  // A device on host memory writes the caller's buffer directly (when given).
   float* logits = b.logits;
-  if (!d.device->host_memory()) {
+  if (!d.device->host_memory() || logits == nullptr) {
     MOESERVE_RETURN_IF_ERROR(grow(d.logits, logit_bytes, "workspace (logits)"));
     logits = d.logits.as<float>();
   }
   const backend::MatmulOp head[] = {{&w_.output, rows, logits, R}};
   MOESERVE_RETURN_IF_ERROR(ops.matmul(head));
-  if (logits != b.logits) MOESERVE_RETURN_IF_ERROR(ops.download(b.logits, logits, logit_bytes));
+  if (b.greedy != nullptr) MOESERVE_RETURN_IF_ERROR(ops.argmax_rows(logits, R, hp_.n_vocab, b.greedy));
+  if (b.logits != nullptr && logits != b.logits)
+    MOESERVE_RETURN_IF_ERROR(ops.download(b.logits, logits, logit_bytes));
   return ops.finish();
 }
 

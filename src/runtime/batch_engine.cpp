@@ -276,12 +276,18 @@ bool BatchEngine::step() {
   }
   if (tokens.empty()) return false;
   const int64_t n_vocab = model_.info().n_vocab;
-  logits_.resize(logit_rows.size() * size_t(n_vocab));
+  // Every row's arg-max comes back; the logits only when some row samples
+  // from them (on a GPU that is 600 KB a row of a 152k vocabulary).
+  const bool want_logits =
+      std::any_of(row_owner.begin(), row_owner.end(), [](Slot* s) { return needs_logits(*s); });
+  logits_.resize(want_logits ? logit_rows.size() * size_t(n_vocab) : 0);
+  greedy_.resize(logit_rows.size());
   models::ForwardBatch b;
   b.tokens = tokens;
   b.sequences = slices;
   b.logit_rows = logit_rows;
-  b.logits = logits_.data();
+  b.logits = want_logits ? logits_.data() : nullptr;
+  b.greedy = greedy_.data();
   const double t0 = now_seconds();
   const Status st = model_.net().forward(b, *ws_);
   const double dt = now_seconds() - t0;
@@ -305,7 +311,7 @@ bool BatchEngine::step() {
     if (!s->decoding) s->prompt_done += n;
   }
   for (size_t i = 0; i < row_owner.size(); ++i) {
-    handle_logits(*row_owner[i], logits_.data() + i * size_t(n_vocab));
+    handle_logits(*row_owner[i], want_logits ? logits_.data() + i * size_t(n_vocab) : nullptr, greedy_[i]);
   }
   int64_t used = 0;
   for (auto& s : slots_) used += s->busy ? s->seq.position() : 0;
@@ -334,10 +340,18 @@ int32_t BatchEngine::constrained_sample(Slot& s, std::span<const float> logits) 
 // Samples the next token of a slot whose last fed token produced `logits`,
 // emits it, and ends the request when it should stop — the same sequence of
 // decisions as Generator::generate.
-void BatchEngine::handle_logits(Slot& s, const float* logits) {
+bool BatchEngine::needs_logits(const Slot& s) {
+  return !s.sampler->greedy() || s.sampler->penalties_active() || s.req.constraint || s.req.top_logprobs >= 0;
+}
+
+void BatchEngine::handle_logits(Slot& s, const float* logits, int32_t greedy) {
   const tok::Tokenizer& tokenizer = model_.tokenizer();
-  const std::span<const float> lg(logits, size_t(model_.info().n_vocab));
-  int32_t next = s.sampler->sample(lg, s.seq.tokens());
+  if (needs_logits(s) && logits == nullptr) {  // step() asks for them; never expected
+    finish(s, make_error(StatusCode::kInternal, "the step returned no logits for a sampling request"));
+    return;
+  }
+  const std::span<const float> lg(logits, logits == nullptr ? 0 : size_t(model_.info().n_vocab));
+  int32_t next = needs_logits(s) ? s.sampler->sample(lg, s.seq.tokens()) : greedy;
   if (s.req.constraint) {
     if (!s.req.constraint->allows(next)) next = constrained_sample(s, lg);
     s.req.constraint->accept(next);

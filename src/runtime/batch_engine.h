@@ -126,7 +126,12 @@ class BatchEngine {
   void admit_waiting();
   bool step();
   void finish(Slot& slot, const Status& status);
-  void handle_logits(Slot& slot, const float* logits);
+  // The slot's next token comes from its logits row, or (logits null) is
+  // the row's greedy choice taken on the model's device.
+  void handle_logits(Slot& slot, const float* logits, int32_t greedy);
+  // Whether the slot's next token needs its logits on the host (sampling,
+  // penalties, a constraint, logprobs), not only their arg-max.
+  static bool needs_logits(const Slot& slot);
   int32_t constrained_sample(Slot& slot, std::span<const float> logits);
 
   Model& model_;
@@ -143,7 +148,8 @@ class BatchEngine {
   EngineStats totals_;              // counters under mu_
   std::atomic<int64_t> active_{0}, kv_used_{0};
   std::vector<float> logits_;
-  std::vector<float> masked_;  // constrained_sample's copy of one row
+  std::vector<int32_t> greedy_;  // each logit row's arg-max
+  std::vector<float> masked_;    // constrained_sample's copy of one row
   Status status_;
   std::unique_ptr<models::Workspace> ws_;
   std::thread thread_;

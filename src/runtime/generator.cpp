@@ -82,6 +82,18 @@ Generator::Generator(Model& model, int64_t n_ctx) : model_(model) {
 }
 
 Status Generator::prefill(std::span<const int32_t> tokens, int64_t n_batch, std::span<float> last_logits) {
+  if (!last_logits.empty() && int64_t(last_logits.size()) < model_.info().n_vocab) {
+    return make_error(StatusCode::kInvalidArgument, "logits buffer smaller than the vocabulary");
+  }
+  return run_chunks(tokens, n_batch, last_logits.empty() ? nullptr : last_logits.data(), nullptr);
+}
+
+Status Generator::prefill_greedy(std::span<const int32_t> tokens, int64_t n_batch, int32_t* next) {
+  return run_chunks(tokens, n_batch, nullptr, next);
+}
+
+Status Generator::run_chunks(std::span<const int32_t> tokens, int64_t n_batch, float* last_logits,
+                             int32_t* greedy) {
   MOESERVE_RETURN_IF_ERROR(status_);
   if (int64_t(tokens.size()) > seq_.remaining()) {
     return make_error(
@@ -91,9 +103,6 @@ Status Generator::prefill(std::span<const int32_t> tokens, int64_t n_batch, std:
   }
   if (n_batch < 1)
     return make_error(StatusCode::kInvalidArgument, "batch size must be >= 1, got {}", n_batch);
-  if (!last_logits.empty() && int64_t(last_logits.size()) < model_.info().n_vocab) {
-    return make_error(StatusCode::kInvalidArgument, "logits buffer smaller than the vocabulary");
-  }
   for (size_t start = 0; start < tokens.size(); start += size_t(n_batch)) {
     const std::span<const int32_t> chunk =
         tokens.subspan(start, std::min(tokens.size() - start, size_t(n_batch)));
@@ -103,9 +112,10 @@ Status Generator::prefill(std::span<const int32_t> tokens, int64_t n_batch, std:
     b.tokens = chunk;
     b.pos0 = seq_.position();
     b.kv = seq_.kv().view();
-    if (last && !last_logits.empty()) {
+    if (last && (last_logits != nullptr || greedy != nullptr)) {
       b.logit_rows = std::span<const int64_t>(&last_row, 1);
-      b.logits = last_logits.data();
+      b.logits = last_logits;
+      b.greedy = greedy;
     }
     MOESERVE_RETURN_IF_ERROR(model_.net().forward(b, *ws_, profile_));
     seq_.append(chunk);
@@ -115,6 +125,10 @@ Status Generator::prefill(std::span<const int32_t> tokens, int64_t n_batch, std:
 
 Status Generator::decode(int32_t token, std::span<float> logits) {
   return prefill(std::span<const int32_t>(&token, 1), 1, logits);
+}
+
+Status Generator::decode_greedy(int32_t token, int32_t* next) {
+  return run_chunks(std::span<const int32_t>(&token, 1), 1, nullptr, next);
 }
 
 Result<GenerateResult> Generator::generate(std::span<const int32_t> prompt, const GenerateOptions& options,
@@ -131,12 +145,20 @@ Result<GenerateResult> Generator::generate(std::span<const int32_t> prompt, cons
   }
   GenerateResult r;
   r.prompt_tokens = int64_t(prompt.size());
-  std::vector<float> logits(static_cast<size_t>(n_vocab));
+  Sampler sampler(options.sampling);
+  // Plain greedy decoding takes the arg-max where the logits are computed:
+  // one id a step crosses to the host instead of the vocabulary's logits.
+  const bool device_greedy = sampler.greedy() && !sampler.penalties_active();
+  std::vector<float> logits(device_greedy ? 0 : static_cast<size_t>(n_vocab));
+  int32_t greedy_next = 0;
   const Clock::time_point t0 = Clock::now();
-  MOESERVE_RETURN_IF_ERROR(prefill(prompt, options.n_batch, logits));
+  if (device_greedy) {
+    MOESERVE_RETURN_IF_ERROR(prefill_greedy(prompt, options.n_batch, &greedy_next));
+  } else {
+    MOESERVE_RETURN_IF_ERROR(prefill(prompt, options.n_batch, logits));
+  }
   r.prefill_seconds = seconds_since(t0);
 
-  Sampler sampler(options.sampling);
   tok::IncrementalDecoder decoder(tokenizer);
   StopStringFilter filter(options.stop);
   bool keep_going = true;
@@ -148,7 +170,7 @@ Result<GenerateResult> Generator::generate(std::span<const int32_t> prompt, cons
   const Clock::time_point t_decode = Clock::now();
   r.reason = StopReason::kMaxTokens;
   for (int64_t i = 0; i < options.max_tokens; ++i) {
-    const int32_t next = sampler.sample(logits, seq_.tokens());
+    const int32_t next = device_greedy ? greedy_next : sampler.sample(logits, seq_.tokens());
     if (i == 0) r.first_token_seconds = seconds_since(t0);
     if (options.stop_at_eos && (next == tokenizer.eos_id() || next == tokenizer.eot_id())) {
       r.reason = StopReason::kEndOfSequence;
@@ -169,7 +191,11 @@ Result<GenerateResult> Generator::generate(std::span<const int32_t> prompt, cons
       r.reason = StopReason::kContextFull;
       break;
     }
-    MOESERVE_RETURN_IF_ERROR(decode(next, logits));
+    if (device_greedy) {
+      MOESERVE_RETURN_IF_ERROR(decode_greedy(next, &greedy_next));
+    } else {
+      MOESERVE_RETURN_IF_ERROR(decode(next, logits));
+    }
   }
   if (!filter.stopped()) {
     std::string tail = filter.push(decoder.flush());

@@ -79,14 +79,23 @@ class Generator {
   // n_batch; writes the last token's logits to `last_logits` (n_vocab) when
   // non-empty. kOutOfRange before any work when they do not fit.
   Status prefill(std::span<const int32_t> tokens, int64_t n_batch, std::span<float> last_logits);
+  // As prefill, but only the greedy choice after the last token (the
+  // arg-max of its logits, computed on the model's device) comes back.
+  Status prefill_greedy(std::span<const int32_t> tokens, int64_t n_batch, int32_t* next);
   // One token at the current position; logits of it.
   Status decode(int32_t token, std::span<float> logits);
+  // One token at the current position; its greedy successor.
+  Status decode_greedy(int32_t token, int32_t* next);
 
   // Clears the sequence, prefills `prompt`, generates.
   Result<GenerateResult> generate(std::span<const int32_t> prompt, const GenerateOptions& options,
                                   const TextCallback& on_text = {});
 
  private:
+  // Chunks of n_batch tokens; the last token's logits to `last_logits` and
+  // its greedy choice to `greedy` (each when not null).
+  Status run_chunks(std::span<const int32_t> tokens, int64_t n_batch, float* last_logits, int32_t* greedy);
+
   Model& model_;
   Sequence seq_;
   std::unique_ptr<models::Workspace> ws_;

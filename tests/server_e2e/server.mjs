@@ -41,9 +41,12 @@ const READY_RE = /^moeserve serve: ready at (http:\/\/[^\s/]+)\/?\s*$/;
 
 // Starts the server; resolves once it printed its ready line.
 // opts: model (path), args (extra flags), readyTimeoutMs (default 60 s), env.
+// MOESERVE_E2E_DEVICE (e.g. cuda) serves on that device instead of the
+// default one (scripts/device/e2e_gpu.sh runs the suite against a GPU server).
 export async function startServer(opts = {}) {
   const model = opts.model ?? MODEL_MOE;
-  const args = ['serve', '-m', model, '--host', '127.0.0.1', '--port', '0', ...(opts.args ?? [])];
+  const device = process.env.MOESERVE_E2E_DEVICE ? ['--device', process.env.MOESERVE_E2E_DEVICE] : [];
+  const args = ['serve', '-m', model, '--host', '127.0.0.1', '--port', '0', ...device, ...(opts.args ?? [])];
   const bin = moeserveBin();
   const child = spawn(bin, args, {
     stdio: ['ignore', 'pipe', 'pipe'],

@@ -10,7 +10,6 @@ namespace moeserve::tools {
 
 Result<ParallelDecodeResult> bench_parallel_decode(runtime::Model& model, int64_t n_seq, int64_t n_gen) {
   constexpr int64_t kPrompt = 16;
-  const int64_t V = model.info().n_vocab;
   std::vector<runtime::KvCache> caches;
   for (int64_t s = 0; s < n_seq; ++s) {
     MOESERVE_ASSIGN_OR_RETURN(runtime::KvCache kv, model.new_kv_cache(kPrompt + n_gen + 1));
@@ -24,22 +23,16 @@ Result<ParallelDecodeResult> bench_parallel_decode(runtime::Model& model, int64_
   for (int64_t s = 0; s < n_seq; ++s) slices.push_back({s * kPrompt, kPrompt, 0, caches[size_t(s)].view()});
   std::vector<int64_t> rows(static_cast<size_t>(n_seq));
   for (int64_t s = 0; s < n_seq; ++s) rows[size_t(s)] = (s + 1) * kPrompt - 1;
-  std::vector<float> logits(size_t(n_seq * V));
+  // Each sequence goes on with its greedy choice, taken on the model's
+  // device (only the ids come back), as the engine does for greedy requests.
+  std::vector<int32_t> next(static_cast<size_t>(n_seq)), picked(static_cast<size_t>(n_seq));
   models::ForwardBatch prefill;
   prefill.tokens = tokens;
   prefill.sequences = slices;
   prefill.logit_rows = rows;
-  prefill.logits = logits.data();
+  prefill.greedy = next.data();
   MOESERVE_RETURN_IF_ERROR(model.net().forward(prefill, *ws));
   std::iota(rows.begin(), rows.end(), 0);
-  std::vector<int32_t> next(static_cast<size_t>(n_seq));
-  auto pick = [&] {
-    for (int64_t s = 0; s < n_seq; ++s) {
-      const float* row = logits.data() + s * V;
-      next[size_t(s)] = int32_t(std::max_element(row, row + V) - row);
-    }
-  };
-  pick();
   double seconds = 0.0;
   for (int64_t step = 0; step < n_gen; ++step) {
     for (int64_t s = 0; s < n_seq; ++s) slices[size_t(s)] = {s, 1, kPrompt + step, caches[size_t(s)].view()};
@@ -47,10 +40,10 @@ Result<ParallelDecodeResult> bench_parallel_decode(runtime::Model& model, int64_
     b.tokens = next;
     b.sequences = slices;
     b.logit_rows = rows;
-    b.logits = logits.data();
+    b.greedy = picked.data();
     const auto t0 = std::chrono::steady_clock::now();
     MOESERVE_RETURN_IF_ERROR(model.net().forward(b, *ws));
-    pick();
+    next.swap(picked);
     // The first steps capture the decode graphs (on a GPU): not timed.
     if (step >= 2) seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   }

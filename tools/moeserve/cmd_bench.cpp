@@ -143,11 +143,11 @@ Status run_bench(const BenchOptions& o) {
   std::mt19937 rng(42);
   std::vector<int32_t> prompt(size_t(o.n_prompt));
   for (int32_t& t : prompt) t = int32_t(rng() % uint32_t(model->tokenizer().vocab_size()));
-  std::vector<float> logits(static_cast<size_t>(info.n_vocab));
   std::vector<double> pp, tg, ttft;
-  // Decode picks each next token as `generate --temp 0` does (the arg-max
-  // is part of a decode step's cost).
-  runtime::Sampler greedy(runtime::SamplerOptions{.temperature = 0.0f});
+  // Prefill and decode end with the greedy choice as `generate --temp 0`
+  // does (the arg-max over the logits, on the model's device, is part of a
+  // step's cost; only the token id comes back).
+  int32_t next = 0;
   const CpuTimes cpu_at_start = read_cpu_times();
   auto set_profile = [&](models::ForwardProfile* p) { gen.set_profile(o.profile ? p : nullptr); };
   // One untimed warm-up of each (page in the weights, grow scratch buffers).
@@ -156,7 +156,7 @@ Status run_bench(const BenchOptions& o) {
       set_profile(rep >= 0 ? &pp_prof : nullptr);
       gen.sequence().clear();
       const auto t0 = Clock::now();
-      MOESERVE_RETURN_IF_ERROR(gen.prefill(prompt, o.batch, logits));
+      MOESERVE_RETURN_IF_ERROR(gen.prefill_greedy(prompt, o.batch, &next));
       const double s = std::chrono::duration<double>(Clock::now() - t0).count();
       if (rep >= 0) pp.push_back(double(o.n_prompt) / s), ttft.push_back(s * 1e3);
     }
@@ -166,8 +166,8 @@ Status run_bench(const BenchOptions& o) {
       int32_t tok = prompt.empty() ? 0 : prompt[0];
       const auto t0 = Clock::now();
       for (int64_t i = 0; i < o.n_gen; ++i) {
-        MOESERVE_RETURN_IF_ERROR(gen.decode(tok, logits));
-        tok = greedy.sample(logits, {});
+        MOESERVE_RETURN_IF_ERROR(gen.decode_greedy(tok, &next));
+        tok = next;
       }
       const double s = std::chrono::duration<double>(Clock::now() - t0).count();
       if (rep >= 0) tg.push_back(double(o.n_gen) / s);

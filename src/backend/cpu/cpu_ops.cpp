@@ -122,6 +122,15 @@ class CpuOps final : public Ops {
   }
   Status upload(void* dst, const void* host, size_t bytes) override { return download(dst, host, bytes); }
   Status finish() override { return Status::ok(); }
+  Status argmax_rows(const float* x, int64_t n_rows, int64_t n_cols, int32_t* host_ids) override {
+    for (int64_t r = 0; r < n_rows; ++r) {
+      const float* row = x + r * n_cols;
+      int32_t best = 0;
+      k_.top_k(row, n_cols, 1, &best);  // ranks NaN below -inf, ties to the lower index
+      host_ids[r] = row[best] > -INFINITY ? best : 0;
+    }
+    return Status::ok();
+  }
 
  private:
   void group_by_expert(const ExpertFfnArgs& a);

@@ -17,6 +17,7 @@
 #include "kernels/cuda/elementwise.h"
 #include "kernels/cuda/matmul.h"
 #include "kernels/cuda/moe.h"
+#include "kernels/cuda/sample.h"
 
 namespace moeserve::backend {
 namespace {
@@ -59,7 +60,8 @@ class CudaOps final : public Ops {
         attention_mem_(device, [this] { buffers_moved(); }),
         hidden_mem_(device, [this] { buffers_moved(); }),
         rope_mem_(device, [this] { buffers_moved(); }),
-        q8_mem_(device, [this] { buffers_moved(); }) {}
+        q8_mem_(device, [this] { buffers_moved(); }),
+        ids_mem_(device, [this] { buffers_moved(); }) {}
   ~CudaOps() override {
     if (mode_ != Mode::kEager) abandon_graph();
     if (stream_ != nullptr) cudaStreamSynchronize(stream_);
@@ -99,6 +101,7 @@ class CudaOps final : public Ops {
     return cuda::add(y, x, n_rows * n_cols, stream_);
   }
   Status route(const RouteOpArgs& a) override;
+  Status argmax_rows(const float* x, int64_t n_rows, int64_t n_cols, int32_t* host_ids) override;
   Status expert_ffn(const ExpertFfnArgs& a) override;
   Status download(void* host, const void* src, size_t bytes) override {
     MOESERVE_RETURN_IF_ERROR(end_graph());
@@ -119,7 +122,7 @@ class CudaOps final : public Ops {
 
  private:
   // The shape of a forward: what a captured graph's launches depend on.
-  using GraphKey = std::array<int64_t, 6>;
+  using GraphKey = std::array<int64_t, 7>;
   enum class Mode { kEager, kCapture, kReplay };
   static constexpr size_t kMaxGraphs = 64;
   static bool graphs_enabled() {
@@ -142,7 +145,8 @@ class CudaOps final : public Ops {
   void* pinned_ = nullptr;  // host staging of the layout upload
   size_t pinned_bytes_ = 0;
   Scratch layout_mem_, moe_mem_, attention_mem_, hidden_mem_, rope_mem_;
-  Scratch q8_mem_;  // gemm's converted activations (cuda::gemm_scratch_bytes)
+  Scratch q8_mem_;   // gemm's converted activations (cuda::gemm_scratch_bytes)
+  Scratch ids_mem_;  // argmax_rows' ids before their download
   // This batch's layout on the device.
   int64_t n_rows_ = 0, n_blocks_ = 0, max_block_rows_ = 0, max_kv_ = 0, n_seq_ = 0, n_layer_ = 0;
   const int32_t* tokens_ = nullptr;
@@ -249,8 +253,8 @@ Status CudaOps::begin_batch(const BatchLayout& layout) {
   }
   mode_ = Mode::kEager;
   if (!layout.profiling) {
-    MOESERVE_RETURN_IF_ERROR(
-        start_graph({n_rows_, n_seq_, n_blocks_, max_block_rows_, max_kv_, n_logit_rows_}));
+    MOESERVE_RETURN_IF_ERROR(start_graph(
+        {n_rows_, n_seq_, n_blocks_, max_block_rows_, max_kv_, n_logit_rows_, layout.argmax ? 1 : 0}));
   }
   if (mode_ == Mode::kReplay) return Status::ok();  // the graph holds the upload
   MOESERVE_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(dev, host, total, cudaMemcpyHostToDevice, stream_));
@@ -504,6 +508,17 @@ Status CudaOps::route(const RouteOpArgs& a) {
   n_expert_ = E;
   n_used_ = K;
   return cuda::route_and_group(r, stream_);
+}
+
+// The ids go up in the forward's graph; only their download is per step.
+Status CudaOps::argmax_rows(const float* x, int64_t n_rows, int64_t n_cols, int32_t* host_ids) {
+  if (n_rows <= 0) return Status::ok();
+  const size_t bytes = size_t(n_rows) * sizeof(int32_t);
+  MOESERVE_ASSIGN_OR_RETURN(void* ids, ids_mem_.get(bytes, "workspace (sampled ids)"));
+  if (!replaying()) {
+    MOESERVE_RETURN_IF_ERROR(cuda::argmax_rows({x, n_rows, n_cols, static_cast<int32_t*>(ids)}, stream_));
+  }
+  return download(host_ids, ids, bytes);
 }
 
 cuda::ExpertWeights expert_weights(const WeightView& w) {

@@ -84,6 +84,8 @@ struct NormParams {
   int n_slots = 0;
 };
 
+constexpr int kSlotsAtOnce = 8;
+
 // One block per output row. Pass 1 (optionally adding delta into x) sums
 // the squares; pass 2 rereads the thread's own elements (L1/L2 hits) and
 // writes x * scale * w in the CPU reference's order of products.
@@ -107,13 +109,26 @@ __global__ void rms_norm_kernel(NormParams p) {
       for (int k = 0; k < 4; ++k) v[k] += d[k];
       store4<kVec>(p.x_io + r * n, g, n, v);
     } else if (kAdd && p.y != nullptr) {
-      // The MoE combine: one fma per slot, in slot order (moe.cu).
-      for (int j = 0; j < p.n_slots; ++j) {
-        const float wj = p.slot_weights[r * p.n_slots + j];
-        float d[4];
-        load4<kVec>(p.y + (r * p.n_slots + j) * n, g, n, d);
+      // The MoE combine: one fma per slot, in slot order (moe.cu). Up to
+      // kSlotsAtOnce slots' rows are loaded before the first fma: in a
+      // decode step this CTA is alone on the GPU, and 8 dependent round
+      // trips to L2 were most of its time (9.8 us a layer, measured).
+      for (int j0 = 0; j0 < p.n_slots; j0 += kSlotsAtOnce) {
+        float d[kSlotsAtOnce][4], wj[kSlotsAtOnce];
 #pragma unroll
-        for (int k = 0; k < 4; ++k) v[k] = fmaf(wj, d[k], v[k]);
+        for (int j = 0; j < kSlotsAtOnce; ++j) {
+          if (j0 + j < p.n_slots) {
+            wj[j] = p.slot_weights[r * p.n_slots + j0 + j];
+            load4<kVec>(p.y + (r * p.n_slots + j0 + j) * n, g, n, d[j]);
+          }
+        }
+#pragma unroll
+        for (int j = 0; j < kSlotsAtOnce; ++j) {
+          if (j0 + j < p.n_slots) {
+#pragma unroll
+            for (int k = 0; k < 4; ++k) v[k] = fmaf(wj[j], d[j][k], v[k]);
+          }
+        }
       }
       store4<kVec>(p.x_io + r * n, g, n, v);
     }

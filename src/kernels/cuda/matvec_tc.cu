@@ -126,48 +126,6 @@ struct TcProblem {
   int off_b = 0, off_x = 0, off_tbl = 0, off_red = 0;
 };
 
-// Chunk `slot` of the grouped pairs, as find_slot (matmul_common.cuh), with
-// every offset load issued at once (up to 128 experts; more: find_slot).
-__device__ __forceinline__ Slot find_slot_fast(const int32_t* offsets, int64_t n_expert, int chunk,
-                                               int64_t slot, int lane) {
-  if (n_expert > 128) return find_slot(offsets, n_expert, chunk, slot, lane);
-  const int e0 = 4 * lane;
-  int o[5];
-#pragma unroll
-  for (int k = 0; k < 5; ++k) o[k] = e0 + k <= n_expert ? __ldg(offsets + e0 + k) : 0;
-  int cnt[4], nch[4], local = 0;
-#pragma unroll
-  for (int k = 0; k < 4; ++k) {
-    cnt[k] = e0 + k < n_expert ? o[k + 1] - o[k] : 0;
-    nch[k] = (cnt[k] + chunk - 1) / chunk;
-    local += nch[k];
-  }
-  int incl = local;
-#pragma unroll
-  for (int d = 1; d < 32; d <<= 1) {
-    const int v = __shfl_up_sync(kFull, incl, d);
-    if (lane >= d) incl += v;
-  }
-  const int total = __shfl_sync(kFull, incl, 31);
-  if (slot >= total) return Slot{};
-  const unsigned hit = __ballot_sync(kFull, incl > slot);
-  const int src = __ffs(hit) - 1;
-  int e = 0, b = 0, c = 0;
-  if (lane == src) {
-    int r = static_cast<int>(slot) - (incl - local);
-#pragma unroll
-    for (int k = 0; k < 4; ++k) {
-      if (r >= 0 && r < nch[k]) e = e0 + k, b = o[k] + r * chunk, c = min(chunk, cnt[k] - r * chunk);
-      r -= nch[k];
-    }
-  }
-  Slot s;
-  s.expert = __shfl_sync(kFull, e, src);
-  s.begin = __shfl_sync(kFull, b, src);
-  s.count = __shfl_sync(kFull, c, src);
-  return s;
-}
-
 // c = A B (a fresh sum) and c += A B.
 __device__ __forceinline__ void mma_first(float (&c)[4], const uint32_t (&a)[4], uint2 b) {
   asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
@@ -276,7 +234,7 @@ __global__ void __launch_bounds__(kMaxThreads, 3) tc_kernel(const TcProblem p) {
     cta_first = (int64_t(blockIdx.x) - m.tile0) * 16 * wr;
     w_lo = w_hi = m.w;
   } else {
-    const Slot s = find_slot_fast(p.offsets, p.n_expert, p.pair_chunk, blockIdx.x, lane);
+    const Slot s = find_slot(p.offsets, p.n_expert, p.pair_chunk, blockIdx.x, lane);
     if (s.count == 0) return;  // the same answer in every warp
     cnt = s.count, begin = s.begin;
     cta_first = int64_t(blockIdx.y) * rows_per_tile * wr;

@@ -144,11 +144,11 @@ TEST_P(RouteGpu, IsDeterministic) {
 
 INSTANTIATE_TEST_SUITE_P(
     Shapes, RouteGpu,
-    ::testing::Values(RouteCase{1, 128, 8},  // decode: one launch
-                      RouteCase{1, 1, 1}, RouteCase{3, 60, 4},
-                      RouteCase{8, 512, 32},  // the limits, one launch
-                      RouteCase{9, 128, 8},   // two chunks
-                      RouteCase{40, 20, 20},  // every expert used
+    ::testing::Values(RouteCase{1, 128, 8},  // decode: one launch (one token: one warp)
+                      RouteCase{1, 1, 1}, RouteCase{1, 33, 5}, RouteCase{1, 512, 32}, RouteCase{1, 20, 20},
+                      RouteCase{3, 60, 4}, RouteCase{8, 512, 32},  // the limits, one launch
+                      RouteCase{9, 128, 8},                        // two chunks
+                      RouteCase{40, 20, 20},                       // every expert used
                       RouteCase{100, 512, 32}, RouteCase{513, 128, 8},
                       RouteCase{2049, 256, 8},  // chunks longer than the minimum
                       RouteCase{8192, 128, 8}, RouteCase{8193, 33, 5}),
