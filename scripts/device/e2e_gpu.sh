@@ -20,8 +20,10 @@ PY
 export PATH=/tmp/node/bin:$PATH MOESERVE_BIN=$PWD/build-gpu/bin/moeserve MOESERVE_E2E_DEVICE=cuda
 export MOESERVE_SOAK_SECONDS=${1:-60} MOESERVE_ARTIFACTS=/tmp/e2e-artifacts
 echo "node $(node --version), device: $($MOESERVE_BIN sysinfo 2>&1 | grep -iE 'cuda:0' | head -1)"
+failed=0
 for t in openai_client anthropic_client responses_client load socket_garbage soak; do
-  node --test tests/server_e2e/$t.test.mjs > "$out/e2e_$t.log" 2>&1
+  node --test tests/server_e2e/$t.test.mjs > "$out/e2e_$t.log" 2>&1 || failed=1
   echo "e2e $t (gpu): $(grep -E '^# (pass|fail)' "$out/e2e_$t.log" | tr '\n' ' ')"
   grep -E '^not ok' "$out/e2e_$t.log" | head -5
 done
+exit $failed

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <numeric>
 #include <random>
 #include <vector>
@@ -52,6 +53,16 @@ Result<ParallelDecodeResult> bench_parallel_decode(runtime::Model& model, int64_
   r.tok_s = double(n_seq * timed) / std::max(seconds, 1e-9);
   r.step_ms = 1e3 * seconds / double(timed);
   return r;
+}
+
+double decode_step_bytes(const models::ModelInfo& info, int64_t n_seq) {
+  const double active = double(info.active_bytes_per_token);
+  const double E = double(info.n_expert), K = double(info.n_expert_used);
+  if (info.n_expert <= 0 || E <= K) return active;  // dense: the same weights for every row
+  const double per_expert = std::max(0.0, (double(info.n_bytes) - active) / (E - K));  // all layers
+  const double dense = std::max(0.0, active - K * per_expert);
+  const double distinct = E * (1.0 - std::pow(1.0 - K / E, double(n_seq)));
+  return dense + distinct * per_expert;
 }
 
 }  // namespace moeserve::tools

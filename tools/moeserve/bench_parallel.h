@@ -19,4 +19,12 @@ struct ParallelDecodeResult {
 // decode steps are timed.
 Result<ParallelDecodeResult> bench_parallel_decode(runtime::Model& model, int64_t n_seq, int64_t n_gen);
 
+// Weight bytes one decode step of n_seq rows reads at the least: the dense
+// weights once, and each expert that some row routes to once, counting the
+// expected number of distinct experts under uniform routing, E (1 - (1 -
+// K/E)^n_seq) a layer (the synthetic models route about uniformly; skewed
+// real routing touches fewer). The dense and per-expert shares come from
+// the model's total and active bytes.
+double decode_step_bytes(const models::ModelInfo& info, int64_t n_seq);
+
 }  // namespace moeserve::tools

@@ -94,19 +94,20 @@ void print_decode_bound(double bw_before, double bw_after, double active_gb, dou
 }
 
 // On a GPU: the HBM roofline of decode (active weight bytes per token over
-// the measured device-memory bandwidth).
-void print_device_bound(runtime::Model& model, double active_gb, double tg_tok_s) {
+// the measured device-memory bandwidth). Returns the bandwidth (0: unknown).
+double print_device_bound(runtime::Model& model, double active_gb, double tg_tok_s) {
   const std::string name = model.device().name();
   const int index = name.rfind(':') != std::string::npos ? std::stoi(name.substr(name.rfind(':') + 1)) : 0;
   Result<double> bw = gpu::measure_device_bandwidth(index);
   fmt::print("device: {} ({})\n", name, model.device().description());
-  if (!bw.is_ok() || active_gb <= 0.0) return;
+  if (!bw.is_ok() || active_gb <= 0.0) return 0.0;
   fmt::print("device memory bandwidth (copy, read + write): {:.0f} GB/s", *bw);
   if (tg_tok_s > 0.0) {
     fmt::print("; decode roofline {:.0f} tok/s ({:.3f} GB active per token), tg is {:.1f}% of it", *bw / active_gb,
                active_gb, 100.0 * tg_tok_s * active_gb / *bw);
   }
   fmt::print("\n");
+  return *bw;
 }
 
 std::string profile_line(const models::ForwardProfile& p) {
@@ -209,15 +210,25 @@ Status run_bench(const BenchOptions& o) {
     fmt::print("cpu steal during the runs: {:.1f}%{}\n", steal,
                steal > 5.0 ? " (the hypervisor ran other guests on our CPUs: these numbers understate us)" : "");
   }
+  double bw = 0.0;  // GB/s of the memory the weights are read from
   if (model->device().host_memory()) {
     print_decode_bound(bw_before, bw_after, active_gb, o.n_gen > 0 ? tgs.mean : 0.0);
+    bw = std::min(bw_before, bw_after);
   } else {
-    print_device_bound(*model, active_gb, o.n_gen > 0 ? tgs.mean : 0.0);
+    bw = print_device_bound(*model, active_gb, o.n_gen > 0 ? tgs.mean : 0.0);
   }
   for (int64_t n_seq : o.parallel) {
     MOESERVE_ASSIGN_OR_RETURN(ParallelDecodeResult r, bench_parallel_decode(*model, n_seq, std::max<int64_t>(o.n_gen, 8)));
-    fmt::print("decode, {} sequences together: {:.1f} tok/s aggregate ({:.2f} ms per step of {} rows)\n", n_seq,
+    fmt::print("decode, {} sequences together: {:.1f} tok/s aggregate ({:.2f} ms per step of {} rows)", n_seq,
                r.tok_s, r.step_ms, n_seq);
+    const double step_gb = decode_step_bytes(info, n_seq) / 1e9;
+    if (bw > 0.0 && step_gb > 0.0) {
+      const double roof = double(n_seq) * bw / step_gb;
+      fmt::print("; roofline {:.0f} tok/s ({:.3f} GB a step: the dense weights and the expected distinct experts of {} "
+                 "rows), {:.1f}% of it",
+                 roof, step_gb, n_seq, 100.0 * r.tok_s / roof);
+    }
+    fmt::print("\n");
   }
   if (o.profile) {
     fmt::print("pp profile: {}\ntg profile: {}\n", profile_line(pp_prof), profile_line(tg_prof));
