@@ -128,6 +128,58 @@ TEST(BatchEngine, ConcurrentGreedyMatchesSoloGeneration) {
   }
 }
 
+// One step can mix rows that need only their arg-max (plain greedy: the
+// device's choice, no logits read back) with rows that need the logits
+// (logprobs, a repetition penalty, sampling): each still equals its solo run.
+TEST(BatchEngine, RowsWithAndWithoutLogitsInOneStep) {
+  auto model = load(2);
+  const auto ps = prompts(*model);
+  auto request = [&](size_t i) {
+    EngineRequest r = greedy(ps[(i / 4) % ps.size()], 16);  // each prompt in all four kinds
+    if (i % 4 == 1) r.top_logprobs = 2;
+    if (i % 4 == 2) r.sampling.repeat_penalty = 1.3f;
+    if (i % 4 == 3) r.sampling.temperature = 0.7f, r.sampling.seed = 1234 + i;
+    return r;
+  };
+  auto solo = [&](size_t i) {
+    EngineOptions eo;
+    eo.n_slots = 1;
+    eo.n_ctx = 128;
+    BatchEngine engine(*model, eo);
+    Collector c;
+    EngineRequest r = request(i);
+    c.attach(r);
+    EXPECT_TRUE(engine.submit(std::move(r)).is_ok());
+    c.wait();
+    return c.tokens;
+  };
+  const size_t n = 8;
+  std::vector<std::vector<int32_t>> want;
+  for (size_t i = 0; i < n; ++i) want.push_back(solo(i));
+  EngineOptions eo;
+  eo.n_slots = int(n);
+  eo.n_ctx = 128;
+  BatchEngine engine(*model, eo);
+  std::vector<std::unique_ptr<Collector>> cs;
+  for (size_t i = 0; i < n; ++i) {
+    cs.push_back(std::make_unique<Collector>());
+    EngineRequest r = request(i);
+    cs.back()->attach(r);
+    ASSERT_TRUE(engine.submit(std::move(r)).is_ok());
+  }
+  for (size_t i = 0; i < n; ++i) {
+    cs[i]->wait();
+    ASSERT_TRUE(cs[i]->status.is_ok()) << cs[i]->status.to_string();
+    EXPECT_EQ(cs[i]->tokens, want[i]) << "request " << i;
+    if (i % 4 == 1) {
+      for (const TokenEvent& ev : cs[i]->events) EXPECT_EQ(ev.top.size(), 2u);
+    }
+  }
+  // The plain greedy rows are the logits rows' greedy choice too.
+  EXPECT_EQ(want[0], want[1]);
+  EXPECT_EQ(want[4], want[5]);
+}
+
 TEST(BatchEngine, LogprobsAreNormalisedAndSorted) {
   auto model = load(1);
   EngineOptions eo;

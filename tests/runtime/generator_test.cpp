@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include "models/tiny_qwen3.h"
+#include "runtime/sampler.h"
 
 namespace moeserve::runtime {
 namespace {
@@ -88,6 +89,37 @@ TEST(Generator, GreedyIsDeterministicAndStreamsTheSameText) {
   EXPECT_EQ(a->tokens.size(), 12u);
   EXPECT_EQ(streamed, a->text);
   // (decode() would return raw bytes; the stream replaces invalid UTF-8 with U+FFFD.)
+}
+
+// decode_greedy (the arg-max taken by the model's device, only the id read
+// back) picks what the host sampler picks from decode()'s logits, step by
+// step, and generate() at temperature 0 (which takes that path) equals a
+// loop over the logits.
+TEST(Generator, DeviceGreedyEqualsTheHostArgMax) {
+  const testing::TinyModel tm = testing::build_tiny_model({});
+  auto model = tiny_model(tm);
+  const std::vector<int32_t> prompt = {65, 66, 67, 68, 69};
+  Sampler host(SamplerOptions{.temperature = 0.0f});
+  std::vector<float> logits(size_t(model->info().n_vocab));
+  Generator by_logits(*model, 64), by_id(*model, 64);
+  ASSERT_TRUE(by_logits.prefill(prompt, 3, logits).is_ok());
+  int32_t id = -1;
+  ASSERT_TRUE(by_id.prefill_greedy(prompt, 3, &id).is_ok());
+  std::vector<int32_t> loop;
+  for (int step = 0; step < 10; ++step) {
+    const int32_t want = host.sample(logits, {});
+    ASSERT_EQ(id, want) << "step " << step;
+    loop.push_back(want);
+    ASSERT_TRUE(by_logits.decode(want, logits).is_ok());
+    ASSERT_TRUE(by_id.decode_greedy(want, &id).is_ok());
+  }
+  GenerateOptions o;
+  o.max_tokens = 10;
+  o.sampling.temperature = 0.0f;
+  o.stop_at_eos = false;
+  auto r = by_id.generate(prompt, o);
+  ASSERT_TRUE(r.is_ok());
+  EXPECT_EQ(r->tokens, loop);
 }
 
 TEST(Generator, StopStringCutsTheText) {
