@@ -8,6 +8,8 @@
 #include <cstdlib>
 #include <string_view>
 
+#include "moe/expert_stats.h"
+#include "moe/placement.h"
 #include "runtime/json_prefix.h"
 #include "server/api/anthropic.h"
 #include "server/api/openai_request.h"
@@ -41,6 +43,15 @@ void fuzz_requests(std::string_view body) {
   moeserve::runtime::JsonPrefix prefix(false);
   for (char c : body) (void)prefix.feed(uint8_t(c));
   (void)prefix.complete();
+  // The expert placement and statistics files (hostile input refused, never a crash).
+  static const moeserve::moe::MoeShape shape = [] {
+    moeserve::moe::MoeShape s;
+    s.arch = "qwen3moe", s.fingerprint = "00112233aabbccdd";
+    s.n_layer = 3, s.n_expert = 8, s.n_expert_used = 2, s.expert_bytes = {100, 0, 200};
+    return s;
+  }();
+  (void)moeserve::moe::parse_placement(body, "fuzz", shape);
+  (void)moeserve::moe::parse_expert_stats(body, "fuzz", &shape);
 }
 
 api::OutputParserOptions parser_options(uint8_t bits) {

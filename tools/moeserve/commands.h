@@ -30,5 +30,6 @@ void register_quantize(CLI::App& app);
 void register_generate(CLI::App& app);
 void register_bench(CLI::App& app);
 void register_serve(CLI::App& app);
+void register_place(CLI::App& app);
 
 }  // namespace moeserve::tools

@@ -1,0 +1,233 @@
+// Expert placement (src/moe): the model's MoE shape and fingerprint from the
+// GGUF tensor table, the budget arithmetic, the hot-expert choice (layer
+// floor, selections per byte, an even spread without statistics), the
+// statistics and placement files (round trips, and every malformed or
+// foreign input refused with an error naming the file and the entry), and
+// size parsing.
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <fstream>
+#include <string>
+
+#include "moe/json_file.h"
+#include "moe/plan.h"
+
+namespace moeserve::moe {
+namespace {
+
+const std::string kDir = std::string(MOESERVE_TEST_DATA_DIR) + "/models/";
+
+MoeShape tiny_shape() {
+  auto f = GgufFile::open(kDir + "qwen3moe-tiny.bf16.gguf");
+  EXPECT_TRUE(f.is_ok());
+  auto s = moe_shape(f.value());
+  EXPECT_TRUE(s.is_ok()) << s.status().to_string();
+  return s.value();
+}
+
+// Three layers of 8 experts, 2 used; the last layer's experts twice the size.
+MoeShape toy_shape() {
+  MoeShape s;
+  s.arch = "qwen3moe", s.fingerprint = "00112233aabbccdd";
+  s.n_layer = 3, s.n_expert = 8, s.n_expert_used = 2;
+  s.expert_bytes = {100, 100, 200};
+  s.dense_bytes = 1000, s.kv_bytes_per_position = 10;
+  return s;
+}
+
+TEST(MoeShape, ReadsTheTensorTable) {
+  auto f = GgufFile::open(kDir + "qwen3moe-tiny.bf16.gguf");
+  ASSERT_TRUE(f.is_ok());
+  const MoeShape s = tiny_shape();
+  EXPECT_EQ(s.arch, "qwen3moe");
+  EXPECT_EQ(s.n_layer, 4);
+  EXPECT_EQ(s.n_expert, 16);
+  EXPECT_EQ(s.n_expert_used, 4);
+  uint64_t all = 0;
+  for (const GgufTensorInfo& t : f->tensors()) all += t.nbytes;
+  EXPECT_EQ(s.dense_bytes + s.all_expert_bytes(), all);
+  for (uint64_t b : s.expert_bytes) EXPECT_GT(b, 0u);
+  EXPECT_GT(s.kv_bytes_per_position, 0u);
+  EXPECT_EQ(s.fingerprint.size(), 16u);
+  EXPECT_EQ(s.fingerprint, model_fingerprint(f.value()));  // stable
+  auto dense = GgufFile::open(kDir + "qwen3-tiny.bf16.gguf");
+  ASSERT_TRUE(dense.is_ok());
+  EXPECT_NE(model_fingerprint(dense.value()), s.fingerprint);
+  const auto r = moe_shape(dense.value());
+  ASSERT_FALSE(r.is_ok());
+  EXPECT_NE(r.status().message().find("no stacked experts"), std::string::npos) << r.status().to_string();
+}
+
+TEST(ExpertBudget, CountsDenseKvAndReserve) {
+  const MoeShape s = toy_shape();
+  auto b = expert_budget(s, {.gpu_bytes = 5000, .ctx_size = 100, .parallel = 2, .reserve_bytes = 500});
+  ASSERT_TRUE(b.is_ok());
+  EXPECT_EQ(b->dense, 1000u);
+  EXPECT_EQ(b->kv, 2000u);
+  EXPECT_EQ(b->experts, 1500u);
+  auto tight = expert_budget(s, {.gpu_bytes = 3499, .ctx_size = 100, .parallel = 2, .reserve_bytes = 500});
+  ASSERT_FALSE(tight.is_ok());
+  EXPECT_EQ(tight.status().code(), StatusCode::kOutOfRange);
+  EXPECT_NE(tight.status().message().find("--gpu-mem"), std::string::npos);
+  EXPECT_FALSE(expert_budget(s, {.gpu_bytes = 5000, .ctx_size = 0}).is_ok());
+}
+
+ExpertStats skewed_stats(const MoeShape& s) {
+  ExpertStats st = ExpertStats::zeros_for(s);
+  for (int64_t l = 0; l < s.n_layer; ++l) {
+    for (int64_t e = 0; e < s.n_expert; ++e)
+      st.decode[size_t(l)][size_t(e)] = (e + 1) * (l + 1);  // expert 7 most used
+  }
+  st.prefill[0][0] = 1000;  // layer 0's expert 0 dominates its prefill
+  return st;
+}
+
+TEST(PlanPlacement, FloorThenSelectionsPerByte) {
+  const MoeShape s = toy_shape();
+  const ExpertStats st = skewed_stats(s);
+  // Floor: 2 experts x (100 + 100 + 200) = 800; then 300 more bytes.
+  const PlacementPlan p = plan_placement(s, &st, 1100);
+  EXPECT_TRUE(p.layer_floor);
+  EXPECT_LE(p.hot_bytes, 1100u);
+  // Floor: layer 0 {0 (1001 selections), 7 (8)}, layer 1 {7, 6}, layer 2 {7, 6}. Then by selections per
+  // byte: layer 1's expert 5 (12/100), 4 (10/100); layer 2's 5 (18/200) no longer fits; layer 1's 3 (8/100).
+  EXPECT_EQ(p.placement.hot[0], (std::vector<int32_t>{0, 7}));
+  EXPECT_EQ(p.placement.hot[1], (std::vector<int32_t>{3, 4, 5, 6, 7}));
+  EXPECT_EQ(p.placement.hot[2], (std::vector<int32_t>{6, 7}));
+  EXPECT_EQ(p.hot_bytes, 1100u);
+  EXPECT_GT(p.expected_hit_ratio, 0.0);
+  EXPECT_LT(p.expected_hit_ratio, 1.0);
+}
+
+TEST(PlanPlacement, BelowTheFloorAndAboveEverything) {
+  const MoeShape s = toy_shape();
+  const ExpertStats st = skewed_stats(s);
+  const PlacementPlan small = plan_placement(s, &st, 450);
+  EXPECT_FALSE(small.layer_floor);
+  EXPECT_LE(small.hot_bytes, 450u);
+  EXPECT_EQ(small.placement.hot[0], (std::vector<int32_t>{0}));  // 1001/100 first
+  const PlacementPlan all = plan_placement(s, &st, 1u << 30);
+  EXPECT_EQ(all.placement.n_hot(), 24);
+  EXPECT_EQ(all.hot_bytes, s.all_expert_bytes());
+  EXPECT_DOUBLE_EQ(all.expected_hit_ratio, 1.0);
+  const PlacementPlan none = plan_placement(s, &st, 0);
+  EXPECT_EQ(none.placement.n_hot(), 0);
+}
+
+TEST(PlanPlacement, WithoutStatisticsSpreadsEvenly) {
+  MoeShape s = toy_shape();
+  s.expert_bytes = {100, 100, 100};
+  const PlacementPlan p = plan_placement(s, nullptr, 1400);  // 14 experts over 3 layers
+  EXPECT_EQ(p.placement.n_hot(), 14);
+  for (const auto& h : p.placement.hot) {
+    EXPECT_GE(h.size(), 4u);
+    EXPECT_LE(h.size(), 5u);
+  }
+  EXPECT_NEAR(p.expected_hit_ratio, 14.0 / 24.0, 1e-12);
+}
+
+TEST(PlacementFile, RoundTrips) {
+  const MoeShape s = tiny_shape();
+  const PlacementPlan p = plan_placement(s, nullptr, s.all_expert_bytes() / 3);
+  const std::string text = to_json(p.placement, s);
+  auto back = parse_placement(text, "p.json", s);
+  ASSERT_TRUE(back.is_ok()) << back.status().to_string();
+  EXPECT_EQ(back->hot, p.placement.hot);
+  const std::string path = ::testing::TempDir() + "placement_roundtrip.json";
+  ASSERT_TRUE(write_text_file(path, text).is_ok());
+  auto read = read_placement(path, s);
+  ASSERT_TRUE(read.is_ok()) << read.status().to_string();
+  EXPECT_EQ(read->hot, p.placement.hot);
+  std::remove(path.c_str());
+}
+
+std::string placement_with(const MoeShape& s, const std::string& layers,
+                           const std::string& fingerprint = "") {
+  return R"({"format":"moeserve-placement","version":1,"model":{"arch":"qwen3moe","fingerprint":")" +
+         (fingerprint.empty() ? s.fingerprint : fingerprint) +
+         R"(","n_layer":3,"n_expert":8,"n_expert_used":2},)" + R"("layers":[)" + layers + "]}";
+}
+
+TEST(PlacementFile, RefusesBadInputNamingTheEntry) {
+  const MoeShape s = toy_shape();
+  struct Case {
+    std::string text, want;
+  };
+  const Case cases[] = {
+      {"{not json", "not JSON"},
+      {"[]", "expected a JSON object"},
+      {R"({"format":"other","version":1})", "format is \"other\""},
+      {R"({"format":"moeserve-placement","version":2})", "version 2 is not supported"},
+      {placement_with(s, "", "ffffffffffffffff"), "made for another model"},
+      {placement_with(s, R"({"layer":3,"hot":[1]})"), "layers[0]: layer 3 does not exist"},
+      {placement_with(s, R"({"layer":-1,"hot":[1]})"), "layer -1 does not exist"},
+      {placement_with(s, R"({"layer":"0","hot":[1]})"), "layers[0].layer must be an integer"},
+      {placement_with(s, R"({"layer":0,"hot":[1]},{"layer":0,"hot":[2]})"),
+       "layers[1]: layer 0 appears twice"},
+      {placement_with(s, R"({"layer":1,"hot":[1,8]})"), "layers[0].hot[1] is 8: not an expert id"},
+      {placement_with(s, R"({"layer":1,"hot":[-2]})"), "layers[0].hot[0] is -2"},
+      {placement_with(s, R"({"layer":1,"hot":[1.5]})"), "layers[0].hot[0] is 1.5"},
+      {placement_with(s, R"({"layer":2,"hot":[3,1,3]})"), "layers[0].hot lists expert 3 twice"},
+      {placement_with(s, R"({"layer":2})"), "layers[0].hot must be an array"},
+      {placement_with(s, R"(7)"), "layers[0] must be an object"},
+  };
+  for (const Case& c : cases) {
+    auto r = parse_placement(c.text, "bad.json", s);
+    ASSERT_FALSE(r.is_ok()) << c.text;
+    EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument) << c.text;
+    EXPECT_NE(r.status().message().find("bad.json"), std::string::npos) << r.status().to_string();
+    EXPECT_NE(r.status().message().find(c.want), std::string::npos)
+        << "want '" << c.want << "' in " << r.status().to_string();
+  }
+  auto missing = read_placement(::testing::TempDir() + "no_such_placement.json", s);
+  EXPECT_EQ(missing.status().code(), StatusCode::kNotFound);
+  // A layer without an entry has no hot experts.
+  auto sparse = parse_placement(placement_with(s, R"({"layer":1,"hot":[5,2]})"), "ok.json", s);
+  ASSERT_TRUE(sparse.is_ok()) << sparse.status().to_string();
+  EXPECT_EQ(sparse->hot, (std::vector<std::vector<int32_t>>{{}, {2, 5}, {}}));
+}
+
+TEST(ExpertStatsFile, RoundTripsAndRefusesBadCounts) {
+  const MoeShape s = toy_shape();
+  ExpertStats st = skewed_stats(s);
+  st.prefill_tokens = 10, st.decode_tokens = 20;
+  auto back = parse_expert_stats(to_json(st), "stats.json", &s);
+  ASSERT_TRUE(back.is_ok()) << back.status().to_string();
+  EXPECT_EQ(back->prefill, st.prefill);
+  EXPECT_EQ(back->decode, st.decode);
+  EXPECT_EQ(back->decode_tokens, 20);
+  MoeShape other = s;
+  other.fingerprint = "0000000000000000";
+  auto foreign = parse_expert_stats(to_json(st), "stats.json", &other);
+  ASSERT_FALSE(foreign.is_ok());
+  EXPECT_NE(foreign.status().message().find("another model"), std::string::npos);
+  std::string text = to_json(st);
+  const std::string bad_count = std::string(text).replace(text.find("\"decode\":[1,"), 12, "\"decode\":[-1,");
+  auto neg = parse_expert_stats(bad_count, "stats.json", &s);
+  ASSERT_FALSE(neg.is_ok());
+  EXPECT_NE(neg.status().message().find("layers[0].decode[0] must be a count"), std::string::npos)
+      << neg.status().to_string();
+  const std::string short_row = std::string(text).replace(text.find("\"decode\":[1,"), 12, "\"decode\":[");
+  auto wrong = parse_expert_stats(short_row, "stats.json", &s);
+  ASSERT_FALSE(wrong.is_ok());
+  EXPECT_NE(wrong.status().message().find("has 7 counts"), std::string::npos) << wrong.status().to_string();
+}
+
+TEST(ParseSize, UnitsAndJunk) {
+  EXPECT_EQ(parse_size("4096", "x").value(), 4096u);
+  EXPECT_EQ(parse_size("24GiB", "x").value(), 24ull << 30);
+  EXPECT_EQ(parse_size("24G", "x").value(), 24ull << 30);
+  EXPECT_EQ(parse_size("24g", "x").value(), 24ull << 30);
+  EXPECT_EQ(parse_size("512MiB", "x").value(), 512ull << 20);
+  EXPECT_EQ(parse_size("1.5GB", "x").value(), 1500000000ull);
+  EXPECT_EQ(parse_size("2T", "x").value(), 2ull << 40);
+  for (const char* bad : {"", " 1G", "-1", "1 G", "G", "1.2.3G", ".5G", "1Q", "99999999999T", "1e9"}) {
+    auto r = parse_size(bad, "--gpu-mem");
+    ASSERT_FALSE(r.is_ok()) << "'" << bad << "'";
+    EXPECT_NE(r.status().message().find("--gpu-mem"), std::string::npos);
+  }
+}
+
+}  // namespace
+}  // namespace moeserve::moe
