@@ -91,6 +91,9 @@ struct BatchLayout {
   // The forward ends with argmax_rows over the logits (a GPU records it in
   // the forward's captured graph).
   bool argmax = false;
+  // route() calls carry counts (RouteOpArgs::counts): a GPU runs the
+  // forward without a captured graph, as it reads selections back mid-way.
+  bool count_experts = false;
 };
 
 // What a weight is used for, so a device can choose its layout (the CPU
@@ -177,6 +180,10 @@ struct AttentionOpArgs {
 struct RouteOpArgs {
   const float* logits = nullptr;  // [n_tokens][n_expert], overwritten with probabilities
   int64_t n_tokens = 0, n_expert = 0, n_used = 0;
+  // Optional, host memory [n_expert]: each selection of this call adds one
+  // to its expert's count (routing statistics for `moeserve calibrate`; a
+  // GPU reads the selections back for it, so this is not for the hot path).
+  int64_t* counts = nullptr;
 };
 
 // x[t] += sum_j w[t][j] * down_e(silu(gate_e xn[t]) * up_e xn[t]) over the

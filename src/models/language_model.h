@@ -34,6 +34,10 @@ struct ForwardBatch {
   // choice (Ops::argmax_rows), computed where the logits are; `logits` may
   // then be null (they stay on the device).
   int32_t* greedy = nullptr;
+  // Optional, host memory [n_layer * n_expert]: each MoE layer's expert
+  // selections in this forward are added (routing statistics; slower on a
+  // GPU, which then reads them back layer by layer).
+  std::span<int64_t> expert_counts;
 };
 
 // Wall time per part of the forward pass (nanoseconds), for profiling. On

@@ -130,6 +130,7 @@ class Qwen3Model::Forward {
   ForwardProfile* profile_;
   DeviceBuffers* current_ = nullptr;  // where the hidden rows are
   bool xn_ready_ = false;             // xn already holds this layer's attention norm
+  std::span<int64_t> expert_counts_;  // the batch's routing statistics (empty: none)
 };
 
 const WeightView* Qwen3Model::Forward::next_attn_norm(int il) const {
@@ -177,6 +178,10 @@ Status Qwen3Model::Forward::check_slices(const ForwardBatch& b) {
     if (r < 0 || r >= T)
       return make_error(StatusCode::kInvalidArgument, "forward: logit row {} outside chunk", r);
   }
+  if (!b.expert_counts.empty() && int64_t(b.expert_counts.size()) != hp_.n_layer * hp_.n_expert) {
+    return make_error(StatusCode::kInvalidArgument, "forward: expert counts for {} selections, the model has {} x {}",
+                      b.expert_counts.size(), hp_.n_layer, hp_.n_expert);
+  }
   if (!b.logit_rows.empty() && b.logits == nullptr && b.greedy == nullptr) {
     return make_error(StatusCode::kInvalidArgument, "forward: logits requested, no buffer");
   }
@@ -204,6 +209,8 @@ Status Qwen3Model::Forward::begin(const ForwardBatch& b) {
   layout.rope_freq_base = hp_.rope_freq_base;
   layout.profiling = profile_ != nullptr;
   layout.argmax = b.greedy != nullptr && !b.logit_rows.empty();
+  layout.count_experts = !b.expert_counts.empty();
+  expert_counts_ = b.expert_counts;
   const int64_t T = int64_t(b.tokens.size());
   for (DeviceBuffers& d : ws_.devices) {
     MOESERVE_RETURN_IF_ERROR(ensure_buffers(d, hp_, T));
@@ -333,7 +340,11 @@ Status Qwen3Model::Forward::moe_block(DeviceBuffers& d, int il, int64_t T) {
     const backend::MatmulOp gate_inp[] = {{&l.ffn_gate_inp, d.xn.as<float>(), router, T}};
     MOESERVE_RETURN_IF_ERROR(ops.matmul(gate_inp));
     MOESERVE_RETURN_IF_ERROR(
-        ops.route({.logits = router, .n_tokens = T, .n_expert = hp_.n_expert, .n_used = hp_.n_expert_used}));
+        ops.route({.logits = router,
+                   .n_tokens = T,
+                   .n_expert = hp_.n_expert,
+                   .n_used = hp_.n_expert_used,
+                   .counts = expert_counts_.empty() ? nullptr : expert_counts_.data() + il * hp_.n_expert}));
   }
   ScopedTimer timer(profile_, &ForwardProfile::experts, ops);
   backend::ExpertFfnArgs e;

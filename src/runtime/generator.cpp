@@ -112,6 +112,7 @@ Status Generator::run_chunks(std::span<const int32_t> tokens, int64_t n_batch, f
     b.tokens = chunk;
     b.pos0 = seq_.position();
     b.kv = seq_.kv().view();
+    b.expert_counts = expert_counts_;
     if (last && (last_logits != nullptr || greedy != nullptr)) {
       b.logit_rows = std::span<const int64_t>(&last_row, 1);
       b.logits = last_logits;

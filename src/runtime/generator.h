@@ -72,6 +72,9 @@ class Generator {
   const Status& status() const { return status_; }
   // Timings per part of each forward are added here (null: none).
   void set_profile(models::ForwardProfile* profile) { profile_ = profile; }
+  // Every forward from now on adds its expert selections here
+  // ([n_layer * n_expert]; empty: none). The caller keeps it alive.
+  void set_expert_counts(std::span<int64_t> counts) { expert_counts_ = counts; }
 
   Sequence& sequence() { return seq_; }
 
@@ -101,6 +104,7 @@ class Generator {
   std::unique_ptr<models::Workspace> ws_;
   Status status_;
   models::ForwardProfile* profile_ = nullptr;
+  std::span<int64_t> expert_counts_;
 };
 
 }  // namespace moeserve::runtime

@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "chat/chat_template.h"
+#include "runtime/chat_prompt.h"
 #include "runtime/generator.h"
 #include "runtime/model.h"
 #include "tools/moeserve/commands.h"
@@ -27,21 +27,17 @@ struct GenerateCliOptions {
 };
 
 Result<std::string> render_chat(const runtime::Model& model, const GenerateCliOptions& o) {
-  const std::string& source = model.tokenizer().chat_template();
-  if (source.empty()) {
+  nlohmann::ordered_json messages = nlohmann::ordered_json::array();
+  if (!o.system.empty()) messages.push_back({{"role", "system"}, {"content", o.system}});
+  messages.push_back({{"role", "user"}, {"content", o.prompt}});
+  Result<std::string> text = runtime::render_chat_prompt(model, messages);
+  if (!text.is_ok() && text.status().code() == StatusCode::kNotFound) {
     return make_error(StatusCode::kNotFound,
                       "{}: the file has no chat template (tokenizer.chat_template); drop --chat and write the "
-                      "prompt in the model's format yourself", model.file().name());
+                      "prompt in the model's format yourself",
+                      model.file().name());
   }
-  MOESERVE_ASSIGN_OR_RETURN(chat::ChatTemplate tmpl, chat::ChatTemplate::parse(source));
-  chat::ChatRenderInput in;
-  if (!o.system.empty()) in.messages.push_back({{"role", "system"}, {"content", o.system}});
-  in.messages.push_back({{"role", "user"}, {"content", o.prompt}});
-  in.add_generation_prompt = true;
-  const tok::Tokenizer& t = model.tokenizer();
-  if (t.bos_id()) in.bos_token = t.token_text(*t.bos_id());
-  if (t.eos_id()) in.eos_token = t.token_text(*t.eos_id());
-  return tmpl.render(in);
+  return text;
 }
 
 Status run_generate(const GenerateCliOptions& o) {

@@ -29,6 +29,7 @@ void register_all_commands(CLI::App& app) {
   register_generate(app);
   register_serve(app);
   register_bench(app);
+  register_calibrate(app);
   register_place(app);
 }
 

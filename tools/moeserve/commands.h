@@ -31,5 +31,6 @@ void register_generate(CLI::App& app);
 void register_bench(CLI::App& app);
 void register_serve(CLI::App& app);
 void register_place(CLI::App& app);
+void register_calibrate(CLI::App& app);
 
 }  // namespace moeserve::tools

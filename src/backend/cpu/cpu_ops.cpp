@@ -246,6 +246,9 @@ Status CpuOps::route(const RouteOpArgs& a) {
     for (int64_t j = 0; j < K; ++j) sum += p[ids[j]];
     for (int64_t j = 0; j < K; ++j) sel_w_[size_t(t * K + j)] = p[ids[j]] / sum;
   });
+  if (a.counts != nullptr) {
+    for (int32_t id : sel_) a.counts[id] += 1;
+  }
   return Status::ok();
 }
 

@@ -164,6 +164,7 @@ class CudaOps final : public Ops {
   int32_t *selected_ = nullptr, *pairs_ = nullptr, *offsets_ = nullptr;
   float* weights_ = nullptr;
   int64_t routed_tokens_ = 0, n_expert_ = 0, n_used_ = 0;
+  std::vector<int32_t> count_ids_;  // route()'s selections read back for counts
   // CUDA graphs by forward shape (null: seen once, not captured yet).
   std::map<GraphKey, cudaGraphExec_t> graphs_;
   GraphKey key_{};
@@ -252,7 +253,7 @@ Status CudaOps::begin_batch(const BatchLayout& layout) {
     rope_table_ = table;
   }
   mode_ = Mode::kEager;
-  if (!layout.profiling) {
+  if (!layout.profiling && !layout.count_experts) {
     MOESERVE_RETURN_IF_ERROR(start_graph(
         {n_rows_, n_seq_, n_blocks_, max_block_rows_, max_kv_, n_logit_rows_, layout.argmax ? 1 : 0}));
   }
@@ -507,7 +508,16 @@ Status CudaOps::route(const RouteOpArgs& a) {
   routed_tokens_ = T;
   n_expert_ = E;
   n_used_ = K;
-  return cuda::route_and_group(r, stream_);
+  MOESERVE_RETURN_IF_ERROR(cuda::route_and_group(r, stream_));
+  if (a.counts == nullptr) return Status::ok();
+  // Routing statistics: the selections come back (begin_batch captured no
+  // graph for such a forward).
+  count_ids_.resize(size_t(pairs));
+  MOESERVE_RETURN_IF_ERROR(download(count_ids_.data(), selected_, size_t(pairs) * sizeof(int32_t)));
+  for (int32_t id : count_ids_) {
+    if (id >= 0 && id < E) a.counts[id] += 1;
+  }
+  return Status::ok();
 }
 
 // The ids go up in the forward's graph; only their download is per step.
