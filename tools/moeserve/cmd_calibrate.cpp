@@ -105,13 +105,7 @@ void register_calibrate(CLI::App& app) {
   cmd->add_option("-o,--output", cli->output, "Statistics file to write (JSON)")->required();
   cmd->add_flag("--progress", cli->progress, "Show the progress bar even when stderr is not a terminal");
   cmd->add_flag("--no-progress", cli->no_progress, "Never show the progress bar");
-  cmd->callback([cli] {
-    const Status st = run(*cli);
-    if (!st.is_ok()) {
-      fmt::print(stderr, "error: {}\n", st.to_string());
-      set_exit_code(1);
-    }
-  });
+  cmd->callback([cli] { report_status(run(*cli)); });
 }
 
 }  // namespace moeserve::tools

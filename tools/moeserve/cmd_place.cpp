@@ -80,13 +80,7 @@ void register_place(CLI::App& app) {
   cmd->add_option("--reserve", cli->reserve, "GPU memory kept for activations, scratch and the CUDA context")
       ->capture_default_str();
   cmd->add_option("-o,--output", cli->output, "Placement file to write (JSON)")->required();
-  cmd->callback([cli] {
-    const Status st = run(*cli);
-    if (!st.is_ok()) {
-      fmt::print(stderr, "error: {}\n", st.to_string());
-      set_exit_code(1);
-    }
-  });
+  cmd->callback([cli] { report_status(run(*cli)); });
 }
 
 }  // namespace moeserve::tools

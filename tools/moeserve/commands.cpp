@@ -19,6 +19,12 @@ std::string version_string() {
 void set_exit_code(int code) { g_exit_code = code; }
 int exit_code() { return g_exit_code; }
 
+void report_status(const Status& status) {
+  if (status.is_ok()) return;
+  fmt::print(stderr, "error: {}\n", status.to_string());
+  set_exit_code(1);
+}
+
 void register_all_commands(CLI::App& app) {
   register_inspect(app);
   register_tokenize(app);

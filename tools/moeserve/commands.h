@@ -1,10 +1,10 @@
 #pragma once
 
 #include <CLI/CLI.hpp>
-
 #include <string>
 
 #include "core/progress.h"
+#include "core/status.h"
 
 namespace moeserve::tools {
 
@@ -15,10 +15,14 @@ void register_all_commands(CLI::App& app);
 // (0 ok, 1 error: bad input or a failure that was reported to stderr).
 void set_exit_code(int code);
 int exit_code();
+// A command's result: on failure "error: ..." on stderr and exit code 1.
+void report_status(const Status& status);
 
 // The --progress / --no-progress flag pair as a progress-bar mode (neither: auto, on a terminal).
 inline ProgressOptions::Mode progress_mode(bool force_on, bool off) {
-  return off ? ProgressOptions::Mode::kOff : force_on ? ProgressOptions::Mode::kForceOn : ProgressOptions::Mode::kAuto;
+  return off        ? ProgressOptions::Mode::kOff
+         : force_on ? ProgressOptions::Mode::kForceOn
+                    : ProgressOptions::Mode::kAuto;
 }
 
 void register_inspect(CLI::App& app);
