@@ -28,6 +28,7 @@ namespace moeserve::backend {
 enum class DeviceKind { kCpu, kCuda };
 
 class Device;
+class ExpertSplit;  // expert_split.h
 
 // Bytes in one device's memory; frees itself. Move-only.
 class DeviceMemory {
@@ -117,6 +118,11 @@ struct WeightRef {
   // The source rows are also read through another view (a tied output):
   // the device must not drop them from the file's page cache.
   bool source_shared = false;
+  // An expert stack (kExpert*) whose layer shares its experts with the host:
+  // the device records the source stack in the split (the host computes
+  // from it) and keeps only the split's local experts, compact, in order
+  // (local expert i is matrix i of the placed view).
+  ExpertSplit* split = nullptr;
 };
 
 struct PlacedWeights {
@@ -202,6 +208,10 @@ struct ExpertFfnArgs {
   const float* norm_w = nullptr;
   float* norm_out = nullptr;
   float norm_eps = 1e-6f;
+  // The layer's experts when some are computed by the host (null: all of
+  // them by this device; gate/up/down are then full stacks, else compact
+  // stacks of split->local()).
+  const ExpertSplit* split = nullptr;
 };
 
 // The ops of a forward pass on one device. One Ops per workspace: it holds

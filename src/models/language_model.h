@@ -66,10 +66,18 @@ struct ModelInfo {
 // Which device computes what: the embedding and output head on `io`, layer
 // l on layers[l] (all on `io` when `layers` is empty). Data, not code: the
 // model never asks what kind of device it got.
+// A MoE layer's experts may be shared between its device and the host
+// (expert_splits[l], null or absent: all on the layer's device); the model
+// hands the split to the device with the layer's expert stacks and expert
+// calls, and never looks inside.
 struct Placement {
   backend::Device* io = nullptr;
   std::vector<backend::Device*> layers;
+  std::vector<backend::ExpertSplit*> expert_splits{};
   backend::Device* layer(int64_t l) const { return layers.empty() ? io : layers[size_t(l)]; }
+  backend::ExpertSplit* expert_split(int64_t l) const {
+    return size_t(l) < expert_splits.size() ? expert_splits[size_t(l)] : nullptr;
+  }
 };
 
 // Activations, op scratch and per-device op queues of forwards of up to

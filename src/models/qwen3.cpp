@@ -357,6 +357,7 @@ Status Qwen3Model::Forward::moe_block(DeviceBuffers& d, int il, int64_t T) {
   e.gate = &l.ffn_gate_exps;
   e.up = &l.ffn_up_exps;
   e.down = &l.ffn_down_exps;
+  e.split = placement_.expert_split(il);
   if (const WeightView* next = next_attn_norm(il)) {
     e.norm_w = next->f32(), e.norm_out = d.xn.as<float>(), e.norm_eps = hp_.rms_eps;
     xn_ready_ = true;
@@ -408,9 +409,11 @@ Qwen3Model::Qwen3Model(Qwen3HParams hp, Qwen3Weights w, const Placement& placeme
 Result<std::unique_ptr<Qwen3Model>> Qwen3Model::create(Qwen3HParams hp, Qwen3Weights w,
                                                        const Placement& placement) {
   if (placement.io == nullptr ||
-      (!placement.layers.empty() && int64_t(placement.layers.size()) != hp.n_layer)) {
-    return make_error(StatusCode::kInvalidArgument, "qwen3: the placement names {} layers, the model has {}",
-                      placement.layers.size(), hp.n_layer);
+      (!placement.layers.empty() && int64_t(placement.layers.size()) != hp.n_layer) ||
+      (!placement.expert_splits.empty() && int64_t(placement.expert_splits.size()) != hp.n_layer)) {
+    return make_error(StatusCode::kInvalidArgument,
+                      "qwen3: the placement names {} layers ({} expert splits), the model has {}",
+                      placement.layers.size(), placement.expert_splits.size(), hp.n_layer);
   }
   std::unique_ptr<Qwen3Model> m(new Qwen3Model(std::move(hp), std::move(w), placement));
   MOESERVE_RETURN_IF_ERROR(m->place_weights());
@@ -423,11 +426,12 @@ Status Qwen3Model::place_weights() {
   using backend::WeightRef;
   using backend::WeightUse;
   std::vector<std::pair<Device*, std::vector<WeightRef>>> per_device;
-  auto add = [&](Device* d, WeightView& v, WeightUse use, int64_t n_matrices = 1, bool shared = false) {
+  auto add = [&](Device* d, WeightView& v, WeightUse use, int64_t n_matrices = 1, bool shared = false,
+                 backend::ExpertSplit* split = nullptr) {
     if (!v.present()) return;
     auto it = std::find_if(per_device.begin(), per_device.end(), [&](const auto& p) { return p.first == d; });
     if (it == per_device.end()) it = per_device.insert(per_device.end(), {d, {}});
-    it->second.push_back({&v, n_matrices, use, shared});
+    it->second.push_back({&v, n_matrices, use, shared, split});
   };
   for (int64_t il = 0; il < hp_.n_layer; ++il) {
     Device* d = placement_.layer(il);
@@ -438,9 +442,10 @@ Status Qwen3Model::place_weights() {
                           &l.ffn_down, &l.ffn_gate_inp}) {
       add(d, *v, WeightUse::kMatrix);
     }
-    add(d, l.ffn_gate_exps, WeightUse::kExpertGate, hp_.n_expert);
-    add(d, l.ffn_up_exps, WeightUse::kExpertUp, hp_.n_expert);
-    add(d, l.ffn_down_exps, WeightUse::kExpertDown, hp_.n_expert);
+    backend::ExpertSplit* split = placement_.expert_split(il);
+    add(d, l.ffn_gate_exps, WeightUse::kExpertGate, hp_.n_expert, false, split);
+    add(d, l.ffn_up_exps, WeightUse::kExpertUp, hp_.n_expert, false, split);
+    add(d, l.ffn_down_exps, WeightUse::kExpertDown, hp_.n_expert, false, split);
   }
   // A tied output's rows are also read by embedding lookups.
   const bool tied = w_.tied_output || w_.output.data == w_.token_embd.data;

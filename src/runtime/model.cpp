@@ -4,6 +4,7 @@
 
 #include "backend/devices.h"
 #include "core/log.h"
+#include "format/model_keys.h"
 #include "models/registry.h"
 #include "tokenizer/vocab_gguf.h"
 
@@ -27,6 +28,7 @@ Result<std::unique_ptr<Model>> Model::from_gguf(GgufFile file, const ModelLoadOp
   if (!on_cpu) {
     MOESERVE_ASSIGN_OR_RETURN(m->gpu_, backend::open_cuda_device(choice.spec.index));
     placement.io = m->gpu_.get();
+    if (options.split_experts) MOESERVE_RETURN_IF_ERROR(m->split_experts(options.gpu_experts, placement));
   }
   if (options.populate && m->file_.file_backed() && on_cpu) MappedFile::populate(m->file_.bytes());
   const auto t0 = std::chrono::steady_clock::now();
@@ -43,6 +45,37 @@ Result<std::unique_ptr<Model>> Model::from_gguf(GgufFile file, const ModelLoadOp
   }
   MOESERVE_ASSIGN_OR_RETURN(m->tokenizer_, tok::Tokenizer::create(std::move(vocab)));
   return m;
+}
+
+// Layers that keep only some of their experts on the GPU get a split whose
+// other experts the CPU computes (its threads, the file's mapping).
+Status Model::split_experts(const std::vector<std::vector<int32_t>>& gpu_experts, models::Placement& placement) {
+  const int64_t n_expert = file_.get_int(file_.arch_key(keys::kExpertCount)).value_or(0);
+  const int64_t n_layer = file_.get_int(file_.arch_key(keys::kBlockCount)).value_or(0);
+  if (n_expert <= 0) {
+    return make_error(StatusCode::kInvalidArgument, "{}: experts placed on the GPU, but the model has no experts",
+                      file_.name());
+  }
+  if (int64_t(gpu_experts.size()) > n_layer) {
+    return make_error(StatusCode::kInvalidArgument, "{}: an expert placement for {} layers, the model has {}",
+                      file_.name(), gpu_experts.size(), n_layer);
+  }
+  host_experts_ = std::make_unique<backend::CpuExpertBackend>(pool_.get());
+  splits_.resize(size_t(n_layer));
+  placement.expert_splits.assign(size_t(n_layer), nullptr);
+  for (int64_t l = 0; l < n_layer; ++l) {
+    const std::vector<int32_t> none;
+    const std::vector<int32_t>& ids = size_t(l) < gpu_experts.size() ? gpu_experts[size_t(l)] : none;
+    for (int32_t e : ids) {
+      if (e < 0 || e >= n_expert) {
+        return make_error(StatusCode::kInvalidArgument, "{}: layer {}: expert {} is outside 0..{}", file_.name(), l,
+                          e, n_expert - 1);
+      }
+    }
+    splits_[size_t(l)] = std::make_unique<backend::ExpertSplit>(n_expert, ids, host_experts_.get());
+    placement.expert_splits[size_t(l)] = splits_[size_t(l)].get();
+  }
+  return Status::ok();
 }
 
 Result<KvCache> Model::new_kv_cache(int64_t capacity) {

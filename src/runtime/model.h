@@ -5,9 +5,11 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "backend/backend.h"
 #include "backend/cpu/cpu_device.h"
+#include "backend/expert_split.h"
 #include "core/status.h"
 #include "core/thread_pool.h"
 #include "format/gguf.h"
@@ -27,6 +29,13 @@ struct ModelLoadOptions {
   bool populate = false;
   // cpu, cuda, cuda:N or auto (the first GPU when there is one).
   std::string device = "cpu";
+  // On a GPU: the experts each MoE layer keeps in GPU memory ([layer]:
+  // expert ids; moe/placement.h reads them from a placement file or plans
+  // them); every other expert is computed on the CPU threads from the
+  // file's mapping, at the same time as the GPU's. Empty: all on the GPU.
+  // Ignored on the CPU (everything is there already).
+  std::vector<std::vector<int32_t>> gpu_experts{};
+  bool split_experts = false;  // gpu_experts applies (an empty list: no expert on the GPU)
 };
 
 class Model {
@@ -50,6 +59,9 @@ class Model {
   // What weight packing did at load (0 tensors when off, not supported here,
   // or the model is on a GPU).
   const backend::PackedWeights& packed() const { return cpu_->packed(); }
+  // Layers whose experts are shared between the GPU and the CPU ([layer],
+  // null: all on the layer's device), with their hit counters.
+  const std::vector<std::unique_ptr<backend::ExpertSplit>>& expert_splits() const { return splits_; }
 
   // A KV cache of `capacity` positions on the devices of the layers.
   Result<KvCache> new_kv_cache(int64_t capacity);
@@ -59,10 +71,13 @@ class Model {
 
  private:
   explicit Model(GgufFile file) : file_(std::move(file)) {}
+  Status split_experts(const std::vector<std::vector<int32_t>>& gpu_experts, models::Placement& placement);
   GgufFile file_;
   std::unique_ptr<ThreadPool> pool_;
   std::unique_ptr<backend::CpuDevice> cpu_;     // declared before net_: outlives the views into it
   std::unique_ptr<backend::Device> gpu_;
+  std::unique_ptr<backend::ExpertBackend> host_experts_;         // computes the splits' CPU experts
+  std::vector<std::unique_ptr<backend::ExpertSplit>> splits_;  // declared before net_: outlive it
   std::string device_reason_;
   std::unique_ptr<models::LanguageModel> net_;
   std::unique_ptr<tok::Tokenizer> tokenizer_;

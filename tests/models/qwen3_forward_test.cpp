@@ -9,6 +9,7 @@
 
 #include "core/half.h"
 #include "backend/cpu/cpu_device.h"
+#include "backend/expert_split.h"
 #include "models/qwen3.h"
 #include "models/qwen3_reference.h"
 #include "models/tiny_qwen3.h"
@@ -33,7 +34,9 @@ struct Runner {
 
   // split_layers: the first half of the layers (and io) on one CPU device,
   // the rest on a second one.
-  static std::unique_ptr<Runner> make(const TinyModel& tm, ThreadPool* pool, bool split_layers = false) {
+  // expert_splits: the placement's expert splits (experts shared with a host backend).
+  static std::unique_ptr<Runner> make(const TinyModel& tm, ThreadPool* pool, bool split_layers = false,
+                                      std::vector<backend::ExpertSplit*> expert_splits = {}) {
     auto r = std::unique_ptr<Runner>(new Runner{tm.parse().value(), nullptr, nullptr, nullptr, nullptr, {}, {}, {}, 64});
     r->device = std::make_unique<backend::CpuDevice>(backend::CpuDeviceOptions{.pool = pool, .pack_weights = false});
     Qwen3HParams hp = load_qwen3_hparams(r->file).value();
@@ -43,7 +46,7 @@ struct Runner {
       r->v.emplace_back(size_t(r->capacity * hp.kv_dim()));
       r->views.push_back({r->k.back().data(), r->v.back().data()});
     }
-    Placement placement{.io = r->device.get(), .layers = {}};
+    Placement placement{.io = r->device.get(), .layers = {}, .expert_splits = std::move(expert_splits)};
     if (split_layers) {
       r->second = std::make_unique<backend::CpuDevice>(backend::CpuDeviceOptions{.pool = pool, .pack_weights = false});
       for (int64_t l = 0; l < hp.n_layer; ++l) {
@@ -354,6 +357,82 @@ TEST(Placement, LayersSplitOverTwoDevicesGiveTheSameLogits) {
   Placement short_one{.io = split->device.get(), .layers = {split->device.get()}};
   EXPECT_EQ(Qwen3Model::create(hp, load_qwen3_weights(split->file, hp).value(), short_one).status().code(),
             StatusCode::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace moeserve::models
+
+namespace moeserve::models {
+namespace {
+
+// Experts shared between a layer's device and a host backend (how a GPU
+// hands its cold experts to the CPU): the host is asked for exactly the
+// non-local experts, the device computes the rest, and the logits are the
+// same bit for bit, in prefill chunks and in decode.
+TEST(Placement, ExpertsSharedWithAHostBackendGiveTheSameLogits) {
+  TinySpec spec;
+  spec.n_layer = 3;
+  const testing::TinyModel tm = testing::build_tiny_model(spec);
+  const std::vector<int32_t> tokens = prompt(9, 47);
+  const std::vector<float> want = Runner::make(tm, nullptr)->run(tokens, 4);
+  const int64_t E = tm.spec.n_expert, L = tm.spec.n_layer, K = tm.spec.n_expert_used;
+  ASSERT_GE(L, 3);
+
+  class HostOnly : public backend::ExpertBackend {
+   public:
+    explicit HostOnly(const std::vector<std::unique_ptr<backend::ExpertSplit>>& splits) : splits_(splits), cpu_(nullptr) {}
+    Status compute(const ExpertBatch& b) override {
+      for (const ExpertJob& j : b.jobs) {
+        EXPECT_FALSE(splits_[size_t(b.layer)]->is_local(j.expert)) << "layer " << b.layer << " expert " << j.expert;
+        rows += j.n_tokens;
+      }
+      return cpu_.compute(b);
+    }
+    int64_t rows = 0;
+
+   private:
+    const std::vector<std::unique_ptr<backend::ExpertSplit>>& splits_;
+    CpuExpertBackend cpu_;
+  };
+  std::vector<std::unique_ptr<backend::ExpertSplit>> splits;
+  HostOnly host(splits);
+  std::vector<backend::ExpertSplit*> placement;
+  for (int64_t l = 0; l < L; ++l) {
+    std::vector<int32_t> local;
+    for (int32_t e = 0; e < E; ++e) {
+      const bool keep = l == 0 ? e % 2 == 0 : l == 1 ? false : true;  // half, none, all
+      if (keep) local.push_back(e);
+    }
+    splits.push_back(std::make_unique<backend::ExpertSplit>(E, local, &host));
+    placement.push_back(splits.back().get());
+  }
+  auto r = Runner::make(tm, nullptr, false, placement);
+  EXPECT_EQ(r->run(tokens, 4), want);
+  EXPECT_EQ(r->run(tokens, 1), want);
+  int64_t host_pairs = 0;
+  for (int64_t l = 0; l < L; ++l) {
+    // A layer with every expert local is the device's own business (not counted).
+    EXPECT_EQ(splits[size_t(l)]->local_pairs + splits[size_t(l)]->host_pairs, l == 2 ? 0 : 2 * 9 * K) << "layer " << l;
+    host_pairs += splits[size_t(l)]->host_pairs;
+  }
+  EXPECT_EQ(splits[1]->host_pairs, 2 * 9 * K);  // no local expert: all on the host
+  EXPECT_GT(splits[0]->host_pairs, 0);
+  EXPECT_EQ(host.rows, host_pairs);
+}
+
+TEST(ExpertSplit, MaskAndLocalIndexForAnyExpertCount) {
+  backend::ExpertSplit s(300, {299, 5, 64, 5, 63, -1, 300}, nullptr);
+  ASSERT_EQ(std::vector<int32_t>(s.local().begin(), s.local().end()), (std::vector<int32_t>{5, 63, 64, 299}));
+  for (int32_t e = 0; e < 300; ++e) {
+    const bool local = e == 5 || e == 63 || e == 64 || e == 299;
+    EXPECT_EQ(s.is_local(e), local) << e;
+    EXPECT_EQ(s.local_index(e) >= 0, local) << e;
+  }
+  EXPECT_EQ(s.local_index(64), 2);
+  EXPECT_FALSE(s.all_local());
+  EXPECT_EQ(s.compute_on_host(0, 8, 8, {}).code(), StatusCode::kOk);  // nothing to do
+  const backend::ExpertJob job{7, nullptr, 1, nullptr};
+  EXPECT_EQ(s.compute_on_host(0, 8, 8, std::span(&job, 1)).code(), StatusCode::kInternal);  // no host views
 }
 
 }  // namespace

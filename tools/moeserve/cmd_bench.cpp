@@ -21,6 +21,8 @@
 #include "runtime/sampler.h"
 #include "tools/moeserve/bench_parallel.h"
 #include "tools/moeserve/commands.h"
+#include "tools/moeserve/bench_hybrid.h"
+#include "tools/moeserve/expert_flags.h"
 
 namespace moeserve::tools {
 namespace {
@@ -31,6 +33,7 @@ struct BenchOptions {
   int repetitions = 3, threads = 0;
   bool json = false, profile = false, no_pack = false;
   std::string device = "auto";
+  moe::ExpertPolicyOptions experts;  // --placement, --n-cpu-moe, --cpu-moe, --gpu-mem
   std::string expert_backend = "tiled";
   std::vector<int64_t> parallel;  // aggregate decode with this many sequences
 };
@@ -132,12 +135,14 @@ Status run_bench(const BenchOptions& o) {
     ThreadPool probe_pool(o.threads);
     bw_before = read_bandwidth(probe_pool);
   }
-  MOESERVE_ASSIGN_OR_RETURN(std::unique_ptr<runtime::Model> model,
-                            runtime::Model::load(o.model_path, {.n_threads = o.threads, .pack_weights = !o.no_pack, .device = o.device}));
+  runtime::ModelLoadOptions load{.n_threads = o.threads, .pack_weights = !o.no_pack, .device = o.device};
+  MOESERVE_RETURN_IF_ERROR(apply_expert_flags(o.model_path, o.experts, &load));
+  MOESERVE_ASSIGN_OR_RETURN(std::unique_ptr<runtime::Model> model, runtime::Model::load(o.model_path, load));
   const models::ModelInfo& info = model->info();
   // The per-expert variant is only for comparing dispatch strategies.
   backend::PerExpertMatmulBackend per_expert(&model->pool());
   if (o.expert_backend == "per-expert") model->cpu_device().set_expert_backend(&per_expert);
+  HybridHits hits(*model);
   models::ForwardProfile pp_prof, tg_prof;
   runtime::Generator gen(*model, std::max<int64_t>(o.n_prompt, o.n_gen) + 1);
   MOESERVE_RETURN_IF_ERROR(gen.status());
@@ -165,12 +170,14 @@ Status run_bench(const BenchOptions& o) {
       set_profile(rep >= 0 ? &tg_prof : nullptr);
       gen.sequence().clear();
       int32_t tok = prompt.empty() ? 0 : prompt[0];
+      if (rep >= 0) hits.start();
       const auto t0 = Clock::now();
       for (int64_t i = 0; i < o.n_gen; ++i) {
         MOESERVE_RETURN_IF_ERROR(gen.decode_greedy(tok, &next));
         tok = next;
       }
       const double s = std::chrono::duration<double>(Clock::now() - t0).count();
+      if (rep >= 0) hits.stop();
       if (rep >= 0) tg.push_back(double(o.n_gen) / s);
     }
   }
@@ -215,7 +222,8 @@ Status run_bench(const BenchOptions& o) {
     print_decode_bound(bw_before, bw_after, active_gb, o.n_gen > 0 ? tgs.mean : 0.0);
     bw = std::min(bw_before, bw_after);
   } else {
-    bw = print_device_bound(*model, active_gb, o.n_gen > 0 ? tgs.mean : 0.0);
+    bw = print_device_bound(*model, active_gb, o.n_gen > 0 && !hits.any() ? tgs.mean : 0.0);
+    hits.print(bw, std::min(bw_before, bw_after), o.n_gen > 0 ? tgs.mean : 0.0);
   }
   for (int64_t n_seq : o.parallel) {
     MOESERVE_ASSIGN_OR_RETURN(ParallelDecodeResult r, bench_parallel_decode(*model, n_seq, std::max<int64_t>(o.n_gen, 8)));
@@ -261,6 +269,7 @@ void register_bench(CLI::App& app) {
       ->check(CLI::IsMember({"tiled", "per-expert"}))->capture_default_str();
   cmd->add_option("--device", o->device, "Device: auto (the first CUDA GPU when this binary has CUDA and one is visible, else the CPU), cpu, cuda or cuda:N")
       ->capture_default_str();
+  add_expert_flags(cmd, &o->experts);
   cmd->add_flag("--no-pack", o->no_pack,
                 "Use every weight in place from the file (zero-copy), without the packed copy the AVX-512 "
                 "kernels are fastest with (for comparisons)");

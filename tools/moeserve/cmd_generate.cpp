@@ -11,6 +11,7 @@
 #include "runtime/generator.h"
 #include "runtime/model.h"
 #include "tools/moeserve/commands.h"
+#include "tools/moeserve/expert_flags.h"
 
 namespace moeserve::tools {
 namespace {
@@ -22,6 +23,7 @@ struct GenerateCliOptions {
   int threads = 0;
   bool no_pack = false;
   std::string device = "auto";
+  moe::ExpertPolicyOptions experts;  // --placement, --n-cpu-moe, --cpu-moe, --gpu-mem
   runtime::SamplerOptions sampling;
   std::vector<std::string> stop;
 };
@@ -41,8 +43,11 @@ Result<std::string> render_chat(const runtime::Model& model, const GenerateCliOp
 }
 
 Status run_generate(const GenerateCliOptions& o) {
-  MOESERVE_ASSIGN_OR_RETURN(std::unique_ptr<runtime::Model> model,
-                            runtime::Model::load(o.model_path, {.n_threads = o.threads, .pack_weights = !o.no_pack, .device = o.device}));
+  runtime::ModelLoadOptions load{.n_threads = o.threads, .pack_weights = !o.no_pack, .device = o.device};
+  moe::ExpertPolicyOptions experts = o.experts;
+  experts.ctx_size = o.ctx_size;
+  MOESERVE_RETURN_IF_ERROR(apply_expert_flags(o.model_path, experts, &load));
+  MOESERVE_ASSIGN_OR_RETURN(std::unique_ptr<runtime::Model> model, runtime::Model::load(o.model_path, load));
   std::string text = o.prompt;
   if (o.chat) {
     MOESERVE_ASSIGN_OR_RETURN(text, render_chat(*model, o));
@@ -91,6 +96,7 @@ void register_generate(CLI::App& app) {
   cmd->add_option("-t,--threads", o->threads, "Worker threads (0: one per physical core)")->capture_default_str();
   cmd->add_option("--device", o->device, "Device: auto (the first CUDA GPU when this binary has CUDA and one is visible, else the CPU), cpu, cuda or cuda:N")
       ->capture_default_str();
+  add_expert_flags(cmd, &o->experts);
   cmd->add_flag("--no-pack", o->no_pack,
                 "Use every weight in place from the file (zero-copy), without the packed copy the AVX-512 "
                 "kernels are fastest with (saves the Q4_K/Q6_K weights' size in RAM; slower)");

@@ -22,6 +22,7 @@
 #include "server/http_server.h"
 #include "server/web_page.h"
 #include "tools/moeserve/commands.h"
+#include "tools/moeserve/expert_flags.h"
 
 namespace moeserve::tools {
 namespace {
@@ -37,6 +38,7 @@ struct ServeCliOptions {
   int threads = 0;
   bool no_pack = false;
   std::string device = "auto";
+  moe::ExpertPolicyOptions experts;  // --placement, --n-cpu-moe, --cpu-moe, --gpu-mem
   size_t queue = 64;
   size_t prefix_cache_mb = 256;
   size_t max_body_kb = 1024;
@@ -110,9 +112,17 @@ Status run_serve(ServeCliOptions o) {
              o.model_path);
   // Every weight page is faulted in at load: the first requests would
   // otherwise pay for it (a page fault per 4 KiB) in their latency.
-  auto model = runtime::Model::load(
-      o.model_path,
-      {.n_threads = o.threads, .pack_weights = !o.no_pack, .populate = true, .device = o.device});
+  runtime::ModelLoadOptions load{
+      .n_threads = o.threads, .pack_weights = !o.no_pack, .populate = true, .device = o.device};
+  moe::ExpertPolicyOptions experts = o.experts;
+  experts.ctx_size = o.ctx_size > 0 ? o.ctx_size : 4096;
+  experts.parallel = o.parallel;
+  Status placed = apply_expert_flags(o.model_path, experts, &load);
+  if (!placed.is_ok()) {
+    stop_listener();
+    return placed;
+  }
+  auto model = runtime::Model::load(o.model_path, load);
   if (!model.is_ok()) {
     stop_listener();
     return model.status();
@@ -205,6 +215,7 @@ void register_serve(CLI::App& app) {
                   "Device: auto (the first CUDA GPU when this binary has CUDA and one is visible, else the "
                   "CPU), cpu, cuda or cuda:N")
       ->capture_default_str();
+  add_expert_flags(cmd, &o->experts);
   cmd->add_flag("--no-pack", o->no_pack,
                 "Use every weight in place from the file (zero-copy), without the packed copy the AVX-512 "
                 "kernels are fastest with (saves the Q4_K/Q6_K weights' size in RAM; slower)");

@@ -5,6 +5,7 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "backend/expert_split.h"
 #include "core/log.h"
 #include "kernels/cpu/cpu_kernels.h"
 
@@ -54,6 +55,11 @@ Status CpuDevice::fill_zero(void* dst, size_t bytes) {
 
 Result<PlacedWeights> CpuDevice::place_weights(std::span<const WeightRef> weights) {
   PlacedWeights placed;
+  // A layer sharing its experts with the host: the host reads the source
+  // stacks; this device keeps the whole stack and computes its own by id.
+  for (const WeightRef& r : weights) {
+    if (r.split != nullptr) r.split->set_host_view(r.use, *r.view);
+  }
   if (!options_.pack_weights) return placed;
   PackWeightsOptions po;
   po.pool = options_.pool;

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "backend/cpu/cpu_device.h"
+#include "backend/expert_split.h"
 #include "kernels/cpu/matmul.h"
 #include "kernels/cpu/rope_table.h"
 
@@ -150,7 +151,7 @@ class CpuOps final : public Ops {
   std::vector<int32_t> position_;      // inverse of order: pair -> its index in order
   std::vector<int32_t> expert_count_;  // counting sort: [n_expert + 1] offsets
   std::vector<float> gathered_, expert_out_;
-  std::vector<ExpertJob> jobs_;
+  std::vector<ExpertJob> jobs_, host_jobs_;
   // Attention work items: a block of one sequence's query rows.
   struct QueryBlock {
     int32_t slice;
@@ -287,6 +288,12 @@ void CpuOps::group_by_expert(const ExpertFfnArgs& a) {
   if (gather_rows) for_each_index(n >= kParallelGatherRows ? pool_ : nullptr, n, gather);
 }
 
+int64_t count_rows(std::span<const ExpertJob> jobs) {
+  int64_t n = 0;
+  for (const ExpertJob& j : jobs) n += j.n_tokens;
+  return n;
+}
+
 Status CpuOps::expert_ffn(const ExpertFfnArgs& a) {
   if (int64_t(sel_.size()) != a.n_tokens * n_used_) {
     return make_error(StatusCode::kInternal, "expert_ffn: {} tokens, but the last route() had {}", a.n_tokens,
@@ -302,7 +309,21 @@ Status CpuOps::expert_ffn(const ExpertFfnArgs& a) {
   batch.up = a.up;
   batch.down = a.down;
   batch.jobs = jobs_;
-  MOESERVE_RETURN_IF_ERROR(experts_->compute(batch));
+  if (a.split != nullptr && !a.split->all_local()) {
+    // Jobs of the host's experts go there; this device computes the rest.
+    // Both write the same output rows, so the combine below is unchanged.
+    host_jobs_.clear();
+    std::erase_if(jobs_, [&](const ExpertJob& j) {
+      if (a.split->is_local(j.expert)) return false;
+      host_jobs_.push_back(j);
+      return true;
+    });
+    batch.jobs = jobs_;
+    a.split->local_pairs += int64_t(sel_.size()) - count_rows(host_jobs_);
+    a.split->host_pairs += count_rows(host_jobs_);
+    MOESERVE_RETURN_IF_ERROR(a.split->compute_on_host(a.layer, H, a.n_ff, host_jobs_));
+  }
+  if (!batch.jobs.empty()) MOESERVE_RETURN_IF_ERROR(experts_->compute(batch));
   // Scatter-add, one token per task. A token's slots are added in the order
   // of their experts' ids (the grouped order), the same for any thread count.
   for_each_index(pool_, a.n_tokens, [&](int64_t t) {

@@ -1,8 +1,4 @@
-// Where MoE experts are computed. The model only says *what* to compute —
-// for layer L, expert e, these input rows — and gets the expert outputs back;
-// which device or process does the work is the backend's business (the CPU
-// backend below is the default; later ones may run experts on a GPU or in
-// another process).
+// The CPU implementations of backend/expert_compute.h's ExpertBackend.
 #pragma once
 
 #include <atomic>
@@ -11,38 +7,13 @@
 #include <span>
 #include <vector>
 
+#include "backend/expert_compute.h"
 #include "core/status.h"
 #include "core/thread_pool.h"
 #include "kernels/cpu/cpu_kernels.h"
 #include "tensor/weight_view.h"
 
 namespace moeserve::backend {
-
-// One selected expert with the tokens routed to it.
-struct ExpertJob {
-  int32_t expert = 0;
-  const float* x = nullptr;  // [n_tokens][n_embd] normed hidden rows
-  int64_t n_tokens = 0;
-  float* y = nullptr;        // [n_tokens][n_embd] written: down(silu(gate x) * up x), unweighted
-};
-
-// Every expert job of one layer for one chunk, handed over at once so a
-// backend can spread all of them over its threads with one dispatch.
-struct ExpertBatch {
-  int layer = 0;
-  int64_t n_embd = 0;
-  int64_t n_ff = 0;                       // expert FFN width
-  const WeightView* gate = nullptr;       // stacked [n_expert] of {n_embd -> n_ff}
-  const WeightView* up = nullptr;
-  const WeightView* down = nullptr;       // stacked [n_expert] of {n_ff -> n_embd}
-  std::span<const ExpertJob> jobs;
-};
-
-class ExpertBackend {
- public:
-  virtual ~ExpertBackend() = default;
-  virtual Status compute(const ExpertBatch& batch) = 0;
-};
 
 // Runs experts on this machine's CPU with the kernel table. One pool
 // dispatch per call: the threads first convert the inputs, then share out

@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 
 #include "backend/devices.h"
+#include "backend/expert_split.h"
 #include "core/progress.h"
 #include "kernels/cuda/cuda_check.h"
 
@@ -15,11 +16,15 @@ namespace {
 
 double mib(size_t bytes) { return double(bytes) / double(1 << 20); }
 
-// Bytes of a placed view: its matrices back to back.
+size_t matrix_bytes(const WeightView& v) {
+  return v.matrix_stride > 0 ? v.matrix_stride : size_t(std::max<int64_t>(v.n_rows, 1)) * v.row_bytes;
+}
+
+// Bytes of a placed view: its matrices back to back (a split stack: only
+// the local experts').
 size_t view_bytes(const WeightRef& r) {
-  const WeightView& v = *r.view;
-  const size_t matrix = v.matrix_stride > 0 ? v.matrix_stride : size_t(std::max<int64_t>(v.n_rows, 1)) * v.row_bytes;
-  return matrix * size_t(std::max<int64_t>(r.n_matrices, 1));
+  const size_t n = r.split != nullptr ? r.split->local().size() : size_t(std::max<int64_t>(r.n_matrices, 1));
+  return matrix_bytes(*r.view) * n;
 }
 
 }  // namespace
@@ -90,6 +95,7 @@ Result<std::unique_ptr<CudaDevice>> CudaDevice::open(int index) {
 
 CudaDevice::~CudaDevice() {
   weights_.clear();  // frees through release() while the device still exists
+  split_ids_.clear();
 }
 
 Status CudaDevice::activate() const {
@@ -194,7 +200,7 @@ Result<PlacedWeights> CudaDevice::place_weights(std::span<const WeightRef> weigh
   staging.progress = &progress;
   PlacedWeights placed;
   for (const WeightRef& r : weights) {
-    MOESERVE_RETURN_IF_ERROR(upload_weight(r, staging));
+    MOESERVE_RETURN_IF_ERROR(r.split != nullptr ? upload_split_stack(r, staging) : upload_weight(r, staging));
     progress.add_items(1);
     placed.tensors += 1;
   }
@@ -202,6 +208,43 @@ Result<PlacedWeights> CudaDevice::place_weights(std::span<const WeightRef> weigh
   progress.finish();
   placed.bytes = total;
   return placed;
+}
+
+// An expert stack shared with the host: the host keeps the source, this
+// GPU a compact stack of the local experts (and their ids, for the
+// grouping kernel).
+Status CudaDevice::upload_split_stack(const WeightRef& ref, UploadStaging& staging) {
+  ExpertSplit& split = *ref.split;
+  WeightView& v = *ref.view;
+  if (v.packed) {
+    return make_error(StatusCode::kInternal, "cuda: a weight in the CPU's packed layout cannot be uploaded");
+  }
+  split.set_host_view(ref.use, v);
+  if (!split.all_local()) has_host_experts_ = true;
+  const std::span<const int32_t> local = split.local();
+  if (!split_ids_.contains(&split)) {
+    MOESERVE_ASSIGN_OR_RETURN(DeviceMemory ids, allocate(std::max<size_t>(local.size(), 1) * sizeof(int32_t), "expert ids"));
+    MOESERVE_RETURN_IF_ERROR(copy_to_device(ids.data(), local.data(), local.size() * sizeof(int32_t)));
+    split_ids_.emplace(&split, std::move(ids));
+  }
+  const size_t matrix = matrix_bytes(v);
+  if (local.empty()) {
+    v.data = nullptr;  // every expert of the layer is the host's
+    return Status::ok();
+  }
+  MOESERVE_ASSIGN_OR_RETURN(DeviceMemory m, allocate(matrix * local.size(), "model weights (experts)"));
+  for (size_t i = 0; i < local.size(); ++i) {
+    MOESERVE_RETURN_IF_ERROR(staging.copy(m.as<uint8_t>() + i * matrix, v.data + size_t(local[i]) * matrix, matrix));
+  }
+  v.data = m.as<uint8_t>();
+  v.matrix_stride = matrix;
+  weights_.push_back(std::move(m));
+  return Status::ok();
+}
+
+const int32_t* CudaDevice::local_expert_ids(const ExpertSplit* split) const {
+  auto it = split_ids_.find(split);
+  return it == split_ids_.end() || split->local().empty() ? nullptr : it->second.as<int32_t>();
 }
 
 Result<std::unique_ptr<Ops>> CudaDevice::create_ops() {

@@ -33,6 +33,11 @@ class CudaDevice final : public Device {
   Result<std::unique_ptr<Ops>> create_ops() override;
 
   int index() const { return index_; }
+  // Some layer shares its experts with the host (its forwards run eagerly:
+  // they wait for the host mid-way).
+  bool has_host_experts() const { return has_host_experts_; }
+  // A split's local expert ids in device memory (null: none, or not placed here).
+  const int32_t* local_expert_ids(const ExpertSplit* split) const;
   Status activate() const;  // makes this GPU current on the calling thread
 
  protected:
@@ -41,12 +46,15 @@ class CudaDevice final : public Device {
  private:
   explicit CudaDevice(int index) : index_(index) {}
   Status upload_weight(const WeightRef& ref, struct UploadStaging& staging);
+  Status upload_split_stack(const WeightRef& ref, struct UploadStaging& staging);
 
   int index_;
   cudaDeviceProp props_{};
   std::vector<DeviceMemory> weights_;  // the uploaded copies
   // Source bytes already uploaded (a tied output shares the embedding's).
   std::map<std::pair<const uint8_t*, size_t>, const uint8_t*> uploaded_;
+  std::map<const ExpertSplit*, DeviceMemory> split_ids_;
+  bool has_host_experts_ = false;
 };
 
 std::unique_ptr<Ops> make_cuda_ops(CudaDevice& device, cudaStream_t stream);

@@ -12,6 +12,8 @@
 #include <vector>
 
 #include "backend/cuda/cuda_device.h"
+#include "backend/cuda/host_experts.h"
+#include "backend/expert_split.h"
 #include "kernels/cuda/attention.h"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/elementwise.h"
@@ -61,11 +63,13 @@ class CudaOps final : public Ops {
         hidden_mem_(device, [this] { buffers_moved(); }),
         rope_mem_(device, [this] { buffers_moved(); }),
         q8_mem_(device, [this] { buffers_moved(); }),
-        ids_mem_(device, [this] { buffers_moved(); }) {}
+        ids_mem_(device, [this] { buffers_moved(); }),
+        local_groups_mem_(device, [this] { buffers_moved(); }) {}
   ~CudaOps() override {
     if (mode_ != Mode::kEager) abandon_graph();
     if (stream_ != nullptr) cudaStreamSynchronize(stream_);
     forget_graphs();
+    host_stage_.reset();  // it waits on the stream
     if (stream_ != nullptr) cudaStreamDestroy(stream_);
     if (pinned_ != nullptr) cudaFreeHost(pinned_);
   }
@@ -103,6 +107,8 @@ class CudaOps final : public Ops {
   Status route(const RouteOpArgs& a) override;
   Status argmax_rows(const float* x, int64_t n_rows, int64_t n_cols, int32_t* host_ids) override;
   Status expert_ffn(const ExpertFfnArgs& a) override;
+  Result<cuda::ExpertGroups> local_groups(const ExpertSplit& split, int64_t pairs);
+  Status local_experts(const ExpertFfnArgs& a, const cuda::ExpertGroups& groups, float* h, float* y);
   Status download(void* host, const void* src, size_t bytes) override {
     MOESERVE_RETURN_IF_ERROR(end_graph());
     MOESERVE_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(host, src, bytes, cudaMemcpyDeviceToHost, stream_));
@@ -147,6 +153,8 @@ class CudaOps final : public Ops {
   Scratch layout_mem_, moe_mem_, attention_mem_, hidden_mem_, rope_mem_;
   Scratch q8_mem_;   // gemm's converted activations (cuda::gemm_scratch_bytes)
   Scratch ids_mem_;  // argmax_rows' ids before their download
+  Scratch local_groups_mem_;  // a split layer's groups of its local experts
+  std::unique_ptr<HostExpertStage> host_stage_;  // a split layer's host experts
   // This batch's layout on the device.
   int64_t n_rows_ = 0, n_blocks_ = 0, max_block_rows_ = 0, max_kv_ = 0, n_seq_ = 0, n_layer_ = 0;
   const int32_t* tokens_ = nullptr;
@@ -253,7 +261,7 @@ Status CudaOps::begin_batch(const BatchLayout& layout) {
     rope_table_ = table;
   }
   mode_ = Mode::kEager;
-  if (!layout.profiling && !layout.count_experts) {
+  if (!layout.profiling && !layout.count_experts && !device_.has_host_experts()) {
     MOESERVE_RETURN_IF_ERROR(start_graph(
         {n_rows_, n_seq_, n_blocks_, max_block_rows_, max_kv_, n_logit_rows_, layout.argmax ? 1 : 0}));
   }
@@ -546,7 +554,46 @@ Status CudaOps::expert_ffn(const ExpertFfnArgs& a) {
   MOESERVE_ASSIGN_OR_RETURN(void* mem, hidden_mem_.get(h_bytes + y_bytes, "workspace (experts)"));
   float* h = static_cast<float*>(mem);
   float* y = reinterpret_cast<float*>(static_cast<uint8_t*>(mem) + h_bytes);
-  const cuda::ExpertGroups groups{pairs_, offsets_, n_expert_, n_used_, a.n_tokens};
+  // A layer sharing its experts with the host: the host's inputs go down
+  // first, the GPU computes its local experts (groups over the compact
+  // stack) while the host computes the rest.
+  const ExpertSplit* split = a.split != nullptr && !a.split->all_local() ? a.split : nullptr;
+  cuda::ExpertGroups groups{pairs_, offsets_, n_expert_, n_used_, a.n_tokens};
+  if (split != nullptr) {
+    if (host_stage_ == nullptr) host_stage_ = std::make_unique<HostExpertStage>(device_, stream_);
+    MOESERVE_RETURN_IF_ERROR(host_stage_->start(selected_, a.xn, a.n_tokens, n_used_, a.n_embd));
+    MOESERVE_ASSIGN_OR_RETURN(groups, local_groups(*split, pairs));
+  }
+  if (groups.n_expert > 0) MOESERVE_RETURN_IF_ERROR(local_experts(a, groups, h, y));
+  if (split != nullptr) MOESERVE_RETURN_IF_ERROR(host_stage_->finish(*split, a.layer, a.n_ff, y));
+  if (a.norm_out != nullptr) {
+    cuda::CombineRmsNormArgs c;
+    c.x = a.x, c.y = y, c.weights = weights_, c.n_used = n_used_;
+    c.w = a.norm_w, c.out = a.norm_out, c.n_rows = a.n_tokens, c.n_cols = a.n_embd, c.eps = a.norm_eps;
+    return cuda::combine_rms_norm(c, stream_);
+  }
+  return cuda::combine_experts({a.x, y, weights_, a.n_tokens, n_used_, a.n_embd}, stream_);
+}
+
+Result<cuda::ExpertGroups> CudaOps::local_groups(const ExpertSplit& split, int64_t pairs) {
+  const int64_t n_local = int64_t(split.local().size());
+  const size_t off_bytes = align_up(size_t(n_local + 1) * 4);
+  MOESERVE_ASSIGN_OR_RETURN(void* mem, local_groups_mem_.get(off_bytes + size_t(pairs) * 4, "workspace (routing)"));
+  auto* local_offsets = static_cast<int32_t*>(mem);
+  auto* local_pairs = reinterpret_cast<int32_t*>(static_cast<uint8_t*>(mem) + off_bytes);
+  if (n_local > 0) {
+    cuda::LocalGroupsArgs g;
+    g.offsets = offsets_, g.pairs = pairs_, g.local = device_.local_expert_ids(&split);
+    g.n_expert = n_expert_, g.n_local = n_local;
+    g.local_offsets = local_offsets, g.local_pairs = local_pairs;
+    MOESERVE_RETURN_IF_ERROR(cuda::local_expert_groups(g, stream_));
+  }
+  return cuda::ExpertGroups{local_pairs, local_offsets, n_local, n_used_, routed_tokens_};
+}
+
+// gate/up then down over the groups' experts of the (possibly compact) stacks.
+Status CudaOps::local_experts(const ExpertFfnArgs& a, const cuda::ExpertGroups& groups, float* h, float* y) {
+  const int64_t pairs = a.n_tokens * n_used_;
   // One scratch for both products' converted activations (they run in turn).
   const size_t gu_scratch = cuda::gemm_scratch_bytes(a.gate->type, a.n_tokens, a.n_embd);
   const size_t dn_scratch = cuda::gemm_scratch_bytes(a.down->type, pairs, a.n_ff);
@@ -569,14 +616,7 @@ Status CudaOps::expert_ffn(const ExpertFfnArgs& a) {
   dn.h = h;
   dn.y = y;
   dn.scratch = scratch, dn.scratch_bytes = dn_scratch;
-  MOESERVE_RETURN_IF_ERROR(cuda::expert_down(dn, stream_));
-  if (a.norm_out != nullptr) {
-    cuda::CombineRmsNormArgs c;
-    c.x = a.x, c.y = y, c.weights = weights_, c.n_used = n_used_;
-    c.w = a.norm_w, c.out = a.norm_out, c.n_rows = a.n_tokens, c.n_cols = a.n_embd, c.eps = a.norm_eps;
-    return cuda::combine_rms_norm(c, stream_);
-  }
-  return cuda::combine_experts({a.x, y, weights_, a.n_tokens, n_used_, a.n_embd}, stream_);
+  return cuda::expert_down(dn, stream_);
 }
 
 }  // namespace

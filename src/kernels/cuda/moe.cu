@@ -366,6 +366,41 @@ __global__ void combine_kernel(float* x, const float* y, const float* w, int K, 
 
 constexpr int kCombineThreads = 128;
 
+// ---- local groups and scatter (experts shared with the host) ---------------------
+
+// One block, a thread per local expert: counts, one warp scans them, then
+// each thread copies its expert's pairs.
+__global__ void __launch_bounds__(kScanThreads)
+    local_groups_kernel(const int32_t* offsets, const int32_t* pairs, const int32_t* local, int n_local,
+                        int32_t* local_offsets, int32_t* local_pairs) {
+  detail::grid_dependency_wait();
+  detail::allow_dependents();
+  __shared__ int32_t base[kRouteMaxExperts];
+  const int i = int(threadIdx.x);
+  int begin = 0, count = 0;
+  if (i < n_local) {
+    begin = offsets[local[i]];
+    count = offsets[local[i] + 1] - begin;
+    base[i] = count;
+  }
+  __syncthreads();
+  if (i < kWarp) warp_exclusive_scan(base, n_local, i, local_offsets);
+  __syncthreads();
+  if (i < n_local) {
+    for (int k = 0; k < count; ++k) local_pairs[base[i] + k] = pairs[begin + k];
+  }
+}
+
+__global__ void scatter_rows_kernel(float* dst, const float* src, const int32_t* rows, int64_t n_cols) {
+  detail::grid_dependency_wait();
+  detail::allow_dependents();
+  const int64_t r = blockIdx.x;
+  const float* s = src + r * n_cols;
+  float* d = dst + int64_t(rows[r]) * n_cols;
+  for (int64_t c = int64_t(blockIdx.y) * blockDim.x + threadIdx.x; c < n_cols; c += int64_t(gridDim.y) * blockDim.x)
+    d[c] = s[c];
+}
+
 }  // namespace
 
 size_t route_scratch_bytes(int64_t n_tokens, int64_t n_expert) {
@@ -434,6 +469,33 @@ Status combine_experts(const CombineArgs& a, cudaStream_t stream) {
                    int(a.n_used), a.n_embd);
   }
   return launched("combine_experts");
+}
+
+Status local_expert_groups(const LocalGroupsArgs& a, cudaStream_t stream) {
+  if (a.n_expert < 1 || a.n_expert > kRouteMaxExperts || a.n_local < 0 || a.n_local > a.n_expert) {
+    return make_error(StatusCode::kInvalidArgument, "local_expert_groups: {} local of {} experts (at most {})",
+                      a.n_local, a.n_expert, kRouteMaxExperts);
+  }
+  if (a.offsets == nullptr || a.local_offsets == nullptr || (a.n_local > 0 && (a.local == nullptr || a.pairs == nullptr || a.local_pairs == nullptr))) {
+    return make_error(StatusCode::kInvalidArgument, "local_expert_groups: null argument");
+  }
+  detail::launch(local_groups_kernel, 1, kScanThreads, 0, stream, a.offsets, a.pairs, a.local, int(a.n_local),
+                 a.local_offsets, a.local_pairs);
+  return launched("local_expert_groups");
+}
+
+Status scatter_rows(const ScatterRowsArgs& a, cudaStream_t stream) {
+  if (a.n_rows < 0 || a.n_rows > INT32_MAX || a.n_cols < 1) {
+    return make_error(StatusCode::kInvalidArgument, "scatter_rows: bad shape {} x {}", a.n_rows, a.n_cols);
+  }
+  if (a.n_rows == 0) return Status::ok();
+  if (a.dst == nullptr || a.src == nullptr || a.rows == nullptr) {
+    return make_error(StatusCode::kInvalidArgument, "scatter_rows: null argument");
+  }
+  constexpr int kThreads = 256;
+  const dim3 grid(unsigned(a.n_rows), unsigned(std::min<int64_t>(8, (a.n_cols + kThreads - 1) / kThreads)));
+  detail::launch(scatter_rows_kernel, grid, kThreads, 0, stream, a.dst, a.src, a.rows, a.n_cols);
+  return launched("scatter_rows");
 }
 
 }  // namespace moeserve::cuda

@@ -47,4 +47,29 @@ struct CombineArgs {
 };
 Status combine_experts(const CombineArgs& a, cudaStream_t stream);
 
+// A layer whose experts are shared with the host (backend/expert_split.h):
+// the groups of its local experts only, for the expert kernels on its
+// compact stacks (local expert i = matrix i). local_offsets[i]..[i+1] are
+// the pairs of expert local[i], in the order route_and_group gave them;
+// pairs of other experts are left out (the host computes them).
+struct LocalGroupsArgs {
+  const int32_t* offsets = nullptr;  // [n_expert + 1], from route_and_group
+  const int32_t* pairs = nullptr;    // pairs_by_expert
+  const int32_t* local = nullptr;    // [n_local] ascending expert ids
+  int64_t n_expert = 0, n_local = 0;
+  int32_t* local_offsets = nullptr;  // [n_local + 1]
+  int32_t* local_pairs = nullptr;    // room for all pairs; the first local_offsets[n_local] are written
+};
+Status local_expert_groups(const LocalGroupsArgs& a, cudaStream_t stream);
+
+// dst row rows[i] = src row i, for i < n_rows (rows of n_cols floats): the
+// host-computed expert outputs into their pair rows.
+struct ScatterRowsArgs {
+  float* dst = nullptr;
+  const float* src = nullptr;
+  const int32_t* rows = nullptr;
+  int64_t n_rows = 0, n_cols = 0;
+};
+Status scatter_rows(const ScatterRowsArgs& a, cudaStream_t stream);
+
 }  // namespace moeserve::cuda

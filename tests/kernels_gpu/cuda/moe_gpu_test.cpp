@@ -273,5 +273,64 @@ TEST(CombineGpuChecks, RejectsBadArguments) {
   EXPECT_EQ(cuda::combine_experts(a, nullptr).code(), StatusCode::kInvalidArgument);
 }
 
+// Local groups (a layer sharing its experts with the host): the reference
+// is the full groups with the non-local experts' ranges dropped, in the
+// local order; decode and prefill sizes, none / some / all experts local.
+TEST(LocalExpertGroups, MatchTheFullGroupsFiltered) {
+  MOESERVE_REQUIRE_GPU();
+  for (const RouteCase c : {RouteCase{1, 128, 8}, RouteCase{37, 16, 4}, RouteCase{300, 256, 8}}) {
+    const auto logits = router_logits(c, uint32_t(77 + c.n_tokens));
+    const RouteResult full = route_ref(c, logits);
+    for (int stride : {1, 3, 1000}) {  // every expert, every third, only expert 0
+      std::vector<int32_t> local;
+      for (int32_t e = 0; e < c.n_expert; e += stride) local.push_back(e);
+      std::vector<int32_t> want_offsets = {0}, want_pairs;
+      for (int32_t e : local) {
+        for (int32_t i = full.offsets[size_t(e)]; i < full.offsets[size_t(e) + 1]; ++i) want_pairs.push_back(full.pairs[size_t(i)]);
+        want_offsets.push_back(int32_t(want_pairs.size()));
+      }
+      DeviceArray<int32_t> doff(full.offsets), dpairs(full.pairs), dlocal(local);
+      DeviceArray<int32_t> lo(local.size() + 1), lp(full.pairs.size());
+      lo.poison(), lp.poison();
+      cuda::LocalGroupsArgs a;
+      a.offsets = doff.get(), a.pairs = dpairs.get(), a.local = dlocal.get();
+      a.n_expert = c.n_expert, a.n_local = int64_t(local.size());
+      a.local_offsets = lo.get(), a.local_pairs = lp.get();
+      ASSERT_TRUE(cuda::local_expert_groups(a, nullptr).is_ok());
+      EXPECT_EQ(lo.download(), want_offsets) << c.n_tokens << " tokens, stride " << stride;
+      std::vector<int32_t> got = lp.download();
+      got.resize(want_pairs.size());
+      EXPECT_EQ(got, want_pairs) << c.n_tokens << " tokens, stride " << stride;
+    }
+  }
+  cuda::LocalGroupsArgs bad;
+  bad.n_expert = 8, bad.n_local = 9;
+  EXPECT_EQ(cuda::local_expert_groups(bad, nullptr).code(), StatusCode::kInvalidArgument);
+}
+
+TEST(ScatterRows, WritesOnlyTheNamedRows) {
+  MOESERVE_REQUIRE_GPU();
+  const int64_t rows = 12, cols = 1000;
+  const std::vector<float> src = random_floats(size_t(3 * cols), 5);
+  const std::vector<int32_t> at = {7, 0, 11};
+  DeviceArray<float> dst(size_t(rows * cols)), dsrc(src);
+  DeviceArray<int32_t> dat(at);
+  dst.poison();
+  ASSERT_TRUE(cuda::scatter_rows({dst.get(), dsrc.get(), dat.get(), 3, cols}, nullptr).is_ok());
+  const std::vector<float> got = dst.download();
+  for (int64_t r = 0; r < rows; ++r) {
+    const auto it = std::find(at.begin(), at.end(), int32_t(r));
+    for (int64_t c = 0; c < cols; ++c) {
+      const float v = got[size_t(r * cols + c)];
+      if (it == at.end()) {
+        ASSERT_TRUE(std::isnan(v)) << "row " << r << " was written";
+      } else {
+        ASSERT_EQ(v, src[size_t((it - at.begin()) * cols + c)]) << "row " << r << " col " << c;
+      }
+    }
+  }
+  EXPECT_EQ(cuda::scatter_rows({nullptr, nullptr, nullptr, 1, cols}, nullptr).code(), StatusCode::kInvalidArgument);
+}
+
 }  // namespace
 }  // namespace moeserve

@@ -1,0 +1,43 @@
+// "Compute these experts for these tokens": the interface every place that
+// can compute MoE experts implements (this machine's CPU threads, a GPU, a
+// worker process). The model only says *what* to compute — for layer L,
+// expert e, these input rows — and gets the unweighted expert outputs back;
+// the weighted combine stays with the caller, in a fixed slot order, so the
+// result does not depend on where an expert ran.
+#pragma once
+
+#include <cstdint>
+#include <span>
+
+#include "core/status.h"
+#include "tensor/weight_view.h"
+
+namespace moeserve::backend {
+
+// One selected expert with the tokens routed to it.
+struct ExpertJob {
+  int32_t expert = 0;
+  const float* x = nullptr;  // [n_tokens][n_embd] normed hidden rows
+  int64_t n_tokens = 0;
+  float* y = nullptr;        // [n_tokens][n_embd] written: down(silu(gate x) * up x), unweighted
+};
+
+// Every expert job of one layer for one chunk, handed over at once so a
+// backend can spread all of them over its threads with one dispatch.
+struct ExpertBatch {
+  int layer = 0;
+  int64_t n_embd = 0;
+  int64_t n_ff = 0;                       // expert FFN width
+  const WeightView* gate = nullptr;       // stacked [n_expert] of {n_embd -> n_ff}
+  const WeightView* up = nullptr;
+  const WeightView* down = nullptr;       // stacked [n_expert] of {n_ff -> n_embd}
+  std::span<const ExpertJob> jobs;
+};
+
+class ExpertBackend {
+ public:
+  virtual ~ExpertBackend() = default;
+  virtual Status compute(const ExpertBatch& batch) = 0;
+};
+
+}  // namespace moeserve::backend

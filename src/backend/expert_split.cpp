@@ -1,0 +1,57 @@
+#include "backend/expert_split.h"
+
+#include <algorithm>
+
+namespace moeserve::backend {
+
+ExpertSplit::ExpertSplit(int64_t n_expert, std::vector<int32_t> local, ExpertBackend* host)
+    : n_expert_(n_expert), local_(std::move(local)), host_(host) {
+  std::sort(local_.begin(), local_.end());
+  local_.erase(std::unique(local_.begin(), local_.end()), local_.end());
+  std::erase_if(local_, [&](int32_t e) { return e < 0 || e >= n_expert_; });
+  local_index_.assign(size_t(n_expert_), -1);
+  mask_.assign(size_t(n_expert_ + 63) / 64, 0);
+  for (size_t i = 0; i < local_.size(); ++i) {
+    local_index_[size_t(local_[i])] = int32_t(i);
+    mask_[size_t(local_[i]) >> 6] |= uint64_t(1) << (local_[i] & 63);
+  }
+}
+
+void ExpertSplit::set_host_view(WeightUse use, const WeightView& view) {
+  if (use == WeightUse::kExpertGate) host_gate_ = view;
+  if (use == WeightUse::kExpertUp) host_up_ = view;
+  if (use == WeightUse::kExpertDown) host_down_ = view;
+}
+
+const WeightView* ExpertSplit::host_view(WeightUse use) const {
+  const WeightView* v = use == WeightUse::kExpertGate ? &host_gate_
+                        : use == WeightUse::kExpertUp ? &host_up_
+                        : use == WeightUse::kExpertDown ? &host_down_
+                                                        : nullptr;
+  return v != nullptr && v->present() ? v : nullptr;
+}
+
+std::mutex& ExpertSplit::host_lock() {
+  static std::mutex m;
+  return m;
+}
+
+Status ExpertSplit::compute_on_host(int layer, int64_t n_embd, int64_t n_ff, std::span<const ExpertJob> jobs) const {
+  if (jobs.empty()) return Status::ok();
+  const WeightView *g = host_view(WeightUse::kExpertGate), *u = host_view(WeightUse::kExpertUp),
+                   *d = host_view(WeightUse::kExpertDown);
+  if (host_ == nullptr || g == nullptr || u == nullptr || d == nullptr) {
+    return make_error(StatusCode::kInternal, "layer {}: experts placed off the device, but no host copy to compute them",
+                      layer);
+  }
+  ExpertBatch batch;
+  batch.layer = layer;
+  batch.n_embd = n_embd;
+  batch.n_ff = n_ff;
+  batch.gate = g, batch.up = u, batch.down = d;
+  batch.jobs = jobs;
+  std::lock_guard<std::mutex> lock(host_lock());
+  return host_->compute(batch);
+}
+
+}  // namespace moeserve::backend

@@ -1,0 +1,63 @@
+// One MoE layer's experts shared between the layer's device and the host.
+// The layer's device computes its `local` experts (a GPU keeps a compact
+// stack of only those: local expert i is matrix i); `host` computes every
+// other expert from the full stacks in host memory (the file's mapping),
+// while the device works on its own. Placement data, built by the runtime
+// from a placement (moe/placement.h); the model hands it to the device with
+// the layer's expert stacks and expert_ffn() without looking inside.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <mutex>
+#include <span>
+#include <vector>
+
+#include "backend/backend.h"
+#include "backend/expert_compute.h"
+#include "core/status.h"
+#include "tensor/weight_view.h"
+
+namespace moeserve::backend {
+
+class ExpertSplit {
+ public:
+  // `local`: expert ids in 0..n_expert-1 (sorted and de-duplicated here).
+  // `host` computes the others; it may be shared by several layers and
+  // workspaces (calls are serialised through `host_lock()`).
+  ExpertSplit(int64_t n_expert, std::vector<int32_t> local, ExpertBackend* host);
+  ExpertSplit(const ExpertSplit&) = delete;
+  ExpertSplit& operator=(const ExpertSplit&) = delete;
+
+  int64_t n_expert() const { return n_expert_; }
+  std::span<const int32_t> local() const { return local_; }
+  // A bit per expert, sized for any expert count.
+  bool is_local(int32_t expert) const { return (mask_[size_t(expert) >> 6] >> (expert & 63)) & 1u; }
+  int32_t local_index(int32_t expert) const { return local_index_[size_t(expert)]; }
+  bool all_local() const { return int64_t(local_.size()) == n_expert_; }
+  ExpertBackend* host() const { return host_; }
+
+  // The full stacks the host reads (all n_expert matrices, host memory).
+  // Recorded by the device that places the layer's stacks, before it
+  // points the model's views at its own copy.
+  void set_host_view(WeightUse use, const WeightView& view);
+  const WeightView* host_view(WeightUse use) const;
+  // Runs `batch` (jobs of non-local experts only) on the host backend with
+  // the host views, one call at a time across everyone sharing `host`.
+  Status compute_on_host(int layer, int64_t n_embd, int64_t n_ff, std::span<const ExpertJob> jobs) const;
+
+  // Selections served locally and by the host since start (the hot-hit
+  // ratio); counted only while some expert is not local (all local: 1).
+  mutable std::atomic<int64_t> local_pairs{0}, host_pairs{0};
+
+ private:
+  int64_t n_expert_ = 0;
+  std::vector<int32_t> local_;
+  std::vector<int32_t> local_index_;  // [n_expert]: index into local_, -1: host
+  std::vector<uint64_t> mask_;
+  ExpertBackend* host_ = nullptr;
+  WeightView host_gate_, host_up_, host_down_;
+  static std::mutex& host_lock();
+};
+
+}  // namespace moeserve::backend

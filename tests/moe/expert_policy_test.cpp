@@ -1,0 +1,123 @@
+// The expert placement flags (--placement, --n-cpu-moe, --cpu-moe,
+// --gpu-mem, --expert-stats) resolved against the tiny MoE model (4 layers
+// x 16 experts): what each keeps on the GPU, and every conflicting or
+// impossible request refused with an error that names the flag or file.
+#include "moe/expert_policy.h"
+
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <string>
+
+#include "moe/json_file.h"
+#include "moe/placement.h"
+
+namespace moeserve::moe {
+namespace {
+
+const std::string kModel = std::string(MOESERVE_TEST_DATA_DIR) + "/models/qwen3moe-tiny.bf16.gguf";
+
+GgufFile tiny() {
+  auto f = GgufFile::open(kModel);
+  EXPECT_TRUE(f.is_ok());
+  return std::move(f.value());
+}
+
+size_t n_hot(const ExpertPolicy& p) {
+  size_t n = 0;
+  for (const auto& l : p.gpu_experts) n += l.size();
+  return n;
+}
+
+TEST(ExpertPolicy, NCpuMoeAndCpuMoe) {
+  const GgufFile f = tiny();
+  ExpertPolicyOptions o;
+  o.n_cpu_moe = 1;
+  auto p = resolve_expert_policy(f, o);
+  ASSERT_TRUE(p.is_ok()) << p.status().to_string();
+  ASSERT_EQ(p->gpu_experts.size(), 4u);
+  EXPECT_TRUE(p->split);
+  EXPECT_TRUE(p->gpu_experts[0].empty());
+  for (int l = 1; l < 4; ++l) EXPECT_EQ(p->gpu_experts[size_t(l)].size(), 16u);
+  o.n_cpu_moe = 0;  // nothing on the CPU
+  p = resolve_expert_policy(f, o);
+  ASSERT_TRUE(p.is_ok());
+  EXPECT_FALSE(p->split);
+  EXPECT_EQ(n_hot(*p), 64u);
+  o.n_cpu_moe = -1, o.cpu_moe = true;
+  p = resolve_expert_policy(f, o);
+  ASSERT_TRUE(p.is_ok());
+  EXPECT_TRUE(p->split);
+  EXPECT_EQ(n_hot(*p), 0u);
+  EXPECT_EQ(p->gpu_expert_bytes, 0u);
+}
+
+TEST(ExpertPolicy, GpuMemPlansAndPlacementFilesAreRead) {
+  const GgufFile f = tiny();
+  const MoeShape shape = moe_shape(f).value();
+  ExpertPolicyOptions o;
+  // Dense + KV + 1 GiB reserve + room for about half the experts.
+  const uint64_t kv = shape.kv_bytes_per_position * 4096;
+  o.gpu_mem = std::to_string(shape.dense_bytes + kv + (uint64_t(1) << 30) + shape.all_expert_bytes() / 2);
+  auto p = resolve_expert_policy(f, o);
+  ASSERT_TRUE(p.is_ok()) << p.status().to_string();
+  EXPECT_TRUE(p->split);
+  EXPECT_GT(n_hot(*p), 16u);
+  EXPECT_LT(n_hot(*p), 64u);
+  EXPECT_NE(p->summary.find("--gpu-mem"), std::string::npos) << p->summary;
+
+  ExpertPlacement placement;
+  placement.hot = {{0, 1, 2, 3}, {}, {5}, {15}};
+  const std::string path = ::testing::TempDir() + "policy_placement.json";
+  ASSERT_TRUE(write_text_file(path, to_json(placement, shape)).is_ok());
+  ExpertPolicyOptions from_file;
+  from_file.placement_path = path;
+  p = resolve_expert_policy(f, from_file);
+  ASSERT_TRUE(p.is_ok()) << p.status().to_string();
+  EXPECT_EQ(p->gpu_experts, placement.hot);
+  EXPECT_EQ(p->gpu_expert_bytes, placement.hot_bytes(shape));
+  // It must fit the GPU with the dense weights and the KV cache.
+  from_file.gpu_free_bytes = shape.dense_bytes + 1;
+  p = resolve_expert_policy(f, from_file);
+  ASSERT_FALSE(p.is_ok());
+  EXPECT_EQ(p.status().code(), StatusCode::kResourceExhausted);
+  EXPECT_NE(p.status().message().find(path), std::string::npos) << p.status().to_string();
+  std::remove(path.c_str());
+}
+
+TEST(ExpertPolicy, RefusesConflictsAndBadValues) {
+  const GgufFile f = tiny();
+  auto refused = [&](const ExpertPolicyOptions& o, const char* needle) {
+    auto p = resolve_expert_policy(f, o);
+    ASSERT_FALSE(p.is_ok()) << needle;
+    EXPECT_NE(p.status().message().find(needle), std::string::npos) << p.status().to_string();
+  };
+  ExpertPolicyOptions two;
+  two.cpu_moe = true, two.n_cpu_moe = 2;
+  refused(two, "give one");
+  ExpertPolicyOptions too_many;
+  too_many.n_cpu_moe = 5;
+  refused(too_many, "--n-cpu-moe 5");
+  ExpertPolicyOptions stats_alone;
+  stats_alone.stats_path = "stats.json";
+  refused(stats_alone, "--expert-stats");
+  ExpertPolicyOptions tiny_budget;
+  tiny_budget.gpu_mem = "1MiB";
+  refused(tiny_budget, "");
+  ExpertPolicyOptions bad_size;
+  bad_size.gpu_mem = "lots";
+  refused(bad_size, "--gpu-mem");
+  ExpertPolicyOptions missing;
+  missing.placement_path = "/nonexistent/placement.json";
+  refused(missing, "/nonexistent/placement.json");
+  EXPECT_FALSE(policy_requested(ExpertPolicyOptions{}));
+  // A dense model has no experts to place.
+  auto dense = GgufFile::open(std::string(MOESERVE_TEST_DATA_DIR) + "/models/qwen3-tiny.bf16.gguf");
+  ASSERT_TRUE(dense.is_ok());
+  ExpertPolicyOptions cpu;
+  cpu.cpu_moe = true;
+  EXPECT_FALSE(resolve_expert_policy(dense.value(), cpu).is_ok());
+}
+
+}  // namespace
+}  // namespace moeserve::moe

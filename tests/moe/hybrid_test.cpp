@@ -1,0 +1,95 @@
+// Experts shared between the GPU and the CPU (runtime ModelLoadOptions::
+// gpu_experts): on the tiny trained MoE model, greedy continuations with
+// half of each layer's experts on the GPU, with the experts of the first
+// layers on the CPU (--n-cpu-moe), with every expert on the CPU (--cpu-moe)
+// equal those of all experts on the GPU and of the CPU alone, in prefill
+// chunks and in decode; the splits count their hits. Needs a GPU
+// (MOESERVE_TEST_DEVICE=cuda on the GPU machine); skips elsewhere.
+#include <gtest/gtest.h>
+
+#include <numeric>
+#include <string>
+
+#include "runtime/generator.h"
+#include "runtime/model.h"
+#include "test_device.h"
+
+namespace moeserve::runtime {
+namespace {
+
+const std::string kModel = std::string(MOESERVE_TEST_DATA_DIR) + "/models/qwen3moe-tiny.bf16.gguf";
+constexpr int64_t kLayers = 4, kExperts = 16;
+
+std::unique_ptr<Model> load(const std::string& device, std::vector<std::vector<int32_t>> gpu_experts, bool split) {
+  ModelLoadOptions o{.n_threads = 2, .device = device};
+  o.gpu_experts = std::move(gpu_experts);
+  o.split_experts = split;
+  auto m = Model::load(kModel, o);
+  EXPECT_TRUE(m.is_ok()) << m.status().to_string();
+  return m.is_ok() ? std::move(m.value()) : nullptr;
+}
+
+std::vector<int32_t> greedy(Model& m, const std::vector<int32_t>& prompt, int64_t n_batch, int n) {
+  Generator g(m, 256);
+  EXPECT_TRUE(g.status().is_ok());
+  std::vector<int32_t> out;
+  int32_t id = -1;
+  EXPECT_TRUE(g.prefill_greedy(prompt, n_batch, &id).is_ok());
+  out.push_back(id);
+  while (int(out.size()) < n) {
+    EXPECT_TRUE(g.decode_greedy(id, &id).is_ok());
+    out.push_back(id);
+  }
+  return out;
+}
+
+TEST(HybridExperts, SameGreedyOutputWhereverTheExpertsRun) {
+  if (testing::test_device().rfind("cuda", 0) != 0) GTEST_SKIP() << "needs MOESERVE_TEST_DEVICE=cuda (a GPU)";
+  const std::vector<std::vector<int32_t>> prompts = {
+      {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22, 23, 24, 25, 26, 27, 28, 29, 30, 31, 32, 33},
+      {500, 17, 900, 4, 77, 1200},
+      {42}};
+  auto cpu = load("cpu", {}, false);
+  auto gpu = load(testing::test_device(), {}, false);
+  ASSERT_TRUE(cpu && gpu);
+  std::vector<int32_t> all(kExperts), even, odd_layers_none;
+  std::iota(all.begin(), all.end(), 0);
+  for (int32_t e = 0; e < kExperts; e += 2) even.push_back(e);
+  struct Case {
+    const char* name;
+    std::vector<std::vector<int32_t>> gpu_experts;
+  };
+  const std::vector<Case> cases = {
+      {"half of each layer", {even, even, even, even}},
+      {"--n-cpu-moe 2", {{}, {}, all, all}},
+      {"--cpu-moe", {{}, {}, {}, {}}},
+      {"mixed", {{3}, all, {}, even}},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name);
+    auto hybrid = load(testing::test_device(), c.gpu_experts, true);
+    ASSERT_TRUE(hybrid);
+    for (const auto& p : prompts) {
+      for (int64_t n_batch : {int64_t(512), int64_t(5)}) {
+        const std::vector<int32_t> want_gpu = greedy(*gpu, p, n_batch, 24);
+        EXPECT_EQ(greedy(*hybrid, p, n_batch, 24), want_gpu) << "prompt of " << p.size() << ", batch " << n_batch;
+        EXPECT_EQ(greedy(*cpu, p, n_batch, 24), want_gpu);
+      }
+    }
+    // Layers with experts on the CPU counted their hits; every routed pair once.
+    const auto& splits = hybrid->expert_splits();
+    ASSERT_EQ(int64_t(splits.size()), kLayers);
+    for (int64_t l = 0; l < kLayers; ++l) {
+      const backend::ExpertSplit& s = *splits[size_t(l)];
+      if (s.all_local()) continue;
+      EXPECT_GT(s.host_pairs.load(), 0) << "layer " << l;
+      EXPECT_EQ((s.local_pairs + s.host_pairs) % 4, 0) << "layer " << l;  // n_expert_used 4 a token
+      if (s.local().empty()) {
+        EXPECT_EQ(s.local_pairs.load(), 0) << "layer " << l;
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace moeserve::runtime

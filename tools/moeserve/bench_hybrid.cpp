@@ -1,0 +1,66 @@
+#include "tools/moeserve/bench_hybrid.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+
+#include "moe/moe_shape.h"
+
+namespace moeserve::tools {
+
+void HybridHits::start() {
+  const auto& splits = model_.expert_splits();
+  if (splits.empty()) return;
+  local_.resize(splits.size()), host_.resize(splits.size());
+  local0_.resize(splits.size()), host0_.resize(splits.size());
+  for (size_t l = 0; l < splits.size(); ++l) {
+    local0_[l] = splits[l] ? splits[l]->local_pairs.load() : 0;
+    host0_[l] = splits[l] ? splits[l]->host_pairs.load() : 0;
+  }
+}
+
+void HybridHits::stop() {
+  const auto& splits = model_.expert_splits();
+  for (size_t l = 0; l < local_.size(); ++l) {
+    local_[l] += (splits[l] ? splits[l]->local_pairs.load() : 0) - local0_[l];
+    host_[l] += (splits[l] ? splits[l]->host_pairs.load() : 0) - host0_[l];
+  }
+}
+
+void HybridHits::print(double hbm_gb_s, double dram_gb_s, double tg_tok_s) const {
+  if (local_.empty()) return;
+  Result<moe::MoeShape> shape = moe::moe_shape(model_.file());
+  if (!shape.is_ok()) return;
+  const auto& splits = model_.expert_splits();
+  const double K = double(shape->n_expert_used);
+  // Tokens decoded: a layer counted by its splits saw K selections a token.
+  int64_t tokens = 0;
+  for (size_t l = 0; l < local_.size(); ++l) tokens = std::max<int64_t>(tokens, (local_[l] + host_[l]) / int64_t(K));
+  if (tokens == 0) return;
+  double gpu_expert = 0.0, cpu_expert = 0.0, all_expert = 0.0;
+  int64_t hits = 0, misses = 0;
+  for (size_t l = 0; l < splits.size(); ++l) {
+    const double eb = double(shape->expert_bytes[l]);
+    all_expert += K * eb;
+    if (splits[l] == nullptr || splits[l]->all_local()) {
+      gpu_expert += K * eb;
+      hits += int64_t(K) * tokens;
+      continue;
+    }
+    gpu_expert += double(local_[l]) / double(tokens) * eb;
+    cpu_expert += double(host_[l]) / double(tokens) * eb;
+    hits += local_[l], misses += host_[l];
+  }
+  const double dense = std::max(0.0, double(model_.info().active_bytes_per_token) - all_expert);
+  const double gpu_gb = (dense + gpu_expert) / 1e9, cpu_gb = cpu_expert / 1e9;
+  fmt::print("experts: hot-hit {:.1f}% of the decode selections ({} on the GPU, {} on the CPU over {} tokens)\n",
+             100.0 * double(hits) / double(std::max<int64_t>(hits + misses, 1)), hits, misses, tokens);
+  if (hbm_gb_s <= 0.0 || dram_gb_s <= 0.0) return;
+  const double roof = 1.0 / std::max(gpu_gb / hbm_gb_s, cpu_gb / dram_gb_s);
+  fmt::print("hybrid decode roofline: GPU {:.3f} GB/token at {:.0f} GB/s, CPU {:.3f} GB/token at {:.1f} GB/s: "
+             "max -> {:.0f} tok/s{}",
+             gpu_gb, hbm_gb_s, cpu_gb, dram_gb_s, roof, tg_tok_s > 0.0 ? "" : "\n");
+  if (tg_tok_s > 0.0) fmt::print(", tg is {:.1f}% of it\n", 100.0 * tg_tok_s / roof);
+}
+
+}  // namespace moeserve::tools

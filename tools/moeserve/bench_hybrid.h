@@ -1,0 +1,30 @@
+// moeserve bench with experts shared between the GPU and the CPU: the
+// hot-hit ratio of the decode runs and their roofline, max(GPU bytes / HBM
+// bandwidth, CPU bytes / DRAM bandwidth) per token (the two sides run at
+// the same time).
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "runtime/model.h"
+
+namespace moeserve::tools {
+
+// Selections served by the GPU and by the CPU, per layer, counted between
+// start() and stop() (the decode runs).
+class HybridHits {
+ public:
+  explicit HybridHits(const runtime::Model& model) : model_(model) {}
+  void start();
+  void stop();
+  bool any() const { return !local_.empty(); }
+  // Prints the hit ratio and the roofline line (nothing without splits).
+  void print(double hbm_gb_s, double dram_gb_s, double tg_tok_s) const;
+
+ private:
+  const runtime::Model& model_;
+  std::vector<int64_t> local_, host_, local0_, host0_;
+};
+
+}  // namespace moeserve::tools
