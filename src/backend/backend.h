@@ -273,6 +273,14 @@ class Device {
   // the copy it computes from (or leaving it in place).
   virtual Result<PlacedWeights> place_weights(std::span<const WeightRef> weights) = 0;
   virtual Result<std::unique_ptr<Ops>> create_ops() = 0;
+  // Host memory the device will copy weights from while running (experts
+  // shared with the host, copied over for a prefill chunk): a GPU pins it
+  // for asynchronous copies at full speed and returns the measured
+  // host-to-device bandwidth in bytes/s. 0: not done (copies unavailable).
+  virtual Result<double> pin_host_memory(std::span<const uint8_t> bytes) {
+    (void)bytes;
+    return 0.0;
+  }
 
  protected:
   friend class DeviceMemory;

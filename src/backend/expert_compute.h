@@ -19,7 +19,7 @@ struct ExpertJob {
   int32_t expert = 0;
   const float* x = nullptr;  // [n_tokens][n_embd] normed hidden rows
   int64_t n_tokens = 0;
-  float* y = nullptr;        // [n_tokens][n_embd] written: down(silu(gate x) * up x), unweighted
+  float* y = nullptr;  // [n_tokens][n_embd] written: down(silu(gate x) * up x), unweighted
 };
 
 // Every expert job of one layer for one chunk, handed over at once so a
@@ -27,10 +27,10 @@ struct ExpertJob {
 struct ExpertBatch {
   int layer = 0;
   int64_t n_embd = 0;
-  int64_t n_ff = 0;                       // expert FFN width
-  const WeightView* gate = nullptr;       // stacked [n_expert] of {n_embd -> n_ff}
+  int64_t n_ff = 0;                  // expert FFN width
+  const WeightView* gate = nullptr;  // stacked [n_expert] of {n_embd -> n_ff}
   const WeightView* up = nullptr;
-  const WeightView* down = nullptr;       // stacked [n_expert] of {n_ff -> n_embd}
+  const WeightView* down = nullptr;  // stacked [n_expert] of {n_ff -> n_embd}
   std::span<const ExpertJob> jobs;
 };
 

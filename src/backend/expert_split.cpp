@@ -10,6 +10,7 @@ ExpertSplit::ExpertSplit(int64_t n_expert, std::vector<int32_t> local, ExpertBac
   local_.erase(std::unique(local_.begin(), local_.end()), local_.end());
   std::erase_if(local_, [&](int32_t e) { return e < 0 || e >= n_expert_; });
   local_index_.assign(size_t(n_expert_), -1);
+  selections_ = std::make_unique<std::atomic<int64_t>[]>(size_t(std::max<int64_t>(n_expert_, 1)));
   mask_.assign(size_t(n_expert_ + 63) / 64, 0);
   for (size_t i = 0; i < local_.size(); ++i) {
     local_index_[size_t(local_[i])] = int32_t(i);
@@ -24,8 +25,8 @@ void ExpertSplit::set_host_view(WeightUse use, const WeightView& view) {
 }
 
 const WeightView* ExpertSplit::host_view(WeightUse use) const {
-  const WeightView* v = use == WeightUse::kExpertGate ? &host_gate_
-                        : use == WeightUse::kExpertUp ? &host_up_
+  const WeightView* v = use == WeightUse::kExpertGate   ? &host_gate_
+                        : use == WeightUse::kExpertUp   ? &host_up_
                         : use == WeightUse::kExpertDown ? &host_down_
                                                         : nullptr;
   return v != nullptr && v->present() ? v : nullptr;
@@ -36,13 +37,14 @@ std::mutex& ExpertSplit::host_lock() {
   return m;
 }
 
-Status ExpertSplit::compute_on_host(int layer, int64_t n_embd, int64_t n_ff, std::span<const ExpertJob> jobs) const {
+Status ExpertSplit::compute_on_host(int layer, int64_t n_embd, int64_t n_ff,
+                                    std::span<const ExpertJob> jobs) const {
   if (jobs.empty()) return Status::ok();
   const WeightView *g = host_view(WeightUse::kExpertGate), *u = host_view(WeightUse::kExpertUp),
                    *d = host_view(WeightUse::kExpertDown);
   if (host_ == nullptr || g == nullptr || u == nullptr || d == nullptr) {
-    return make_error(StatusCode::kInternal, "layer {}: experts placed off the device, but no host copy to compute them",
-                      layer);
+    return make_error(StatusCode::kInternal,
+                      "layer {}: experts placed off the device, but no host copy to compute them", layer);
   }
   ExpertBatch batch;
   batch.layer = layer;

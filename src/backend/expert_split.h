@@ -9,12 +9,14 @@
 
 #include <atomic>
 #include <cstdint>
+#include <memory>
 #include <mutex>
 #include <span>
 #include <vector>
 
 #include "backend/backend.h"
 #include "backend/expert_compute.h"
+#include "backend/expert_cost.h"
 #include "core/status.h"
 #include "tensor/weight_view.h"
 
@@ -36,6 +38,10 @@ class ExpertSplit {
   int32_t local_index(int32_t expert) const { return local_index_[size_t(expert)]; }
   bool all_local() const { return int64_t(local_.size()) == n_expert_; }
   ExpertBackend* host() const { return host_; }
+  // Decides per call whether the cold experts are copied to the device
+  // instead (shared by the layers; null: always computed on the host).
+  ExpertCostModel* cost() const { return cost_; }
+  void set_cost(ExpertCostModel* cost) { cost_ = cost; }
 
   // The full stacks the host reads (all n_expert matrices, host memory).
   // Recorded by the device that places the layer's stacks, before it
@@ -49,13 +55,21 @@ class ExpertSplit {
   // Selections served locally and by the host since start (the hot-hit
   // ratio); counted only while some expert is not local (all local: 1).
   mutable std::atomic<int64_t> local_pairs{0}, host_pairs{0};
+  // Of the host pairs, those computed on the device after a copy of their weights.
+  mutable std::atomic<int64_t> copied_pairs{0};
+  // Selections of each expert since start (counted where the host sees
+  // them: while some expert is not local), for live routing statistics.
+  void count_selection(int32_t expert, int64_t n = 1) const { selections_[size_t(expert)] += n; }
+  int64_t selections(int32_t expert) const { return selections_[size_t(expert)].load(); }
 
  private:
   int64_t n_expert_ = 0;
   std::vector<int32_t> local_;
   std::vector<int32_t> local_index_;  // [n_expert]: index into local_, -1: host
   std::vector<uint64_t> mask_;
+  std::unique_ptr<std::atomic<int64_t>[]> selections_;
   ExpertBackend* host_ = nullptr;
+  ExpertCostModel* cost_ = nullptr;
   WeightView host_gate_, host_up_, host_down_;
   static std::mutex& host_lock();
 };

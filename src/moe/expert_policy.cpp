@@ -27,8 +27,8 @@ ExpertPolicy from_placement(const MoeShape& shape, ExpertPlacement p, std::strin
   out.gpu_expert_bytes = p.hot_bytes(shape);
   const int64_t total = shape.n_layer * shape.n_expert;
   out.split = p.n_hot() < total;
-  out.summary = fmt::format("experts: {} of {} on the GPU ({:.2f} GiB), the rest on the CPU threads ({})", p.n_hot(),
-                            total, gib(out.gpu_expert_bytes), how);
+  out.summary = fmt::format("experts: {} of {} on the GPU ({:.2f} GiB), the rest on the CPU threads ({})",
+                            p.n_hot(), total, gib(out.gpu_expert_bytes), how);
   if (!out.split) out.summary = fmt::format("experts: all {} on the GPU ({})", total, how);
   out.gpu_experts = std::move(p.hot);
   return out;
@@ -41,12 +41,13 @@ Status check_fits(const MoeShape& shape, const ExpertPolicy& policy, const Exper
                       uint64_t(std::max<int64_t>(o.parallel, 1));
   const uint64_t need = shape.dense_bytes + kv + policy.gpu_expert_bytes;
   if (need <= o.gpu_free_bytes) return Status::ok();
-  return make_error(StatusCode::kResourceExhausted,
-                    "{} does not fit the GPU: dense weights {:.2f} GiB + KV cache {:.2f} GiB (--ctx-size {} x "
-                    "--parallel {}) + hot experts {:.2f} GiB = {:.2f} GiB, {:.2f} GiB free; place fewer experts "
-                    "(moeserve place --gpu-mem), or use --gpu-mem SIZE",
-                    what, gib(shape.dense_bytes), gib(kv), o.ctx_size, o.parallel, gib(policy.gpu_expert_bytes),
-                    gib(need), gib(o.gpu_free_bytes));
+  return make_error(
+      StatusCode::kResourceExhausted,
+      "{} does not fit the GPU: dense weights {:.2f} GiB + KV cache {:.2f} GiB (--ctx-size {} x "
+      "--parallel {}) + hot experts {:.2f} GiB = {:.2f} GiB, {:.2f} GiB free; place fewer experts "
+      "(moeserve place --gpu-mem), or use --gpu-mem SIZE",
+      what, gib(shape.dense_bytes), gib(kv), o.ctx_size, o.parallel, gib(policy.gpu_expert_bytes), gib(need),
+      gib(o.gpu_free_bytes));
 }
 
 }  // namespace
@@ -56,10 +57,12 @@ bool policy_requested(const ExpertPolicyOptions& o) {
 }
 
 Result<ExpertPolicy> resolve_expert_policy(const GgufFile& file, const ExpertPolicyOptions& o) {
-  const int given = int(!o.placement_path.empty()) + int(o.n_cpu_moe >= 0) + int(o.cpu_moe) + int(!o.gpu_mem.empty());
+  const int given =
+      int(!o.placement_path.empty()) + int(o.n_cpu_moe >= 0) + int(o.cpu_moe) + int(!o.gpu_mem.empty());
   if (given > 1) {
-    return make_error(StatusCode::kInvalidArgument,
-                      "--placement, --n-cpu-moe, --cpu-moe and --gpu-mem each choose where the experts go: give one");
+    return make_error(
+        StatusCode::kInvalidArgument,
+        "--placement, --n-cpu-moe, --cpu-moe and --gpu-mem each choose where the experts go: give one");
   }
   if (!o.stats_path.empty() && o.gpu_mem.empty()) {
     return make_error(StatusCode::kInvalidArgument,
@@ -76,8 +79,8 @@ Result<ExpertPolicy> resolve_expert_policy(const GgufFile& file, const ExpertPol
     how = "--cpu-moe";
   } else if (o.n_cpu_moe >= 0) {
     if (o.n_cpu_moe > shape.n_layer) {
-      return make_error(StatusCode::kInvalidArgument, "--n-cpu-moe {}: the model has {} layers (0..{})", o.n_cpu_moe,
-                        shape.n_layer, shape.n_layer);
+      return make_error(StatusCode::kInvalidArgument, "--n-cpu-moe {}: the model has {} layers (0..{})",
+                        o.n_cpu_moe, shape.n_layer, shape.n_layer);
     }
     for (int64_t l = o.n_cpu_moe; l < shape.n_layer; ++l) p.hot[size_t(l)] = all_experts(shape.n_expert);
     how = fmt::format("--n-cpu-moe {}", o.n_cpu_moe);
@@ -92,8 +95,9 @@ Result<ExpertPolicy> resolve_expert_policy(const GgufFile& file, const ExpertPol
       stats = std::make_unique<ExpertStats>(std::move(s));
     }
     PlacementPlan plan = plan_placement(shape, stats.get(), budget.experts);
-    how = fmt::format("--gpu-mem {}, {} {:.1f}%", o.gpu_mem,
-                      stats ? "expected hot-hit" : "spread evenly, hot share", 100.0 * plan.expected_hit_ratio);
+    how =
+        fmt::format("--gpu-mem {}, {} {:.1f}%", o.gpu_mem,
+                    stats ? "expected hot-hit" : "spread evenly, hot share", 100.0 * plan.expected_hit_ratio);
     p = std::move(plan.placement);
   } else {
     return make_error(StatusCode::kInvalidArgument, "no expert placement flag was given");

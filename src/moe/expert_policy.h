@@ -17,11 +17,11 @@
 namespace moeserve::moe {
 
 struct ExpertPolicyOptions {
-  std::string placement_path;  // --placement FILE
-  int64_t n_cpu_moe = -1;      // --n-cpu-moe N (-1: not given)
-  bool cpu_moe = false;        // --cpu-moe
-  std::string gpu_mem;         // --gpu-mem SIZE ("": not given)
-  std::string stats_path;      // --expert-stats FILE (with --gpu-mem)
+  std::string placement_path;             // --placement FILE
+  int64_t n_cpu_moe = -1;                 // --n-cpu-moe N (-1: not given)
+  bool cpu_moe = false;                   // --cpu-moe
+  std::string gpu_mem;                    // --gpu-mem SIZE ("": not given)
+  std::string stats_path;                 // --expert-stats FILE (with --gpu-mem)
   int64_t ctx_size = 4096, parallel = 1;  // the KV cache the budget leaves room for
   // GPU memory free for the model (0: unknown): a placement whose dense
   // weights, KV cache and hot experts exceed it is refused before loading.

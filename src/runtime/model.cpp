@@ -1,9 +1,11 @@
 #include "runtime/model.h"
 
 #include <chrono>
+#include <cstdlib>
 
 #include "backend/devices.h"
 #include "core/log.h"
+#include "core/memory_bandwidth.h"
 #include "format/model_keys.h"
 #include "models/registry.h"
 #include "tokenizer/vocab_gguf.h"
@@ -33,6 +35,7 @@ Result<std::unique_ptr<Model>> Model::from_gguf(GgufFile file, const ModelLoadOp
   if (options.populate && m->file_.file_backed() && on_cpu) MappedFile::populate(m->file_.bytes());
   const auto t0 = std::chrono::steady_clock::now();
   MOESERVE_ASSIGN_OR_RETURN(m->net_, models::create_model(m->file_, placement));
+  if (!m->splits_.empty()) m->pin_for_expert_copies();
   if (m->packed().tensors > 0) {
     MOESERVE_LOG_INFO("packed {} weight tensors ({:.2f} GiB) for the {} kernels in {:.2f} s", m->packed().tensors,
                       double(m->packed().bytes) / double(1 << 30), cpu::simd_level_name(cpu::cpu_kernels().level),
@@ -61,6 +64,19 @@ Status Model::split_experts(const std::vector<std::vector<int32_t>>& gpu_experts
                       file_.name(), gpu_experts.size(), n_layer);
   }
   host_experts_ = std::make_unique<backend::CpuExpertBackend>(pool_.get());
+  // The cost model's CPU side: DRAM measured now, the arithmetic guessed
+  // (about 50 GFLOP/s a thread with the integer dot products) and refined
+  // from the host calls; PCIe once the file is pinned (after placement).
+  backend::ExpertCostInputs in;
+  if (Result<double> dram = measure_read_bandwidth({.pool = pool_.get()}); dram.is_ok()) in.dram_bytes_per_s = *dram * 1e9;
+  in.cpu_flops_per_s = 50e9 * double(pool_->size());
+  if (const char* v = std::getenv("MOESERVE_EXPERT_COPIES"); v != nullptr) {
+    const std::string p = v;
+    in.policy = p == "never"    ? backend::ExpertCopyPolicy::kNever
+                : p == "always" ? backend::ExpertCopyPolicy::kAlways
+                                : backend::ExpertCopyPolicy::kAuto;
+  }
+  expert_cost_ = std::make_unique<backend::ExpertCostModel>(in);
   splits_.resize(size_t(n_layer));
   placement.expert_splits.assign(size_t(n_layer), nullptr);
   for (int64_t l = 0; l < n_layer; ++l) {
@@ -73,9 +89,30 @@ Status Model::split_experts(const std::vector<std::vector<int32_t>>& gpu_experts
       }
     }
     splits_[size_t(l)] = std::make_unique<backend::ExpertSplit>(n_expert, ids, host_experts_.get());
+    splits_[size_t(l)]->set_cost(expert_cost_.get());
     placement.expert_splits[size_t(l)] = splits_[size_t(l)].get();
   }
   return Status::ok();
+}
+
+// A prefill chunk may copy cold experts to the GPU: their source (the
+// file's mapping) is pinned for full-speed asynchronous copies. Without it
+// the CPU computes them at every batch size.
+void Model::pin_for_expert_copies() {
+  const auto t0 = std::chrono::steady_clock::now();
+  Result<double> pcie = gpu_->pin_host_memory(file_.bytes());
+  if (!pcie.is_ok() || *pcie <= 0.0) {
+    MOESERVE_LOG_INFO("cold experts are computed on the CPU at every batch size: {}",
+                      pcie.is_ok() ? std::string("the GPU does not copy from host memory") : pcie.status().message());
+    return;
+  }
+  expert_cost_->set_pcie(*pcie);
+  const backend::ExpertCostInputs in = expert_cost_->inputs();
+  MOESERVE_LOG_INFO("cold experts: the file pinned in {:.1f} s; PCIe {:.1f} GB/s, DRAM {:.1f} GB/s, CPU ~{:.0f} GFLOP/s "
+                    "(refined as it runs): a chunk copies a layer's cold experts to the GPU when that is quicker "
+                    "than the CPU computing them",
+                    std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), *pcie / 1e9,
+                    in.dram_bytes_per_s / 1e9, in.cpu_flops_per_s / 1e9);
 }
 
 Result<KvCache> Model::new_kv_cache(int64_t capacity) {

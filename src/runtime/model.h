@@ -48,6 +48,7 @@ class Model {
 
   const GgufFile& file() const { return file_; }
   models::LanguageModel& net() { return *net_; }
+  const models::LanguageModel& net() const { return *net_; }
   const models::ModelInfo& info() const { return net_->info(); }
   const tok::Tokenizer& tokenizer() const { return *tokenizer_; }
   ThreadPool& pool() { return *pool_; }
@@ -72,11 +73,13 @@ class Model {
  private:
   explicit Model(GgufFile file) : file_(std::move(file)) {}
   Status split_experts(const std::vector<std::vector<int32_t>>& gpu_experts, models::Placement& placement);
+  void pin_for_expert_copies();
   GgufFile file_;
   std::unique_ptr<ThreadPool> pool_;
   std::unique_ptr<backend::CpuDevice> cpu_;     // declared before net_: outlives the views into it
   std::unique_ptr<backend::Device> gpu_;
   std::unique_ptr<backend::ExpertBackend> host_experts_;         // computes the splits' CPU experts
+  std::unique_ptr<backend::ExpertCostModel> expert_cost_;        // CPU or a copy to the GPU, per call
   std::vector<std::unique_ptr<backend::ExpertSplit>> splits_;  // declared before net_: outlive it
   std::string device_reason_;
   std::unique_ptr<models::LanguageModel> net_;

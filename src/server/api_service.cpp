@@ -1,4 +1,5 @@
 #include "server/api_service.h"
+#include "server/expert_stats.h"
 
 #include <algorithm>
 #include <new>
@@ -86,6 +87,7 @@ ApiReply ApiService::handle(const ApiRequest& r) {
   static constexpr std::string_view kRoutes[] = {"/health",
                                                  "/v1/models",
                                                  "/metrics",
+                                                 "/stats/experts",
                                                  "/",
                                                  "/v1/chat/completions",
                                                  "/v1/completions",
@@ -110,6 +112,7 @@ ApiReply ApiService::route(const ApiRequest& r) {
     if (r.path == "/health") return health();
     if (r.path == "/v1/models" || r.path == "/models") return models();
     if (r.path == "/metrics") return metrics_text();
+    if (r.path == "/stats/experts") return json_reply(200, expert_stats_json(model_));
     if (r.path == "/" || r.path == "/index.html") {
       ApiReply page;
       page.content_type = "text/html; charset=utf-8";
@@ -389,7 +392,7 @@ ApiReply ApiService::metrics_text() {
   metrics_->set(api::Gauge::kPrefixCacheEntries, double(s.prefix.entries));
   ApiReply r;
   r.content_type = "text/plain; version=0.0.4; charset=utf-8";
-  r.body = metrics_->render_prometheus();
+  r.body = metrics_->render_prometheus() + expert_stats_prometheus(model_);
   return r;
 }
 

@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <string>
 
+#include "backend/expert_cost.h"
 #include "moe/json_file.h"
 #include "moe/placement.h"
 
@@ -117,6 +118,41 @@ TEST(ExpertPolicy, RefusesConflictsAndBadValues) {
   ExpertPolicyOptions cpu;
   cpu.cpu_moe = true;
   EXPECT_FALSE(resolve_expert_policy(dense.value(), cpu).is_ok());
+}
+
+// The cost model on given bandwidths (the 30b-a3b shapes: an expert of
+// 2.65 MB, 2048 x 768): decode computes cold experts on the CPU, a prefill
+// chunk copies them; no PCIe or a forced policy decide alone; compute-bound
+// host calls teach it the CPU's speed.
+TEST(ExpertCostModel, DecodeOnTheCpuPrefillCopies) {
+  backend::ExpertCostInputs in;
+  in.pcie_bytes_per_s = 55e9, in.dram_bytes_per_s = 135e9, in.cpu_flops_per_s = 800e9;
+  backend::ExpertCostModel m(in);
+  const double expert = 2.65e6, pair_flops = 6.0 * 2048 * 768;
+  const int64_t chunk_copies =
+      m.experts_to_copy(std::vector<int32_t>(64, 32), expert, pair_flops);  // 512 tokens
+  EXPECT_GE(chunk_copies, 48);
+  EXPECT_LT(chunk_copies, 64);  // while the CPU computes a few
+  EXPECT_EQ(m.experts_to_copy(std::vector<int32_t>(64, 1), expert, pair_flops), 0);  // 64 tokens, 64 experts
+  // Decode (one token an expert): all on the CPU; a chunk: the busiest
+  // experts copied while the CPU takes the ones with few tokens.
+  const std::vector<int32_t> decode = {1, 1, 1, 1};
+  EXPECT_EQ(m.experts_to_copy(decode, expert, pair_flops), 0);
+  std::vector<int32_t> chunk(64, 2);
+  for (int i = 0; i < 32; ++i) chunk[size_t(i)] = 100;
+  const int64_t k = m.experts_to_copy(chunk, expert, pair_flops);
+  EXPECT_GE(k, 16);
+  EXPECT_LT(k, 64);  // the CPU keeps some of the two-token experts meanwhile
+  m.observe_host(64 * expert, 2048 * pair_flops, 0.5, 2048, 64);  // the CPU was far slower than guessed
+  EXPECT_NEAR(m.inputs().cpu_flops_per_s, 0.7 * 800e9 + 0.3 * (2048 * pair_flops / 0.5), 1e3);
+  m.observe_host(4 * expert, 4 * pair_flops, 0.5, 4, 4);  // one token an expert: overheads, nothing learned
+  EXPECT_NEAR(m.inputs().cpu_flops_per_s, 0.7 * 800e9 + 0.3 * (2048 * pair_flops / 0.5), 1e3);
+  in.pcie_bytes_per_s = 0;
+  EXPECT_EQ(backend::ExpertCostModel(in).experts_to_copy(chunk, expert, 1e15), 0);  // nothing pinned: never
+  in.pcie_bytes_per_s = 55e9, in.policy = backend::ExpertCopyPolicy::kAlways;
+  EXPECT_EQ(backend::ExpertCostModel(in).experts_to_copy(decode, expert, 1), 4);
+  in.policy = backend::ExpertCopyPolicy::kNever;
+  EXPECT_EQ(backend::ExpertCostModel(in).experts_to_copy(chunk, expert, 1e15), 0);
 }
 
 }  // namespace

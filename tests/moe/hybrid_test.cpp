@@ -7,6 +7,7 @@
 // (MOESERVE_TEST_DEVICE=cuda on the GPU machine); skips elsewhere.
 #include <gtest/gtest.h>
 
+#include <cstdlib>
 #include <numeric>
 #include <string>
 
@@ -20,7 +21,8 @@ namespace {
 const std::string kModel = std::string(MOESERVE_TEST_DATA_DIR) + "/models/qwen3moe-tiny.bf16.gguf";
 constexpr int64_t kLayers = 4, kExperts = 16;
 
-std::unique_ptr<Model> load(const std::string& device, std::vector<std::vector<int32_t>> gpu_experts, bool split) {
+std::unique_ptr<Model> load(const std::string& device, std::vector<std::vector<int32_t>> gpu_experts,
+                            bool split) {
   ModelLoadOptions o{.n_threads = 2, .device = device};
   o.gpu_experts = std::move(gpu_experts);
   o.split_experts = split;
@@ -46,7 +48,8 @@ std::vector<int32_t> greedy(Model& m, const std::vector<int32_t>& prompt, int64_
 TEST(HybridExperts, SameGreedyOutputWhereverTheExpertsRun) {
   if (testing::test_device().rfind("cuda", 0) != 0) GTEST_SKIP() << "needs MOESERVE_TEST_DEVICE=cuda (a GPU)";
   const std::vector<std::vector<int32_t>> prompts = {
-      {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22, 23, 24, 25, 26, 27, 28, 29, 30, 31, 32, 33},
+      {1,  2,  3,  4,  5,  6,  7,  8,  9,  10, 11, 12, 13, 14, 15, 16, 17,
+       18, 19, 20, 21, 22, 23, 24, 25, 26, 27, 28, 29, 30, 31, 32, 33},
       {500, 17, 900, 4, 77, 1200},
       {42}};
   auto cpu = load("cpu", {}, false);
@@ -65,30 +68,42 @@ TEST(HybridExperts, SameGreedyOutputWhereverTheExpertsRun) {
       {"--cpu-moe", {{}, {}, {}, {}}},
       {"mixed", {{3}, all, {}, even}},
   };
-  for (const Case& c : cases) {
-    SCOPED_TRACE(c.name);
-    auto hybrid = load(testing::test_device(), c.gpu_experts, true);
-    ASSERT_TRUE(hybrid);
-    for (const auto& p : prompts) {
-      for (int64_t n_batch : {int64_t(512), int64_t(5)}) {
-        const std::vector<int32_t> want_gpu = greedy(*gpu, p, n_batch, 24);
-        EXPECT_EQ(greedy(*hybrid, p, n_batch, 24), want_gpu) << "prompt of " << p.size() << ", batch " << n_batch;
-        EXPECT_EQ(greedy(*cpu, p, n_batch, 24), want_gpu);
+  for (const char* copies : {"never", "always", "auto"}) {
+    // never: the CPU computes every cold expert; always: a chunk or a step
+    // copies them to the GPU; auto: the cost model picks (decode: the CPU).
+    setenv("MOESERVE_EXPERT_COPIES", copies, 1);
+    for (const Case& c : cases) {
+      SCOPED_TRACE(std::string(c.name) + ", copies " + copies);
+      auto hybrid = load(testing::test_device(), c.gpu_experts, true);
+      ASSERT_TRUE(hybrid);
+      for (const auto& p : prompts) {
+        for (int64_t n_batch : {int64_t(512), int64_t(5)}) {
+          const std::vector<int32_t> want_gpu = greedy(*gpu, p, n_batch, 24);
+          EXPECT_EQ(greedy(*hybrid, p, n_batch, 24), want_gpu)
+              << "prompt of " << p.size() << ", batch " << n_batch;
+          EXPECT_EQ(greedy(*cpu, p, n_batch, 24), want_gpu);
+        }
       }
-    }
-    // Layers with experts on the CPU counted their hits; every routed pair once.
-    const auto& splits = hybrid->expert_splits();
-    ASSERT_EQ(int64_t(splits.size()), kLayers);
-    for (int64_t l = 0; l < kLayers; ++l) {
-      const backend::ExpertSplit& s = *splits[size_t(l)];
-      if (s.all_local()) continue;
-      EXPECT_GT(s.host_pairs.load(), 0) << "layer " << l;
-      EXPECT_EQ((s.local_pairs + s.host_pairs) % 4, 0) << "layer " << l;  // n_expert_used 4 a token
-      if (s.local().empty()) {
-        EXPECT_EQ(s.local_pairs.load(), 0) << "layer " << l;
+      // Layers with experts on the CPU counted their hits; every routed pair once.
+      const auto& splits = hybrid->expert_splits();
+      ASSERT_EQ(int64_t(splits.size()), kLayers);
+      for (int64_t l = 0; l < kLayers; ++l) {
+        const backend::ExpertSplit& s = *splits[size_t(l)];
+        if (s.all_local()) continue;
+        EXPECT_GT(s.host_pairs.load(), 0) << "layer " << l;
+        EXPECT_EQ((s.local_pairs + s.host_pairs) % 4, 0) << "layer " << l;  // n_expert_used 4 a token
+        if (s.local().empty()) {
+          EXPECT_EQ(s.local_pairs.load(), 0) << "layer " << l;
+        }
+        if (std::string(copies) == "never") {
+          EXPECT_EQ(s.copied_pairs.load(), 0) << "layer " << l;
+        } else if (std::string(copies) == "always") {
+          EXPECT_EQ(s.copied_pairs.load(), s.host_pairs.load()) << "layer " << l;
+        }
       }
     }
   }
+  unsetenv("MOESERVE_EXPERT_COPIES");
 }
 
 }  // namespace

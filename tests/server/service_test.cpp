@@ -23,9 +23,12 @@ struct Fixture {
   std::unique_ptr<ApiService> service;
 
   explicit Fixture(runtime::EngineOptions eo = {}, std::string api_key = {},
-                   std::function<bool(const std::string&)> inject_allocation_failure = {}) {
-    model =
-        std::move(runtime::Model::load(kModel, {.n_threads = 1, .device = testing::test_device()}).value());
+                   std::function<bool(const std::string&)> inject_allocation_failure = {},
+                   std::vector<std::vector<int32_t>> gpu_experts = {}, bool split_experts = false) {
+    runtime::ModelLoadOptions lo{.n_threads = 1, .device = testing::test_device()};
+    lo.gpu_experts = std::move(gpu_experts);
+    lo.split_experts = split_experts;
+    model = std::move(runtime::Model::load(kModel, lo).value());
     if (eo.n_ctx == 4096) eo.n_ctx = 256;
     engine = std::make_unique<runtime::BatchEngine>(*model, eo);
     ServiceConfig c;
@@ -332,6 +335,38 @@ TEST(ApiService, TokenizeDetokenizeModelsAndMetrics) {
       << metrics;
   EXPECT_NE(metrics.find("moeserve_generated_tokens_total 3"), std::string::npos) << metrics;
   EXPECT_NE(metrics.find("moeserve_slots_total"), std::string::npos);
+}
+
+// GET /stats/experts: on a model with every expert on its device, a note;
+// with experts shared between the GPU and the CPU (the GPU machine), each
+// split layer's selections add up to what the requests routed, and
+// /metrics carries the per-layer hot-hit ratio.
+TEST(ApiService, ExpertStatsEndpoint) {
+  {
+    Fixture f;
+    const ApiReply r = f.get("/stats/experts");
+    ASSERT_EQ(r.status, 200);
+    const json j = json::parse(r.body);
+    EXPECT_FALSE(j["experts_split"].get<bool>());
+    EXPECT_TRUE(j.contains("note"));
+  }
+  if (testing::test_device().rfind("cuda", 0) != 0) GTEST_SKIP() << "the split half needs MOESERVE_TEST_DEVICE=cuda";
+  const std::vector<int32_t> some = {0, 1, 2, 3, 4, 5, 6, 7};
+  Fixture f({}, {}, {}, {some, {}, some, some}, true);
+  ASSERT_EQ(f.post("/v1/chat/completions", kChat).status, 200);
+  const json j = json::parse(f.get("/stats/experts").body);
+  ASSERT_TRUE(j["experts_split"].get<bool>());
+  ASSERT_EQ(j["layers"].size(), 4u);
+  for (const json& l : j["layers"]) {
+    int64_t sum = 0;
+    for (const json& c : l["selections"]) sum += c.get<int64_t>();
+    EXPECT_GT(sum, 0);
+    EXPECT_EQ(sum, l["selections_gpu"].get<int64_t>() + l["selections_cpu"].get<int64_t>());
+    EXPECT_EQ(sum % 4, 0);  // n_expert_used 4 a token
+  }
+  EXPECT_EQ(j["layers"][1]["selections_gpu"].get<int64_t>(), 0);  // no expert of layer 1 on the GPU
+  const std::string metrics = f.get("/metrics").body;
+  EXPECT_NE(metrics.find("moeserve_expert_hot_hit_ratio{layer=\"1\"} 0"), std::string::npos) << metrics;
 }
 
 }  // namespace

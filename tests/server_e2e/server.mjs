@@ -43,10 +43,14 @@ const READY_RE = /^moeserve serve: ready at (http:\/\/[^\s/]+)\/?\s*$/;
 // opts: model (path), args (extra flags), readyTimeoutMs (default 60 s), env.
 // MOESERVE_E2E_DEVICE (e.g. cuda) serves on that device instead of the
 // default one (scripts/device/e2e_gpu.sh runs the suite against a GPU server).
+// MOESERVE_E2E_MOE_ARGS (e.g. "--n-cpu-moe 2") adds flags when the model is
+// the MoE one (an expert placement: the suite against a hybrid server).
 export async function startServer(opts = {}) {
   const model = opts.model ?? MODEL_MOE;
   const device = process.env.MOESERVE_E2E_DEVICE ? ['--device', process.env.MOESERVE_E2E_DEVICE] : [];
-  const args = ['serve', '-m', model, '--host', '127.0.0.1', '--port', '0', ...device, ...(opts.args ?? [])];
+  const moeArgs = model === MODEL_MOE && process.env.MOESERVE_E2E_MOE_ARGS
+    ? process.env.MOESERVE_E2E_MOE_ARGS.split(' ').filter((a) => a.length > 0) : [];
+  const args = ['serve', '-m', model, '--host', '127.0.0.1', '--port', '0', ...device, ...moeArgs, ...(opts.args ?? [])];
   const bin = moeserveBin();
   const child = spawn(bin, args, {
     stdio: ['ignore', 'pipe', 'pipe'],

@@ -11,11 +11,11 @@ namespace moeserve::tools {
 void HybridHits::start() {
   const auto& splits = model_.expert_splits();
   if (splits.empty()) return;
-  local_.resize(splits.size()), host_.resize(splits.size());
-  local0_.resize(splits.size()), host0_.resize(splits.size());
+  for (auto* v : {&local_, &host_, &copied_, &local0_, &host0_, &copied0_}) v->resize(splits.size());
   for (size_t l = 0; l < splits.size(); ++l) {
     local0_[l] = splits[l] ? splits[l]->local_pairs.load() : 0;
     host0_[l] = splits[l] ? splits[l]->host_pairs.load() : 0;
+    copied0_[l] = splits[l] ? splits[l]->copied_pairs.load() : 0;
   }
 }
 
@@ -24,7 +24,20 @@ void HybridHits::stop() {
   for (size_t l = 0; l < local_.size(); ++l) {
     local_[l] += (splits[l] ? splits[l]->local_pairs.load() : 0) - local0_[l];
     host_[l] += (splits[l] ? splits[l]->host_pairs.load() : 0) - host0_[l];
+    copied_[l] += (splits[l] ? splits[l]->copied_pairs.load() : 0) - copied0_[l];
   }
+}
+
+void HybridHits::print_prefill() const {
+  if (local_.empty()) return;
+  int64_t local = 0, host = 0, copied = 0;
+  for (size_t l = 0; l < local_.size(); ++l) local += local_[l], host += host_[l], copied += copied_[l];
+  fmt::print(
+      "prefill experts: hot-hit {:.1f}% of the selections of split layers; of the cold ones {:.1f}% computed "
+      "on "
+      "the GPU after copying their weights, the rest on the CPU\n",
+      100.0 * double(local) / double(std::max<int64_t>(local + host, 1)),
+      100.0 * double(copied) / double(std::max<int64_t>(host, 1)));
 }
 
 void HybridHits::print(double hbm_gb_s, double dram_gb_s, double tg_tok_s) const {
@@ -35,7 +48,8 @@ void HybridHits::print(double hbm_gb_s, double dram_gb_s, double tg_tok_s) const
   const double K = double(shape->n_expert_used);
   // Tokens decoded: a layer counted by its splits saw K selections a token.
   int64_t tokens = 0;
-  for (size_t l = 0; l < local_.size(); ++l) tokens = std::max<int64_t>(tokens, (local_[l] + host_[l]) / int64_t(K));
+  for (size_t l = 0; l < local_.size(); ++l)
+    tokens = std::max<int64_t>(tokens, (local_[l] + host_[l]) / int64_t(K));
   if (tokens == 0) return;
   double gpu_expert = 0.0, cpu_expert = 0.0, all_expert = 0.0;
   int64_t hits = 0, misses = 0;
@@ -53,13 +67,18 @@ void HybridHits::print(double hbm_gb_s, double dram_gb_s, double tg_tok_s) const
   }
   const double dense = std::max(0.0, double(model_.info().active_bytes_per_token) - all_expert);
   const double gpu_gb = (dense + gpu_expert) / 1e9, cpu_gb = cpu_expert / 1e9;
-  fmt::print("experts: hot-hit {:.1f}% of the decode selections ({} on the GPU, {} on the CPU over {} tokens)\n",
-             100.0 * double(hits) / double(std::max<int64_t>(hits + misses, 1)), hits, misses, tokens);
+  int64_t copied = 0;
+  for (int64_t c : copied_) copied += c;
+  fmt::print(
+      "experts: hot-hit {:.1f}% of the decode selections ({} on the GPU, {} cold over {} tokens, {} of those "
+      "copied to the GPU)\n",
+      100.0 * double(hits) / double(std::max<int64_t>(hits + misses, 1)), hits, misses, tokens, copied);
   if (hbm_gb_s <= 0.0 || dram_gb_s <= 0.0) return;
   const double roof = 1.0 / std::max(gpu_gb / hbm_gb_s, cpu_gb / dram_gb_s);
-  fmt::print("hybrid decode roofline: GPU {:.3f} GB/token at {:.0f} GB/s, CPU {:.3f} GB/token at {:.1f} GB/s: "
-             "max -> {:.0f} tok/s{}",
-             gpu_gb, hbm_gb_s, cpu_gb, dram_gb_s, roof, tg_tok_s > 0.0 ? "" : "\n");
+  fmt::print(
+      "hybrid decode roofline: GPU {:.3f} GB/token at {:.0f} GB/s, CPU {:.3f} GB/token at {:.1f} GB/s: "
+      "max -> {:.0f} tok/s{}",
+      gpu_gb, hbm_gb_s, cpu_gb, dram_gb_s, roof, tg_tok_s > 0.0 ? "" : "\n");
   if (tg_tok_s > 0.0) fmt::print(", tg is {:.1f}% of it\n", 100.0 * tg_tok_s / roof);
 }
 

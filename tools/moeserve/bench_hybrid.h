@@ -21,10 +21,13 @@ class HybridHits {
   bool any() const { return !local_.empty(); }
   // Prints the hit ratio and the roofline line (nothing without splits).
   void print(double hbm_gb_s, double dram_gb_s, double tg_tok_s) const;
+  // Prefill: the hit ratio and the share of cold selections computed on the
+  // GPU after a copy of their weights.
+  void print_prefill() const;
 
  private:
   const runtime::Model& model_;
-  std::vector<int64_t> local_, host_, local0_, host0_;
+  std::vector<int64_t> local_, host_, copied_, local0_, host0_, copied0_;
 };
 
 }  // namespace moeserve::tools

@@ -142,7 +142,7 @@ Status run_bench(const BenchOptions& o) {
   // The per-expert variant is only for comparing dispatch strategies.
   backend::PerExpertMatmulBackend per_expert(&model->pool());
   if (o.expert_backend == "per-expert") model->cpu_device().set_expert_backend(&per_expert);
-  HybridHits hits(*model);
+  HybridHits hits(*model), pp_hits(*model);
   models::ForwardProfile pp_prof, tg_prof;
   runtime::Generator gen(*model, std::max<int64_t>(o.n_prompt, o.n_gen) + 1);
   MOESERVE_RETURN_IF_ERROR(gen.status());
@@ -161,9 +161,11 @@ Status run_bench(const BenchOptions& o) {
     if (o.n_prompt > 0) {
       set_profile(rep >= 0 ? &pp_prof : nullptr);
       gen.sequence().clear();
+      if (rep >= 0) pp_hits.start();
       const auto t0 = Clock::now();
       MOESERVE_RETURN_IF_ERROR(gen.prefill_greedy(prompt, o.batch, &next));
       const double s = std::chrono::duration<double>(Clock::now() - t0).count();
+      if (rep >= 0) pp_hits.stop();
       if (rep >= 0) pp.push_back(double(o.n_prompt) / s), ttft.push_back(s * 1e3);
     }
     if (o.n_gen > 0) {
@@ -224,6 +226,7 @@ Status run_bench(const BenchOptions& o) {
   } else {
     bw = print_device_bound(*model, active_gb, o.n_gen > 0 && !hits.any() ? tgs.mean : 0.0);
     hits.print(bw, std::min(bw_before, bw_after), o.n_gen > 0 ? tgs.mean : 0.0);
+    if (o.n_prompt > 0) pp_hits.print_prefill();
   }
   for (int64_t n_seq : o.parallel) {
     MOESERVE_ASSIGN_OR_RETURN(ParallelDecodeResult r, bench_parallel_decode(*model, n_seq, std::max<int64_t>(o.n_gen, 8)));

@@ -17,7 +17,8 @@ void add_expert_flags(CLI::App* cmd, moe::ExpertPolicyOptions* o) {
   cmd->add_option("--n-cpu-moe", o->n_cpu_moe,
                   "Keep all experts of the first N layers on the CPU, the rest on the GPU (as llama.cpp)")
       ->group(group);
-  cmd->add_flag("--cpu-moe", o->cpu_moe, "Keep every expert on the CPU (dense weights on the GPU)")->group(group);
+  cmd->add_flag("--cpu-moe", o->cpu_moe, "Keep every expert on the CPU (dense weights on the GPU)")
+      ->group(group);
   cmd->add_option("--gpu-mem", o->gpu_mem,
                   "GPU memory the model may use, e.g. 24GiB: the hot experts are chosen for it from\n"
                   "--expert-stats, or spread evenly without")
@@ -26,13 +27,15 @@ void add_expert_flags(CLI::App* cmd, moe::ExpertPolicyOptions* o) {
       ->group(group);
 }
 
-Status apply_expert_flags(const std::string& model_path, moe::ExpertPolicyOptions o, runtime::ModelLoadOptions* load) {
+Status apply_expert_flags(const std::string& model_path, moe::ExpertPolicyOptions o,
+                          runtime::ModelLoadOptions* load) {
   if (!moe::policy_requested(o) && o.stats_path.empty()) return Status::ok();
   MOESERVE_ASSIGN_OR_RETURN(backend::DeviceChoice choice, backend::choose_device(load->device));
   MOESERVE_ASSIGN_OR_RETURN(GgufFile file, GgufFile::open(model_path));
   if (choice.spec.kind == backend::DeviceKind::kCpu) {
     MOESERVE_RETURN_IF_ERROR(moe::resolve_expert_policy(file, o).status());  // still say what is wrong
-    fmt::print(stderr, "note: the expert placement flags are ignored on the CPU (every expert is computed there)\n");
+    fmt::print(stderr,
+               "note: the expert placement flags are ignored on the CPU (every expert is computed there)\n");
     return Status::ok();
   }
   if (auto gpus = gpu::list_devices(); gpus.is_ok()) {

@@ -313,6 +313,7 @@ Status CpuOps::expert_ffn(const ExpertFfnArgs& a) {
     // Jobs of the host's experts go there; this device computes the rest.
     // Both write the same output rows, so the combine below is unchanged.
     host_jobs_.clear();
+    for (const ExpertJob& j : jobs_) a.split->count_selection(j.expert, j.n_tokens);
     std::erase_if(jobs_, [&](const ExpertJob& j) {
       if (a.split->is_local(j.expert)) return false;
       host_jobs_.push_back(j);

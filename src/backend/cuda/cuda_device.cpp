@@ -96,6 +96,7 @@ Result<std::unique_ptr<CudaDevice>> CudaDevice::open(int index) {
 CudaDevice::~CudaDevice() {
   weights_.clear();  // frees through release() while the device still exists
   split_ids_.clear();
+  for (void* p : pinned_ranges_) cudaHostUnregister(p);
 }
 
 Status CudaDevice::activate() const {
@@ -240,6 +241,39 @@ Status CudaDevice::upload_split_stack(const WeightRef& ref, UploadStaging& stagi
   v.matrix_stride = matrix;
   weights_.push_back(std::move(m));
   return Status::ok();
+}
+
+// Pins the range (read-only: a file mapping) and times a copy from it.
+Result<double> CudaDevice::pin_host_memory(std::span<const uint8_t> bytes) {
+  if (bytes.empty()) return 0.0;
+  MOESERVE_RETURN_IF_ERROR(activate());
+  const uintptr_t page = 4096, begin = reinterpret_cast<uintptr_t>(bytes.data()) & ~(page - 1);
+  const uintptr_t end = (reinterpret_cast<uintptr_t>(bytes.data()) + bytes.size() + page - 1) & ~(page - 1);
+  void* base = reinterpret_cast<void*>(begin);
+  const cudaError_t err = cudaHostRegister(base, end - begin, cudaHostRegisterReadOnly | cudaHostRegisterPortable);
+  if (err != cudaSuccess) {
+    cudaGetLastError();
+    return make_error(StatusCode::kUnsupported, "{}: could not pin {:.2f} GiB of host memory: {}", name(),
+                      double(end - begin) / double(1 << 30), cudaGetErrorString(err));
+  }
+  pinned_ranges_.push_back(base);
+  const size_t n = std::min<size_t>(bytes.size(), size_t(256) << 20);
+  MOESERVE_ASSIGN_OR_RETURN(DeviceMemory probe, allocate(n, "bandwidth probe"));
+  cudaEvent_t t0 = nullptr, t1 = nullptr;
+  MOESERVE_CUDA_RETURN_IF_ERROR(cudaEventCreate(&t0));
+  MOESERVE_CUDA_RETURN_IF_ERROR(cudaEventCreate(&t1));
+  float ms = 0.0f;
+  for (int rep = 0; rep < 2; ++rep) {  // the first copy warms up
+    cudaEventRecord(t0, nullptr);
+    cudaMemcpyAsync(probe.data(), bytes.data(), n, cudaMemcpyHostToDevice, nullptr);
+    cudaEventRecord(t1, nullptr);
+    cudaEventSynchronize(t1);
+    cudaEventElapsedTime(&ms, t0, t1);
+  }
+  cudaEventDestroy(t0);
+  cudaEventDestroy(t1);
+  MOESERVE_CUDA_RETURN_IF_ERROR(cudaGetLastError());
+  return ms > 0.0f ? double(n) / (double(ms) * 1e-3) : 0.0;
 }
 
 const int32_t* CudaDevice::local_expert_ids(const ExpertSplit* split) const {

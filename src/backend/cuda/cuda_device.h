@@ -31,6 +31,7 @@ class CudaDevice final : public Device {
   Status fill_zero(void* dst, size_t bytes) override;
   Result<PlacedWeights> place_weights(std::span<const WeightRef> weights) override;
   Result<std::unique_ptr<Ops>> create_ops() override;
+  Result<double> pin_host_memory(std::span<const uint8_t> bytes) override;
 
   int index() const { return index_; }
   // Some layer shares its experts with the host (its forwards run eagerly:
@@ -54,6 +55,7 @@ class CudaDevice final : public Device {
   // Source bytes already uploaded (a tied output shares the embedding's).
   std::map<std::pair<const uint8_t*, size_t>, const uint8_t*> uploaded_;
   std::map<const ExpertSplit*, DeviceMemory> split_ids_;
+  std::vector<void*> pinned_ranges_;  // host memory registered by pin_host_memory
   bool has_host_experts_ = false;
 };
 

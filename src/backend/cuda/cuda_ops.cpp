@@ -64,7 +64,8 @@ class CudaOps final : public Ops {
         rope_mem_(device, [this] { buffers_moved(); }),
         q8_mem_(device, [this] { buffers_moved(); }),
         ids_mem_(device, [this] { buffers_moved(); }),
-        local_groups_mem_(device, [this] { buffers_moved(); }) {}
+        local_groups_mem_(device, [this] { buffers_moved(); }),
+        copied_groups_mem_(device, [this] { buffers_moved(); }) {}
   ~CudaOps() override {
     if (mode_ != Mode::kEager) abandon_graph();
     if (stream_ != nullptr) cudaStreamSynchronize(stream_);
@@ -108,6 +109,8 @@ class CudaOps final : public Ops {
   Status argmax_rows(const float* x, int64_t n_rows, int64_t n_cols, int32_t* host_ids) override;
   Status expert_ffn(const ExpertFfnArgs& a) override;
   Result<cuda::ExpertGroups> local_groups(const ExpertSplit& split, int64_t pairs);
+  Result<cuda::ExpertGroups> local_groups(const int32_t* ids, int64_t n_local, int64_t pairs, Scratch& mem_for);
+  Status cold_experts(const ExpertFfnArgs& a, const ExpertSplit& split, float* h, float* y);
   Status local_experts(const ExpertFfnArgs& a, const cuda::ExpertGroups& groups, float* h, float* y);
   Status download(void* host, const void* src, size_t bytes) override {
     MOESERVE_RETURN_IF_ERROR(end_graph());
@@ -153,7 +156,8 @@ class CudaOps final : public Ops {
   Scratch layout_mem_, moe_mem_, attention_mem_, hidden_mem_, rope_mem_;
   Scratch q8_mem_;   // gemm's converted activations (cuda::gemm_scratch_bytes)
   Scratch ids_mem_;  // argmax_rows' ids before their download
-  Scratch local_groups_mem_;  // a split layer's groups of its local experts
+  Scratch local_groups_mem_;   // a split layer's groups of its local experts
+  Scratch copied_groups_mem_;  // ... and of the host's experts copied over for a prefill chunk
   std::unique_ptr<HostExpertStage> host_stage_;  // a split layer's host experts
   // This batch's layout on the device.
   int64_t n_rows_ = 0, n_blocks_ = 0, max_block_rows_ = 0, max_kv_ = 0, n_seq_ = 0, n_layer_ = 0;
@@ -565,7 +569,7 @@ Status CudaOps::expert_ffn(const ExpertFfnArgs& a) {
     MOESERVE_ASSIGN_OR_RETURN(groups, local_groups(*split, pairs));
   }
   if (groups.n_expert > 0) MOESERVE_RETURN_IF_ERROR(local_experts(a, groups, h, y));
-  if (split != nullptr) MOESERVE_RETURN_IF_ERROR(host_stage_->finish(*split, a.layer, a.n_ff, y));
+  if (split != nullptr) MOESERVE_RETURN_IF_ERROR(cold_experts(a, *split, h, y));
   if (a.norm_out != nullptr) {
     cuda::CombineRmsNormArgs c;
     c.x = a.x, c.y = y, c.weights = weights_, c.n_used = n_used_;
@@ -575,15 +579,40 @@ Status CudaOps::expert_ffn(const ExpertFfnArgs& a) {
   return cuda::combine_experts({a.x, y, weights_, a.n_tokens, n_used_, a.n_embd}, stream_);
 }
 
+// The host's experts of a split layer: computed by the CPU threads, or
+// (a prefill chunk, when the cost model says so) their weights copied here
+// and computed like the local ones.
+Status CudaOps::cold_experts(const ExpertFfnArgs& a, const ExpertSplit& split, float* h, float* y) {
+  MOESERVE_ASSIGN_OR_RETURN(const int64_t n_host, host_stage_->collect(split, a.layer));
+  if (n_host == 0) return Status::ok();
+  host_stage_->plan(split, a.n_ff);
+  HostExpertStage::Copied c;
+  if (host_stage_->has_copies()) {
+    MOESERVE_ASSIGN_OR_RETURN(c, host_stage_->copy_to_device(split));  // on the copy stream, meanwhile:
+  }
+  MOESERVE_RETURN_IF_ERROR(host_stage_->compute_on_host(split, a.layer, a.n_ff, y));
+  if (c.n == 0) return Status::ok();
+  MOESERVE_RETURN_IF_ERROR(host_stage_->wait_copies());
+  MOESERVE_ASSIGN_OR_RETURN(const cuda::ExpertGroups groups,
+                            local_groups(c.ids, c.n, a.n_tokens * n_used_, copied_groups_mem_));
+  ExpertFfnArgs copied = a;
+  copied.gate = &c.gate, copied.up = &c.up, copied.down = &c.down;
+  MOESERVE_RETURN_IF_ERROR(local_experts(copied, groups, h, y));
+  return host_stage_->copies_used();
+}
+
 Result<cuda::ExpertGroups> CudaOps::local_groups(const ExpertSplit& split, int64_t pairs) {
-  const int64_t n_local = int64_t(split.local().size());
+  return local_groups(device_.local_expert_ids(&split), int64_t(split.local().size()), pairs, local_groups_mem_);
+}
+
+Result<cuda::ExpertGroups> CudaOps::local_groups(const int32_t* ids, int64_t n_local, int64_t pairs, Scratch& mem_for) {
   const size_t off_bytes = align_up(size_t(n_local + 1) * 4);
-  MOESERVE_ASSIGN_OR_RETURN(void* mem, local_groups_mem_.get(off_bytes + size_t(pairs) * 4, "workspace (routing)"));
+  MOESERVE_ASSIGN_OR_RETURN(void* mem, mem_for.get(off_bytes + size_t(pairs) * 4, "workspace (routing)"));
   auto* local_offsets = static_cast<int32_t*>(mem);
   auto* local_pairs = reinterpret_cast<int32_t*>(static_cast<uint8_t*>(mem) + off_bytes);
   if (n_local > 0) {
     cuda::LocalGroupsArgs g;
-    g.offsets = offsets_, g.pairs = pairs_, g.local = device_.local_expert_ids(&split);
+    g.offsets = offsets_, g.pairs = pairs_, g.local = ids;
     g.n_expert = n_expert_, g.n_local = n_local;
     g.local_offsets = local_offsets, g.local_pairs = local_pairs;
     MOESERVE_RETURN_IF_ERROR(cuda::local_expert_groups(g, stream_));

@@ -1,6 +1,7 @@
 #include "backend/cuda/host_experts.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cstring>
 
 #include "backend/cuda/cuda_device.h"
@@ -8,21 +9,31 @@
 #include "kernels/cuda/moe.h"
 
 namespace moeserve::backend {
+namespace {
+
+size_t matrix_bytes(const WeightView& v) { return v.matrix_stride; }
+size_t align_up(size_t n) { return (n + 255) / 256 * 256; }
+
+}  // namespace
 
 HostExpertStage::~HostExpertStage() {
   if (stream_ != nullptr) cudaStreamSynchronize(stream_);
-  for (Pinned* p : {&ids_, &xn_, &y_, &rows_}) {
+  if (copy_stream_ != nullptr) cudaStreamSynchronize(copy_stream_), cudaStreamDestroy(copy_stream_);
+  for (Pinned* p : {&ids_, &xn_, &y_, &rows_, &expert_ids_}) {
     if (p->data != nullptr) cudaFreeHost(p->data);
   }
-  if (inputs_ready_ != nullptr) cudaEventDestroy(inputs_ready_);
+  for (cudaEvent_t e : {inputs_ready_, copies_done_, copies_free_}) {
+    if (e != nullptr) cudaEventDestroy(e);
+  }
 }
 
-// Pinned buffers grow; the stream is idle when they move (start() and
-// finish() run in turn on one thread, and each layer's upload has been
-// waited for by the next layer's download event).
+// Pinned buffers grow; the streams are idle when they move (every call
+// runs on one thread, and each layer's uploads have been waited for by the
+// next layer's download event).
 Status HostExpertStage::reserve(Pinned& p, size_t bytes) {
   if (p.bytes >= bytes) return Status::ok();
   MOESERVE_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_));
+  if (copy_stream_ != nullptr) MOESERVE_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(copy_stream_));
   if (p.data != nullptr) cudaFreeHost(p.data);
   p.data = nullptr;
   p.bytes = 0;
@@ -30,83 +41,193 @@ Status HostExpertStage::reserve(Pinned& p, size_t bytes) {
   if (cudaMallocHost(&p.data, grown) != cudaSuccess) {
     cudaGetLastError();
     p.data = nullptr;
-    return make_error(StatusCode::kResourceExhausted, "out of pinned host memory: host experts need {:.1f} MiB",
+    return make_error(StatusCode::kResourceExhausted,
+                      "out of pinned host memory: host experts need {:.1f} MiB",
                       double(grown) / double(1 << 20));
   }
   p.bytes = grown;
   return Status::ok();
 }
 
-Status HostExpertStage::reserve_device(size_t bytes) {
-  if (device_y_.bytes() >= bytes) return Status::ok();
+Status HostExpertStage::reserve_device(DeviceMemory& m, size_t bytes, const char* what) {
+  if (m.bytes() >= bytes) return Status::ok();
   MOESERVE_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_));
-  device_y_.reset();
-  MOESERVE_ASSIGN_OR_RETURN(device_y_, device_.allocate(std::max(bytes, device_y_.bytes() * 2), "workspace (host experts)"));
+  if (copy_stream_ != nullptr) MOESERVE_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(copy_stream_));
+  const size_t grown = std::max(bytes, 2 * m.bytes());
+  m.reset();
+  MOESERVE_ASSIGN_OR_RETURN(m, device_.allocate(grown, what));
   return Status::ok();
 }
 
 Status HostExpertStage::start(const int32_t* selected, const float* xn, int64_t n_tokens, int64_t n_used,
                               int64_t n_embd) {
   n_tokens_ = n_tokens, n_used_ = n_used, n_embd_ = n_embd;
-  const size_t id_bytes = size_t(n_tokens * n_used) * sizeof(int32_t), x_bytes = size_t(n_tokens * n_embd) * sizeof(float);
+  const size_t id_bytes = size_t(n_tokens * n_used) * sizeof(int32_t);
+  const size_t x_bytes = size_t(n_tokens * n_embd) * sizeof(float);
   MOESERVE_RETURN_IF_ERROR(reserve(ids_, id_bytes));
   MOESERVE_RETURN_IF_ERROR(reserve(xn_, x_bytes));
   if (inputs_ready_ == nullptr) {
     MOESERVE_CUDA_RETURN_IF_ERROR(cudaEventCreateWithFlags(&inputs_ready_, cudaEventDisableTiming));
   }
-  MOESERVE_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(ids_.data, selected, id_bytes, cudaMemcpyDeviceToHost, stream_));
+  MOESERVE_CUDA_RETURN_IF_ERROR(
+      cudaMemcpyAsync(ids_.data, selected, id_bytes, cudaMemcpyDeviceToHost, stream_));
   MOESERVE_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(xn_.data, xn, x_bytes, cudaMemcpyDeviceToHost, stream_));
   MOESERVE_CUDA_RETURN_IF_ERROR(cudaEventRecord(inputs_ready_, stream_));
   return Status::ok();
 }
 
-Status HostExpertStage::finish(const ExpertSplit& split, int layer, int64_t n_ff, float* y) {
+Result<int64_t> HostExpertStage::collect(const ExpertSplit& split, int layer) {
   MOESERVE_CUDA_RETURN_IF_ERROR(cudaEventSynchronize(inputs_ready_));
-  const int64_t n_pairs = n_tokens_ * n_used_, H = n_embd_, E = split.n_expert();
+  const int64_t n_pairs = n_tokens_ * n_used_, E = split.n_expert();
   const int32_t* ids = static_cast<const int32_t*>(ids_.data);
-  const float* xn = static_cast<const float*>(xn_.data);
-  // Host pairs grouped by expert (counting sort: pairs ascend within one).
   count_.assign(size_t(E) + 1, 0);
-  int64_t n_host = 0;
+  n_host_ = 0;
   for (int64_t p = 0; p < n_pairs; ++p) {
     const int32_t e = ids[p];
-    if (e < 0 || e >= E) return make_error(StatusCode::kInternal, "layer {}: routed to expert {} of {}", layer, e, E);
-    if (!split.is_local(e)) count_[size_t(e) + 1] += 1, n_host += 1;
+    if (e < 0 || e >= E)
+      return make_error(StatusCode::kInternal, "layer {}: routed to expert {} of {}", layer, e, E);
+    split.count_selection(e);
+    if (!split.is_local(e)) count_[size_t(e) + 1] += 1, n_host_ += 1;
   }
-  split.local_pairs += n_pairs - n_host;
-  split.host_pairs += n_host;
-  if (n_host == 0) return Status::ok();  // every selection was local: nothing crosses back
-  for (int64_t e = 0; e < E; ++e) count_[size_t(e) + 1] += count_[size_t(e)];
-  MOESERVE_RETURN_IF_ERROR(reserve(y_, size_t(n_host * H) * sizeof(float)));
-  MOESERVE_RETURN_IF_ERROR(reserve(rows_, size_t(n_host) * sizeof(int32_t)));
+  experts_.clear();
+  for (int64_t e = 0; e < E; ++e) {
+    if (count_[size_t(e) + 1] > 0) experts_.push_back(int32_t(e));
+  }
+  split.local_pairs += n_pairs - n_host_;
+  split.host_pairs += n_host_;
+  return n_host_;
+}
+
+double HostExpertStage::expert_bytes(const ExpertSplit& split) const {
+  const WeightView *g = split.host_view(WeightUse::kExpertGate), *u = split.host_view(WeightUse::kExpertUp),
+                   *d = split.host_view(WeightUse::kExpertDown);
+  if (g == nullptr || u == nullptr || d == nullptr) return 0.0;
+  return double(matrix_bytes(*g) + matrix_bytes(*u) + matrix_bytes(*d));
+}
+
+void HostExpertStage::plan(const ExpertSplit& split, int64_t n_ff) {
+  copy_experts_.clear();
+  cpu_experts_ = experts_;
+  copied_.assign(size_t(split.n_expert()), 0);
+  n_cpu_pairs_ = n_host_;
+  if (split.cost() == nullptr || experts_.empty()) return;
+  std::vector<int32_t> by_tokens = experts_;  // busiest first, ties to the lower id
+  std::stable_sort(by_tokens.begin(), by_tokens.end(),
+                   [&](int32_t a, int32_t b) { return count_[size_t(a) + 1] > count_[size_t(b) + 1]; });
+  std::vector<int32_t> tokens(by_tokens.size());
+  for (size_t i = 0; i < by_tokens.size(); ++i) tokens[i] = count_[size_t(by_tokens[i]) + 1];
+  const int64_t k =
+      split.cost()->experts_to_copy(tokens, expert_bytes(split), 6.0 * double(n_embd_) * double(n_ff));
+  for (int64_t i = 0; i < k; ++i)
+    copied_[size_t(by_tokens[size_t(i)])] = 1, n_cpu_pairs_ -= tokens[size_t(i)];
+  cpu_experts_.clear();
+  for (int32_t e : experts_) (copied_[size_t(e)] ? copy_experts_ : cpu_experts_).push_back(e);
+}
+
+Status HostExpertStage::compute_on_host(const ExpertSplit& split, int layer, int64_t n_ff, float* y) {
+  if (n_cpu_pairs_ == 0) return Status::ok();  // every selection was local or copied: nothing crosses back
+  const int64_t n_pairs = n_tokens_ * n_used_, H = n_embd_, E = split.n_expert(), n_cpu = n_cpu_pairs_;
+  const int32_t* ids = static_cast<const int32_t*>(ids_.data);
+  const float* xn = static_cast<const float*>(xn_.data);
+  MOESERVE_RETURN_IF_ERROR(reserve(y_, size_t(n_cpu * H) * sizeof(float)));
+  MOESERVE_RETURN_IF_ERROR(reserve(rows_, size_t(n_cpu) * sizeof(int32_t)));
   auto* rows = static_cast<int32_t*>(rows_.data);
   auto* out = static_cast<float*>(y_.data);
-  order_.assign(count_.begin(), count_.end() - 1);
+  // Each CPU expert's first output row: exclusive prefix sums of their counts.
+  std::vector<int32_t> begin(size_t(E) + 1, 0);
+  for (int64_t e = 0; e < E; ++e)
+    begin[size_t(e) + 1] = begin[size_t(e)] + (copied_[size_t(e)] ? 0 : count_[size_t(e) + 1]);
+  std::vector<int32_t> next(begin.begin(), begin.end() - 1);
   for (int64_t p = 0; p < n_pairs; ++p) {
-    if (!split.is_local(ids[p])) rows[order_[size_t(ids[p])]++] = int32_t(p);
+    if (!split.is_local(ids[p]) && !copied_[size_t(ids[p])]) rows[next[size_t(ids[p])]++] = int32_t(p);
   }
   // One job per host expert; one token reads its row in place, a chunk's
   // rows are gathered next to their expert's others.
   const bool gather = n_tokens_ > 1;
-  if (gather) gathered_.resize(size_t(n_host * H));
-  for (int64_t i = 0; gather && i < n_host; ++i) {
+  if (gather) gathered_.resize(size_t(n_cpu * H));
+  for (int64_t i = 0; gather && i < n_cpu; ++i) {
     std::memcpy(gathered_.data() + i * H, xn + (rows[i] / n_used_) * H, size_t(H) * sizeof(float));
   }
   jobs_.clear();
-  for (int64_t e = 0; e < E; ++e) {
-    const int32_t b = count_[size_t(e)], n = count_[size_t(e) + 1] - b;
-    if (n == 0) continue;
-    const float* x = gather ? gathered_.data() + int64_t(b) * H : xn;
-    jobs_.push_back({int32_t(e), x, n, out + int64_t(b) * H});
+  for (int32_t e : cpu_experts_) {
+    const int32_t b = begin[size_t(e)], n = begin[size_t(e) + 1] - b;
+    jobs_.push_back({e, gather ? gathered_.data() + int64_t(b) * H : xn, n, out + int64_t(b) * H});
   }
+  const auto t0 = std::chrono::steady_clock::now();
   MOESERVE_RETURN_IF_ERROR(split.compute_on_host(layer, H, n_ff, jobs_));
-  const size_t y_bytes = size_t(n_host * H) * sizeof(float), r_bytes = size_t(n_host) * sizeof(int32_t);
-  MOESERVE_RETURN_IF_ERROR(reserve_device(y_bytes + r_bytes));
+  if (split.cost() != nullptr) {
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    split.cost()->observe_host(double(cpu_experts_.size()) * expert_bytes(split),
+                               6.0 * double(H) * double(n_ff) * double(n_cpu), s, n_cpu,
+                               int64_t(cpu_experts_.size()));
+  }
+  const size_t y_bytes = size_t(n_cpu * H) * sizeof(float), r_bytes = size_t(n_cpu) * sizeof(int32_t);
+  MOESERVE_RETURN_IF_ERROR(reserve_device(device_y_, y_bytes + r_bytes, "workspace (host experts)"));
   auto* dy = device_y_.as<float>();
   auto* drows = reinterpret_cast<int32_t*>(device_y_.as<uint8_t>() + y_bytes);
   MOESERVE_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(dy, out, y_bytes, cudaMemcpyHostToDevice, stream_));
   MOESERVE_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(drows, rows, r_bytes, cudaMemcpyHostToDevice, stream_));
-  return cuda::scatter_rows({y, dy, drows, n_host, H}, stream_);
+  return cuda::scatter_rows({y, dy, drows, n_cpu, H}, stream_);
+}
+
+Status HostExpertStage::ensure_copy_stream() {
+  if (copy_stream_ != nullptr) return Status::ok();
+  MOESERVE_CUDA_RETURN_IF_ERROR(cudaStreamCreateWithFlags(&copy_stream_, cudaStreamNonBlocking));
+  MOESERVE_CUDA_RETURN_IF_ERROR(cudaEventCreateWithFlags(&copies_done_, cudaEventDisableTiming));
+  MOESERVE_CUDA_RETURN_IF_ERROR(cudaEventCreateWithFlags(&copies_free_, cudaEventDisableTiming));
+  MOESERVE_CUDA_RETURN_IF_ERROR(cudaEventRecord(copies_free_, stream_));
+  return Status::ok();
+}
+
+// Runs of consecutive expert ids are one copy per stack (a whole layer's
+// cold experts, as in --n-cpu-moe, are three copies).
+Result<HostExpertStage::Copied> HostExpertStage::copy_to_device(const ExpertSplit& split) {
+  const WeightView *g = split.host_view(WeightUse::kExpertGate), *u = split.host_view(WeightUse::kExpertUp),
+                   *d = split.host_view(WeightUse::kExpertDown);
+  if (g == nullptr || u == nullptr || d == nullptr) {
+    return make_error(StatusCode::kInternal, "experts placed off the device, but no host copy to copy from");
+  }
+  MOESERVE_RETURN_IF_ERROR(ensure_copy_stream());
+  const std::vector<int32_t>& experts = copy_experts_;
+  const size_t n = experts.size(), mg = matrix_bytes(*g), mu = matrix_bytes(*u), md = matrix_bytes(*d);
+  const size_t off_u = align_up(n * mg), off_d = off_u + align_up(n * mu), off_ids = off_d + align_up(n * md);
+  MOESERVE_RETURN_IF_ERROR(
+      reserve_device(copies_, off_ids + n * sizeof(int32_t), "workspace (copied experts)"));
+  MOESERVE_RETURN_IF_ERROR(reserve(expert_ids_, n * sizeof(int32_t)));
+  MOESERVE_CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(copy_stream_, copies_free_, 0));
+  uint8_t* base = copies_.as<uint8_t>();
+  const std::pair<const WeightView*, size_t> stacks[] = {{g, 0}, {u, off_u}, {d, off_d}};
+  for (size_t i = 0; i < n;) {
+    size_t j = i + 1;
+    while (j < n && experts[j] == experts[j - 1] + 1) ++j;
+    for (const auto& [v, off] : stacks) {
+      const size_t m = matrix_bytes(*v);
+      MOESERVE_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(base + off + i * m, v->data + size_t(experts[i]) * m,
+                                                    (j - i) * m, cudaMemcpyHostToDevice, copy_stream_));
+    }
+    i = j;
+  }
+  std::memcpy(expert_ids_.data, experts.data(), n * sizeof(int32_t));
+  MOESERVE_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(base + off_ids, expert_ids_.data, n * sizeof(int32_t),
+                                                cudaMemcpyHostToDevice, copy_stream_));
+  MOESERVE_CUDA_RETURN_IF_ERROR(cudaEventRecord(copies_done_, copy_stream_));
+  split.copied_pairs += n_host_ - n_cpu_pairs_;
+  Copied c;
+  c.gate = *g, c.up = *u, c.down = *d;
+  c.gate.data = base, c.up.data = base + off_u, c.down.data = base + off_d;
+  c.ids = reinterpret_cast<const int32_t*>(base + off_ids);
+  c.n = int64_t(n);
+  return c;
+}
+
+Status HostExpertStage::wait_copies() {
+  MOESERVE_CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(stream_, copies_done_, 0));
+  return Status::ok();
+}
+
+Status HostExpertStage::copies_used() {
+  MOESERVE_CUDA_RETURN_IF_ERROR(cudaEventRecord(copies_free_, stream_));
+  return Status::ok();
 }
 
 }  // namespace moeserve::backend

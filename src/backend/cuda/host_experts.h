@@ -1,12 +1,15 @@
 // The host's share of a MoE layer whose experts are split between this GPU
 // and the host (backend/expert_split.h). start() enqueues the download of
 // the layer's selections and normed rows to pinned memory right after the
-// routing; the GPU then computes its own experts while finish() waits for
-// the download, has the host compute its experts (their rows gathered by
-// expert), and enqueues the upload of the outputs and their scatter into
-// the pair rows of y, so the weighted combine that follows sees every
-// slot, in slot order, wherever it was computed. Only activations and ids
-// cross PCIe.
+// routing; the GPU then computes its own experts while collect() waits for
+// the download and groups the host's pairs by expert. Then either
+// compute_on_host(): the CPU threads compute them (their rows gathered by
+// expert) and the outputs go up into their pair rows of y; or, for a
+// prefill chunk where that is cheaper (expert_cost.h), copy_to_device():
+// the weights of just those experts are copied from the pinned host stacks
+// on a second stream, and the caller runs the expert kernels on the copies.
+// Either way the weighted combine that follows sees every slot in slot
+// order, wherever it was computed.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -30,9 +33,29 @@ class HostExpertStage {
 
   // Enqueues the downloads: selected [n_tokens][n_used] ids and xn [n_tokens][n_embd].
   Status start(const int32_t* selected, const float* xn, int64_t n_tokens, int64_t n_used, int64_t n_embd);
-  // Waits for them; the host computes the pairs whose expert is not local;
-  // their outputs are uploaded and scattered into y ([pairs][n_embd], device).
-  Status finish(const ExpertSplit& split, int layer, int64_t n_ff, float* y);
+  // Waits for them; groups the pairs whose expert is not local. Returns how many.
+  Result<int64_t> collect(const ExpertSplit& split, int layer);
+  // Which of the collected experts are copied to the GPU (the split's cost
+  // model: the busiest, while the CPU computes the others at the same time).
+  void plan(const ExpertSplit& split, int64_t n_ff);
+  bool has_copies() const { return !copy_experts_.empty(); }
+
+  // The CPU computes the pairs of the experts not copied; the outputs are
+  // scattered into y ([pairs][n_embd], device).
+  Status compute_on_host(const ExpertSplit& split, int layer, int64_t n_ff, float* y);
+
+  // Compact stacks of the experts to copy on the device (matrix i = the
+  // i-th of them by id) and those ids in device memory, copied on a second
+  // stream; wait_copies() makes the stream wait for them.
+  struct Copied {
+    WeightView gate, up, down;
+    const int32_t* ids = nullptr;
+    int64_t n = 0;
+  };
+  Result<Copied> copy_to_device(const ExpertSplit& split);
+  Status wait_copies();
+  // The kernels reading the copies are enqueued: the next copy waits for them.
+  Status copies_used();
 
  private:
   struct Pinned {
@@ -40,16 +63,23 @@ class HostExpertStage {
     size_t bytes = 0;
   };
   Status reserve(Pinned& p, size_t bytes);
-  Status reserve_device(size_t bytes);
+  Status reserve_device(DeviceMemory& m, size_t bytes, const char* what);
+  Status ensure_copy_stream();
+  double expert_bytes(const ExpertSplit& split) const;
 
   CudaDevice& device_;
   cudaStream_t stream_;
-  cudaEvent_t inputs_ready_ = nullptr;
-  Pinned ids_, xn_, y_, rows_;
+  cudaStream_t copy_stream_ = nullptr;
+  cudaEvent_t inputs_ready_ = nullptr, copies_done_ = nullptr, copies_free_ = nullptr;
+  Pinned ids_, xn_, y_, rows_, expert_ids_;
   DeviceMemory device_y_;  // [host pairs][n_embd] then [host pairs] row ids
-  int64_t n_tokens_ = 0, n_used_ = 0, n_embd_ = 0;
+  DeviceMemory copies_;    // the copied experts' gate, up and down stacks, then their ids
+  int64_t n_tokens_ = 0, n_used_ = 0, n_embd_ = 0, n_host_ = 0;
   // Host pairs grouped by expert.
-  std::vector<int32_t> count_, order_;
+  std::vector<int32_t> count_, experts_;             // [e + 1]: tokens of expert e; the host's experts
+  std::vector<int32_t> copy_experts_, cpu_experts_;  // experts_ split by plan()
+  std::vector<uint8_t> copied_;                      // [expert]: plan() copies it
+  int64_t n_cpu_pairs_ = 0;
   std::vector<float> gathered_;
   std::vector<ExpertJob> jobs_;
 };

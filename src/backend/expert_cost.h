@@ -1,0 +1,52 @@
+// Where a layer's cold experts are computed for one call: on the CPU, from
+// host memory, or on the GPU after their weights are copied there over
+// PCIe. Decode reads each cold expert once for one token: the CPU streams
+// it from DRAM faster than PCIe could copy it. A prefill chunk applies each
+// expert to many tokens: the CPU becomes compute-bound and the copy wins.
+// The crossover follows from bandwidths measured at start-up (PCIe, host
+// DRAM) and the CPU's expert throughput, refined from the host calls seen.
+#pragma once
+
+#include <cstdint>
+#include <mutex>
+#include <span>
+
+namespace moeserve::backend {
+
+enum class ExpertCopyPolicy { kAuto, kNever, kAlways };
+
+struct ExpertCostInputs {
+  double pcie_bytes_per_s = 0.0;  // pinned host -> GPU copies (0: copying is not available)
+  double dram_bytes_per_s = 0.0;  // the CPU threads reading weights
+  double cpu_flops_per_s = 0.0;   // the CPU threads' expert arithmetic (a first guess; refined)
+  double copy_latency_s = 50e-6;  // the copy path's fixed cost (copies, grouping, two more kernels)
+  // kNever / kAlways override the estimate (MOESERVE_EXPERT_COPIES=never|always: tests and tuning).
+  ExpertCopyPolicy policy = ExpertCopyPolicy::kAuto;
+};
+
+class ExpertCostModel {
+ public:
+  explicit ExpertCostModel(const ExpertCostInputs& in) : in_(in) {}
+  void set_pcie(double bytes_per_s);
+  ExpertCostInputs inputs() const;
+
+  // Estimated seconds for the CPU to compute experts whose weights are
+  // `bytes` with `flops` of arithmetic, and for the copy of those weights.
+  double host_seconds(double bytes, double flops) const;
+  double copy_seconds(double bytes) const;
+  // One call's cold experts, `tokens` each (descending): how many of the
+  // first are copied to the GPU while the CPU computes the rest at the
+  // same time, so that the slower of the two finishes first. An expert
+  // applied to one token is read once either way and stays on the CPU.
+  int64_t experts_to_copy(std::span<const int32_t> tokens_desc, double expert_bytes, double pair_flops) const;
+  // A host call of `pairs` over `experts` took `seconds`: when it was
+  // compute-bound (several tokens an expert), the CPU's throughput
+  // estimate moves toward what it showed.
+  void observe_host(double bytes, double flops, double seconds, int64_t pairs, int64_t experts);
+
+ private:
+  mutable std::mutex mu_;
+  ExpertCostInputs in_;
+};
+
+}  // namespace moeserve::backend
