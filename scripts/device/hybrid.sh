@@ -62,8 +62,8 @@ print(f"{d+kv+1+e/2:.2f}GiB")')
         echo "== skew $s, $c ($args)"
         $bin bench -m "$m" -p 512 -n 128 -r 2 --device cuda $args 2>&1 | tee "$out/bench_${s}_$c.txt" \
           | grep -E "experts|pp512|tg128|roofline|error|PCIe|computed on the CPU"
-        [ -n "${VARIANT:-}" ] && [ "$c" = ncmoe24 ] && env $VARIANT $bin bench -m "$m" -p 0 -n 128 -r 2 --device cuda $args 2>&1 \
-          | grep -E "tg128|experts" | sed "s/^/$VARIANT: /"
+        [ -n "${VARIANT:-}" ] && [ "$c" != gpu ] && env $VARIANT $bin bench -m "$m" -p 512 -n 32 -r 2 --device cuda $args 2>&1 \
+          | grep -E "pp512|tg32|experts" | sed "s/^/$VARIANT: /"
       done
     done;;
 esac

@@ -227,6 +227,7 @@ Status CudaDevice::upload_split_stack(const WeightRef& ref, UploadStaging& stagi
     MOESERVE_ASSIGN_OR_RETURN(DeviceMemory ids, allocate(std::max<size_t>(local.size(), 1) * sizeof(int32_t), "expert ids"));
     MOESERVE_RETURN_IF_ERROR(copy_to_device(ids.data(), local.data(), local.size() * sizeof(int32_t)));
     split_ids_.emplace(&split, std::move(ids));
+    split_order_.push_back(&split);
   }
   const size_t matrix = matrix_bytes(v);
   if (local.empty()) {
@@ -274,6 +275,11 @@ Result<double> CudaDevice::pin_host_memory(std::span<const uint8_t> bytes) {
   cudaEventDestroy(t1);
   MOESERVE_CUDA_RETURN_IF_ERROR(cudaGetLastError());
   return ms > 0.0f ? double(n) / (double(ms) * 1e-3) : 0.0;
+}
+
+const ExpertSplit* CudaDevice::next_split(const ExpertSplit* split) const {
+  auto it = std::find(split_order_.begin(), split_order_.end(), split);
+  return it == split_order_.end() || it + 1 == split_order_.end() ? nullptr : *(it + 1);
 }
 
 const int32_t* CudaDevice::local_expert_ids(const ExpertSplit* split) const {

@@ -39,6 +39,8 @@ class CudaDevice final : public Device {
   bool has_host_experts() const { return has_host_experts_; }
   // A split's local expert ids in device memory (null: none, or not placed here).
   const int32_t* local_expert_ids(const ExpertSplit* split) const;
+  // The split layer placed after this one (layer order), null after the last.
+  const ExpertSplit* next_split(const ExpertSplit* split) const;
   Status activate() const;  // makes this GPU current on the calling thread
 
  protected:
@@ -55,6 +57,7 @@ class CudaDevice final : public Device {
   // Source bytes already uploaded (a tied output shares the embedding's).
   std::map<std::pair<const uint8_t*, size_t>, const uint8_t*> uploaded_;
   std::map<const ExpertSplit*, DeviceMemory> split_ids_;
+  std::vector<const ExpertSplit*> split_order_;  // as placed: layer order
   std::vector<void*> pinned_ranges_;  // host memory registered by pin_host_memory
   bool has_host_experts_ = false;
 };

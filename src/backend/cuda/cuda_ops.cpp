@@ -111,6 +111,14 @@ class CudaOps final : public Ops {
   Result<cuda::ExpertGroups> local_groups(const ExpertSplit& split, int64_t pairs);
   Result<cuda::ExpertGroups> local_groups(const int32_t* ids, int64_t n_local, int64_t pairs, Scratch& mem_for);
   Status cold_experts(const ExpertFfnArgs& a, const ExpertSplit& split, float* h, float* y);
+  Status copied_experts(const ExpertFfnArgs& a, const HostExpertStage::Copied& c, float* h, float* y);
+  static bool prefetch_enabled() {
+    static const bool on = [] {
+      const char* v = std::getenv("MOESERVE_EXPERT_PREFETCH");
+      return v == nullptr || std::string(v) != "0";
+    }();
+    return on;
+  }
   Status local_experts(const ExpertFfnArgs& a, const cuda::ExpertGroups& groups, float* h, float* y);
   Status download(void* host, const void* src, size_t bytes) override {
     MOESERVE_RETURN_IF_ERROR(end_graph());
@@ -201,6 +209,7 @@ Status CudaOps::begin_batch(const BatchLayout& layout) {
   if (mode_ != Mode::kEager) abandon_graph();  // the last forward failed halfway
   MOESERVE_RETURN_IF_ERROR(device_.activate());
   MOESERVE_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_));  // the last forward (and its upload) is done
+  if (host_stage_ != nullptr) host_stage_->begin_forward();
   n_rows_ = int64_t(layout.tokens.size());
   rope_n_rot_ = layout.n_rot;
   rope_freq_base_ = layout.rope_freq_base;
@@ -584,21 +593,39 @@ Status CudaOps::expert_ffn(const ExpertFfnArgs& a) {
 // and computed like the local ones.
 Status CudaOps::cold_experts(const ExpertFfnArgs& a, const ExpertSplit& split, float* h, float* y) {
   MOESERVE_ASSIGN_OR_RETURN(const int64_t n_host, host_stage_->collect(split, a.layer));
+  const ExpertSplit* next = device_.next_split(&split);
+  HostExpertStage::Copied c;
+  if (host_stage_->prefetched(split)) {
+    // This chunk's copies were started a layer ago; start the next layer's.
+    if (next != nullptr) MOESERVE_RETURN_IF_ERROR(host_stage_->prefetch(*next));
+    MOESERVE_ASSIGN_OR_RETURN(c, host_stage_->take_prefetch(split));
+    MOESERVE_RETURN_IF_ERROR(copied_experts(a, c, h, y));
+    return host_stage_->prefetch_used(split);
+  }
   if (n_host == 0) return Status::ok();
   host_stage_->plan(split, a.n_ff);
-  HostExpertStage::Copied c;
   if (host_stage_->has_copies()) {
     MOESERVE_ASSIGN_OR_RETURN(c, host_stage_->copy_to_device(split));  // on the copy stream, meanwhile:
+    // A chunk that copies most of a layer's cold experts will want the
+    // next layer's too: they follow on the copy stream at once.
+    if (next != nullptr && host_stage_->copies_most(split) && prefetch_enabled()) {
+      MOESERVE_RETURN_IF_ERROR(host_stage_->prefetch(*next));
+    }
   }
   MOESERVE_RETURN_IF_ERROR(host_stage_->compute_on_host(split, a.layer, a.n_ff, y));
   if (c.n == 0) return Status::ok();
   MOESERVE_RETURN_IF_ERROR(host_stage_->wait_copies());
+  MOESERVE_RETURN_IF_ERROR(copied_experts(a, c, h, y));
+  return host_stage_->copies_used();
+}
+
+// The expert kernels over experts copied from the host (compact stacks).
+Status CudaOps::copied_experts(const ExpertFfnArgs& a, const HostExpertStage::Copied& c, float* h, float* y) {
   MOESERVE_ASSIGN_OR_RETURN(const cuda::ExpertGroups groups,
                             local_groups(c.ids, c.n, a.n_tokens * n_used_, copied_groups_mem_));
   ExpertFfnArgs copied = a;
   copied.gate = &c.gate, copied.up = &c.up, copied.down = &c.down;
-  MOESERVE_RETURN_IF_ERROR(local_experts(copied, groups, h, y));
-  return host_stage_->copies_used();
+  return local_experts(copied, groups, h, y);
 }
 
 Result<cuda::ExpertGroups> CudaOps::local_groups(const ExpertSplit& split, int64_t pairs) {

@@ -19,10 +19,11 @@ size_t align_up(size_t n) { return (n + 255) / 256 * 256; }
 HostExpertStage::~HostExpertStage() {
   if (stream_ != nullptr) cudaStreamSynchronize(stream_);
   if (copy_stream_ != nullptr) cudaStreamSynchronize(copy_stream_), cudaStreamDestroy(copy_stream_);
-  for (Pinned* p : {&ids_, &xn_, &y_, &rows_, &expert_ids_}) {
+  for (Pinned* p : {&ids_, &xn_, &y_, &rows_, &expert_ids_, &prefetch_ids_[0], &prefetch_ids_[1]}) {
     if (p->data != nullptr) cudaFreeHost(p->data);
   }
-  for (cudaEvent_t e : {inputs_ready_, copies_done_, copies_free_}) {
+  for (cudaEvent_t e : {inputs_ready_, copies_done_, copies_free_, prefetch_done_[0], prefetch_done_[1],
+                        prefetch_free_[0], prefetch_free_[1]}) {
     if (e != nullptr) cudaEventDestroy(e);
   }
 }
@@ -181,21 +182,19 @@ Status HostExpertStage::ensure_copy_stream() {
 
 // Runs of consecutive expert ids are one copy per stack (a whole layer's
 // cold experts, as in --n-cpu-moe, are three copies).
-Result<HostExpertStage::Copied> HostExpertStage::copy_to_device(const ExpertSplit& split) {
+Result<HostExpertStage::Copied> HostExpertStage::copy_experts(const ExpertSplit& split,
+                                                              const std::vector<int32_t>& experts,
+                                                              DeviceMemory& buffer, Pinned& ids) {
   const WeightView *g = split.host_view(WeightUse::kExpertGate), *u = split.host_view(WeightUse::kExpertUp),
                    *d = split.host_view(WeightUse::kExpertDown);
   if (g == nullptr || u == nullptr || d == nullptr) {
     return make_error(StatusCode::kInternal, "experts placed off the device, but no host copy to copy from");
   }
-  MOESERVE_RETURN_IF_ERROR(ensure_copy_stream());
-  const std::vector<int32_t>& experts = copy_experts_;
   const size_t n = experts.size(), mg = matrix_bytes(*g), mu = matrix_bytes(*u), md = matrix_bytes(*d);
   const size_t off_u = align_up(n * mg), off_d = off_u + align_up(n * mu), off_ids = off_d + align_up(n * md);
-  MOESERVE_RETURN_IF_ERROR(
-      reserve_device(copies_, off_ids + n * sizeof(int32_t), "workspace (copied experts)"));
-  MOESERVE_RETURN_IF_ERROR(reserve(expert_ids_, n * sizeof(int32_t)));
-  MOESERVE_CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(copy_stream_, copies_free_, 0));
-  uint8_t* base = copies_.as<uint8_t>();
+  MOESERVE_RETURN_IF_ERROR(reserve_device(buffer, off_ids + n * sizeof(int32_t), "workspace (copied experts)"));
+  MOESERVE_RETURN_IF_ERROR(reserve(ids, n * sizeof(int32_t)));
+  uint8_t* base = buffer.as<uint8_t>();
   const std::pair<const WeightView*, size_t> stacks[] = {{g, 0}, {u, off_u}, {d, off_d}};
   for (size_t i = 0; i < n;) {
     size_t j = i + 1;
@@ -207,17 +206,67 @@ Result<HostExpertStage::Copied> HostExpertStage::copy_to_device(const ExpertSpli
     }
     i = j;
   }
-  std::memcpy(expert_ids_.data, experts.data(), n * sizeof(int32_t));
-  MOESERVE_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(base + off_ids, expert_ids_.data, n * sizeof(int32_t),
-                                                cudaMemcpyHostToDevice, copy_stream_));
-  MOESERVE_CUDA_RETURN_IF_ERROR(cudaEventRecord(copies_done_, copy_stream_));
-  split.copied_pairs += n_host_ - n_cpu_pairs_;
+  std::memcpy(ids.data, experts.data(), n * sizeof(int32_t));
+  MOESERVE_CUDA_RETURN_IF_ERROR(
+      cudaMemcpyAsync(base + off_ids, ids.data, n * sizeof(int32_t), cudaMemcpyHostToDevice, copy_stream_));
   Copied c;
   c.gate = *g, c.up = *u, c.down = *d;
   c.gate.data = base, c.up.data = base + off_u, c.down.data = base + off_d;
   c.ids = reinterpret_cast<const int32_t*>(base + off_ids);
   c.n = int64_t(n);
   return c;
+}
+
+Result<HostExpertStage::Copied> HostExpertStage::copy_to_device(const ExpertSplit& split) {
+  MOESERVE_RETURN_IF_ERROR(ensure_copy_stream());
+  MOESERVE_CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(copy_stream_, copies_free_, 0));
+  MOESERVE_ASSIGN_OR_RETURN(Copied c, copy_experts(split, copy_experts_, copies_, expert_ids_));
+  MOESERVE_CUDA_RETURN_IF_ERROR(cudaEventRecord(copies_done_, copy_stream_));
+  split.copied_pairs += n_host_ - n_cpu_pairs_;
+  return c;
+}
+
+bool HostExpertStage::copies_most(const ExpertSplit& split) const {
+  const size_t n_cold = size_t(split.n_expert()) - split.local().size();
+  return n_tokens_ > 1 && 4 * copy_experts_.size() >= 3 * n_cold && n_cold > 0;
+}
+
+Status HostExpertStage::prefetch(const ExpertSplit& next) {
+  if (prefetched(next) || next.all_local()) return Status::ok();
+  MOESERVE_RETURN_IF_ERROR(ensure_copy_stream());
+  const int b = next_prefetch_;
+  for (int i = 0; i < 2; ++i) {
+    if (prefetch_done_[i] == nullptr) {
+      MOESERVE_CUDA_RETURN_IF_ERROR(cudaEventCreateWithFlags(&prefetch_done_[i], cudaEventDisableTiming));
+      MOESERVE_CUDA_RETURN_IF_ERROR(cudaEventCreateWithFlags(&prefetch_free_[i], cudaEventDisableTiming));
+      MOESERVE_CUDA_RETURN_IF_ERROR(cudaEventRecord(prefetch_free_[i], stream_));
+    }
+  }
+  all_cold_.clear();
+  for (int32_t e = 0; e < int32_t(next.n_expert()); ++e) {
+    if (!next.is_local(e)) all_cold_.push_back(e);
+  }
+  MOESERVE_CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(copy_stream_, prefetch_free_[b], 0));
+  MOESERVE_ASSIGN_OR_RETURN(prefetch_views_[b], copy_experts(next, all_cold_, prefetch_[b], prefetch_ids_[b]));
+  MOESERVE_CUDA_RETURN_IF_ERROR(cudaEventRecord(prefetch_done_[b], copy_stream_));
+  prefetched_[b] = &next;
+  next_prefetch_ = 1 - b;
+  return Status::ok();
+}
+
+Result<HostExpertStage::Copied> HostExpertStage::take_prefetch(const ExpertSplit& split) {
+  const int b = prefetched_[0] == &split ? 0 : 1;
+  MOESERVE_CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(stream_, prefetch_done_[b], 0));
+  split.copied_pairs += n_host_;
+  n_cpu_pairs_ = 0;
+  return prefetch_views_[b];
+}
+
+Status HostExpertStage::prefetch_used(const ExpertSplit& split) {
+  const int b = prefetched_[0] == &split ? 0 : 1;
+  MOESERVE_CUDA_RETURN_IF_ERROR(cudaEventRecord(prefetch_free_[b], stream_));
+  prefetched_[b] = nullptr;
+  return Status::ok();
 }
 
 Status HostExpertStage::wait_copies() {

@@ -54,6 +54,20 @@ class HostExpertStage {
   };
   Result<Copied> copy_to_device(const ExpertSplit& split);
   Status wait_copies();
+  // Whether plan() copied most of what a layer's cold experts are: a
+  // chunk this size will then want the next split layer's copied too.
+  bool copies_most(const ExpertSplit& split) const;
+
+  // Prefetch: every cold expert of `next` copied while this layer
+  // computes (ping-pong buffers, so the copies of layer after layer run
+  // back to back on the copy stream). A prefetched layer takes them
+  // (take_prefetch) instead of planning: all its cold pairs run on the GPU.
+  Status prefetch(const ExpertSplit& next);
+  bool prefetched(const ExpertSplit& split) const { return prefetched_[0] == &split || prefetched_[1] == &split; }
+  Result<Copied> take_prefetch(const ExpertSplit& split);
+  Status prefetch_used(const ExpertSplit& split);
+  // A new forward: prefetches of the last one are not taken.
+  void begin_forward() { prefetched_[0] = prefetched_[1] = nullptr; }
   // The kernels reading the copies are enqueued: the next copy waits for them.
   Status copies_used();
 
@@ -66,14 +80,25 @@ class HostExpertStage {
   Status reserve_device(DeviceMemory& m, size_t bytes, const char* what);
   Status ensure_copy_stream();
   double expert_bytes(const ExpertSplit& split) const;
+  // Copies `experts` (ascending) of the split's host stacks into `buffer`
+  // on the copy stream; their ids through `ids` (pinned) after the stacks.
+  Result<Copied> copy_experts(const ExpertSplit& split, const std::vector<int32_t>& experts, DeviceMemory& buffer,
+                              Pinned& ids);
 
   CudaDevice& device_;
   cudaStream_t stream_;
   cudaStream_t copy_stream_ = nullptr;
   cudaEvent_t inputs_ready_ = nullptr, copies_done_ = nullptr, copies_free_ = nullptr;
   Pinned ids_, xn_, y_, rows_, expert_ids_;
+  std::vector<int32_t> all_cold_;
   DeviceMemory device_y_;  // [host pairs][n_embd] then [host pairs] row ids
   DeviceMemory copies_;    // the copied experts' gate, up and down stacks, then their ids
+  DeviceMemory prefetch_[2];  // the same for prefetched layers, in turn
+  cudaEvent_t prefetch_done_[2] = {nullptr, nullptr}, prefetch_free_[2] = {nullptr, nullptr};
+  const ExpertSplit* prefetched_[2] = {nullptr, nullptr};
+  Copied prefetch_views_[2];
+  Pinned prefetch_ids_[2];
+  int next_prefetch_ = 0;
   int64_t n_tokens_ = 0, n_used_ = 0, n_embd_ = 0, n_host_ = 0;
   // Host pairs grouped by expert.
   std::vector<int32_t> count_, experts_;             // [e + 1]: tokens of expert e; the host's experts
