@@ -45,19 +45,23 @@ case "${1:-start}" in
       m=$(model_of "$s")
       for i in $(seq 1 100); do [ -f "$m.done" ] && break; sleep 5; done
       [ -f "$m.done" ] || { echo "model not ready: $(tail -c 300 /tmp/make30.log)"; exit 1; }
-      # The VRAM llama.cpp uses with -ncmoe 24: dense + half the experts (+ KV and a reserve for --gpu-mem).
-      half=$($bin place -m "$m" --gpu-mem 1000GiB -o /tmp/all.json | python3 -c '
+      # The VRAM of --n-cpu-moe 36 / 24 / 12 (a quarter, half, three quarters of the
+      # expert bytes) as --gpu-mem budgets: dense + KV + 1 GiB reserve + that share.
+      read -r q25 q50 q75 < <($bin place -m "$m" --gpu-mem 1000GiB -o /tmp/all.json | python3 -c '
 import re,sys
 t=sys.stdin.read()
 e,d=map(float,re.search(r"([\d.]+) GiB of experts, ([\d.]+) GiB dense",t).groups())
 kv=float(re.search(r"KV ([\d.]+)",t).group(1))
-print(f"{d+kv+1+e/2:.2f}GiB")')
+print(" ".join(f"{d+kv+1+e*f:.2f}GiB" for f in (0.25,0.5,0.75)))')
+      half=$q50
       printf 'def main():\n    print("hello")\nThe quick brown fox\nimport numpy as np\n' > /tmp/prompts.txt
       $bin calibrate -m "$m" --prompts /tmp/prompts.txt -n 32 -o /tmp/stats$s.json --device cuda 2>&1 | tail -1
       for c in ${CASES:-gpu ncmoe24 stats50 even50 cpumoe}; do
         case $c in
           gpu) args="";; ncmoe24) args="--n-cpu-moe 24";; cpumoe) args="--cpu-moe";;
           stats50) args="--gpu-mem $half --expert-stats /tmp/stats$s.json";; even50) args="--gpu-mem $half";;
+          stats25) args="--gpu-mem $q25 --expert-stats /tmp/stats$s.json";; ncmoe36) args="--n-cpu-moe 36";;
+          stats75) args="--gpu-mem $q75 --expert-stats /tmp/stats$s.json";; ncmoe12) args="--n-cpu-moe 12";;
         esac
         echo "== skew $s, $c ($args)"
         $bin bench -m "$m" -p 512 -n 128 -r 2 --device cuda $args 2>&1 | tee "$out/bench_${s}_$c.txt" \

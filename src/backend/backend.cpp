@@ -1,5 +1,7 @@
 #include "backend/backend.h"
 
+#include "backend/expert_split.h"
+
 namespace moeserve::backend {
 
 DeviceMemory& DeviceMemory::operator=(DeviceMemory&& o) noexcept {
@@ -20,6 +22,15 @@ void DeviceMemory::reset() {
   device_ = nullptr;
   data_ = nullptr;
   bytes_ = 0;
+}
+
+Status Device::replace_local_expert(ExpertSplit& split, size_t slot, int32_t expert) {
+  if (slot >= split.local().size() || expert < 0 || expert >= split.n_expert() || split.is_local(expert)) {
+    return make_error(StatusCode::kInvalidArgument, "promotion: slot {} of {}, expert {} (local: {})", slot,
+                      split.local().size(), expert, expert >= 0 && expert < split.n_expert() && split.is_local(expert));
+  }
+  split.replace_local(slot, expert);
+  return Status::ok();
 }
 
 }  // namespace moeserve::backend

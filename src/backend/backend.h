@@ -281,6 +281,11 @@ class Device {
     (void)bytes;
     return 0.0;
   }
+  // Promotion of a layer whose experts are shared with the host: slot
+  // `slot` of the split's local stack takes host expert `expert` (a GPU
+  // copies its weights into the slot first). Only between forwards. The
+  // CPU keeps whole stacks: only the split changes.
+  virtual Status replace_local_expert(ExpertSplit& split, size_t slot, int32_t expert);
 
  protected:
   friend class DeviceMemory;

@@ -11,11 +11,25 @@ ExpertSplit::ExpertSplit(int64_t n_expert, std::vector<int32_t> local, ExpertBac
   std::erase_if(local_, [&](int32_t e) { return e < 0 || e >= n_expert_; });
   local_index_.assign(size_t(n_expert_), -1);
   selections_ = std::make_unique<std::atomic<int64_t>[]>(size_t(std::max<int64_t>(n_expert_, 1)));
+  window_base_.assign(size_t(n_expert_), 0);
   mask_.assign(size_t(n_expert_ + 63) / 64, 0);
   for (size_t i = 0; i < local_.size(); ++i) {
     local_index_[size_t(local_[i])] = int32_t(i);
     mask_[size_t(local_[i]) >> 6] |= uint64_t(1) << (local_[i] & 63);
   }
+}
+
+void ExpertSplit::start_window() {
+  for (int64_t e = 0; e < n_expert_; ++e) window_base_[size_t(e)] = selections(int32_t(e));
+}
+
+void ExpertSplit::replace_local(size_t slot, int32_t expert) {
+  const int32_t old = local_[slot];
+  local_index_[size_t(old)] = -1;
+  mask_[size_t(old) >> 6] &= ~(uint64_t(1) << (old & 63));
+  local_[slot] = expert;
+  local_index_[size_t(expert)] = int32_t(slot);
+  mask_[size_t(expert) >> 6] |= uint64_t(1) << (expert & 63);
 }
 
 void ExpertSplit::set_host_view(WeightUse use, const WeightView& view) {

@@ -32,6 +32,8 @@ class ExpertSplit {
   ExpertSplit& operator=(const ExpertSplit&) = delete;
 
   int64_t n_expert() const { return n_expert_; }
+  // The local experts in the order of the device's compact stack (slot i
+  // holds local()[i]): ascending at first, promotion swaps slots in place.
   std::span<const int32_t> local() const { return local_; }
   // A bit per expert, sized for any expert count.
   bool is_local(int32_t expert) const { return (mask_[size_t(expert) >> 6] >> (expert & 63)) & 1u; }
@@ -61,6 +63,15 @@ class ExpertSplit {
   // them: while some expert is not local), for live routing statistics.
   void count_selection(int32_t expert, int64_t n = 1) const { selections_[size_t(expert)] += n; }
   int64_t selections(int32_t expert) const { return selections_[size_t(expert)].load(); }
+  // Selections since the last start_window() (promotion compares these).
+  int64_t window_selections(int32_t expert) const { return selections(expert) - window_base_[size_t(expert)]; }
+  void start_window();
+
+  // Promotion: slot `slot` of the local stack now holds `expert` (a host
+  // expert); the one it held becomes the host's. Only between forwards:
+  // nothing may be reading the split (the device has copied the weights
+  // first, Device::replace_local_expert).
+  void replace_local(size_t slot, int32_t expert);
 
  private:
   int64_t n_expert_ = 0;
@@ -68,6 +79,7 @@ class ExpertSplit {
   std::vector<int32_t> local_index_;  // [n_expert]: index into local_, -1: host
   std::vector<uint64_t> mask_;
   std::unique_ptr<std::atomic<int64_t>[]> selections_;
+  std::vector<int64_t> window_base_;
   ExpertBackend* host_ = nullptr;
   ExpertCostModel* cost_ = nullptr;
   WeightView host_gate_, host_up_, host_down_;

@@ -49,6 +49,14 @@ void MappedFile::prefetch(size_t offset, size_t length) const {
   madvise(const_cast<uint8_t*>(data_) + start, offset - start + length, MADV_WILLNEED);
 }
 
+void MappedFile::will_need(std::span<const uint8_t> bytes) {
+  if (bytes.empty()) return;
+  const size_t page = size_t(sysconf(_SC_PAGESIZE));
+  const uintptr_t begin = reinterpret_cast<uintptr_t>(bytes.data()) / page * page;
+  const uintptr_t end = reinterpret_cast<uintptr_t>(bytes.data()) + bytes.size();
+  (void)madvise(reinterpret_cast<void*>(begin), end - begin, MADV_WILLNEED);  // advice only: failure is harmless
+}
+
 void MappedFile::populate(std::span<const uint8_t> bytes) {
   if (bytes.empty()) return;
   const size_t page = size_t(sysconf(_SC_PAGESIZE));

@@ -32,6 +32,9 @@ class MappedFile {
   // so the first requests do not pay a page fault per 4 KiB of weights.
   // MADV_POPULATE_READ where the kernel has it (5.14+), else a read per page.
   static void populate(std::span<const uint8_t> bytes);
+  // Asks the kernel to start reading the range in (MADV_WILLNEED), without
+  // waiting: pages about to be read, e.g. a prefill chunk's cold experts.
+  static void will_need(std::span<const uint8_t> bytes);
 
   // Drops the whole pages inside `bytes` (a range of a read-only mapping)
   // from this process (MADV_DONTNEED): they stop counting as resident and

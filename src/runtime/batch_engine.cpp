@@ -1,5 +1,7 @@
 #include "runtime/batch_engine.h"
 
+#include "core/log.h"
+
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -237,6 +239,16 @@ void BatchEngine::admit_waiting() {
 
 // One forward: every decoding slot's pending token, then prompt chunks
 // (oldest admission first) up to the step's token budget.
+// Between steps, on this thread: no forward reads the expert stacks now.
+void BatchEngine::maybe_promote(int64_t tokens) {
+  if (options_.promote_every_tokens <= 0 || model_.expert_splits().empty()) return;
+  tokens_since_promotion_ += tokens;
+  if (tokens_since_promotion_ < options_.promote_every_tokens) return;
+  tokens_since_promotion_ = 0;
+  Result<std::vector<ExpertSwap>> r = model_.promote_experts();
+  if (!r.is_ok()) MOESERVE_LOG_WARN("expert promotion failed: {}", r.status().message());
+}
+
 bool BatchEngine::step() {
   std::vector<int32_t> tokens;
   std::vector<models::SequenceSlice> slices;
@@ -303,6 +315,7 @@ bool BatchEngine::step() {
     totals_.prefill_tokens += n_prefill;
     totals_.prefill_seconds += dt * double(n_prefill) / total;
   }
+  maybe_promote(n_decode + n_prefill);
   for (auto& [s, n] : fed) {
     const auto first =
         s->decoding ? std::span<const int32_t>(&s->pending, 1)

@@ -75,6 +75,10 @@ struct EngineOptions {
   int64_t n_batch = 512;  // tokens per forward (decode rows + prefill chunk)
   size_t max_queue = 64;  // waiting requests beyond the slots; more: kResourceExhausted
   size_t prefix_cache_bytes = size_t(256) << 20;  // 0: no prefix cache
+  // Experts shared between the GPU and the CPU: every this many tokens
+  // (prefill and decode) the busiest cold experts may swap in for the
+  // idlest hot ones (Model::promote_experts). 0: never.
+  int64_t promote_every_tokens = 0;
   // Fault injection for tests: returning true makes the next step fail as
   // if an allocation had (std::bad_alloc).
   std::function<bool()> inject_step_allocation_failure;
@@ -125,6 +129,7 @@ class BatchEngine {
   void run();
   void admit_waiting();
   bool step();
+  void maybe_promote(int64_t tokens);
   void finish(Slot& slot, const Status& status);
   // The slot's next token comes from its logits row, or (logits null) is
   // the row's greedy choice taken on the model's device.
@@ -145,6 +150,7 @@ class BatchEngine {
   bool stopping_ = false;
   uint64_t next_id_ = 1;
   uint64_t admission_counter_ = 0;  // engine thread only
+  int64_t tokens_since_promotion_ = 0;  // engine thread only
   EngineStats totals_;              // counters under mu_
   std::atomic<int64_t> active_{0}, kv_used_{0};
   std::vector<float> logits_;

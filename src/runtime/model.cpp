@@ -115,6 +115,24 @@ void Model::pin_for_expert_copies() {
                     in.dram_bytes_per_s / 1e9, in.cpu_flops_per_s / 1e9);
 }
 
+Result<std::vector<ExpertSwap>> Model::promote_experts(const PromotionOptions& options) {
+  std::vector<ExpertSwap> done;
+  for (size_t l = 0; l < splits_.size(); ++l) {
+    backend::ExpertSplit& split = *splits_[l];
+    for (const ExpertSwap& s : plan_swaps(split, int(l), options)) {
+      MOESERVE_RETURN_IF_ERROR(net_->placement().io->replace_local_expert(split, s.slot, s.expert_in));
+      done.push_back(s);
+    }
+    split.start_window();
+  }
+  if (!done.empty()) {
+    MOESERVE_LOG_INFO("promoted {} experts to the GPU (e.g. layer {}: expert {}, {} selections, for expert {}, {})",
+                      done.size(), done[0].layer, done[0].expert_in, done[0].selections_in, done[0].expert_out,
+                      done[0].selections_out);
+  }
+  return done;
+}
+
 Result<KvCache> Model::new_kv_cache(int64_t capacity) {
   return KvCache::allocate(net_->placement(), info().n_layer, info().kv_dim, capacity);
 }

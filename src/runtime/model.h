@@ -14,6 +14,7 @@
 #include "core/thread_pool.h"
 #include "format/gguf.h"
 #include "models/language_model.h"
+#include "runtime/expert_promotion.h"
 #include "runtime/kv_cache.h"
 #include "tokenizer/tokenizer.h"
 
@@ -63,6 +64,11 @@ class Model {
   // Layers whose experts are shared between the GPU and the CPU ([layer],
   // null: all on the layer's device), with their hit counters.
   const std::vector<std::unique_ptr<backend::ExpertSplit>>& expert_splits() const { return splits_; }
+  // Promotion (runtime/expert_promotion.h): swaps every split layer's
+  // busiest cold experts in for its idlest hot ones where the window's
+  // counts call for it, then starts a new window. Only between forwards, on
+  // the thread that runs them. Returns the swaps made.
+  Result<std::vector<ExpertSwap>> promote_experts(const PromotionOptions& options = {});
 
   // A KV cache of `capacity` positions on the devices of the layers.
   Result<KvCache> new_kv_cache(int64_t capacity);

@@ -435,5 +435,54 @@ TEST(ExpertSplit, MaskAndLocalIndexForAnyExpertCount) {
   EXPECT_EQ(s.compute_on_host(0, 8, 8, std::span(&job, 1)).code(), StatusCode::kInternal);  // no host views
 }
 
+// Promotion while decoding: between steps, a forced schedule swaps one
+// host expert into each split layer's local stack (Device::replace_local_
+// expert); every step's logits still equal the plain model's bit for bit,
+// and the split's map and mask follow the swaps.
+TEST(Placement, ForcedExpertSwapsBetweenStepsKeepTheLogits) {
+  const testing::TinyModel tm = testing::build_tiny_model({});
+  const std::vector<int32_t> tokens = prompt(12, 5);
+  const std::vector<float> want = Runner::make(tm, nullptr)->run(tokens, 1);
+  const int64_t E = tm.spec.n_expert, L = tm.spec.n_layer, V = tm.spec.n_vocab;
+  CpuExpertBackend host(nullptr);
+  std::vector<std::unique_ptr<backend::ExpertSplit>> splits;
+  std::vector<backend::ExpertSplit*> placement;
+  for (int64_t l = 0; l < L; ++l) {
+    splits.push_back(std::make_unique<backend::ExpertSplit>(E, std::vector<int32_t>{0, 1, 2}, &host));
+    placement.push_back(splits.back().get());
+  }
+  auto r = Runner::make(tm, nullptr, false, placement);
+  std::vector<float> got(static_cast<size_t>(V));
+  for (size_t t = 0; t < tokens.size(); ++t) {
+    std::vector<int64_t> rows = {0};
+    ForwardBatch b;
+    b.tokens = std::span<const int32_t>(tokens).subspan(t, 1);
+    b.pos0 = int64_t(t);
+    b.kv = {r->views, r->capacity};
+    b.logit_rows = rows;
+    b.logits = got.data();
+    ASSERT_TRUE(r->forward(b).is_ok());
+    ASSERT_EQ(std::vector<float>(got.begin(), got.end()),
+              std::vector<float>(want.begin() + long(t) * V, want.begin() + long(t + 1) * V))
+        << "step " << t;
+    for (auto& s : splits) {  // slot t % 3 takes the next host expert
+      int32_t in = int32_t((t * 5 + 3) % size_t(E));
+      while (s->is_local(in)) in = int32_t((in + 1) % E);
+      const size_t slot = t % 3;
+      const int32_t out = s->local()[slot];
+      ASSERT_TRUE(r->device->replace_local_expert(*s, slot, in).is_ok());
+      EXPECT_TRUE(s->is_local(in));
+      EXPECT_FALSE(s->is_local(out));
+      EXPECT_EQ(s->local_index(in), int32_t(slot));
+      EXPECT_EQ(s->local_index(out), -1);
+    }
+  }
+  // A swap that makes no sense is refused and changes nothing.
+  const std::vector<int32_t> before(splits[0]->local().begin(), splits[0]->local().end());
+  EXPECT_FALSE(r->device->replace_local_expert(*splits[0], 0, before[1]).is_ok());  // already local
+  EXPECT_FALSE(r->device->replace_local_expert(*splits[0], 7, 0).is_ok());          // no such slot
+  EXPECT_EQ(std::vector<int32_t>(splits[0]->local().begin(), splits[0]->local().end()), before);
+}
+
 }  // namespace
 }  // namespace moeserve::models

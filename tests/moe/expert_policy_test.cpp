@@ -10,6 +10,7 @@
 #include <string>
 
 #include "backend/expert_cost.h"
+#include "runtime/expert_promotion.h"
 #include "moe/json_file.h"
 #include "moe/placement.h"
 
@@ -153,6 +154,38 @@ TEST(ExpertCostModel, DecodeOnTheCpuPrefillCopies) {
   EXPECT_EQ(backend::ExpertCostModel(in).experts_to_copy(decode, expert, 1), 4);
   in.policy = backend::ExpertCopyPolicy::kNever;
   EXPECT_EQ(backend::ExpertCostModel(in).experts_to_copy(chunk, expert, 1e15), 0);
+}
+
+// Promotion's choice from window counts: the busiest cold experts for the
+// idlest hot ones while the gain clears the margin; a new window starts
+// from zero.
+TEST(ExpertPromotion, BusiestColdForIdlestHot) {
+  backend::ExpertSplit s(8, {0, 1, 2, 3}, nullptr);
+  auto select = [&](int32_t e, int n) { s.count_selection(e, n); };
+  select(0, 50), select(1, 3), select(2, 20), select(3, 0);  // hot
+  select(4, 40), select(5, 10), select(6, 2), select(7, 12);  // cold
+  runtime::PromotionOptions o;
+  o.min_selections = 8, o.margin = 0.5, o.max_swaps_per_layer = 4;
+  const auto swaps = runtime::plan_swaps(s, 3, o);
+  ASSERT_EQ(swaps.size(), 2u);  // 4 (40) for 3 (0), 7 (12) for 1 (3); 5 (10) < 1.5 x 2's 20: stop
+  EXPECT_EQ(swaps[0].expert_in, 4);
+  EXPECT_EQ(swaps[0].expert_out, 3);
+  EXPECT_EQ(swaps[0].slot, 3u);
+  EXPECT_EQ(swaps[0].layer, 3);
+  EXPECT_EQ(swaps[1].expert_in, 7);
+  EXPECT_EQ(swaps[1].expert_out, 1);
+  o.max_swaps_per_layer = 1;
+  EXPECT_EQ(runtime::plan_swaps(s, 0, o).size(), 1u);
+  s.start_window();  // nothing counted since
+  EXPECT_TRUE(runtime::plan_swaps(s, 0, o).empty());
+  select(6, 9);
+  ASSERT_EQ(runtime::plan_swaps(s, 0, o).size(), 1u);
+  EXPECT_EQ(runtime::plan_swaps(s, 0, o)[0].expert_in, 6);
+  s.replace_local(runtime::plan_swaps(s, 0, o)[0].slot, 6);
+  EXPECT_TRUE(s.is_local(6));
+  EXPECT_TRUE(runtime::plan_swaps(s, 0, o).empty());  // 6 is hot now
+  backend::ExpertSplit all(4, {0, 1, 2, 3}, nullptr);
+  EXPECT_TRUE(runtime::plan_swaps(all, 0, o).empty());
 }
 
 }  // namespace

@@ -106,5 +106,45 @@ TEST(HybridExperts, SameGreedyOutputWhereverTheExpertsRun) {
   unsetenv("MOESERVE_EXPERT_COPIES");
 }
 
+// Promotion on the GPU: between decode steps a forced schedule swaps a cold
+// expert into each split layer's compact stack (its weights copied into the
+// slot), and Model::promote_experts swaps by the counts; the greedy
+// continuation stays the all-GPU one.
+TEST(HybridExperts, SwapsBetweenStepsKeepTheGreedyOutput) {
+  if (testing::test_device().rfind("cuda", 0) != 0) GTEST_SKIP() << "needs MOESERVE_TEST_DEVICE=cuda (a GPU)";
+  setenv("MOESERVE_EXPERT_COPIES", "never", 1);
+  const std::vector<int32_t> prompt = {7, 300, 41, 1000, 5, 5, 90};
+  auto gpu = load(testing::test_device(), {}, false);
+  ASSERT_TRUE(gpu);
+  const std::vector<int32_t> want = greedy(*gpu, prompt, 512, 32);
+  const std::vector<int32_t> some = {0, 3, 5, 9, 12};
+  auto hybrid = load(testing::test_device(), {some, some, some, some}, true);
+  ASSERT_TRUE(hybrid);
+  Generator g(*hybrid, 256);
+  int32_t id = -1;
+  ASSERT_TRUE(g.prefill_greedy(prompt, 512, &id).is_ok());
+  std::vector<int32_t> got = {id};
+  backend::Device& device = *hybrid->net().placement().io;
+  int64_t promoted = 0;
+  for (int step = 1; step < 32; ++step) {
+    for (const auto& s : hybrid->expert_splits()) {
+      int32_t in = int32_t((step * 7) % kExperts);
+      while (s->is_local(in)) in = int32_t((in + 1) % kExperts);
+      ASSERT_TRUE(device.replace_local_expert(*s, size_t(step) % some.size(), in).is_ok());
+    }
+    if (step % 8 == 0) {
+      auto swaps = hybrid->promote_experts({.min_selections = 1, .margin = 0.0, .max_swaps_per_layer = 2});
+      ASSERT_TRUE(swaps.is_ok()) << swaps.status().to_string();
+      promoted += int64_t(swaps->size());
+    }
+    ASSERT_TRUE(g.decode_greedy(id, &id).is_ok());
+    got.push_back(id);
+  }
+  unsetenv("MOESERVE_EXPERT_COPIES");
+  EXPECT_EQ(got, want);
+  EXPECT_GT(promoted, 0);
+  for (const auto& s : hybrid->expert_splits()) EXPECT_EQ(s->local().size(), some.size());
+}
+
 }  // namespace
 }  // namespace moeserve::runtime

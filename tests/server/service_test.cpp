@@ -352,8 +352,14 @@ TEST(ApiService, ExpertStatsEndpoint) {
   }
   if (testing::test_device().rfind("cuda", 0) != 0) GTEST_SKIP() << "the split half needs MOESERVE_TEST_DEVICE=cuda";
   const std::vector<int32_t> some = {0, 1, 2, 3, 4, 5, 6, 7};
-  Fixture f({}, {}, {}, {some, {}, some, some}, true);
-  ASSERT_EQ(f.post("/v1/chat/completions", kChat).status, 200);
+  runtime::EngineOptions eo;
+  eo.promote_every_tokens = 8;  // promotion between steps must not change an answer
+  Fixture f(eo, {}, {}, {some, {}, some, some}, true);
+  const ApiReply first = f.post("/v1/chat/completions", kChat);
+  ASSERT_EQ(first.status, 200);
+  const ApiReply again = f.post("/v1/chat/completions", kChat);
+  EXPECT_EQ(json::parse(again.body)["choices"][0]["message"]["content"],
+            json::parse(first.body)["choices"][0]["message"]["content"]);
   const json j = json::parse(f.get("/stats/experts").body);
   ASSERT_TRUE(j["experts_split"].get<bool>());
   ASSERT_EQ(j["layers"].size(), 4u);
@@ -364,7 +370,7 @@ TEST(ApiService, ExpertStatsEndpoint) {
     EXPECT_EQ(sum, l["selections_gpu"].get<int64_t>() + l["selections_cpu"].get<int64_t>());
     EXPECT_EQ(sum % 4, 0);  // n_expert_used 4 a token
   }
-  EXPECT_EQ(j["layers"][1]["selections_gpu"].get<int64_t>(), 0);  // no expert of layer 1 on the GPU
+  EXPECT_EQ(j["layers"][1]["selections_gpu"].get<int64_t>(), 0);  // no expert of layer 1 on the GPU (none to promote into)
   const std::string metrics = f.get("/metrics").body;
   EXPECT_NE(metrics.find("moeserve_expert_hot_hit_ratio{layer=\"1\"} 0"), std::string::npos) << metrics;
 }

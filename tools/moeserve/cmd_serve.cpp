@@ -39,6 +39,7 @@ struct ServeCliOptions {
   bool no_pack = false;
   std::string device = "auto";
   moe::ExpertPolicyOptions experts;  // --placement, --n-cpu-moe, --cpu-moe, --gpu-mem
+  int64_t expert_promotion = 4096;   // tokens between promotions of experts (0: never)
   size_t queue = 64;
   size_t prefix_cache_mb = 256;
   size_t max_body_kb = 1024;
@@ -129,6 +130,7 @@ Status run_serve(ServeCliOptions o) {
   }
   runtime::EngineOptions eo;
   eo.n_slots = o.parallel;
+  eo.promote_every_tokens = o.expert_promotion;
   const int64_t trained = (*model)->info().n_ctx_train;
   eo.n_ctx = o.ctx_size > 0 ? o.ctx_size : std::min<int64_t>(trained > 0 ? trained : 4096, 4096);
   eo.n_batch = o.batch;
@@ -216,6 +218,11 @@ void register_serve(CLI::App& app) {
                   "CPU), cpu, cuda or cuda:N")
       ->capture_default_str();
   add_expert_flags(cmd, &o->experts);
+  cmd->add_option("--expert-promotion", o->expert_promotion,
+                  "With experts on the CPU: every N tokens served, cold experts selected clearly more often than\n"
+                  "hot ones swap places with them (0: never)")
+      ->group("MoE experts (GPU)")
+      ->capture_default_str();
   cmd->add_flag("--no-pack", o->no_pack,
                 "Use every weight in place from the file (zero-copy), without the packed copy the AVX-512 "
                 "kernels are fastest with (saves the Q4_K/Q6_K weights' size in RAM; slower)");

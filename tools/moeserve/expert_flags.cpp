@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include <filesystem>
+
 #include "backend/devices.h"
 #include "format/gguf.h"
 #include "kernels/gpu_api.h"
@@ -23,7 +25,9 @@ void add_expert_flags(CLI::App* cmd, moe::ExpertPolicyOptions* o) {
                   "GPU memory the model may use, e.g. 24GiB: the hot experts are chosen for it from\n"
                   "--expert-stats, or spread evenly without")
       ->group(group);
-  cmd->add_option("--expert-stats", o->stats_path, "Routing statistics (moeserve calibrate) for --gpu-mem")
+  cmd->add_option("--expert-stats", o->stats_path,
+                  "Routing statistics (moeserve calibrate) for --gpu-mem (default: MODEL.expert-stats.json\n"
+                  "beside the model, when it exists)")
       ->group(group);
 }
 
@@ -41,6 +45,14 @@ Status apply_expert_flags(const std::string& model_path, moe::ExpertPolicyOption
   if (auto gpus = gpu::list_devices(); gpus.is_ok()) {
     for (const gpu::DeviceInfo& d : *gpus) {
       if (d.index == choice.spec.index) o.gpu_free_bytes = d.free_bytes;
+    }
+  }
+  // --gpu-mem alone: the model's own statistics beside it, when there are.
+  if (!o.gpu_mem.empty() && o.stats_path.empty()) {
+    const std::string beside = model_path + ".expert-stats.json";
+    if (std::filesystem::exists(beside)) {
+      o.stats_path = beside;
+      fmt::print(stderr, "experts: placing from {} (the statistics beside the model)\n", beside);
     }
   }
   MOESERVE_ASSIGN_OR_RETURN(moe::ExpertPolicy policy, moe::resolve_expert_policy(file, o));

@@ -240,7 +240,33 @@ Status CudaDevice::upload_split_stack(const WeightRef& ref, UploadStaging& stagi
   }
   v.data = m.as<uint8_t>();
   v.matrix_stride = matrix;
+  split_stacks_[&split].push_back({m.as<uint8_t>(), matrix, ref.use});
   weights_.push_back(std::move(m));
+  return Status::ok();
+}
+
+// Promotion: the expert's matrices from the host stacks into the slot, its
+// id into the device's local ids; the device is idle meanwhile.
+Status CudaDevice::replace_local_expert(ExpertSplit& split, size_t slot, int32_t expert) {
+  auto stacks = split_stacks_.find(&split);
+  auto ids = split_ids_.find(&split);
+  if (stacks == split_stacks_.end() || ids == split_ids_.end()) {
+    return make_error(StatusCode::kInvalidArgument, "promotion: the split was not placed on {}", name());
+  }
+  if (slot >= split.local().size() || expert < 0 || expert >= split.n_expert() || split.is_local(expert)) {
+    return make_error(StatusCode::kInvalidArgument, "promotion: slot {} of {}, expert {}", slot, split.local().size(),
+                      expert);
+  }
+  MOESERVE_RETURN_IF_ERROR(activate());
+  MOESERVE_CUDA_RETURN_IF_ERROR(cudaDeviceSynchronize());  // no forward reads the stacks now
+  for (const CompactStack& s : stacks->second) {
+    const WeightView* host = split.host_view(s.use);
+    if (host == nullptr) return make_error(StatusCode::kInternal, "promotion: no host stack to copy from");
+    MOESERVE_RETURN_IF_ERROR(
+        copy_to_device(s.data + slot * s.matrix_bytes, host->data + size_t(expert) * s.matrix_bytes, s.matrix_bytes));
+  }
+  MOESERVE_RETURN_IF_ERROR(copy_to_device(ids->second.as<int32_t>() + slot, &expert, sizeof(int32_t)));
+  split.replace_local(slot, expert);
   return Status::ok();
 }
 

@@ -32,6 +32,7 @@ class CudaDevice final : public Device {
   Result<PlacedWeights> place_weights(std::span<const WeightRef> weights) override;
   Result<std::unique_ptr<Ops>> create_ops() override;
   Result<double> pin_host_memory(std::span<const uint8_t> bytes) override;
+  Status replace_local_expert(ExpertSplit& split, size_t slot, int32_t expert) override;
 
   int index() const { return index_; }
   // Some layer shares its experts with the host (its forwards run eagerly:
@@ -58,6 +59,12 @@ class CudaDevice final : public Device {
   std::map<std::pair<const uint8_t*, size_t>, const uint8_t*> uploaded_;
   std::map<const ExpertSplit*, DeviceMemory> split_ids_;
   std::vector<const ExpertSplit*> split_order_;  // as placed: layer order
+  struct CompactStack {
+    uint8_t* data = nullptr;
+    size_t matrix_bytes = 0;
+    WeightUse use = WeightUse::kExpertGate;
+  };
+  std::map<const ExpertSplit*, std::vector<CompactStack>> split_stacks_;  // for promotion
   std::vector<void*> pinned_ranges_;  // host memory registered by pin_host_memory
   bool has_host_experts_ = false;
 };

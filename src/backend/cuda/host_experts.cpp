@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "backend/cuda/cuda_device.h"
+#include "core/mapped_file.h"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/moe.h"
 
@@ -148,6 +149,16 @@ Status HostExpertStage::compute_on_host(const ExpertSplit& split, int layer, int
   if (gather) gathered_.resize(size_t(n_cpu * H));
   for (int64_t i = 0; gather && i < n_cpu; ++i) {
     std::memcpy(gathered_.data() + i * H, xn + (rows[i] / n_used_) * H, size_t(H) * sizeof(float));
+  }
+  // A chunk's cold experts from an unpinned mapping (the file could not be
+  // pinned): the kernel starts reading them in while the rows are gathered.
+  if (gather && (split.cost() == nullptr || split.cost()->inputs().pcie_bytes_per_s <= 0.0)) {
+    for (WeightUse use : {WeightUse::kExpertGate, WeightUse::kExpertUp, WeightUse::kExpertDown}) {
+      const WeightView* v = split.host_view(use);
+      for (int32_t e = 0; v != nullptr && e < int32_t(E); ++e) {
+        if (!copied_[size_t(e)] && count_[size_t(e) + 1] > 0) MappedFile::will_need({v->matrix(e), v->matrix_stride});
+      }
+    }
   }
   jobs_.clear();
   for (int32_t e : cpu_experts_) {
