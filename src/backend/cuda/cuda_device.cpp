@@ -189,8 +189,9 @@ Result<PlacedWeights> CudaDevice::place_weights(std::span<const WeightRef> weigh
   const DeviceMemoryInfo m = memory_info();
   if (total > m.free_bytes) {
     return make_error(StatusCode::kResourceExhausted,
-                      "the model's weights need {:.2f} GiB on {} but only {:.2f} GiB of {:.2f} GiB are free: use a "
-                      "smaller quantization (e.g. q4_k_m), another GPU, or --device cpu",
+                      "the model's weights need {:.2f} GiB on {} but only {:.2f} GiB of {:.2f} GiB are free: keep "
+                      "some MoE experts on the CPU (--gpu-mem SIZE, --n-cpu-moe N or --cpu-moe), use a smaller "
+                      "quantization (e.g. q4_k_m), another GPU, or --device cpu",
                       double(total) / double(1 << 30), name(), double(m.free_bytes) / double(1 << 30),
                       double(m.total_bytes) / double(1 << 30));
   }
