@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdio>
+#include <functional>
 #include <string>
 
 #include "backend/expert_cost.h"
@@ -94,24 +95,20 @@ TEST(ExpertPolicy, RefusesConflictsAndBadValues) {
     ASSERT_FALSE(p.is_ok()) << needle;
     EXPECT_NE(p.status().message().find(needle), std::string::npos) << p.status().to_string();
   };
-  ExpertPolicyOptions two;
-  two.cpu_moe = true, two.n_cpu_moe = 2;
-  refused(two, "give one");
-  ExpertPolicyOptions too_many;
-  too_many.n_cpu_moe = 5;
-  refused(too_many, "--n-cpu-moe 5");
-  ExpertPolicyOptions stats_alone;
-  stats_alone.stats_path = "stats.json";
-  refused(stats_alone, "--expert-stats");
-  ExpertPolicyOptions tiny_budget;
-  tiny_budget.gpu_mem = "1MiB";
-  refused(tiny_budget, "");
-  ExpertPolicyOptions bad_size;
-  bad_size.gpu_mem = "lots";
-  refused(bad_size, "--gpu-mem");
-  ExpertPolicyOptions missing;
-  missing.placement_path = "/nonexistent/placement.json";
-  refused(missing, "/nonexistent/placement.json");
+  // Each case changes one field of the defaults (two for the conflict).
+  const std::pair<std::function<void(ExpertPolicyOptions&)>, const char*> cases[] = {
+      {[](ExpertPolicyOptions& o) { o.cpu_moe = true, o.n_cpu_moe = 2; }, "give one"},
+      {[](ExpertPolicyOptions& o) { o.n_cpu_moe = 5; }, "--n-cpu-moe 5"},
+      {[](ExpertPolicyOptions& o) { o.stats_path = "stats.json"; }, "--expert-stats"},
+      {[](ExpertPolicyOptions& o) { o.gpu_mem = "1MiB"; }, ""},
+      {[](ExpertPolicyOptions& o) { o.gpu_mem = "lots"; }, "--gpu-mem"},
+      {[](ExpertPolicyOptions& o) { o.placement_path = "/nonexistent/placement.json"; }, "/nonexistent/placement.json"},
+  };
+  for (const auto& [change, needle] : cases) {
+    ExpertPolicyOptions o;
+    change(o);
+    refused(o, needle);
+  }
   EXPECT_FALSE(policy_requested(ExpertPolicyOptions{}));
   // A dense model has no experts to place.
   auto dense = GgufFile::open(std::string(MOESERVE_TEST_DATA_DIR) + "/models/qwen3-tiny.bf16.gguf");

@@ -113,10 +113,12 @@ void HostExpertStage::plan(const ExpertSplit& split, int64_t n_ff) {
   copied_.assign(size_t(split.n_expert()), 0);
   n_cpu_pairs_ = n_host_;
   if (split.cost() == nullptr || experts_.empty()) return;
-  std::vector<int32_t> by_tokens = experts_;  // busiest first, ties to the lower id
+  std::vector<int32_t>& by_tokens = by_tokens_;  // busiest first, ties to the lower id
+  by_tokens.assign(experts_.begin(), experts_.end());
   std::stable_sort(by_tokens.begin(), by_tokens.end(),
                    [&](int32_t a, int32_t b) { return count_[size_t(a) + 1] > count_[size_t(b) + 1]; });
-  std::vector<int32_t> tokens(by_tokens.size());
+  std::vector<int32_t>& tokens = tokens_;
+  tokens.resize(by_tokens.size());
   for (size_t i = 0; i < by_tokens.size(); ++i) tokens[i] = count_[size_t(by_tokens[i]) + 1];
   const int64_t k =
       split.cost()->experts_to_copy(tokens, expert_bytes(split), 6.0 * double(n_embd_) * double(n_ff));
@@ -136,10 +138,12 @@ Status HostExpertStage::compute_on_host(const ExpertSplit& split, int layer, int
   auto* rows = static_cast<int32_t*>(rows_.data);
   auto* out = static_cast<float*>(y_.data);
   // Each CPU expert's first output row: exclusive prefix sums of their counts.
-  std::vector<int32_t> begin(size_t(E) + 1, 0);
+  std::vector<int32_t>& begin = begin_;
+  begin.assign(size_t(E) + 1, 0);
   for (int64_t e = 0; e < E; ++e)
     begin[size_t(e) + 1] = begin[size_t(e)] + (copied_[size_t(e)] ? 0 : count_[size_t(e) + 1]);
-  std::vector<int32_t> next(begin.begin(), begin.end() - 1);
+  std::vector<int32_t>& next = next_;
+  next.assign(begin.begin(), begin.end() - 1);
   for (int64_t p = 0; p < n_pairs; ++p) {
     if (!split.is_local(ids[p]) && !copied_[size_t(ids[p])]) rows[next[size_t(ids[p])]++] = int32_t(p);
   }

@@ -105,6 +105,8 @@ class HostExpertStage {
   std::vector<int32_t> copy_experts_, cpu_experts_;  // experts_ split by plan()
   std::vector<uint8_t> copied_;                      // [expert]: plan() copies it
   int64_t n_cpu_pairs_ = 0;
+  // Scratch of plan() and compute_on_host(), kept: they run every layer of every step.
+  std::vector<int32_t> by_tokens_, tokens_, begin_, next_;
   std::vector<float> gathered_;
   std::vector<ExpertJob> jobs_;
 };
