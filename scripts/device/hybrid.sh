@@ -2,7 +2,8 @@
 # Experts shared between the GPU and the CPU (issue 20) on the device machine:
 #   scripts/device/hybrid.sh start   # build, start making the 30b-a3b files (skews 0.5 and 0), GPU tests
 #   scripts/device/hybrid.sh bench   # wait for the files, then pp512/tg128 per placement
-# SKEWS="0.5 0" picks the files; CASES picks placements (see below).
+# SKEWS="0.5 0" picks the files; CASES picks placements (see below); VARIANT="ENV=value"
+# runs each case again with that setting (MOESERVE_EXPERT_TRACE=1 adds the host experts' timings).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 export LD_LIBRARY_PATH=/tmp/devroot/usr/lib/x86_64-linux-gnu:${LD_LIBRARY_PATH:-}
@@ -65,9 +66,9 @@ print(" ".join(f"{d+kv+1+e*f:.2f}GiB" for f in (0.25,0.5,0.75)))')
         esac
         echo "== skew $s, $c ($args)"
         $bin bench -m "$m" -p 512 -n 128 -r 2 --device cuda $args 2>&1 | tee "$out/bench_${s}_$c.txt" \
-          | grep -E "experts|pp512|tg128|roofline|error|PCIe|computed on the CPU"
-        [ -n "${VARIANT:-}" ] && [ "$c" != gpu ] && env $VARIANT $bin bench -m "$m" -p 512 -n 32 -r 2 --device cuda $args 2>&1 \
-          | grep -E "pp512|tg32|experts" | sed "s/^/$VARIANT: /"
+          | grep -E "experts|pp512|tg128|roofline|error|PCIe|computed on the CPU|trace"
+        [ -n "${VARIANT:-}" ] && [ "$c" != gpu ] && env $VARIANT $bin bench -m "$m" -p 512 -n 128 -r 2 --device cuda $args 2>&1 \
+          | grep -E "pp512|tg128|experts|trace" | sed "s/^/$VARIANT: /"
       done
     done;;
 esac

@@ -68,12 +68,17 @@ TEST(HybridExperts, SameGreedyOutputWhereverTheExpertsRun) {
       {"--cpu-moe", {{}, {}, {}, {}}},
       {"mixed", {{3}, all, {}, even}},
   };
-  for (const char* copies : {"never", "always", "auto"}) {
-    // never: the CPU computes every cold expert; always: a chunk or a step
-    // copies them to the GPU; auto: the cost model picks (decode: the CPU).
+  // never: the CPU computes every cold expert; always: a chunk of more than
+  // 16 rows copies them to the GPU; auto: the cost model picks. Forwards of
+  // up to 16 rows (decode, batch 5) trade through mailboxes in their graph,
+  // or (mailbox 0) through the eager stage.
+  const std::pair<const char*, const char*> settings[] = {
+      {"never", "1"}, {"always", "1"}, {"auto", "1"}, {"never", "0"}};
+  for (const auto& [copies, mailbox] : settings) {
     setenv("MOESERVE_EXPERT_COPIES", copies, 1);
+    setenv("MOESERVE_EXPERT_MAILBOX", mailbox, 1);
     for (const Case& c : cases) {
-      SCOPED_TRACE(std::string(c.name) + ", copies " + copies);
+      SCOPED_TRACE(std::string(c.name) + ", copies " + copies + ", mailbox " + mailbox);
       auto hybrid = load(testing::test_device(), c.gpu_experts, true);
       ASSERT_TRUE(hybrid);
       for (const auto& p : prompts) {
@@ -98,12 +103,15 @@ TEST(HybridExperts, SameGreedyOutputWhereverTheExpertsRun) {
         if (std::string(copies) == "never") {
           EXPECT_EQ(s.copied_pairs.load(), 0) << "layer " << l;
         } else if (std::string(copies) == "always") {
-          EXPECT_EQ(s.copied_pairs.load(), s.host_pairs.load()) << "layer " << l;
+          // The 33-token prompt in one chunk copied; decode computed on the CPU.
+          EXPECT_GT(s.copied_pairs.load(), 0) << "layer " << l;
+          EXPECT_LT(s.copied_pairs.load(), s.host_pairs.load()) << "layer " << l;
         }
       }
     }
   }
   unsetenv("MOESERVE_EXPERT_COPIES");
+  unsetenv("MOESERVE_EXPERT_MAILBOX");
 }
 
 // Promotion on the GPU: between decode steps a forced schedule swaps a cold

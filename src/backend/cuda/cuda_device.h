@@ -35,8 +35,9 @@ class CudaDevice final : public Device {
   Status replace_local_expert(ExpertSplit& split, size_t slot, int32_t expert) override;
 
   int index() const { return index_; }
-  // Some layer shares its experts with the host (its forwards run eagerly:
-  // they wait for the host mid-way).
+  // Some layer shares its experts with the host (a prefill chunk's forward
+  // then runs eagerly, waiting for the host mid-way; a decode step's stays
+  // one graph, trading with the host through mailboxes).
   bool has_host_experts() const { return has_host_experts_; }
   // A split's local expert ids in device memory (null: none, or not placed here).
   const int32_t* local_expert_ids(const ExpertSplit* split) const;

@@ -2,6 +2,8 @@
 // on the workspace's stream. The batch layout (positions, sequences, cache
 // tables, query blocks, token ids) is uploaded once per forward in one copy;
 // nothing in a forward waits for the GPU until the logits are read back.
+#include "backend/cuda/cuda_ops.h"
+
 #include <algorithm>
 #include <array>
 #include <cstdlib>
@@ -11,9 +13,6 @@
 #include <string>
 #include <vector>
 
-#include "backend/cuda/cuda_device.h"
-#include "backend/cuda/host_experts.h"
-#include "backend/expert_split.h"
 #include "kernels/cuda/attention.h"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/elementwise.h"
@@ -21,176 +20,13 @@
 #include "kernels/cuda/moe.h"
 #include "kernels/cuda/sample.h"
 
-namespace moeserve::backend {
+namespace moeserve::backend::cuda_impl {
 namespace {
 
 // Rows per attention query block in prefill: they share K/V tiles.
 constexpr int64_t kQueryBlockRows = 64;
 
-// Device scratch that grows on demand (never shrinks). Growing moves it, so
-// graphs captured with the old address must go: `on_move` says so.
-class Scratch {
- public:
-  Scratch(CudaDevice& device, std::function<void()> on_move)
-      : device_(device), on_move_(std::move(on_move)) {}
-  Result<void*> get(size_t bytes, const char* what) {
-    if (mem_.bytes() < bytes) {
-      const size_t grown = std::max(bytes, mem_.bytes() * 2);
-      if (mem_.data() != nullptr && on_move_) on_move_();
-      mem_.reset();
-      MOESERVE_ASSIGN_OR_RETURN(mem_, device_.allocate(grown, what));
-    }
-    return mem_.data();
-  }
-
- private:
-  CudaDevice& device_;
-  std::function<void()> on_move_;
-  DeviceMemory mem_;
-};
-
-// Sub-buffers of one allocation start on 256-byte boundaries.
-size_t align_up(size_t n) { return (n + 255) / 256 * 256; }
-
-class CudaOps final : public Ops {
- public:
-  CudaOps(CudaDevice& device, cudaStream_t stream)
-      : device_(device),
-        stream_(stream),
-        layout_mem_(device, [this] { buffers_moved(); }),
-        moe_mem_(device, [this] { buffers_moved(); }),
-        attention_mem_(device, [this] { buffers_moved(); }),
-        hidden_mem_(device, [this] { buffers_moved(); }),
-        rope_mem_(device, [this] { buffers_moved(); }),
-        q8_mem_(device, [this] { buffers_moved(); }),
-        ids_mem_(device, [this] { buffers_moved(); }),
-        local_groups_mem_(device, [this] { buffers_moved(); }),
-        copied_groups_mem_(device, [this] { buffers_moved(); }) {}
-  ~CudaOps() override {
-    if (mode_ != Mode::kEager) abandon_graph();
-    if (stream_ != nullptr) cudaStreamSynchronize(stream_);
-    forget_graphs();
-    host_stage_.reset();  // it waits on the stream
-    if (stream_ != nullptr) cudaStreamDestroy(stream_);
-    if (pinned_ != nullptr) cudaFreeHost(pinned_);
-  }
-
-  Status begin_batch(const BatchLayout& layout) override;
-  Status embed(const WeightView& table, float* out) override {
-    if (replaying()) return Status::ok();
-    cuda::EmbedArgs a;
-    a.table = table.data;
-    a.type = table.type;
-    a.row_bytes = table.row_bytes;
-    a.n_cols = table.n_cols;
-    a.ids = tokens_;
-    a.n_rows = n_rows_;
-    a.n_table_rows = table.n_rows;
-    a.out = out;
-    return cuda::embed(a, stream_);
-  }
-  Status rms_norm(const RmsNormArgs& a) override;
-  Status add_rms_norm(const AddRmsNormArgs& a) override {
-    if (replaying()) return Status::ok();
-    return cuda::add_rms_norm({a.x, a.delta, a.w, a.out, a.n_rows, a.n_cols, a.eps}, stream_);
-  }
-  Status matmul(std::span<const MatmulOp> group) override;
-  Status qk_norm_rope_store(const QkNormRopeArgs& a) override;
-  Status attention(const AttentionOpArgs& a) override;
-  Status swiglu(const float* gate, const float* up, float* out, int64_t n_rows, int64_t n_cols) override {
-    if (replaying()) return Status::ok();
-    return cuda::swiglu(gate, up, out, n_rows * n_cols, stream_);
-  }
-  Status add(float* y, const float* x, int64_t n_rows, int64_t n_cols) override {
-    if (replaying()) return Status::ok();
-    return cuda::add(y, x, n_rows * n_cols, stream_);
-  }
-  Status route(const RouteOpArgs& a) override;
-  Status argmax_rows(const float* x, int64_t n_rows, int64_t n_cols, int32_t* host_ids) override;
-  Status expert_ffn(const ExpertFfnArgs& a) override;
-  Result<cuda::ExpertGroups> local_groups(const ExpertSplit& split, int64_t pairs);
-  Result<cuda::ExpertGroups> local_groups(const int32_t* ids, int64_t n_local, int64_t pairs, Scratch& mem_for);
-  Status cold_experts(const ExpertFfnArgs& a, const ExpertSplit& split, float* h, float* y);
-  Status copied_experts(const ExpertFfnArgs& a, const HostExpertStage::Copied& c, float* h, float* y);
-  static bool prefetch_enabled() {
-    static const bool on = [] {
-      const char* v = std::getenv("MOESERVE_EXPERT_PREFETCH");
-      return v == nullptr || std::string(v) != "0";
-    }();
-    return on;
-  }
-  Status local_experts(const ExpertFfnArgs& a, const cuda::ExpertGroups& groups, float* h, float* y);
-  Status download(void* host, const void* src, size_t bytes) override {
-    MOESERVE_RETURN_IF_ERROR(end_graph());
-    MOESERVE_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(host, src, bytes, cudaMemcpyDeviceToHost, stream_));
-    return finish();
-  }
-  Status upload(void* dst, const void* host, size_t bytes) override {
-    MOESERVE_RETURN_IF_ERROR(end_graph());
-    MOESERVE_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(dst, host, bytes, cudaMemcpyHostToDevice, stream_));
-    return finish();
-  }
-  Status finish() override {
-    MOESERVE_RETURN_IF_ERROR(end_graph());
-    MOESERVE_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_));
-    return Status::ok();
-  }
-  void buffers_moved() override;
-
- private:
-  // The shape of a forward: what a captured graph's launches depend on.
-  using GraphKey = std::array<int64_t, 7>;
-  enum class Mode { kEager, kCapture, kReplay };
-  static constexpr size_t kMaxGraphs = 64;
-  static bool graphs_enabled() {
-    static const bool on = [] {
-      const char* v = std::getenv("MOESERVE_CUDA_GRAPHS");
-      return v == nullptr || std::string(v) != "0";
-    }();
-    return on;
-  }
-  Status start_graph(const GraphKey& key);
-  Status end_graph();
-  void abandon_graph();
-  void forget_graphs();
-  bool replaying() const { return mode_ == Mode::kReplay; }
-
-  Result<uint8_t*> pinned(size_t bytes);
-
-  CudaDevice& device_;
-  cudaStream_t stream_;
-  void* pinned_ = nullptr;  // host staging of the layout upload
-  size_t pinned_bytes_ = 0;
-  Scratch layout_mem_, moe_mem_, attention_mem_, hidden_mem_, rope_mem_;
-  Scratch q8_mem_;   // gemm's converted activations (cuda::gemm_scratch_bytes)
-  Scratch ids_mem_;  // argmax_rows' ids before their download
-  Scratch local_groups_mem_;   // a split layer's groups of its local experts
-  Scratch copied_groups_mem_;  // ... and of the host's experts copied over for a prefill chunk
-  std::unique_ptr<HostExpertStage> host_stage_;  // a split layer's host experts
-  // This batch's layout on the device.
-  int64_t n_rows_ = 0, n_blocks_ = 0, max_block_rows_ = 0, max_kv_ = 0, n_seq_ = 0, n_layer_ = 0;
-  const int32_t* tokens_ = nullptr;
-  const int32_t* row_seq_ = nullptr;
-  const int32_t* row_pos_ = nullptr;
-  uint16_t* const* k_tables_ = nullptr;
-  uint16_t* const* v_tables_ = nullptr;
-  const cuda::QueryBlock* blocks_ = nullptr;
-  int64_t n_logit_rows_ = 0;
-  const int32_t* logit_rows_ = nullptr;
-  int64_t rope_n_rot_ = 0;
-  double rope_freq_base_ = 10000.0;
-  const float* rope_table_ = nullptr;  // [n_rows][n_rot]: every layer's rotation
-  // The last route()'s selections and groups.
-  int32_t *selected_ = nullptr, *pairs_ = nullptr, *offsets_ = nullptr;
-  float* weights_ = nullptr;
-  int64_t routed_tokens_ = 0, n_expert_ = 0, n_used_ = 0;
-  std::vector<int32_t> count_ids_;  // route()'s selections read back for counts
-  // CUDA graphs by forward shape (null: seen once, not captured yet).
-  std::map<GraphKey, cudaGraphExec_t> graphs_;
-  GraphKey key_{};
-  Mode mode_ = Mode::kEager;
-  bool capture_poisoned_ = false;
-};
+}  // namespace
 
 Result<uint8_t*> CudaOps::pinned(size_t bytes) {
   if (pinned_bytes_ < bytes) {
@@ -211,6 +47,11 @@ Status CudaOps::begin_batch(const BatchLayout& layout) {
   MOESERVE_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_));  // the last forward (and its upload) is done
   if (host_stage_ != nullptr) host_stage_->begin_forward();
   n_rows_ = int64_t(layout.tokens.size());
+  // A small forward trades with the host through mailboxes, inside its graph.
+  use_mailboxes_ = device_.has_host_experts() && n_rows_ <= HostMailboxes::kMaxTokens && mailboxes_enabled();
+  next_mailbox_ = 0;
+  capture_layers_.clear();
+  if (++forward_ == 0) forward_ = 1;  // 0 is a fresh mailbox's "no forward"
   rope_n_rot_ = layout.n_rot;
   rope_freq_base_ = layout.rope_freq_base;
   n_seq_ = int64_t(layout.slices.size());
@@ -229,7 +70,8 @@ Status CudaOps::begin_batch(const BatchLayout& layout) {
   const size_t rows_bytes = align_up(size_t(n_rows_) * sizeof(int32_t));
   const size_t table_bytes = align_up(size_t(n_seq_ * n_layer_) * sizeof(void*));
   const size_t block_bytes = align_up(blocks.size() * sizeof(cuda::QueryBlock));
-  const size_t total = 4 * rows_bytes + 2 * table_bytes + block_bytes;
+  const size_t forward_at = 4 * rows_bytes + 2 * table_bytes + block_bytes;
+  const size_t total = forward_at + sizeof(uint32_t);
   MOESERVE_ASSIGN_OR_RETURN(uint8_t * host, pinned(total));
   auto* tokens = reinterpret_cast<int32_t*>(host);
   auto* seq = reinterpret_cast<int32_t*>(host + rows_bytes);
@@ -256,6 +98,7 @@ Status CudaOps::begin_batch(const BatchLayout& layout) {
   }
   std::memcpy(host + 4 * rows_bytes + 2 * table_bytes, blocks.data(),
               blocks.size() * sizeof(cuda::QueryBlock));
+  std::memcpy(host + forward_at, &forward_, sizeof(forward_));
   MOESERVE_ASSIGN_OR_RETURN(void* dev, layout_mem_.get(total, "workspace (batch layout)"));
   auto* d = static_cast<uint8_t*>(dev);
   tokens_ = reinterpret_cast<const int32_t*>(d);
@@ -265,6 +108,7 @@ Status CudaOps::begin_batch(const BatchLayout& layout) {
   k_tables_ = reinterpret_cast<uint16_t* const*>(d + 4 * rows_bytes);
   v_tables_ = reinterpret_cast<uint16_t* const*>(d + 4 * rows_bytes + table_bytes);
   blocks_ = reinterpret_cast<const cuda::QueryBlock*>(d + 4 * rows_bytes + 2 * table_bytes);
+  forward_on_device_ = reinterpret_cast<const uint32_t*>(d + forward_at);
   rope_table_ = nullptr;
   float* table = nullptr;
   if (rope_n_rot_ > 0) {
@@ -274,7 +118,8 @@ Status CudaOps::begin_batch(const BatchLayout& layout) {
     rope_table_ = table;
   }
   mode_ = Mode::kEager;
-  if (!layout.profiling && !layout.count_experts && !device_.has_host_experts()) {
+  // (A forward with host experts is captured when they go through mailboxes.)
+  if (!layout.profiling && !layout.count_experts && (!device_.has_host_experts() || use_mailboxes_)) {
     MOESERVE_RETURN_IF_ERROR(start_graph(
         {n_rows_, n_seq_, n_blocks_, max_block_rows_, max_kv_, n_logit_rows_, layout.argmax ? 1 : 0}));
   }
@@ -295,7 +140,7 @@ Status CudaOps::start_graph(const GraphKey& key) {
   if (!graphs_enabled()) return Status::ok();
   key_ = key;
   if (auto it = graphs_.find(key); it != graphs_.end()) {
-    if (it->second != nullptr) {
+    if (it->second.exec != nullptr) {
       mode_ = Mode::kReplay;
       return Status::ok();
     }
@@ -305,7 +150,7 @@ Status CudaOps::start_graph(const GraphKey& key) {
     capture_poisoned_ = false;
     return Status::ok();
   }
-  graphs_.emplace(key, nullptr);  // seen once
+  graphs_.emplace(key, Graph{});  // seen once
   return Status::ok();
 }
 
@@ -315,8 +160,9 @@ Status CudaOps::end_graph() {
   const Mode mode = mode_;
   mode_ = Mode::kEager;
   if (mode == Mode::kReplay) {
-    MOESERVE_CUDA_RETURN_IF_ERROR(cudaGraphLaunch(graphs_.at(key_), stream_));
-    return Status::ok();
+    const Graph& g = graphs_.at(key_);
+    MOESERVE_CUDA_RETURN_IF_ERROR(cudaGraphLaunch(g.exec, stream_));
+    return serve_mailboxes(g.host_layers);
   }
   if (mode != Mode::kCapture) return Status::ok();
   cudaGraph_t graph = nullptr;
@@ -326,17 +172,24 @@ Status CudaOps::end_graph() {
   cudaGraphDestroy(graph);
   MOESERVE_CUDA_RETURN_IF_ERROR(err);
   const cudaError_t launched = cudaGraphLaunch(exec, stream_);
-  if (capture_poisoned_ || launched != cudaSuccess) {
+  if (launched != cudaSuccess) {
+    cudaGraphExecDestroy(exec);
+    forget_graphs();
+    MOESERVE_CUDA_RETURN_IF_ERROR(launched);
+  }
+  std::vector<HostMailboxes::Layer> layers = std::move(capture_layers_);
+  capture_layers_.clear();
+  const Status served = serve_mailboxes(layers);
+  if (capture_poisoned_) {
     // Recorded with buffers that have moved since: valid for this run only,
     // and every other graph refers to the old buffers too.
     cudaStreamSynchronize(stream_);
     cudaGraphExecDestroy(exec);
     forget_graphs();
   } else {
-    graphs_[key_] = exec;
+    graphs_[key_] = Graph{exec, std::move(layers)};
   }
-  MOESERVE_CUDA_RETURN_IF_ERROR(launched);
-  return Status::ok();
+  return served;
 }
 
 // An op failed mid-forward: a capture in progress is abandoned.
@@ -352,8 +205,8 @@ void CudaOps::abandon_graph() {
 }
 
 void CudaOps::forget_graphs() {
-  for (auto& [key, exec] : graphs_) {
-    if (exec != nullptr) cudaGraphExecDestroy(exec);
+  for (auto& [key, graph] : graphs_) {
+    if (graph.exec != nullptr) cudaGraphExecDestroy(graph.exec);
   }
   graphs_.clear();
 }
@@ -393,6 +246,8 @@ Status CudaOps::rms_norm(const RmsNormArgs& a) {
 // the token's whole FFN output) and, with MOESERVE_CUDA_GEMM=0, every
 // product. They run through the f32 matrix x vector kernels, 16 rows at a
 // time, so each row's result is the one decode would give.
+namespace {
+
 bool gemm_disabled() {
   static const bool off = [] {
     const char* v = std::getenv("MOESERVE_CUDA_GEMM");
@@ -417,6 +272,8 @@ bool shared_input_decode(std::span<const MatmulOp> group) {
   }
   return true;
 }
+
+}  // namespace
 
 Status CudaOps::matmul(std::span<const MatmulOp> group) {
   if (replaying()) return Status::ok();
@@ -503,44 +360,6 @@ Status CudaOps::attention(const AttentionOpArgs& a) {
   return cuda::attention(c, stream_);
 }
 
-Status CudaOps::route(const RouteOpArgs& a) {
-  const int64_t T = a.n_tokens, E = a.n_expert, K = a.n_used, pairs = T * K;
-  routed_tokens_ = T;
-  if (replaying()) return Status::ok();
-  const size_t sel_bytes = align_up(size_t(pairs) * 4), off_bytes = align_up(size_t(E + 1) * 4);
-  const size_t scratch_bytes = align_up(cuda::route_scratch_bytes(T, E));
-  MOESERVE_ASSIGN_OR_RETURN(void* mem,
-                            moe_mem_.get(3 * sel_bytes + off_bytes + scratch_bytes, "workspace (routing)"));
-  auto* p = static_cast<uint8_t*>(mem);
-  selected_ = reinterpret_cast<int32_t*>(p);
-  weights_ = reinterpret_cast<float*>(p + sel_bytes);
-  pairs_ = reinterpret_cast<int32_t*>(p + 2 * sel_bytes);
-  offsets_ = reinterpret_cast<int32_t*>(p + 3 * sel_bytes);
-  cuda::RouteArgs r;
-  r.logits = a.logits;
-  r.n_tokens = T;
-  r.n_expert = E;
-  r.n_used = K;
-  r.selected = selected_;
-  r.weights = weights_;
-  r.pairs_by_expert = pairs_;
-  r.expert_offsets = offsets_;
-  r.scratch = p + 3 * sel_bytes + off_bytes;
-  routed_tokens_ = T;
-  n_expert_ = E;
-  n_used_ = K;
-  MOESERVE_RETURN_IF_ERROR(cuda::route_and_group(r, stream_));
-  if (a.counts == nullptr) return Status::ok();
-  // Routing statistics: the selections come back (begin_batch captured no
-  // graph for such a forward).
-  count_ids_.resize(size_t(pairs));
-  MOESERVE_RETURN_IF_ERROR(download(count_ids_.data(), selected_, size_t(pairs) * sizeof(int32_t)));
-  for (int32_t id : count_ids_) {
-    if (id >= 0 && id < E) a.counts[id] += 1;
-  }
-  return Status::ok();
-}
-
 // The ids go up in the forward's graph; only their download is per step.
 Status CudaOps::argmax_rows(const float* x, int64_t n_rows, int64_t n_cols, int32_t* host_ids) {
   if (n_rows <= 0) return Status::ok();
@@ -552,133 +371,12 @@ Status CudaOps::argmax_rows(const float* x, int64_t n_rows, int64_t n_cols, int3
   return download(host_ids, ids, bytes);
 }
 
-cuda::ExpertWeights expert_weights(const WeightView& w) {
-  return {w.data, w.type, w.n_rows, w.n_cols, w.row_bytes, w.matrix_stride};
-}
+}  // namespace moeserve::backend::cuda_impl
 
-Status CudaOps::expert_ffn(const ExpertFfnArgs& a) {
-  if (a.n_tokens != routed_tokens_) {
-    return make_error(StatusCode::kInternal, "expert_ffn: {} tokens, but the last route() had {}", a.n_tokens,
-                      routed_tokens_);
-  }
-  if (replaying()) return Status::ok();
-  const int64_t pairs = a.n_tokens * n_used_;
-  const size_t h_bytes = align_up(size_t(pairs * a.n_ff) * 4), y_bytes = size_t(pairs * a.n_embd) * 4;
-  MOESERVE_ASSIGN_OR_RETURN(void* mem, hidden_mem_.get(h_bytes + y_bytes, "workspace (experts)"));
-  float* h = static_cast<float*>(mem);
-  float* y = reinterpret_cast<float*>(static_cast<uint8_t*>(mem) + h_bytes);
-  // A layer sharing its experts with the host: the host's inputs go down
-  // first, the GPU computes its local experts (groups over the compact
-  // stack) while the host computes the rest.
-  const ExpertSplit* split = a.split != nullptr && !a.split->all_local() ? a.split : nullptr;
-  cuda::ExpertGroups groups{pairs_, offsets_, n_expert_, n_used_, a.n_tokens};
-  if (split != nullptr) {
-    if (host_stage_ == nullptr) host_stage_ = std::make_unique<HostExpertStage>(device_, stream_);
-    MOESERVE_RETURN_IF_ERROR(host_stage_->start(selected_, a.xn, a.n_tokens, n_used_, a.n_embd));
-    MOESERVE_ASSIGN_OR_RETURN(groups, local_groups(*split, pairs));
-  }
-  if (groups.n_expert > 0) MOESERVE_RETURN_IF_ERROR(local_experts(a, groups, h, y));
-  if (split != nullptr) MOESERVE_RETURN_IF_ERROR(cold_experts(a, *split, h, y));
-  if (a.norm_out != nullptr) {
-    cuda::CombineRmsNormArgs c;
-    c.x = a.x, c.y = y, c.weights = weights_, c.n_used = n_used_;
-    c.w = a.norm_w, c.out = a.norm_out, c.n_rows = a.n_tokens, c.n_cols = a.n_embd, c.eps = a.norm_eps;
-    return cuda::combine_rms_norm(c, stream_);
-  }
-  return cuda::combine_experts({a.x, y, weights_, a.n_tokens, n_used_, a.n_embd}, stream_);
-}
-
-// The host's experts of a split layer: computed by the CPU threads, or
-// (a prefill chunk, when the cost model says so) their weights copied here
-// and computed like the local ones.
-Status CudaOps::cold_experts(const ExpertFfnArgs& a, const ExpertSplit& split, float* h, float* y) {
-  MOESERVE_ASSIGN_OR_RETURN(const int64_t n_host, host_stage_->collect(split, a.layer));
-  const ExpertSplit* next = device_.next_split(&split);
-  HostExpertStage::Copied c;
-  if (host_stage_->prefetched(split)) {
-    // This chunk's copies were started a layer ago; start the next layer's.
-    if (next != nullptr) MOESERVE_RETURN_IF_ERROR(host_stage_->prefetch(*next));
-    MOESERVE_ASSIGN_OR_RETURN(c, host_stage_->take_prefetch(split));
-    MOESERVE_RETURN_IF_ERROR(copied_experts(a, c, h, y));
-    return host_stage_->prefetch_used(split);
-  }
-  if (n_host == 0) return Status::ok();
-  host_stage_->plan(split, a.n_ff);
-  if (host_stage_->has_copies()) {
-    MOESERVE_ASSIGN_OR_RETURN(c, host_stage_->copy_to_device(split));  // on the copy stream, meanwhile:
-    // A chunk that copies most of a layer's cold experts will want the
-    // next layer's too: they follow on the copy stream at once.
-    if (next != nullptr && host_stage_->copies_most(split) && prefetch_enabled()) {
-      MOESERVE_RETURN_IF_ERROR(host_stage_->prefetch(*next));
-    }
-  }
-  MOESERVE_RETURN_IF_ERROR(host_stage_->compute_on_host(split, a.layer, a.n_ff, y));
-  if (c.n == 0) return Status::ok();
-  MOESERVE_RETURN_IF_ERROR(host_stage_->wait_copies());
-  MOESERVE_RETURN_IF_ERROR(copied_experts(a, c, h, y));
-  return host_stage_->copies_used();
-}
-
-// The expert kernels over experts copied from the host (compact stacks).
-Status CudaOps::copied_experts(const ExpertFfnArgs& a, const HostExpertStage::Copied& c, float* h, float* y) {
-  MOESERVE_ASSIGN_OR_RETURN(const cuda::ExpertGroups groups,
-                            local_groups(c.ids, c.n, a.n_tokens * n_used_, copied_groups_mem_));
-  ExpertFfnArgs copied = a;
-  copied.gate = &c.gate, copied.up = &c.up, copied.down = &c.down;
-  return local_experts(copied, groups, h, y);
-}
-
-Result<cuda::ExpertGroups> CudaOps::local_groups(const ExpertSplit& split, int64_t pairs) {
-  return local_groups(device_.local_expert_ids(&split), int64_t(split.local().size()), pairs, local_groups_mem_);
-}
-
-Result<cuda::ExpertGroups> CudaOps::local_groups(const int32_t* ids, int64_t n_local, int64_t pairs, Scratch& mem_for) {
-  const size_t off_bytes = align_up(size_t(n_local + 1) * 4);
-  MOESERVE_ASSIGN_OR_RETURN(void* mem, mem_for.get(off_bytes + size_t(pairs) * 4, "workspace (routing)"));
-  auto* local_offsets = static_cast<int32_t*>(mem);
-  auto* local_pairs = reinterpret_cast<int32_t*>(static_cast<uint8_t*>(mem) + off_bytes);
-  if (n_local > 0) {
-    cuda::LocalGroupsArgs g;
-    g.offsets = offsets_, g.pairs = pairs_, g.local = ids;
-    g.n_expert = n_expert_, g.n_local = n_local;
-    g.local_offsets = local_offsets, g.local_pairs = local_pairs;
-    MOESERVE_RETURN_IF_ERROR(cuda::local_expert_groups(g, stream_));
-  }
-  return cuda::ExpertGroups{local_pairs, local_offsets, n_local, n_used_, routed_tokens_};
-}
-
-// gate/up then down over the groups' experts of the (possibly compact) stacks.
-Status CudaOps::local_experts(const ExpertFfnArgs& a, const cuda::ExpertGroups& groups, float* h, float* y) {
-  const int64_t pairs = a.n_tokens * n_used_;
-  // One scratch for both products' converted activations (they run in turn).
-  const size_t gu_scratch = cuda::gemm_scratch_bytes(a.gate->type, a.n_tokens, a.n_embd);
-  const size_t dn_scratch = cuda::gemm_scratch_bytes(a.down->type, pairs, a.n_ff);
-  void* scratch = nullptr;
-  if (gu_scratch > 0 || dn_scratch > 0) {
-    MOESERVE_ASSIGN_OR_RETURN(
-        scratch, q8_mem_.get(std::max(gu_scratch, dn_scratch), "workspace (expert activations)"));
-  }
-  cuda::ExpertGateUpArgs gu;
-  gu.gate = expert_weights(*a.gate);
-  gu.up = expert_weights(*a.up);
-  gu.groups = groups;
-  gu.x = a.xn;
-  gu.h = h;
-  gu.scratch = scratch, gu.scratch_bytes = gu_scratch;
-  MOESERVE_RETURN_IF_ERROR(cuda::expert_gate_up(gu, stream_));
-  cuda::ExpertDownArgs dn;
-  dn.down = expert_weights(*a.down);
-  dn.groups = groups;
-  dn.h = h;
-  dn.y = y;
-  dn.scratch = scratch, dn.scratch_bytes = dn_scratch;
-  return cuda::expert_down(dn, stream_);
-}
-
-}  // namespace
+namespace moeserve::backend {
 
 std::unique_ptr<Ops> make_cuda_ops(CudaDevice& device, cudaStream_t stream) {
-  return std::make_unique<CudaOps>(device, stream);
+  return std::make_unique<cuda_impl::CudaOps>(device, stream);
 }
 
 }  // namespace moeserve::backend

@@ -1,11 +1,10 @@
 #include "backend/cuda/host_experts.h"
 
 #include <algorithm>
-#include <chrono>
+#include <cstdio>
 #include <cstring>
 
 #include "backend/cuda/cuda_device.h"
-#include "core/mapped_file.h"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/moe.h"
 
@@ -18,6 +17,11 @@ size_t align_up(size_t n) { return (n + 255) / 256 * 256; }
 }  // namespace
 
 HostExpertStage::~HostExpertStage() {
+  if (expert_trace_enabled() && cold_.totals().calls > 0) {
+    const ColdPairs::Totals& t = cold_.totals();
+    std::fprintf(stderr, "[trace] host stage: %lld layers computed on the CPU, %.1f us (%.1f rows) each\n",
+                 (long long)t.calls, 1e6 * t.seconds / double(t.calls), double(t.rows) / double(t.calls));
+  }
   if (stream_ != nullptr) cudaStreamSynchronize(stream_);
   if (copy_stream_ != nullptr) cudaStreamSynchronize(copy_stream_), cudaStreamDestroy(copy_stream_);
   for (Pinned* p : {&ids_, &xn_, &y_, &rows_, &expert_ids_, &prefetch_ids_[0], &prefetch_ids_[1]}) {
@@ -80,23 +84,9 @@ Status HostExpertStage::start(const int32_t* selected, const float* xn, int64_t 
 
 Result<int64_t> HostExpertStage::collect(const ExpertSplit& split, int layer) {
   MOESERVE_CUDA_RETURN_IF_ERROR(cudaEventSynchronize(inputs_ready_));
-  const int64_t n_pairs = n_tokens_ * n_used_, E = split.n_expert();
-  const int32_t* ids = static_cast<const int32_t*>(ids_.data);
-  count_.assign(size_t(E) + 1, 0);
-  n_host_ = 0;
-  for (int64_t p = 0; p < n_pairs; ++p) {
-    const int32_t e = ids[p];
-    if (e < 0 || e >= E)
-      return make_error(StatusCode::kInternal, "layer {}: routed to expert {} of {}", layer, e, E);
-    split.count_selection(e);
-    if (!split.is_local(e)) count_[size_t(e) + 1] += 1, n_host_ += 1;
-  }
-  experts_.clear();
-  for (int64_t e = 0; e < E; ++e) {
-    if (count_[size_t(e) + 1] > 0) experts_.push_back(int32_t(e));
-  }
-  split.local_pairs += n_pairs - n_host_;
-  split.host_pairs += n_host_;
+  const auto* ids = static_cast<const int32_t*>(ids_.data);
+  MOESERVE_ASSIGN_OR_RETURN(n_host_,
+                            cold_.collect(split, layer, {ids, size_t(n_tokens_ * n_used_)}, n_used_));
   return n_host_;
 }
 
@@ -109,74 +99,42 @@ double HostExpertStage::expert_bytes(const ExpertSplit& split) const {
 
 void HostExpertStage::plan(const ExpertSplit& split, int64_t n_ff) {
   copy_experts_.clear();
-  cpu_experts_ = experts_;
   copied_.assign(size_t(split.n_expert()), 0);
   n_cpu_pairs_ = n_host_;
-  if (split.cost() == nullptr || experts_.empty()) return;
+  const std::vector<int32_t>& experts = cold_.experts();
+  if (split.cost() == nullptr || experts.empty()) return;
   std::vector<int32_t>& by_tokens = by_tokens_;  // busiest first, ties to the lower id
-  by_tokens.assign(experts_.begin(), experts_.end());
+  by_tokens.assign(experts.begin(), experts.end());
   std::stable_sort(by_tokens.begin(), by_tokens.end(),
-                   [&](int32_t a, int32_t b) { return count_[size_t(a) + 1] > count_[size_t(b) + 1]; });
+                   [&](int32_t a, int32_t b) { return cold_.tokens(a) > cold_.tokens(b); });
   std::vector<int32_t>& tokens = tokens_;
   tokens.resize(by_tokens.size());
-  for (size_t i = 0; i < by_tokens.size(); ++i) tokens[i] = count_[size_t(by_tokens[i]) + 1];
+  for (size_t i = 0; i < by_tokens.size(); ++i) tokens[i] = cold_.tokens(by_tokens[i]);
   const int64_t k =
       split.cost()->experts_to_copy(tokens, expert_bytes(split), 6.0 * double(n_embd_) * double(n_ff));
   for (int64_t i = 0; i < k; ++i)
     copied_[size_t(by_tokens[size_t(i)])] = 1, n_cpu_pairs_ -= tokens[size_t(i)];
-  cpu_experts_.clear();
-  for (int32_t e : experts_) (copied_[size_t(e)] ? copy_experts_ : cpu_experts_).push_back(e);
+  for (int32_t e : experts) {
+    if (copied_[size_t(e)]) copy_experts_.push_back(e);
+  }
 }
 
 Status HostExpertStage::compute_on_host(const ExpertSplit& split, int layer, int64_t n_ff, float* y) {
   if (n_cpu_pairs_ == 0) return Status::ok();  // every selection was local or copied: nothing crosses back
-  const int64_t n_pairs = n_tokens_ * n_used_, H = n_embd_, E = split.n_expert(), n_cpu = n_cpu_pairs_;
-  const int32_t* ids = static_cast<const int32_t*>(ids_.data);
-  const float* xn = static_cast<const float*>(xn_.data);
+  const int64_t H = n_embd_, n_cpu = n_cpu_pairs_;
   MOESERVE_RETURN_IF_ERROR(reserve(y_, size_t(n_cpu * H) * sizeof(float)));
   MOESERVE_RETURN_IF_ERROR(reserve(rows_, size_t(n_cpu) * sizeof(int32_t)));
   auto* rows = static_cast<int32_t*>(rows_.data);
   auto* out = static_cast<float*>(y_.data);
-  // Each CPU expert's first output row: exclusive prefix sums of their counts.
-  std::vector<int32_t>& begin = begin_;
-  begin.assign(size_t(E) + 1, 0);
-  for (int64_t e = 0; e < E; ++e)
-    begin[size_t(e) + 1] = begin[size_t(e)] + (copied_[size_t(e)] ? 0 : count_[size_t(e) + 1]);
-  std::vector<int32_t>& next = next_;
-  next.assign(begin.begin(), begin.end() - 1);
-  for (int64_t p = 0; p < n_pairs; ++p) {
-    if (!split.is_local(ids[p]) && !copied_[size_t(ids[p])]) rows[next[size_t(ids[p])]++] = int32_t(p);
-  }
-  // One job per host expert; one token reads its row in place, a chunk's
-  // rows are gathered next to their expert's others.
-  const bool gather = n_tokens_ > 1;
-  if (gather) gathered_.resize(size_t(n_cpu * H));
-  for (int64_t i = 0; gather && i < n_cpu; ++i) {
-    std::memcpy(gathered_.data() + i * H, xn + (rows[i] / n_used_) * H, size_t(H) * sizeof(float));
-  }
-  // A chunk's cold experts from an unpinned mapping (the file could not be
-  // pinned): the kernel starts reading them in while the rows are gathered.
-  if (gather && (split.cost() == nullptr || split.cost()->inputs().pcie_bytes_per_s <= 0.0)) {
-    for (WeightUse use : {WeightUse::kExpertGate, WeightUse::kExpertUp, WeightUse::kExpertDown}) {
-      const WeightView* v = split.host_view(use);
-      for (int32_t e = 0; v != nullptr && e < int32_t(E); ++e) {
-        if (!copied_[size_t(e)] && count_[size_t(e) + 1] > 0) MappedFile::will_need({v->matrix(e), v->matrix_stride});
-      }
-    }
-  }
-  jobs_.clear();
-  for (int32_t e : cpu_experts_) {
-    const int32_t b = begin[size_t(e)], n = begin[size_t(e) + 1] - b;
-    jobs_.push_back({e, gather ? gathered_.data() + int64_t(b) * H : xn, n, out + int64_t(b) * H});
-  }
-  const auto t0 = std::chrono::steady_clock::now();
-  MOESERVE_RETURN_IF_ERROR(split.compute_on_host(layer, H, n_ff, jobs_));
-  if (split.cost() != nullptr) {
-    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    split.cost()->observe_host(double(cpu_experts_.size()) * expert_bytes(split),
-                               6.0 * double(H) * double(n_ff) * double(n_cpu), s, n_cpu,
-                               int64_t(cpu_experts_.size()));
-  }
+  ColdPairs::ComputeArgs c;
+  c.layer = layer, c.n_embd = H, c.n_ff = n_ff;
+  c.xn = static_cast<const float*>(xn_.data);
+  c.skip = copied_.empty() ? nullptr : copied_.data();
+  c.out = out, c.rows = rows;
+  // A chunk's cold experts from an unpinned mapping (the file could not be pinned).
+  c.will_need = n_tokens_ > 1 && (split.cost() == nullptr || split.cost()->inputs().pcie_bytes_per_s <= 0.0);
+  MOESERVE_ASSIGN_OR_RETURN(const int64_t n, cold_.compute(split, c));
+  if (n != n_cpu) return make_error(StatusCode::kInternal, "host experts: {} rows computed of {}", n, n_cpu);
   const size_t y_bytes = size_t(n_cpu * H) * sizeof(float), r_bytes = size_t(n_cpu) * sizeof(int32_t);
   MOESERVE_RETURN_IF_ERROR(reserve_device(device_y_, y_bytes + r_bytes, "workspace (host experts)"));
   auto* dy = device_y_.as<float>();
@@ -207,7 +165,8 @@ Result<HostExpertStage::Copied> HostExpertStage::copy_experts(const ExpertSplit&
   }
   const size_t n = experts.size(), mg = matrix_bytes(*g), mu = matrix_bytes(*u), md = matrix_bytes(*d);
   const size_t off_u = align_up(n * mg), off_d = off_u + align_up(n * mu), off_ids = off_d + align_up(n * md);
-  MOESERVE_RETURN_IF_ERROR(reserve_device(buffer, off_ids + n * sizeof(int32_t), "workspace (copied experts)"));
+  MOESERVE_RETURN_IF_ERROR(
+      reserve_device(buffer, off_ids + n * sizeof(int32_t), "workspace (copied experts)"));
   MOESERVE_RETURN_IF_ERROR(reserve(ids, n * sizeof(int32_t)));
   uint8_t* base = buffer.as<uint8_t>();
   const std::pair<const WeightView*, size_t> stacks[] = {{g, 0}, {u, off_u}, {d, off_d}};
@@ -262,7 +221,8 @@ Status HostExpertStage::prefetch(const ExpertSplit& next) {
     if (!next.is_local(e)) all_cold_.push_back(e);
   }
   MOESERVE_CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(copy_stream_, prefetch_free_[b], 0));
-  MOESERVE_ASSIGN_OR_RETURN(prefetch_views_[b], copy_experts(next, all_cold_, prefetch_[b], prefetch_ids_[b]));
+  MOESERVE_ASSIGN_OR_RETURN(prefetch_views_[b],
+                            copy_experts(next, all_cold_, prefetch_[b], prefetch_ids_[b]));
   MOESERVE_CUDA_RETURN_IF_ERROR(cudaEventRecord(prefetch_done_[b], copy_stream_));
   prefetched_[b] = &next;
   next_prefetch_ = 1 - b;

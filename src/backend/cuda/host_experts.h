@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "backend/backend.h"
+#include "backend/cold_pairs.h"
 #include "backend/expert_split.h"
 
 namespace moeserve::backend {
@@ -63,7 +64,9 @@ class HostExpertStage {
   // back to back on the copy stream). A prefetched layer takes them
   // (take_prefetch) instead of planning: all its cold pairs run on the GPU.
   Status prefetch(const ExpertSplit& next);
-  bool prefetched(const ExpertSplit& split) const { return prefetched_[0] == &split || prefetched_[1] == &split; }
+  bool prefetched(const ExpertSplit& split) const {
+    return prefetched_[0] == &split || prefetched_[1] == &split;
+  }
   Result<Copied> take_prefetch(const ExpertSplit& split);
   Status prefetch_used(const ExpertSplit& split);
   // A new forward: prefetches of the last one are not taken.
@@ -82,8 +85,8 @@ class HostExpertStage {
   double expert_bytes(const ExpertSplit& split) const;
   // Copies `experts` (ascending) of the split's host stacks into `buffer`
   // on the copy stream; their ids through `ids` (pinned) after the stacks.
-  Result<Copied> copy_experts(const ExpertSplit& split, const std::vector<int32_t>& experts, DeviceMemory& buffer,
-                              Pinned& ids);
+  Result<Copied> copy_experts(const ExpertSplit& split, const std::vector<int32_t>& experts,
+                              DeviceMemory& buffer, Pinned& ids);
 
   CudaDevice& device_;
   cudaStream_t stream_;
@@ -91,8 +94,8 @@ class HostExpertStage {
   cudaEvent_t inputs_ready_ = nullptr, copies_done_ = nullptr, copies_free_ = nullptr;
   Pinned ids_, xn_, y_, rows_, expert_ids_;
   std::vector<int32_t> all_cold_;
-  DeviceMemory device_y_;  // [host pairs][n_embd] then [host pairs] row ids
-  DeviceMemory copies_;    // the copied experts' gate, up and down stacks, then their ids
+  DeviceMemory device_y_;     // [host pairs][n_embd] then [host pairs] row ids
+  DeviceMemory copies_;       // the copied experts' gate, up and down stacks, then their ids
   DeviceMemory prefetch_[2];  // the same for prefetched layers, in turn
   cudaEvent_t prefetch_done_[2] = {nullptr, nullptr}, prefetch_free_[2] = {nullptr, nullptr};
   const ExpertSplit* prefetched_[2] = {nullptr, nullptr};
@@ -100,15 +103,12 @@ class HostExpertStage {
   Pinned prefetch_ids_[2];
   int next_prefetch_ = 0;
   int64_t n_tokens_ = 0, n_used_ = 0, n_embd_ = 0, n_host_ = 0;
-  // Host pairs grouped by expert.
-  std::vector<int32_t> count_, experts_;             // [e + 1]: tokens of expert e; the host's experts
-  std::vector<int32_t> copy_experts_, cpu_experts_;  // experts_ split by plan()
-  std::vector<uint8_t> copied_;                      // [expert]: plan() copies it
+  ColdPairs cold_;                     // the host's pairs grouped by expert
+  std::vector<int32_t> copy_experts_;  // of those, the ones plan() copies
+  std::vector<uint8_t> copied_;        // [expert]: plan() copies it
   int64_t n_cpu_pairs_ = 0;
-  // Scratch of plan() and compute_on_host(), kept: they run every layer of every step.
-  std::vector<int32_t> by_tokens_, tokens_, begin_, next_;
-  std::vector<float> gathered_;
-  std::vector<ExpertJob> jobs_;
+  // Scratch of plan(), kept: it runs every split layer of every chunk.
+  std::vector<int32_t> by_tokens_, tokens_;
 };
 
 }  // namespace moeserve::backend

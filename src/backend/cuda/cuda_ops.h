@@ -1,0 +1,221 @@
+// The CUDA device's ops (backend.h's Ops on kernels/cuda), shared by
+// cuda_ops.cpp (the batch layout, graphs, dense ops) and
+// cuda_expert_ops.cpp (routing and the experts, with their host share).
+// Internal to the CUDA backend.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <array>
+#include <cstdlib>
+#include <functional>
+#include <map>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "backend/backend.h"
+#include "backend/cuda/cuda_device.h"
+#include "backend/cuda/host_experts.h"
+#include "backend/cuda/host_mailbox.h"
+#include "backend/expert_split.h"
+#include "kernels/cuda/attention.h"
+#include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/elementwise.h"
+#include "kernels/cuda/matmul.h"
+#include "kernels/cuda/moe.h"
+
+namespace moeserve::backend::cuda_impl {
+
+// Sub-buffers of one allocation start on 256-byte boundaries.
+inline size_t align_up(size_t n) { return (n + 255) / 256 * 256; }
+
+// Device scratch that grows on demand (never shrinks). Growing moves it, so
+// graphs captured with the old address must go: `on_move` says so.
+class Scratch {
+ public:
+  Scratch(CudaDevice& device, std::function<void()> on_move)
+      : device_(device), on_move_(std::move(on_move)) {}
+  Result<void*> get(size_t bytes, const char* what) {
+    if (mem_.bytes() < bytes) {
+      const size_t grown = std::max(bytes, mem_.bytes() * 2);
+      if (mem_.data() != nullptr && on_move_) on_move_();
+      mem_.reset();
+      MOESERVE_ASSIGN_OR_RETURN(mem_, device_.allocate(grown, what));
+    }
+    return mem_.data();
+  }
+
+ private:
+  CudaDevice& device_;
+  std::function<void()> on_move_;
+  DeviceMemory mem_;
+};
+
+class CudaOps final : public Ops {
+ public:
+  CudaOps(CudaDevice& device, cudaStream_t stream)
+      : device_(device),
+        stream_(stream),
+        layout_mem_(device, [this] { buffers_moved(); }),
+        moe_mem_(device, [this] { buffers_moved(); }),
+        attention_mem_(device, [this] { buffers_moved(); }),
+        hidden_mem_(device, [this] { buffers_moved(); }),
+        rope_mem_(device, [this] { buffers_moved(); }),
+        q8_mem_(device, [this] { buffers_moved(); }),
+        ids_mem_(device, [this] { buffers_moved(); }),
+        local_groups_mem_(device, [this] { buffers_moved(); }),
+        copied_groups_mem_(device, [this] { buffers_moved(); }) {}
+  ~CudaOps() override {
+    if (mode_ != Mode::kEager) abandon_graph();
+    if (stream_ != nullptr) cudaStreamSynchronize(stream_);
+    forget_graphs();
+    host_stage_.reset();  // it waits on the stream
+    mailboxes_.reset();
+    if (stream_ != nullptr) cudaStreamDestroy(stream_);
+    if (pinned_ != nullptr) cudaFreeHost(pinned_);
+  }
+
+  Status begin_batch(const BatchLayout& layout) override;
+  Status embed(const WeightView& table, float* out) override {
+    if (replaying()) return Status::ok();
+    cuda::EmbedArgs a;
+    a.table = table.data;
+    a.type = table.type;
+    a.row_bytes = table.row_bytes;
+    a.n_cols = table.n_cols;
+    a.ids = tokens_;
+    a.n_rows = n_rows_;
+    a.n_table_rows = table.n_rows;
+    a.out = out;
+    return cuda::embed(a, stream_);
+  }
+  Status rms_norm(const RmsNormArgs& a) override;
+  Status add_rms_norm(const AddRmsNormArgs& a) override {
+    if (replaying()) return Status::ok();
+    return cuda::add_rms_norm({a.x, a.delta, a.w, a.out, a.n_rows, a.n_cols, a.eps}, stream_);
+  }
+  Status matmul(std::span<const MatmulOp> group) override;
+  Status qk_norm_rope_store(const QkNormRopeArgs& a) override;
+  Status attention(const AttentionOpArgs& a) override;
+  Status swiglu(const float* gate, const float* up, float* out, int64_t n_rows, int64_t n_cols) override {
+    if (replaying()) return Status::ok();
+    return cuda::swiglu(gate, up, out, n_rows * n_cols, stream_);
+  }
+  Status add(float* y, const float* x, int64_t n_rows, int64_t n_cols) override {
+    if (replaying()) return Status::ok();
+    return cuda::add(y, x, n_rows * n_cols, stream_);
+  }
+  Status route(const RouteOpArgs& a) override;
+  Status argmax_rows(const float* x, int64_t n_rows, int64_t n_cols, int32_t* host_ids) override;
+  Status expert_ffn(const ExpertFfnArgs& a) override;
+  // A split layer of a small forward: its host pairs go through a mailbox
+  // (host_mailbox.h), inside the forward's graph.
+  Status mailbox_experts(const ExpertFfnArgs& a, const ExpertSplit& split, float* h, float* y);
+  Status serve_mailboxes(std::span<const HostMailboxes::Layer> layers);
+  static bool mailboxes_enabled() {
+    static const bool on = [] {
+      const char* v = std::getenv("MOESERVE_EXPERT_MAILBOX");
+      return v == nullptr || std::string(v) != "0";
+    }();
+    return on;
+  }
+  Result<cuda::ExpertGroups> local_groups(const ExpertSplit& split, int64_t pairs);
+  Result<cuda::ExpertGroups> local_groups(const int32_t* ids, int64_t n_local, int64_t pairs,
+                                          Scratch& mem_for);
+  Status cold_experts(const ExpertFfnArgs& a, const ExpertSplit& split, float* h, float* y);
+  Status copied_experts(const ExpertFfnArgs& a, const HostExpertStage::Copied& c, float* h, float* y);
+  static bool prefetch_enabled() {
+    static const bool on = [] {
+      const char* v = std::getenv("MOESERVE_EXPERT_PREFETCH");
+      return v == nullptr || std::string(v) != "0";
+    }();
+    return on;
+  }
+  Status local_experts(const ExpertFfnArgs& a, const cuda::ExpertGroups& groups, float* h, float* y);
+  Status download(void* host, const void* src, size_t bytes) override {
+    MOESERVE_RETURN_IF_ERROR(end_graph());
+    MOESERVE_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(host, src, bytes, cudaMemcpyDeviceToHost, stream_));
+    return finish();
+  }
+  Status upload(void* dst, const void* host, size_t bytes) override {
+    MOESERVE_RETURN_IF_ERROR(end_graph());
+    MOESERVE_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(dst, host, bytes, cudaMemcpyHostToDevice, stream_));
+    return finish();
+  }
+  Status finish() override {
+    MOESERVE_RETURN_IF_ERROR(end_graph());
+    MOESERVE_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_));
+    return Status::ok();
+  }
+  void buffers_moved() override;
+
+ private:
+  // The shape of a forward: what a captured graph's launches depend on.
+  using GraphKey = std::array<int64_t, 7>;
+  enum class Mode { kEager, kCapture, kReplay };
+  static constexpr size_t kMaxGraphs = 64;
+  static bool graphs_enabled() {
+    static const bool on = [] {
+      const char* v = std::getenv("MOESERVE_CUDA_GRAPHS");
+      return v == nullptr || std::string(v) != "0";
+    }();
+    return on;
+  }
+  Status start_graph(const GraphKey& key);
+  Status end_graph();
+  void abandon_graph();
+  void forget_graphs();
+  bool replaying() const { return mode_ == Mode::kReplay; }
+
+  Result<uint8_t*> pinned(size_t bytes);
+
+  CudaDevice& device_;
+  cudaStream_t stream_;
+  void* pinned_ = nullptr;  // host staging of the layout upload
+  size_t pinned_bytes_ = 0;
+  Scratch layout_mem_, moe_mem_, attention_mem_, hidden_mem_, rope_mem_;
+  Scratch q8_mem_;             // gemm's converted activations (cuda::gemm_scratch_bytes)
+  Scratch ids_mem_;            // argmax_rows' ids before their download
+  Scratch local_groups_mem_;   // a split layer's groups of its local experts
+  Scratch copied_groups_mem_;  // ... and of the host's experts copied over for a prefill chunk
+  std::unique_ptr<HostExpertStage> host_stage_;       // a split layer's host experts (prefill chunks)
+  std::unique_ptr<HostMailboxes> mailboxes_;          // ... and of small forwards (decode)
+  bool use_mailboxes_ = false;                        // this forward's split layers use them
+  int next_mailbox_ = 0;                              // this forward's split layers so far
+  uint32_t forward_ = 0;                              // this forward's number (mailboxes tell forwards apart)
+  const uint32_t* forward_on_device_ = nullptr;       // ... uploaded with the layout
+  std::vector<HostMailboxes::Layer> capture_layers_;  // the split layers of the graph being captured
+  // This batch's layout on the device.
+  int64_t n_rows_ = 0, n_blocks_ = 0, max_block_rows_ = 0, max_kv_ = 0, n_seq_ = 0, n_layer_ = 0;
+  const int32_t* tokens_ = nullptr;
+  const int32_t* row_seq_ = nullptr;
+  const int32_t* row_pos_ = nullptr;
+  uint16_t* const* k_tables_ = nullptr;
+  uint16_t* const* v_tables_ = nullptr;
+  const cuda::QueryBlock* blocks_ = nullptr;
+  int64_t n_logit_rows_ = 0;
+  const int32_t* logit_rows_ = nullptr;
+  int64_t rope_n_rot_ = 0;
+  double rope_freq_base_ = 10000.0;
+  const float* rope_table_ = nullptr;  // [n_rows][n_rot]: every layer's rotation
+  // The last route()'s selections and groups.
+  int32_t *selected_ = nullptr, *pairs_ = nullptr, *offsets_ = nullptr;
+  float* weights_ = nullptr;
+  int64_t routed_tokens_ = 0, n_expert_ = 0, n_used_ = 0;
+  std::vector<int32_t> count_ids_;  // route()'s selections read back for counts
+  // CUDA graphs by forward shape (exec null: seen once, not captured yet),
+  // with the split layers the host serves while one runs.
+  struct Graph {
+    cudaGraphExec_t exec = nullptr;
+    std::vector<HostMailboxes::Layer> host_layers;
+  };
+  std::map<GraphKey, Graph> graphs_;
+  GraphKey key_{};
+  Mode mode_ = Mode::kEager;
+  bool capture_poisoned_ = false;
+};
+
+}  // namespace moeserve::backend::cuda_impl

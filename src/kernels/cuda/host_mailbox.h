@@ -1,0 +1,83 @@
+// A GPU and its host trading one split MoE layer's pairs without the host
+// driving the GPU's stream, so a forward with host experts still runs as
+// one captured graph:
+//
+//   publish_to_host  (a kernel, after the routing) writes the layer's
+//                    selections and (when some selection is off the device)
+//                    its normed rows into the mailbox, pinned host memory
+//                    the GPU maps; then `ready` = the forward's number.
+//   ...the GPU computes its own experts; the host, polling `ready`, computes
+//   the others into the mailbox's answer, then `done` = the forward's
+//   number (a release store)...
+//   take_from_host   (before the combine) waits for `done` (one GPU thread
+//                    polling), copies the answer into device memory (one
+//                    DMA copy) and puts the host's rows into their pair
+//                    rows of y.
+//
+// When every selection is on the device, take_from_host does not wait and
+// puts nothing: no host round trip (the host still reads the selections,
+// for counts; the copy node of a graph runs regardless, a few
+// microseconds). Nothing here depends on another stream: the host only
+// writes memory, so no stream of the process can hold the GPU's wait up.
+// The forward's number comes from device memory (uploaded with the batch
+// layout), so a replayed graph talks about its own forward.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "core/status.h"
+
+namespace moeserve::cuda {
+
+// The GPU-written words and, on a line of its own, the host's.
+struct alignas(128) MailboxHeader {
+  uint32_t ready = 0;          // GPU: the forward whose selections are in
+  int32_t any_cold = 0;        // GPU: some selection is off the device
+  uint32_t gpu_timed_out = 0;  // GPU: take_from_host gave up waiting
+  // GPU clock (ns) when tracing: publish start / end, wait start / `done`
+  // seen, copy start / end (of block 0).
+  uint64_t gpu_ns[6] = {};
+  alignas(128) uint32_t done = 0;  // host: the forward whose answer is in
+};
+
+// The host's answer ("back"): n_rows (int32, 16 bytes with padding), then
+// rows [capacity pairs] (the pair index of each out row), then at
+// out_offset bytes from the start out [capacity pairs][n_embd]. One
+// contiguous region, so a single copy takes a forward's answer.
+inline constexpr int64_t kMailboxRowsAt = 4;  // int32s before rows
+
+struct MailboxView {
+  MailboxHeader* header = nullptr;  // device view of mapped host memory
+  int32_t* ids = nullptr;           // ... [n_tokens * n_used]
+  float* xn = nullptr;              // ... [n_tokens][n_embd]
+  const int32_t* back = nullptr;    // ... the answer
+  uint8_t* answer = nullptr;        // device memory: room for the answer's copy
+  int64_t out_offset = 0;
+  int32_t* cold = nullptr;  // device word: publish tells take whether to wait
+};
+
+struct PublishArgs {
+  const int32_t* selected = nullptr;  // [n_tokens][n_used], device
+  const float* xn = nullptr;          // [n_tokens][n_embd], device
+  int64_t n_tokens = 0, n_used = 0, n_embd = 0;
+  const int32_t* local = nullptr;  // [n_local] the device's experts (any order)
+  int64_t n_local = 0;
+  const uint32_t* forward = nullptr;  // device word: this forward's number
+  MailboxView box;
+  bool trace = false;  // write the header's gpu_ns
+};
+Status publish_to_host(const PublishArgs& a, cudaStream_t stream);
+
+struct TakeArgs {
+  float* y = nullptr;  // [n_pairs][n_embd], device
+  int64_t n_pairs = 0, n_embd = 0;
+  const uint32_t* forward = nullptr;
+  MailboxView box;
+  uint64_t timeout_ns = 60'000'000'000ull;  // then gpu_timed_out = 1 and y is left as it is
+  bool trace = false;
+};
+Status take_from_host(const TakeArgs& a, cudaStream_t stream);
+
+}  // namespace moeserve::cuda
