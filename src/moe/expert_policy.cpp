@@ -98,6 +98,8 @@ Result<ExpertPolicy> resolve_expert_policy(const GgufFile& file, const ExpertPol
     how =
         fmt::format("--gpu-mem {}, {} {:.1f}%", o.gpu_mem,
                     stats ? "expected hot-hit" : "spread evenly, hot share", 100.0 * plan.expected_hit_ratio);
+    if (const std::string hint = layerwise_hint(shape, stats.get(), plan, budget.experts); !hint.empty())
+      how += "; note: " + hint;
     p = std::move(plan.placement);
   } else {
     return make_error(StatusCode::kInvalidArgument, "no expert placement flag was given");

@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <cctype>
 #include <cmath>
+#include <string>
+#include <vector>
 
 namespace moeserve::moe {
 
@@ -96,6 +98,69 @@ PlacementPlan plan_placement(const MoeShape& shape, const ExpertStats* stats, ui
   for (auto& h : plan.placement.hot) std::sort(h.begin(), h.end());
   plan.expected_hit_ratio = total_weight > 0.0 ? hot_weight / total_weight : 0.0;
   return plan;
+}
+
+double host_seconds_per_token(const MoeShape& shape, const ExpertStats* stats, const ExpertPlacement& placement,
+                              const HostCostModel& costs) {
+  const int64_t E = shape.n_expert, K = shape.n_expert_used;
+  double seconds = 0.0;
+  for (int64_t l = 0; l < shape.n_layer; ++l) {
+    const uint64_t bytes = shape.expert_bytes[size_t(l)];
+    if (bytes == 0 || E == 0) continue;
+    std::vector<bool> hot(size_t(E), false);
+    if (size_t(l) < placement.hot.size()) {
+      for (int32_t e : placement.hot[size_t(l)]) {
+        if (e >= 0 && e < E) hot[size_t(e)] = true;
+      }
+    }
+    double all = 0.0, cold = 0.0;
+    for (int64_t e = 0; e < E; ++e) {
+      const double w = stats != nullptr ? double(stats->selections(l, e)) : 1.0;
+      all += w;
+      if (!hot[size_t(e)]) cold += w;
+    }
+    if (all <= 0.0) {  // no selections counted in this layer: every expert alike
+      all = double(E), cold = 0.0;
+      for (int64_t e = 0; e < E; ++e) cold += hot[size_t(e)] ? 0.0 : 1.0;
+    }
+    const double c = cold / all;
+    const double p_any = 1.0 - std::pow(1.0 - c, double(K));
+    seconds += p_any * costs.layer_seconds + double(K) * c * double(bytes) / costs.bytes_per_s;
+  }
+  return seconds;
+}
+
+int64_t layerwise_cpu_layers(const MoeShape& shape, uint64_t budget_bytes) {
+  uint64_t used = 0;
+  int64_t n = shape.n_layer;
+  while (n > 0) {
+    const uint64_t layer = uint64_t(shape.n_expert) * shape.expert_bytes[size_t(n - 1)];
+    if (used + layer > budget_bytes) break;
+    used += layer, --n;
+  }
+  return n;
+}
+
+ExpertPlacement layerwise_placement(const MoeShape& shape, int64_t n_cpu_layers) {
+  ExpertPlacement p;
+  p.hot.assign(size_t(shape.n_layer), {});
+  for (int64_t l = std::max<int64_t>(0, n_cpu_layers); l < shape.n_layer; ++l) {
+    for (int32_t e = 0; e < int32_t(shape.n_expert); ++e) p.hot[size_t(l)].push_back(e);
+  }
+  return p;
+}
+
+std::string layerwise_hint(const MoeShape& shape, const ExpertStats* stats, const PlacementPlan& plan,
+                           uint64_t budget_bytes, const HostCostModel& costs) {
+  const int64_t n = layerwise_cpu_layers(shape, budget_bytes);
+  const double mine = host_seconds_per_token(shape, stats, plan.placement, costs);
+  const double layerwise = host_seconds_per_token(shape, stats, layerwise_placement(shape, n), costs);
+  if (!(layerwise < 0.9 * mine)) return "";
+  return fmt::format(
+      "--n-cpu-moe {} in the same GPU memory is expected to decode faster ({:.1f} ms of host work a token "
+      "against {:.1f} ms: routing this even leaves a cold expert in reach of every layer, and each such "
+      "layer waits for the host)",
+      n, 1e3 * layerwise, 1e3 * mine);
 }
 
 Result<uint64_t> parse_size(std::string_view text, std::string_view what) {

@@ -43,6 +43,32 @@ struct PlacementPlan {
 // higher in its layer (more selections, then the lower id), then the lower layer.
 PlacementPlan plan_placement(const MoeShape& shape, const ExpertStats* stats, uint64_t budget_bytes);
 
+// What a placement costs decode on the host, per token: every layer with a
+// cold selection pays a round trip to the host and its threads' start
+// (layer_seconds), every cold selection reads one expert from host memory
+// (its bytes at bytes_per_s). From each layer's share of selections that
+// go to cold experts (statistics, or every expert alike), selections taken
+// as independent. The defaults are what the H100 host of
+// docs/BENCHMARKS.md measured (~50 us a layer, ~100 GB/s).
+struct HostCostModel {
+  double layer_seconds = 50e-6;
+  double bytes_per_s = 100e9;
+};
+double host_seconds_per_token(const MoeShape& shape, const ExpertStats* stats, const ExpertPlacement& placement,
+                              const HostCostModel& costs = {});
+
+// The layer-wise split in the same expert budget: the fewest N such that
+// every expert of layers N.. fits (what --n-cpu-moe N places).
+int64_t layerwise_cpu_layers(const MoeShape& shape, uint64_t budget_bytes);
+ExpertPlacement layerwise_placement(const MoeShape& shape, int64_t n_cpu_layers);
+
+// Empty, or a line for the user when --n-cpu-moe in the same budget is
+// expected to cost decode at least 10% less host time than `plan` (routing
+// too even for per-expert choices to pay: every layer keeps a cold expert
+// in reach and pays its round trip).
+std::string layerwise_hint(const MoeShape& shape, const ExpertStats* stats, const PlacementPlan& plan,
+                           uint64_t budget_bytes, const HostCostModel& costs = {});
+
 // "24GiB", "24G", "1.5GB", "512MiB", "4096" (bytes): binary units for
 // K/M/G/T with or without "i"/"iB", decimal for "KB"/"MB"/"GB"/"TB".
 // kInvalidArgument naming `what` for anything else (signs, spaces, junk).

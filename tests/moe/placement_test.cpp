@@ -127,6 +127,49 @@ TEST(PlanPlacement, WithoutStatisticsSpreadsEvenly) {
   EXPECT_NEAR(p.expected_hit_ratio, 14.0 / 24.0, 1e-12);
 }
 
+TEST(HostCost, ChargesEachLayerWithColdWorkItsRoundTripAndItsColdExperts) {
+  const MoeShape s = toy_shape();  // 8 experts, 2 used, 100 / 100 / 200 bytes
+  ExpertPlacement p;
+  p.hot = {{0, 1, 2, 3, 4, 5, 6, 7}, {}, {0, 1, 2, 3}};
+  const HostCostModel costs{.layer_seconds = 1.0, .bytes_per_s = 100.0};
+  // Layer 0 all hot: 0. Layer 1 all cold: 1 + 2 x 100 / 100 = 3. Layer 2 half cold:
+  // (1 - 0.5^2) + 2 x 0.5 x 200 / 100 = 2.75.
+  EXPECT_NEAR(host_seconds_per_token(s, nullptr, p, costs), 5.75, 1e-12);
+  // Statistics weigh the experts: layer 2's hot half takes every selection there.
+  ExpertStats st = ExpertStats::zeros_for(s);
+  for (int e = 0; e < 4; ++e) st.decode[2][size_t(e)] = 10;
+  EXPECT_NEAR(host_seconds_per_token(s, &st, p, costs), 3.0, 1e-12);
+}
+
+TEST(HostCost, LayerwiseSplitInTheSameBudget) {
+  const MoeShape s = toy_shape();  // whole layers: 800, 800, 1600 bytes
+  EXPECT_EQ(layerwise_cpu_layers(s, 0), 3);
+  EXPECT_EQ(layerwise_cpu_layers(s, 1599), 3);
+  EXPECT_EQ(layerwise_cpu_layers(s, 1600), 2);
+  EXPECT_EQ(layerwise_cpu_layers(s, 3199), 1);
+  EXPECT_EQ(layerwise_cpu_layers(s, 3200), 0);
+  const ExpertPlacement p = layerwise_placement(s, 2);
+  EXPECT_TRUE(p.hot[0].empty());
+  EXPECT_TRUE(p.hot[1].empty());
+  EXPECT_EQ(p.hot[2].size(), 8u);
+}
+
+TEST(HostCost, HintsAtTheLayerwiseSplitOnlyWhenRoutingIsEven) {
+  MoeShape s = toy_shape();
+  s.expert_bytes = {100, 100, 100};
+  // Even routing: spreading 16 of 24 experts leaves every layer a cold expert
+  // in reach (each pays its round trip 56% of the tokens: 1.67 a token),
+  // where layers 1 and 2 whole on the GPU leave one layer that always pays.
+  const PlacementPlan even = plan_placement(s, nullptr, 1600);
+  const std::string hint = layerwise_hint(s, nullptr, even, 1600);
+  EXPECT_NE(hint.find("--n-cpu-moe 1 "), std::string::npos) << hint;
+  // Skewed routing: two experts a layer take every selection and are hot.
+  ExpertStats st = ExpertStats::zeros_for(s);
+  for (int64_t l = 0; l < 3; ++l) st.decode[size_t(l)][0] = st.decode[size_t(l)][1] = 100;
+  const PlacementPlan skewed = plan_placement(s, &st, 1600);
+  EXPECT_EQ(layerwise_hint(s, &st, skewed, 1600), "");
+}
+
 TEST(PlacementFile, RoundTrips) {
   const MoeShape s = tiny_shape();
   const PlacementPlan p = plan_placement(s, nullptr, s.all_expert_bytes() / 3);

@@ -54,6 +54,8 @@ Status run(const PlaceCliOptions& cli) {
       plan.layer_floor ? ", every layer can run all-hot" : "",
       stats ? "expected hot-hit ratio (from the statistics)" : "hot share (no statistics: spread evenly)",
       100.0 * plan.expected_hit_ratio);
+  if (const std::string hint = moe::layerwise_hint(shape, stats.get(), plan, budget.experts); !hint.empty())
+    fmt::print("note: {}\n", hint);
   fmt::print("wrote {}\n", cli.output);
   return Status::ok();
 }
