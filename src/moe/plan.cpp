@@ -100,6 +100,12 @@ PlacementPlan plan_placement(const MoeShape& shape, const ExpertStats* stats, ui
   return plan;
 }
 
+// Selections every expert is credited with before the counted ones: a
+// calibration of a few prompts overstates how well the experts it made hot
+// will hit (on the 30b file at skew 0: 85% promised, 76% measured); the
+// credit fades as the counts grow.
+constexpr double kPseudoSelections = 4.0;
+
 double host_seconds_per_token(const MoeShape& shape, const ExpertStats* stats, const ExpertPlacement& placement,
                               const HostCostModel& costs) {
   const int64_t E = shape.n_expert, K = shape.n_expert_used;
@@ -115,7 +121,7 @@ double host_seconds_per_token(const MoeShape& shape, const ExpertStats* stats, c
     }
     double all = 0.0, cold = 0.0;
     for (int64_t e = 0; e < E; ++e) {
-      const double w = stats != nullptr ? double(stats->selections(l, e)) : 1.0;
+      const double w = stats != nullptr ? double(stats->selections(l, e)) + kPseudoSelections : 1.0;
       all += w;
       if (!hot[size_t(e)]) cold += w;
     }

@@ -135,10 +135,12 @@ TEST(HostCost, ChargesEachLayerWithColdWorkItsRoundTripAndItsColdExperts) {
   // Layer 0 all hot: 0. Layer 1 all cold: 1 + 2 x 100 / 100 = 3. Layer 2 half cold:
   // (1 - 0.5^2) + 2 x 0.5 x 200 / 100 = 2.75.
   EXPECT_NEAR(host_seconds_per_token(s, nullptr, p, costs), 5.75, 1e-12);
-  // Statistics weigh the experts: layer 2's hot half takes every selection there.
+  // Statistics weigh the experts: layer 2's hot half takes (nearly) every
+  // selection there (each expert is credited 4 selections before the counts).
   ExpertStats st = ExpertStats::zeros_for(s);
-  for (int e = 0; e < 4; ++e) st.decode[2][size_t(e)] = 10;
-  EXPECT_NEAR(host_seconds_per_token(s, &st, p, costs), 3.0, 1e-12);
+  for (int e = 0; e < 4; ++e) st.decode[2][size_t(e)] = 1000;
+  const double c2 = 16.0 / 4032.0;  // layer 2's cold share
+  EXPECT_NEAR(host_seconds_per_token(s, &st, p, costs), 3.0 + (1 - (1 - c2) * (1 - c2)) + 2 * c2 * 2, 1e-12);
 }
 
 TEST(HostCost, LayerwiseSplitInTheSameBudget) {
