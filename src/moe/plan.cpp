@@ -161,7 +161,7 @@ std::string layerwise_hint(const MoeShape& shape, const ExpertStats* stats, cons
   const int64_t n = layerwise_cpu_layers(shape, budget_bytes);
   const double mine = host_seconds_per_token(shape, stats, plan.placement, costs);
   const double layerwise = host_seconds_per_token(shape, stats, layerwise_placement(shape, n), costs);
-  if (!(layerwise < 0.9 * mine)) return "";
+  if (!(layerwise < 0.95 * mine)) return "";
   return fmt::format(
       "--n-cpu-moe {} in the same GPU memory is expected to decode faster ({:.1f} ms of host work a token "
       "against {:.1f} ms: routing this even leaves a cold expert in reach of every layer, and each such "
