@@ -8,17 +8,6 @@
 #include "core/mapped_file.h"
 
 namespace moeserve::backend {
-namespace {
-
-double expert_bytes(const ExpertSplit& split) {
-  const WeightView *g = split.host_view(WeightUse::kExpertGate), *u = split.host_view(WeightUse::kExpertUp),
-                   *d = split.host_view(WeightUse::kExpertDown);
-  if (g == nullptr || u == nullptr || d == nullptr) return 0.0;
-  return double(g->matrix_stride + u->matrix_stride + d->matrix_stride);
-}
-
-}  // namespace
-
 bool expert_trace_enabled() {
   static const bool on = [] {
     const char* v = std::getenv("MOESERVE_EXPERT_TRACE");
@@ -95,7 +84,7 @@ Result<int64_t> ColdPairs::compute(const ExpertSplit& split, const ComputeArgs& 
   const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   totals_.calls += 1, totals_.rows += n, totals_.seconds += s;
   if (split.cost() != nullptr) {
-    split.cost()->observe_host(double(computed_.size()) * expert_bytes(split),
+    split.cost()->observe_host(double(computed_.size()) * split.host_expert_bytes(),
                                6.0 * double(H) * double(a.n_ff) * double(n), s, n, int64_t(computed_.size()));
   }
   return n;

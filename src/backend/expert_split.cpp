@@ -38,6 +38,13 @@ void ExpertSplit::set_host_view(WeightUse use, const WeightView& view) {
   if (use == WeightUse::kExpertDown) host_down_ = view;
 }
 
+double ExpertSplit::host_expert_bytes() const {
+  const WeightView *g = host_view(WeightUse::kExpertGate), *u = host_view(WeightUse::kExpertUp),
+                   *d = host_view(WeightUse::kExpertDown);
+  if (g == nullptr || u == nullptr || d == nullptr) return 0.0;
+  return double(g->matrix_stride + u->matrix_stride + d->matrix_stride);
+}
+
 const WeightView* ExpertSplit::host_view(WeightUse use) const {
   const WeightView* v = use == WeightUse::kExpertGate   ? &host_gate_
                         : use == WeightUse::kExpertUp   ? &host_up_

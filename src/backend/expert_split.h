@@ -50,6 +50,8 @@ class ExpertSplit {
   // points the model's views at its own copy.
   void set_host_view(WeightUse use, const WeightView& view);
   const WeightView* host_view(WeightUse use) const;
+  // One expert's gate + up + down bytes in the host stacks (0: no host views).
+  double host_expert_bytes() const;
   // Runs `batch` (jobs of non-local experts only) on the host backend with
   // the host views, one call at a time across everyone sharing `host`.
   Status compute_on_host(int layer, int64_t n_embd, int64_t n_ff, std::span<const ExpertJob> jobs) const;
@@ -64,7 +66,9 @@ class ExpertSplit {
   void count_selection(int32_t expert, int64_t n = 1) const { selections_[size_t(expert)] += n; }
   int64_t selections(int32_t expert) const { return selections_[size_t(expert)].load(); }
   // Selections since the last start_window() (promotion compares these).
-  int64_t window_selections(int32_t expert) const { return selections(expert) - window_base_[size_t(expert)]; }
+  int64_t window_selections(int32_t expert) const {
+    return selections(expert) - window_base_[size_t(expert)];
+  }
   void start_window();
 
   // Promotion: slot `slot` of the local stack now holds `expert` (a host

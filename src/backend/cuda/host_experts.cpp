@@ -90,13 +90,6 @@ Result<int64_t> HostExpertStage::collect(const ExpertSplit& split, int layer) {
   return n_host_;
 }
 
-double HostExpertStage::expert_bytes(const ExpertSplit& split) const {
-  const WeightView *g = split.host_view(WeightUse::kExpertGate), *u = split.host_view(WeightUse::kExpertUp),
-                   *d = split.host_view(WeightUse::kExpertDown);
-  if (g == nullptr || u == nullptr || d == nullptr) return 0.0;
-  return double(matrix_bytes(*g) + matrix_bytes(*u) + matrix_bytes(*d));
-}
-
 void HostExpertStage::plan(const ExpertSplit& split, int64_t n_ff) {
   copy_experts_.clear();
   copied_.assign(size_t(split.n_expert()), 0);
@@ -111,7 +104,7 @@ void HostExpertStage::plan(const ExpertSplit& split, int64_t n_ff) {
   tokens.resize(by_tokens.size());
   for (size_t i = 0; i < by_tokens.size(); ++i) tokens[i] = cold_.tokens(by_tokens[i]);
   const int64_t k =
-      split.cost()->experts_to_copy(tokens, expert_bytes(split), 6.0 * double(n_embd_) * double(n_ff));
+      split.cost()->experts_to_copy(tokens, split.host_expert_bytes(), 6.0 * double(n_embd_) * double(n_ff));
   for (int64_t i = 0; i < k; ++i)
     copied_[size_t(by_tokens[size_t(i)])] = 1, n_cpu_pairs_ -= tokens[size_t(i)];
   for (int32_t e : experts) {

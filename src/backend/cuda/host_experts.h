@@ -82,7 +82,6 @@ class HostExpertStage {
   Status reserve(Pinned& p, size_t bytes);
   Status reserve_device(DeviceMemory& m, size_t bytes, const char* what);
   Status ensure_copy_stream();
-  double expert_bytes(const ExpertSplit& split) const;
   // Copies `experts` (ascending) of the split's host stacks into `buffer`
   // on the copy stream; their ids through `ids` (pinned) after the stacks.
   Result<Copied> copy_experts(const ExpertSplit& split, const std::vector<int32_t>& experts,

@@ -147,11 +147,14 @@ Status HostMailboxes::serve(const Layer& l, uint32_t forward, cudaStream_t strea
   }
   Slot& s = slots_[size_t(l.slot)];
   int64_t n_rows = 0;
-  const auto t0 = std::chrono::steady_clock::now();
+  const bool trace = expert_trace_enabled();
+  const auto t0 = trace ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point{};
   Status status = wait_ready(s, forward, stream);
-  ready_wait_s_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  if (trace) {
+    ready_wait_s_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    if (status.is_ok() && l.slot > 0) trace_gpu(l.slot);
+  }
   served_ += 1;
-  if (status.is_ok() && l.slot > 0 && expert_trace_enabled()) trace_gpu(l.slot);
   if (status.is_ok()) {
     const int64_t pairs = l.n_tokens * l.n_used;
     Result<int64_t> n_cold = cold_.collect(*l.split, l.layer, {s.ids, size_t(pairs)}, l.n_used);
