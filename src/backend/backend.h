@@ -281,6 +281,9 @@ class Device {
     (void)bytes;
     return 0.0;
   }
+  // Whether this device's kernels can read the memory pin_host_memory
+  // pinned through the host's own pointers (a GPU streaming cold experts).
+  virtual bool reads_pinned_host_memory() const { return false; }
   // Promotion of a layer whose experts are shared with the host: slot
   // `slot` of the split's local stack takes host expert `expert` (a GPU
   // copies its weights into the slot first). Only between forwards. The

@@ -10,6 +10,11 @@ void ExpertCostModel::set_pcie(double bytes_per_s) {
   in_.pcie_bytes_per_s = bytes_per_s;
 }
 
+void ExpertCostModel::set_stream(double bytes_per_s) {
+  std::lock_guard<std::mutex> lock(mu_);
+  in_.stream_bytes_per_s = bytes_per_s;
+}
+
 ExpertCostInputs ExpertCostModel::inputs() const {
   std::lock_guard<std::mutex> lock(mu_);
   return in_;
@@ -47,10 +52,35 @@ int64_t ExpertCostModel::experts_to_copy(std::span<const int32_t> tokens_desc, d
   return best;
 }
 
+int64_t ExpertCostModel::experts_to_stream(int64_t n_cold, double expert_bytes) const {
+  const ExpertCostInputs in = inputs();
+  if (n_cold <= 0 || in.stream_bytes_per_s <= 0.0 || in.stream_policy == ExpertCopyPolicy::kNever) return 0;
+  const double host_rate = in.host_read_bytes_per_s > 0.0 ? in.host_read_bytes_per_s : in.dram_bytes_per_s;
+  if (in.stream_policy == ExpertCopyPolicy::kAlways || host_rate <= 0.0) return n_cold;
+  if (n_cold < in.min_cold_to_stream) return 0;
+  auto host = [&](int64_t n) { return n == 0 ? 0.0 : in.host_call_latency_s + double(n) * expert_bytes / host_rate; };
+  auto gpu = [&](int64_t n) { return n == 0 ? 0.0 : in.stream_latency_s + double(n) * expert_bytes / in.stream_bytes_per_s; };
+  int64_t best = 0;
+  double best_s = host(n_cold);
+  for (int64_t g = 1; g <= n_cold; ++g) {
+    const double s = std::max(host(n_cold - g), gpu(g));
+    if (s < best_s) best = g, best_s = s;
+  }
+  return best;
+}
+
 void ExpertCostModel::observe_host(double bytes, double flops, double seconds, int64_t pairs,
                                    int64_t experts) {
-  if (seconds <= 0.0 || flops <= 0.0 || pairs < 8 * std::max<int64_t>(experts, 1)) return;
+  if (seconds <= 0.0 || flops <= 0.0 || bytes <= 0.0) return;
   std::lock_guard<std::mutex> lock(mu_);
+  if (pairs <= 2 * experts) {
+    const double reading = std::max(seconds - in_.host_call_latency_s, 0.5 * seconds);
+    const double seen = bytes / reading;
+    in_.host_read_bytes_per_s =
+        in_.host_read_bytes_per_s > 0.0 ? 0.9 * in_.host_read_bytes_per_s + 0.1 * seen : seen;
+    return;
+  }
+  if (pairs < 8 * std::max<int64_t>(experts, 1)) return;
   const double read = in_.dram_bytes_per_s > 0.0 ? bytes / in_.dram_bytes_per_s : 0.0;
   if (seconds < 2.0 * read) return;  // bound by memory, not arithmetic: nothing learned about the latter
   const double seen = flops / seconds;

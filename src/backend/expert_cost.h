@@ -5,6 +5,9 @@
 // expert to many tokens: the CPU becomes compute-bound and the copy wins.
 // The crossover follows from bandwidths measured at start-up (PCIe, host
 // DRAM) and the CPU's expert throughput, refined from the host calls seen.
+// Decode can also split a layer's cold experts: the GPU reads some of them
+// straight from pinned host memory over PCIe (its own kernels, no copy)
+// while the CPU computes the others, so both read host memory at once.
 #pragma once
 
 #include <cstdint>
@@ -22,12 +25,28 @@ struct ExpertCostInputs {
   double copy_latency_s = 50e-6;  // the copy path's fixed cost (copies, grouping, two more kernels)
   // kNever / kAlways override the estimate (MOESERVE_EXPERT_COPIES=never|always: tests and tuning).
   ExpertCopyPolicy policy = ExpertCopyPolicy::kAuto;
+  // The GPU's kernels reading pinned host memory themselves (0: they cannot).
+  double stream_bytes_per_s = 0.0;
+  double host_call_latency_s = 20e-6;  // a decode layer's host call beyond its reads (waking, answering)
+  double stream_latency_s = 12e-6;     // the GPU's streamed experts beyond their reads (3 kernels)
+  // The host's expert reads as decode calls showed them (0: none seen yet;
+  // dram_bytes_per_s stands in). Below the DRAM peak: the CPU's arithmetic,
+  // and the GPU's streaming from the same memory meanwhile.
+  double host_read_bytes_per_s = 0.0;
+  // Fewer cold experts than this stay on the CPU: streaming puts its reads
+  // in series on the GPU's stream and slows the CPU's (measured on an H100
+  // host: one or two a layer, the split lost 20% of decode).
+  int64_t min_cold_to_stream = 6;
+  // MOESERVE_EXPERT_STREAM=auto|always|never: the cost model picks / every / no cold expert of a
+  // decode step streamed by the GPU (the runtime leaves it off unless asked).
+  ExpertCopyPolicy stream_policy = ExpertCopyPolicy::kAuto;
 };
 
 class ExpertCostModel {
  public:
   explicit ExpertCostModel(const ExpertCostInputs& in) : in_(in) {}
   void set_pcie(double bytes_per_s);
+  void set_stream(double bytes_per_s);
   ExpertCostInputs inputs() const;
 
   // Estimated seconds for the CPU to compute experts whose weights are
@@ -39,9 +58,15 @@ class ExpertCostModel {
   // same time, so that the slower of the two finishes first. An expert
   // applied to one token is read once either way and stays on the CPU.
   int64_t experts_to_copy(std::span<const int32_t> tokens_desc, double expert_bytes, double pair_flops) const;
+  // Decode: of n_cold cold experts of expert_bytes each (a token or a few
+  // each, so both sides are bound by reading them), how many the GPU
+  // computes itself from host memory while the CPU computes the rest, so
+  // that the slower of the two finishes first.
+  int64_t experts_to_stream(int64_t n_cold, double expert_bytes) const;
   // A host call of `pairs` over `experts` took `seconds`: when it was
   // compute-bound (several tokens an expert), the CPU's throughput
-  // estimate moves toward what it showed.
+  // estimate moves toward what it showed; when it read each expert for a
+  // token or two (decode), the host's read rate does.
   void observe_host(double bytes, double flops, double seconds, int64_t pairs, int64_t experts);
 
  private:

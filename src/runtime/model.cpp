@@ -70,12 +70,22 @@ Status Model::split_experts(const std::vector<std::vector<int32_t>>& gpu_experts
   backend::ExpertCostInputs in;
   if (Result<double> dram = measure_read_bandwidth({.pool = pool_.get()}); dram.is_ok()) in.dram_bytes_per_s = *dram * 1e9;
   in.cpu_flops_per_s = 50e9 * double(pool_->size());
-  if (const char* v = std::getenv("MOESERVE_EXPERT_COPIES"); v != nullptr) {
-    const std::string p = v;
-    in.policy = p == "never"    ? backend::ExpertCopyPolicy::kNever
-                : p == "always" ? backend::ExpertCopyPolicy::kAlways
-                                : backend::ExpertCopyPolicy::kAuto;
-  }
+  auto policy = [](const char* env) {
+    const char* v = std::getenv(env);
+    const std::string p = v == nullptr ? "" : v;
+    return p == "never" ? backend::ExpertCopyPolicy::kNever
+           : p == "always" ? backend::ExpertCopyPolicy::kAlways
+                           : backend::ExpertCopyPolicy::kAuto;
+  };
+  in.policy = policy("MOESERVE_EXPERT_COPIES");
+  // Streaming cold experts through the GPU during decode is opt-in
+  // (MOESERVE_EXPERT_STREAM=auto|always): measured on an H100 host it gained
+  // 2% with every expert on the CPU and cost 10% where few experts are
+  // cold (docs/BENCHMARKS.md); the CPU's reads slow down while the GPU's run.
+  const char* stream_env = std::getenv("MOESERVE_EXPERT_STREAM");
+  in.stream_policy = stream_env != nullptr && (std::string(stream_env) == "auto" || std::string(stream_env) == "always")
+                         ? policy("MOESERVE_EXPERT_STREAM")
+                         : backend::ExpertCopyPolicy::kNever;
   expert_cost_ = std::make_unique<backend::ExpertCostModel>(in);
   splits_.resize(size_t(n_layer));
   placement.expert_splits.assign(size_t(n_layer), nullptr);
@@ -107,12 +117,19 @@ void Model::pin_for_expert_copies() {
     return;
   }
   expert_cost_->set_pcie(*pcie);
+  // The GPU's own kernels read pinned host memory at ~90% of the copy
+  // engines' rate (H100 host: 47-50 against 55 GB/s).
+  if (gpu_->reads_pinned_host_memory()) expert_cost_->set_stream(0.9 * *pcie);
   const backend::ExpertCostInputs in = expert_cost_->inputs();
   MOESERVE_LOG_INFO("cold experts: the file pinned in {:.1f} s; PCIe {:.1f} GB/s, DRAM {:.1f} GB/s, CPU ~{:.0f} GFLOP/s "
                     "(refined as it runs): a chunk copies a layer's cold experts to the GPU when that is quicker "
-                    "than the CPU computing them",
+                    "than the CPU computing them{}",
                     std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), *pcie / 1e9,
-                    in.dram_bytes_per_s / 1e9, in.cpu_flops_per_s / 1e9);
+                    in.dram_bytes_per_s / 1e9, in.cpu_flops_per_s / 1e9,
+                    in.stream_bytes_per_s > 0.0 && in.stream_policy != backend::ExpertCopyPolicy::kNever
+                        ? "; a decode step's GPU streams some cold experts from host memory while the CPU computes the rest "
+                          "(MOESERVE_EXPERT_STREAM)"
+                        : "");
 }
 
 Result<std::vector<ExpertSwap>> Model::promote_experts(const PromotionOptions& options) {

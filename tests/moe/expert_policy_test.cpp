@@ -153,6 +153,32 @@ TEST(ExpertCostModel, DecodeOnTheCpuPrefillCopies) {
   EXPECT_EQ(backend::ExpertCostModel(in).experts_to_copy(chunk, expert, 1e15), 0);
 }
 
+// Decode's split of a layer's cold experts between the GPU reading them
+// over PCIe and the CPU reading them from DRAM: the two finish together.
+TEST(ExpertCost, StreamSplitsDecodeReadsBetweenPcieAndTheCpu) {
+  backend::ExpertCostInputs in;
+  in.dram_bytes_per_s = 100e9, in.stream_bytes_per_s = 50e9;
+  in.host_call_latency_s = 20e-6, in.stream_latency_s = 8e-6, in.min_cold_to_stream = 6;
+  const double expert = 2.65e6;  // 26.5 us from DRAM, 53 us over PCIe
+  backend::ExpertCostModel m(in);
+  EXPECT_EQ(m.experts_to_stream(0, expert), 0);
+  EXPECT_EQ(m.experts_to_stream(1, expert), 0);  // 46.5 us on the CPU beats 61 us streamed
+  EXPECT_EQ(m.experts_to_stream(5, expert), 0);  // below min_cold_to_stream (6)
+  // 8 cold: the CPU alone 232 us; 3 streamed: max(152.5, 167) = 167 beats 2 (179) and 4 (220).
+  EXPECT_EQ(m.experts_to_stream(8, expert), 3);
+  for (int64_t c = 6; c <= 64; ++c) {
+    const int64_t g = m.experts_to_stream(c, expert);
+    EXPECT_GE(g, 1) << c;
+    EXPECT_LE(g, c / 2) << c;  // PCIe is the slower reader: it takes the smaller share
+  }
+  in.stream_policy = backend::ExpertCopyPolicy::kAlways;
+  EXPECT_EQ(backend::ExpertCostModel(in).experts_to_stream(8, expert), 8);
+  in.stream_policy = backend::ExpertCopyPolicy::kNever;
+  EXPECT_EQ(backend::ExpertCostModel(in).experts_to_stream(8, expert), 0);
+  in.stream_policy = backend::ExpertCopyPolicy::kAuto, in.stream_bytes_per_s = 0;
+  EXPECT_EQ(backend::ExpertCostModel(in).experts_to_stream(8, expert), 0);  // kernels cannot read host memory
+}
+
 // Promotion's choice from window counts: the busiest cold experts for the
 // idlest hot ones while the gain clears the margin; a new window starts
 // from zero.

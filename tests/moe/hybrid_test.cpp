@@ -68,17 +68,26 @@ TEST(HybridExperts, SameGreedyOutputWhereverTheExpertsRun) {
       {"--cpu-moe", {{}, {}, {}, {}}},
       {"mixed", {{3}, all, {}, even}},
   };
-  // never: the CPU computes every cold expert; always: a chunk of more than
-  // 16 rows copies them to the GPU; auto: the cost model picks. Forwards of
-  // up to 16 rows (decode, batch 5) trade through mailboxes in their graph,
-  // or (mailbox 0) through the eager stage.
-  const std::pair<const char*, const char*> settings[] = {
-      {"never", "1"}, {"always", "1"}, {"auto", "1"}, {"never", "0"}};
-  for (const auto& [copies, mailbox] : settings) {
+  // copies never: the CPU computes every cold expert of a chunk; always: a
+  // chunk of more than 16 rows copies them to the GPU; auto: the cost model
+  // picks. Forwards of up to 16 rows (decode, batch 5) trade through
+  // mailboxes in their graph, or (mailbox 0) through the eager stage; in a
+  // mailbox the GPU streams none, every or (auto) some of the cold experts
+  // from host memory itself.
+  struct Setting {
+    const char *copies, *mailbox, *stream;
+  };
+  const Setting settings[] = {{"never", "1", "never"},
+                              {"always", "1", "never"},
+                              {"auto", "1", "auto"},
+                              {"never", "0", "never"},
+                              {"never", "1", "always"}};
+  for (const auto& [copies, mailbox, stream] : settings) {
     setenv("MOESERVE_EXPERT_COPIES", copies, 1);
     setenv("MOESERVE_EXPERT_MAILBOX", mailbox, 1);
+    setenv("MOESERVE_EXPERT_STREAM", stream, 1);
     for (const Case& c : cases) {
-      SCOPED_TRACE(std::string(c.name) + ", copies " + copies + ", mailbox " + mailbox);
+      SCOPED_TRACE(std::string(c.name) + ", copies " + copies + ", mailbox " + mailbox + ", stream " + stream);
       auto hybrid = load(testing::test_device(), c.gpu_experts, true);
       ASSERT_TRUE(hybrid);
       for (const auto& p : prompts) {
@@ -100,8 +109,12 @@ TEST(HybridExperts, SameGreedyOutputWhereverTheExpertsRun) {
         if (s.local().empty()) {
           EXPECT_EQ(s.local_pairs.load(), 0) << "layer " << l;
         }
-        if (std::string(copies) == "never") {
+        if (std::string(copies) == "never" && std::string(stream) == "never") {
           EXPECT_EQ(s.copied_pairs.load(), 0) << "layer " << l;
+        } else if (std::string(stream) == "always") {
+          // Decode's cold experts streamed by the GPU; the prompt's computed on the CPU.
+          EXPECT_GT(s.copied_pairs.load(), 0) << "layer " << l;
+          EXPECT_LT(s.copied_pairs.load(), s.host_pairs.load()) << "layer " << l;
         } else if (std::string(copies) == "always") {
           // The 33-token prompt in one chunk copied; decode computed on the CPU.
           EXPECT_GT(s.copied_pairs.load(), 0) << "layer " << l;
@@ -112,6 +125,7 @@ TEST(HybridExperts, SameGreedyOutputWhereverTheExpertsRun) {
   }
   unsetenv("MOESERVE_EXPERT_COPIES");
   unsetenv("MOESERVE_EXPERT_MAILBOX");
+  unsetenv("MOESERVE_EXPERT_STREAM");
 }
 
 // Promotion on the GPU: between decode steps a forced schedule swaps a cold

@@ -278,13 +278,22 @@ Result<double> CudaDevice::pin_host_memory(std::span<const uint8_t> bytes) {
   const uintptr_t page = 4096, begin = reinterpret_cast<uintptr_t>(bytes.data()) & ~(page - 1);
   const uintptr_t end = (reinterpret_cast<uintptr_t>(bytes.data()) + bytes.size() + page - 1) & ~(page - 1);
   void* base = reinterpret_cast<void*>(begin);
-  const cudaError_t err = cudaHostRegister(base, end - begin, cudaHostRegisterReadOnly | cudaHostRegisterPortable);
+  const cudaError_t err =
+      cudaHostRegister(base, end - begin, cudaHostRegisterReadOnly | cudaHostRegisterPortable | cudaHostRegisterMapped);
   if (err != cudaSuccess) {
     cudaGetLastError();
     return make_error(StatusCode::kUnsupported, "{}: could not pin {:.2f} GiB of host memory: {}", name(),
                       double(end - begin) / double(1 << 30), cudaGetErrorString(err));
   }
   pinned_ranges_.push_back(base);
+  pinned_spans_.emplace_back(begin, end);
+  // Kernels may then read it through the same pointers (Hopper on x86: yes).
+  int usable = 0;
+  if (cudaDeviceGetAttribute(&usable, cudaDevAttrCanUseHostPointerForRegisteredMem, index_) != cudaSuccess) {
+    cudaGetLastError();
+    usable = 0;
+  }
+  host_pointers_usable_ = usable != 0;
   const size_t n = std::min<size_t>(bytes.size(), size_t(256) << 20);
   MOESERVE_ASSIGN_OR_RETURN(DeviceMemory probe, allocate(n, "bandwidth probe"));
   cudaEvent_t t0 = nullptr, t1 = nullptr;
@@ -302,6 +311,15 @@ Result<double> CudaDevice::pin_host_memory(std::span<const uint8_t> bytes) {
   cudaEventDestroy(t1);
   MOESERVE_CUDA_RETURN_IF_ERROR(cudaGetLastError());
   return ms > 0.0f ? double(n) / (double(ms) * 1e-3) : 0.0;
+}
+
+bool CudaDevice::kernels_read_host(const uint8_t* p, size_t bytes) const {
+  if (!host_pointers_usable_ || p == nullptr) return false;
+  const uintptr_t b = reinterpret_cast<uintptr_t>(p), e = b + bytes;
+  for (const auto& [begin, end] : pinned_spans_) {
+    if (b >= begin && e <= end) return true;
+  }
+  return false;
 }
 
 const ExpertSplit* CudaDevice::next_split(const ExpertSplit* split) const {

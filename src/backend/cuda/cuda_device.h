@@ -32,6 +32,9 @@ class CudaDevice final : public Device {
   Result<PlacedWeights> place_weights(std::span<const WeightRef> weights) override;
   Result<std::unique_ptr<Ops>> create_ops() override;
   Result<double> pin_host_memory(std::span<const uint8_t> bytes) override;
+  bool reads_pinned_host_memory() const override { return host_pointers_usable_ && !pinned_spans_.empty(); }
+  // Whether [p, p + bytes) lies in pinned memory this GPU's kernels read through p.
+  bool kernels_read_host(const uint8_t* p, size_t bytes) const;
   Status replace_local_expert(ExpertSplit& split, size_t slot, int32_t expert) override;
 
   int index() const { return index_; }
@@ -42,6 +45,8 @@ class CudaDevice final : public Device {
   // A split's local expert ids in device memory (null: none, or not placed here).
   const int32_t* local_expert_ids(const ExpertSplit* split) const;
   // The split layer placed after this one (layer order), null after the last.
+  // The splits placed here, in layer order.
+  std::span<const ExpertSplit* const> splits() const { return split_order_; }
   const ExpertSplit* next_split(const ExpertSplit* split) const;
   Status activate() const;  // makes this GPU current on the calling thread
 
@@ -67,6 +72,8 @@ class CudaDevice final : public Device {
   };
   std::map<const ExpertSplit*, std::vector<CompactStack>> split_stacks_;  // for promotion
   std::vector<void*> pinned_ranges_;  // host memory registered by pin_host_memory
+  std::vector<std::pair<uintptr_t, uintptr_t>> pinned_spans_;  // their [begin, end)
+  bool host_pointers_usable_ = false;  // kernels read registered memory through host pointers
   bool has_host_experts_ = false;
 };
 

@@ -108,7 +108,20 @@ Status CudaOps::mailbox_experts(const ExpertFfnArgs& a, const ExpertSplit& split
   p.selected = selected_, p.xn = a.xn, p.n_tokens = a.n_tokens, p.n_used = n_used_, p.n_embd = a.n_embd;
   p.local = device_.local_expert_ids(&split), p.n_local = int64_t(split.local().size());
   p.forward = forward_on_device_, p.box = box, p.trace = expert_trace_enabled();
+  MOESERVE_ASSIGN_OR_RETURN(const HostMailboxes::Streaming streaming, mailboxes_->streaming(slot, split));
+  p.stream_offsets = streaming.offsets, p.stream_pairs = streaming.pairs, p.stream_ids = streaming.ids;
+  p.n_expert = split.n_expert();
+  std::copy(streaming.share.begin(), streaming.share.end(), p.stream_share);
   MOESERVE_RETURN_IF_ERROR(cuda::publish_to_host(p, stream_));
+  // The cold experts the GPU streams first (their weights cross PCIe into
+  // the staging while the CPU reads its share), then its own.
+  if (streaming.offsets != nullptr) {
+    MOESERVE_RETURN_IF_ERROR(cuda::stage_streamed(streaming.stage, stream_));
+    ExpertFfnArgs streamed = a;
+    streamed.gate = &streaming.staged[0], streamed.up = &streaming.staged[1], streamed.down = &streaming.staged[2];
+    const cuda::ExpertGroups g{streaming.pairs, streaming.offsets, cuda::kStreamMaxTaken, n_used_, a.n_tokens};
+    MOESERVE_RETURN_IF_ERROR(local_experts(streamed, g, h, y));
+  }
   MOESERVE_ASSIGN_OR_RETURN(const cuda::ExpertGroups groups, local_groups(split, pairs));
   if (groups.n_expert > 0) MOESERVE_RETURN_IF_ERROR(local_experts(a, groups, h, y));
   cuda::TakeArgs t;

@@ -14,15 +14,16 @@ namespace {
 
 size_t align_up(size_t n) { return (n + 255) / 256 * 256; }
 
-// Sub-buffers of a mailbox: [header][ids][xn][back: n_rows, rows, out].
+// Sub-buffers of a mailbox: [header][ids][streamed][xn][back: n_rows, rows, out].
 struct Layout {
-  size_t ids = 0, xn = 0, back = 0, out_offset = 0, total = 0;
+  size_t ids = 0, streamed = 0, xn = 0, back = 0, out_offset = 0, total = 0;
 };
 Layout layout_of(const HostMailboxes::Shape& s) {
   const size_t pairs = size_t(s.n_tokens * s.n_used);
   Layout l;
   l.ids = align_up(sizeof(cuda::MailboxHeader));
-  l.xn = l.ids + align_up(pairs * sizeof(int32_t));
+  l.streamed = l.ids + align_up(pairs * sizeof(int32_t));
+  l.xn = l.streamed + align_up(pairs * sizeof(int32_t));
   l.back = l.xn + align_up(size_t(s.n_tokens * s.n_embd) * sizeof(float));
   l.out_offset = align_up((size_t(cuda::kMailboxRowsAt) + pairs) * sizeof(int32_t));
   l.total = l.back + l.out_offset + pairs * size_t(s.n_embd) * sizeof(float);
@@ -75,12 +76,14 @@ Status HostMailboxes::allocate(Slot& s) {
   auto* d = static_cast<uint8_t*>(dev);
   s.header = new (h) cuda::MailboxHeader();
   s.ids = reinterpret_cast<int32_t*>(h + l.ids);
+  s.streamed = reinterpret_cast<int32_t*>(h + l.streamed);
   s.xn = reinterpret_cast<float*>(h + l.xn);
   s.back = reinterpret_cast<int32_t*>(h + l.back);
   s.rows = s.back + cuda::kMailboxRowsAt;
   s.out = reinterpret_cast<float*>(h + l.back + l.out_offset);
   s.view.header = reinterpret_cast<cuda::MailboxHeader*>(d);
   s.view.ids = reinterpret_cast<int32_t*>(d + l.ids);
+  s.view.streamed = reinterpret_cast<int32_t*>(d + l.streamed);
   s.view.xn = reinterpret_cast<float*>(d + l.xn);
   s.view.answer = staging_.as<uint8_t>();
   s.view.out_offset = int64_t(l.out_offset);
@@ -106,16 +109,96 @@ Result<cuda::MailboxView> HostMailboxes::slot(int slot, const Shape& shape, bool
     for (Slot& s : slots_) free(s);
     slots_.clear();
     staging_.reset();
+    stream_groups_.reset();
     capacity_ = {tokens, shape.n_used, shape.n_embd};
     const Layout l = layout_of(capacity_);
     MOESERVE_ASSIGN_OR_RETURN(staging_,
                               device_.allocate(l.total - l.back, "workspace (host-expert answers)"));
+    const size_t groups = size_t(2 * (cuda::kStreamMaxTaken + 1) + tokens * shape.n_used) * sizeof(int32_t);
+    MOESERVE_ASSIGN_OR_RETURN(stream_groups_, device_.allocate(groups, "workspace (streamed experts)"));
   }
   while (int(slots_.size()) <= slot) {
     slots_.emplace_back();
     MOESERVE_RETURN_IF_ERROR(allocate(slots_.back()));
   }
   return slots_[size_t(slot)].view;
+}
+
+namespace {
+constexpr WeightUse kStreamedUses[3] = {WeightUse::kExpertGate, WeightUse::kExpertUp, WeightUse::kExpertDown};
+size_t matrix_bytes(const WeightView& v) { return size_t(v.n_rows) * v.row_bytes; }
+}  // namespace
+
+// Staging for the streamed experts, sized once for every split on the
+// device (a graph recorded with it must never see it move).
+bool HostMailboxes::allocate_staging() {
+  if (stream_staging_.data() != nullptr || staging_failed_) return !staging_failed_;
+  for (const ExpertSplit* split : device_.splits()) {
+    for (int m = 0; m < 3; ++m) {
+      const WeightView* v = split->host_view(kStreamedUses[m]);
+      if (v != nullptr) staging_stride_[m] = std::max(staging_stride_[m], align_up(matrix_bytes(*v)));
+    }
+  }
+  const size_t total = (staging_stride_[0] + staging_stride_[1] + staging_stride_[2]) * cuda::kStreamMaxTaken;
+  Result<DeviceMemory> m = total > 0 ? device_.allocate(total, "workspace (streamed experts' weights)")
+                                     : Result<DeviceMemory>(make_error(StatusCode::kInternal, "no host views"));
+  if (!m.is_ok()) {
+    staging_failed_ = true;
+    return false;
+  }
+  stream_staging_ = std::move(*m);
+  return true;
+}
+
+// The slot's table: how many of c cold experts the GPU streams, for every
+// c (none when its kernels cannot read the split's host stacks).
+void HostMailboxes::fill_share(Slot& s, const ExpertSplit& split) {
+  const double bytes = split.host_expert_bytes();
+  bool readable = bytes > 0.0 && split.cost() != nullptr;
+  for (WeightUse use : kStreamedUses) {
+    const WeightView* v = split.host_view(use);
+    readable = readable && v != nullptr && v->matrix_stride % 16 == 0 && matrix_bytes(*v) % 16 == 0 &&
+               device_.kernels_read_host(v->data, v->matrix_stride * size_t(split.n_expert()));
+  }
+  for (int c = 0; c <= cuda::kStreamShareMax; ++c) {
+    const int64_t g = readable ? split.cost()->experts_to_stream(c, bytes) : 0;
+    s.share[size_t(c)] = uint8_t(std::clamp<int64_t>(g, 0, std::min(c, cuda::kStreamMaxTaken)));
+  }
+  s.share_for = &split;
+}
+
+Result<HostMailboxes::Streaming> HostMailboxes::streaming(int slot, const ExpertSplit& split) {
+  if (slot < 0 || size_t(slot) >= slots_.size() || split.cost() == nullptr ||
+      split.n_expert() > cuda::kStreamMaxExperts || stream_groups_.data() == nullptr) {
+    return Streaming{};
+  }
+  Slot& s = slots_[size_t(slot)];
+  if (capacity_.n_tokens * capacity_.n_used > cuda::kStreamMaxPairs) return Streaming{};
+  if (s.share_for != &split) fill_share(s, split);
+  bool any = false;
+  for (int c = 1; c <= cuda::kStreamShareMax && !any; ++c) any = s.share[size_t(c)] != 0;
+  if (!any || !allocate_staging()) return Streaming{};  // it never streams: keep the publish lean
+  Streaming st;
+  st.share = s.share;
+  auto* groups = stream_groups_.as<int32_t>();
+  st.offsets = groups;
+  st.ids = groups + cuda::kStreamMaxTaken + 1;
+  st.pairs = groups + 2 * (cuda::kStreamMaxTaken + 1);
+  st.stage.stream_ids = st.ids;
+  uint8_t* at = stream_staging_.as<uint8_t>();
+  for (int m = 0; m < 3; ++m) {
+    const WeightView* v = split.host_view(kStreamedUses[m]);
+    if (matrix_bytes(*v) > staging_stride_[m]) {
+      return make_error(StatusCode::kInternal, "layer's {} matrices outgrow the streaming staging", m);
+    }
+    st.staged[m] = *v;
+    st.staged[m].data = at;
+    st.staged[m].matrix_stride = staging_stride_[m];
+    st.stage.src[m] = v->data, st.stage.src_stride[m] = v->matrix_stride, st.stage.bytes[m] = matrix_bytes(*v);
+    st.stage.dst[m] = at, st.stage.dst_stride[m] = staging_stride_[m];
+    at += staging_stride_[m] * cuda::kStreamMaxTaken;
+  }
+  return st;
 }
 
 Status HostMailboxes::wait_ready(const Slot& s, uint32_t forward, cudaStream_t stream) const {
@@ -158,25 +241,51 @@ Status HostMailboxes::serve(const Layer& l, uint32_t forward, cudaStream_t strea
   if (status.is_ok()) {
     const int64_t pairs = l.n_tokens * l.n_used;
     Result<int64_t> n_cold = cold_.collect(*l.split, l.layer, {s.ids, size_t(pairs)}, l.n_used);
-    if (!n_cold.is_ok()) {
-      status = n_cold.status();
-    } else if ((*n_cold > 0) != (s.header->any_cold != 0)) {
+    Result<int64_t> n_streamed = n_cold.status();
+    if (n_cold.is_ok()) n_streamed = mark_streamed(s, *l.split);
+    if (!n_streamed.is_ok()) {
+      status = n_streamed.status();
+    } else if ((*n_cold - *n_streamed > 0) != (s.header->any_cold != 0)) {
       status = make_error(StatusCode::kInternal,
                           "layer {}: the GPU and the host disagree on its local experts", l.layer);
-    } else if (*n_cold > 0) {
+    } else if (*n_cold - *n_streamed > 0) {
       served_cold_ += 1;
       ColdPairs::ComputeArgs c;
       c.layer = l.layer, c.n_embd = l.n_embd, c.n_ff = l.n_ff;
       c.xn = s.xn, c.out = s.out, c.rows = s.rows;
+      c.skip = *n_streamed > 0 ? skip_.data() : nullptr;
       Result<int64_t> n = cold_.compute(*l.split, c);
       if (n.is_ok())
         n_rows = *n;
       else
         status = n.status();
     }
+    for (int32_t i = 0; n_streamed.is_ok() && i < s.header->n_streamed; ++i) skip_[size_t(s.streamed[i])] = 0;
   }
   post(s, n_rows, forward);
   return status;
+}
+
+// The cold experts the GPU streams this forward become the host's skips;
+// returns their pairs (counted as computed on the device).
+Result<int64_t> HostMailboxes::mark_streamed(const Slot& s, const ExpertSplit& split) {
+  const int64_t E = split.n_expert(), n = s.header->n_streamed;
+  skip_.resize(size_t(E), 0);
+  int64_t pairs = 0;
+  if (n < 0 || n > int64_t(cold_.experts().size())) {
+    return make_error(StatusCode::kInternal, "the GPU streams {} experts of {} cold", n, cold_.experts().size());
+  }
+  for (int64_t i = 0; i < n; ++i) {
+    const int32_t e = s.streamed[i];
+    if (e < 0 || e >= E || split.is_local(e) || cold_.tokens(e) == 0 || skip_[size_t(e)] != 0) {
+      for (int64_t j = 0; j < i; ++j) skip_[size_t(s.streamed[j])] = 0;
+      return make_error(StatusCode::kInternal, "the GPU streams expert {}, not one of this layer's cold", e);
+    }
+    skip_[size_t(e)] = 1;
+    pairs += cold_.tokens(e);
+  }
+  split.copied_pairs += pairs;
+  return pairs;
 }
 
 // The previous split layer of this forward is done on the GPU (this one

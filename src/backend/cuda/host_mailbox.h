@@ -6,10 +6,15 @@
 // order while the graph runs: wait for the selections, compute the host's
 // pairs (ColdPairs, the CPU threads) into the mailbox's answer, post
 // `done`. A layer whose selections are all local costs the GPU no wait.
+// When the GPU can read the host stacks itself, each slot's table tells it
+// how many of a forward's cold experts to stream (the cost model's split of
+// the reads between PCIe and the CPU, fixed when the slot first serves a
+// split); the host skips the ones it lists.
 #pragma once
 
 #include <cuda_runtime.h>
 
+#include <array>
 #include <cstdint>
 #include <vector>
 
@@ -40,6 +45,20 @@ class HostMailboxes {
   // had to grow, *moved is set (graphs recorded with them must go).
   Result<cuda::MailboxView> slot(int slot, const Shape& shape, bool* moved);
 
+  // Where the GPU groups the pairs of the cold experts it streams for the
+  // split layer in `slot`, or nulls when it streams none (the host views
+  // are not readable by kernels, the cost model says so, or too many
+  // experts). Fills the slot's table for `split` on first use.
+  struct Streaming {
+    int32_t* offsets = nullptr;  // device [kStreamMaxTaken + 1]
+    int32_t* pairs = nullptr;    // device [capacity pairs]
+    int32_t* ids = nullptr;      // device [1 + kStreamMaxTaken]
+    WeightView staged[3];        // gate, up, down: the staging stacks (kStreamMaxTaken matrices)
+    std::array<uint8_t, cuda::kStreamShareMax + 1> share{};  // for PublishArgs::stream_share
+    cuda::StageArgs stage;       // the copy into them
+  };
+  Result<Streaming> streaming(int slot, const ExpertSplit& split);
+
   // One split layer of a forward, as the host serves it.
   struct Layer {
     int slot = 0;
@@ -62,19 +81,32 @@ class HostMailboxes {
     cuda::MailboxView view;  // the device's pointers
     cuda::MailboxHeader* header = nullptr;
     int32_t* ids = nullptr;
+    int32_t* streamed = nullptr;  // the GPU's list of the cold experts it streams
     float* xn = nullptr;
+    // How many of c cold experts the GPU streams (a parameter of the
+    // publish kernel), computed for this split.
+    std::array<uint8_t, cuda::kStreamShareMax + 1> share{};
+    const ExpertSplit* share_for = nullptr;
     int32_t *back = nullptr, *rows = nullptr;  // the answer: n_rows, rows ...
     float* out = nullptr;                      // ... and out
   };
   Status allocate(Slot& s);
   void free(Slot& s);
   Status wait_ready(const Slot& s, uint32_t forward, cudaStream_t stream) const;
+  Result<int64_t> mark_streamed(const Slot& s, const ExpertSplit& split);
+  bool allocate_staging();
+  void fill_share(Slot& s, const ExpertSplit& split);
   // The answer has n_rows rows: `done` = forward (a release store).
   static void post(Slot& s, int64_t n_rows, uint32_t forward);
 
   CudaDevice& device_;
   std::vector<Slot> slots_;
   DeviceMemory staging_;  // the answer's copy on the device (the layers take turns)
+  DeviceMemory stream_groups_;  // the streamed pairs' groups (the layers take turns)
+  DeviceMemory stream_staging_;  // their weights: kStreamMaxTaken of each matrix (the layers take turns)
+  size_t staging_stride_[3] = {};  // bytes a staged matrix (gate, up, down): the largest of any split
+  bool staging_failed_ = false;    // no room: the host computes every cold expert
+  std::vector<uint8_t> skip_;   // [n_expert]: streamed by the GPU this layer
   // MOESERVE_EXPERT_TRACE: layers served, with host work, the host's wait
   // for selections, the GPU's waits for the host.
   int64_t served_ = 0, served_cold_ = 0;

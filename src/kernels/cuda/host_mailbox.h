@@ -14,6 +14,17 @@
 //                    DMA copy) and puts the host's rows into their pair
 //                    rows of y.
 //
+// Streaming: of a forward's cold experts the GPU may compute some itself
+// while the CPU computes the others, so the two read host memory at the
+// same time (16 CPU threads ~120 GB/s plus the GPU's ~48 GB/s on an H100
+// host). How many follows from the host's table (PublishArgs::stream_share);
+// publish_to_host lists them for the host and groups their pairs;
+// stage_streamed copies their weights from the pinned host stacks into
+// device staging (a kernel: the addresses are known on the GPU only),
+// where the usual expert kernels compute them. (The expert kernels reading
+// host memory themselves ran at ~10 GB/s: their reads are too few at a
+// time for PCIe's latency; the copy kernel reaches ~47 GB/s.)
+//
 // When every selection is on the device, take_from_host does not wait and
 // puts nothing: no host round trip (the host still reads the selections,
 // for counts; the copy node of a graph runs regardless, a few
@@ -31,11 +42,21 @@
 
 namespace moeserve::cuda {
 
+// Of c distinct cold experts the GPU streams stream_share[min(c, kStreamShareMax)].
+inline constexpr int kStreamShareMax = 255;
+// Streaming needs a flag and a count per expert in the publishing block's shared memory.
+inline constexpr int64_t kStreamMaxExperts = 1024;
+// Streaming keeps a forward's selections in shared memory: at most this many.
+inline constexpr int64_t kStreamMaxPairs = 512;
+// At most this many experts streamed a layer (the device staging holds them).
+inline constexpr int kStreamMaxTaken = 8;
+
 // The GPU-written words and, on a line of its own, the host's.
 struct alignas(128) MailboxHeader {
   uint32_t ready = 0;          // GPU: the forward whose selections are in
-  int32_t any_cold = 0;        // GPU: some selection is off the device
+  int32_t any_cold = 0;        // GPU: some selection is left to the host
   uint32_t gpu_timed_out = 0;  // GPU: take_from_host gave up waiting
+  int32_t n_streamed = 0;      // GPU: cold experts it computes itself (listed in `streamed`)
   // GPU clock (ns) when tracing: publish start / end, wait start / `done`
   // seen, copy start / end (of block 0).
   uint64_t gpu_ns[6] = {};
@@ -51,6 +72,7 @@ inline constexpr int64_t kMailboxRowsAt = 4;  // int32s before rows
 struct MailboxView {
   MailboxHeader* header = nullptr;  // device view of mapped host memory
   int32_t* ids = nullptr;           // ... [n_tokens * n_used]
+  int32_t* streamed = nullptr;      // ... [n_tokens * n_used]: the cold experts the GPU streams
   float* xn = nullptr;              // ... [n_tokens][n_embd]
   const int32_t* back = nullptr;    // ... the answer
   uint8_t* answer = nullptr;        // device memory: room for the answer's copy
@@ -67,8 +89,32 @@ struct PublishArgs {
   const uint32_t* forward = nullptr;  // device word: this forward's number
   MailboxView box;
   bool trace = false;  // write the header's gpu_ns
+  // Streaming (null stream_offsets: the host computes every cold expert).
+  // The streamed experts are the first cold ones in selection order (at
+  // most kStreamMaxTaken); their pairs are grouped by their place in that
+  // list, the staging slot their weights go to.
+  int32_t* stream_offsets = nullptr;  // device [kStreamMaxTaken + 1]
+  int32_t* stream_pairs = nullptr;    // device [n_tokens * n_used]
+  int32_t* stream_ids = nullptr;      // device [1 + kStreamMaxTaken]: the count, then the experts
+  int64_t n_expert = 0;               // <= kStreamMaxExperts
+  // Of c distinct cold experts the GPU streams stream_share[min(c, kStreamShareMax)]
+  // (a kernel parameter: read at no cost, fixed in a recorded graph).
+  uint8_t stream_share[kStreamShareMax + 1] = {};
 };
 Status publish_to_host(const PublishArgs& a, cudaStream_t stream);
+
+// The streamed experts' matrices (gate, up, down) from the host stacks
+// (mapped pinned memory; matrix e at src + e * src_stride) into staging
+// slot i (dst + i * dst_stride) for i < stream_ids[0].
+struct StageArgs {
+  const int32_t* stream_ids = nullptr;  // device, as publish wrote it
+  const uint8_t* src[3] = {};
+  size_t src_stride[3] = {};
+  uint8_t* dst[3] = {};
+  size_t dst_stride[3] = {};
+  size_t bytes[3] = {};  // one matrix (a multiple of 16)
+};
+Status stage_streamed(const StageArgs& a, cudaStream_t stream);
 
 struct TakeArgs {
   float* y = nullptr;  // [n_pairs][n_embd], device
