@@ -336,10 +336,15 @@ bool BatchEngine::step() {
 // token drawn again from what is left. Nothing left: the end of sequence
 // (the request stops; a constraint that can never be met ends the output).
 int32_t BatchEngine::constrained_sample(Slot& s, std::span<const float> logits) {
+  // The constraint answers for the whole vocabulary at once (a grammar walks
+  // its token trie instead of being asked once per id). This path runs only
+  // when the sampled token was refused, so the buffer is a local.
+  std::vector<uint8_t> allowed;
+  s.req.constraint->allowed_mask(int64_t(logits.size()), allowed);
   masked_.assign(logits.begin(), logits.end());
   bool any = false;
   for (size_t id = 0; id < masked_.size(); ++id) {
-    if (s.req.constraint->allows(int32_t(id))) {
+    if (id < allowed.size() && allowed[id] != 0) {
       any = true;
     } else {
       masked_[id] = -std::numeric_limits<float>::infinity();

@@ -17,6 +17,11 @@ TokenBytes token_byte_table(const tok::Tokenizer& tokenizer, int64_t n_vocab) {
   return table;
 }
 
+void TokenConstraint::allowed_mask(int64_t n_vocab, std::vector<uint8_t>& allowed) const {
+  allowed.assign(size_t(std::max<int64_t>(n_vocab, 0)), 0);
+  for (size_t id = 0; id < allowed.size(); ++id) allowed[id] = allows(int32_t(id)) ? 1 : 0;
+}
+
 JsonConstraint::JsonConstraint(TokenBytes bytes, std::vector<int32_t> end_ids, bool object_only)
     : bytes_(std::move(bytes)), end_ids_(std::move(end_ids)), state_(object_only) {}
 

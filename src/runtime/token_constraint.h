@@ -26,6 +26,11 @@ class TokenConstraint {
   virtual bool allows(int32_t token) const = 0;
   // The token was emitted (after allows() said yes).
   virtual void accept(int32_t token) = 0;
+  // allowed[id] = allows(id) for every id below n_vocab (`allowed` is
+  // resized): what the engine masks the logits with when the sampled token
+  // was refused. This default asks allows() once per id; a constraint that
+  // can do better (a grammar walking a token trie) overrides it.
+  virtual void allowed_mask(int64_t n_vocab, std::vector<uint8_t>& allowed) const;
 };
 
 // Every token's bytes (what decoding it alone gives), indexed by id; control
