@@ -10,8 +10,10 @@
 
 #include "moe/expert_stats.h"
 #include "moe/placement.h"
+#include "runtime/grammar/gbnf.h"
 #include "runtime/json_prefix.h"
 #include "server/api/anthropic.h"
+#include "server/api/json_schema_grammar.h"
 #include "server/api/openai_request.h"
 #include "server/api/output_parser.h"
 #include "server/api/response_format.h"
@@ -38,6 +40,13 @@ void fuzz_requests(std::string_view body) {
   (void)api::parse_count_tokens_request(body);
   auto responses = api::parse_responses_request(body);
   if (responses.ok()) (void)responses.value->echo.dump();
+  // The body as a JSON schema, and what it becomes as a grammar.
+  const nlohmann::ordered_json schema = nlohmann::ordered_json::parse(body, nullptr, false);
+  if (!schema.is_discarded()) {
+    auto gbnf = api::json_schema_to_gbnf(schema);
+    // (a $ref cycle without a byte in between is left recursion: refused there, not here)
+    if (gbnf.is_ok()) (void)moeserve::runtime::grammar::parse_gbnf(*gbnf);
+  }
   // The structured-output recogniser on arbitrary bytes: a refused byte
   // leaves the state as it was, so feeding the rest must not crash.
   moeserve::runtime::JsonPrefix prefix(false);

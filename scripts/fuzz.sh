@@ -1,20 +1,21 @@
 #!/usr/bin/env bash
 # Fuzz the GGUF and safetensors readers, the server's protocol layer
-# (request JSON, model output parsing) and its HTTP/1.1 request parser with
-# libFuzzer (clang, ASan + UBSan).
+# (request JSON, JSON schemas, model output parsing), its HTTP/1.1 request
+# parser and the grammar engine (GBNF, matcher, masks) with libFuzzer
+# (clang, ASan + UBSan).
 #   scripts/fuzz.sh [SECONDS]        (default 60, split evenly between them)
 # Configures build-fuzz/ with clang, builds fuzz_gguf, fuzz_safetensors,
-# fuzz_server_api and fuzz_http_parser, writes seed corpora (GgufWriter; a few
-# safetensors files, request bodies and raw HTTP requests written here), and
-# fuzzes each for SECONDS/4. Exits
+# fuzz_server_api, fuzz_http_parser and fuzz_grammar, writes seed corpora
+# (GgufWriter; a few safetensors files, request bodies, raw HTTP requests and
+# grammars written here), and fuzzes each for SECONDS/5. Exits
 # non-zero when a fuzzer finds a crash, leak, timeout or sanitizer report; the input that triggered it is left in
 # build-fuzz/fuzz-artifacts/. The grown corpora are kept in
-# build-fuzz/fuzz-corpus/{gguf,safetensors,server_api,http_parser} for the next run.
+# build-fuzz/fuzz-corpus/{gguf,safetensors,server_api,http_parser,grammar} for the next run.
 # FUZZ_JOBS sets the build parallelism (default: nproc).
 set -euo pipefail
 
 seconds=${1:-60}
-targets=4
+targets=5
 per_target=$(( seconds / targets > 0 ? seconds / targets : 1 ))
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 build=$root/build-fuzz
@@ -22,7 +23,7 @@ jobs=${FUZZ_JOBS:-$(nproc)}
 
 CC=clang CXX=clang++ cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
   -DMOESERVE_BUILD_FUZZ=ON -DMOESERVE_BUILD_TESTS=OFF -DMOESERVE_BUILD_BENCH=OFF -DMOESERVE_CUDA=OFF >/dev/null
-ninja -C "$build" -j"$jobs" fuzz_gguf fuzz_gguf_seeds fuzz_safetensors fuzz_server_api fuzz_http_parser
+ninja -C "$build" -j"$jobs" fuzz_gguf fuzz_gguf_seeds fuzz_safetensors fuzz_server_api fuzz_http_parser fuzz_grammar
 
 seeds=$build/fuzz-seeds/gguf
 corpus=$build/fuzz-corpus/gguf
@@ -71,6 +72,8 @@ mkdir -p "$api_seeds" "$api_corpus"
 printf '%s' '{"model":"m","messages":[{"role":"system","content":"s"},{"role":"user","content":[{"type":"text","text":"hi"}]}],"temperature":0.7,"top_p":0.9,"max_tokens":16,"stop":["\n"],"stream":true,"stream_options":{"include_usage":true}}' >"$api_seeds/chat"
 printf '%s' '{"messages":[{"role":"user","content":"w"},{"role":"assistant","content":null,"tool_calls":[{"id":"c","type":"function","function":{"name":"f","arguments":"{\"a\":1}"}}]},{"role":"tool","tool_call_id":"c","content":"ok"}],"tools":[{"type":"function","function":{"name":"f","parameters":{"type":"object"}}}],"tool_choice":"auto","chat_template_kwargs":{"enable_thinking":false}}' >"$api_seeds/tools"
 printf '%s' '{"prompt":[1,2,3],"logprobs":2,"echo":true,"seed":-1,"n":1}' >"$api_seeds/completion"
+printf '%s' '{"messages":[{"role":"user","content":"w"}],"response_format":{"type":"json_schema","json_schema":{"name":"a","schema":{"type":"object","properties":{"n":{"type":"integer"},"t":{"type":"array","items":{"$ref":"#/$defs/T"},"maxItems":3}},"required":["n"],"$defs":{"T":{"anyOf":[{"type":"string","maxLength":4},{"enum":[1,"x",null]}]}}}}}}' >"$api_seeds/schema"
+printf '%s' '{"messages":[{"role":"user","content":"w"}],"grammar":"root ::= (\"a\" | [b-d]+ x){2,5}\nx ::= [^\\x00-\\x1f\\u00e9]? # c\n"}' >"$api_seeds/grammar"
 printf '%s' '{"content":"hello","add_special":true,"with_pieces":true,"tokens":[1,2]}' >"$api_seeds/tokenize"
 printf '%s' '{"format":"moeserve-placement","version":1,"model":{"fingerprint":"00112233aabbccdd"},"layers":[{"layer":0,"hot":[1,7]},{"layer":2,"hot":[0]}]}' >"$api_seeds/placement"
 printf '%s' '{"format":"moeserve-expert-stats","version":1,"model":{"arch":"qwen3moe","fingerprint":"00112233aabbccdd","n_layer":3,"n_expert":8,"n_expert_used":2},"prefill_tokens":1,"decode_tokens":0,"layers":[{"layer":0,"prefill":[1,0,0,0,0,0,0,1],"decode":[0,0,0,0,0,0,0,0]}]}' >"$api_seeds/stats"
@@ -106,6 +109,19 @@ printf '%s\n' '"GET "' '"POST "' '"HEAD "' '" HTTP/1.1\x0d\x0a"' '" HTTP/1.0\x0d
 if ! "$build/fuzz/fuzz_http_parser" -max_total_time="$per_target" -max_len=4096 -malloc_limit_mb=256 -rss_limit_mb=2048 \
   -timeout=10 -dict="$http_dict" -artifact_prefix="$artifacts/" -print_final_stats=1 "$http_corpus" "$http_seeds"; then
   echo "fuzz.sh: fuzz_http_parser found a problem; reproduce with: $build/fuzz/fuzz_http_parser $artifacts/<crash file>" >&2
+  exit 1
+fi
+# Grammar seeds: GBNF text, a NUL byte, bytes to feed.
+gr_seeds=$build/fuzz-seeds/grammar
+gr_corpus=$build/fuzz-corpus/grammar
+rm -rf "$gr_seeds"
+mkdir -p "$gr_seeds" "$gr_corpus"
+printf 'root ::= "{" ws (kv ("," ws kv)*)? "}"\nkv ::= "\\"" [a-z]+ "\\"" ws ":" ws [0-9]{1,3}\nws ::= [ \\t\\n]{0,4}\n\0{"ab": 12, "c":3}' >"$gr_seeds/json"
+printf 'root ::= ([^"\\\\] | "\\\\" .)* x?\nx ::= [\\u00e0-\\u00ff\\U0001F600-\\U0001F64F]+\n\0abc\\"\xc3\xa9\xf0\x9f\x98\x80' >"$gr_seeds/utf8"
+printf 'root ::= a{2,4} | b+ c?\na ::= "x" | "y" a\nb ::= (c | "z")\nc ::= [q-t]\n\0yyxxzq' >"$gr_seeds/rules"
+if ! "$build/fuzz/fuzz_grammar" -max_total_time="$per_target" -max_len=2048 -malloc_limit_mb=512 -rss_limit_mb=2048 \
+  -timeout=10 -artifact_prefix="$artifacts/" -print_final_stats=1 "$gr_corpus" "$gr_seeds"; then
+  echo "fuzz.sh: fuzz_grammar found a problem; reproduce with: $build/fuzz/fuzz_grammar $artifacts/<crash file>" >&2
   exit 1
 fi
 echo "fuzz.sh: no crashes in ${seconds}s"

@@ -1,9 +1,11 @@
 // Server benchmark: aggregate generated tokens/s and time to first token with
 // 1, 4 and 16 concurrent streams, and the prefix-cache speed-up for a long
 // shared system prompt. Starts `moeserve serve` itself (node 20, no packages).
+// --constrained runs every level again with a JSON-schema response_format
+// and prints what the constraint costs a token.
 //
 //   node bench/server/bench_server.mjs --bin build/bin/moeserve --model M.gguf \
-//        [--threads 2] [--tokens 64] [--concurrency 1,4,16] [--ctx 4096]
+//        [--threads 2] [--tokens 64] [--concurrency 1,4,16] [--ctx 4096] [--constrained]
 import { spawn } from 'node:child_process';
 import { parseArgs } from 'node:util';
 
@@ -18,8 +20,14 @@ const { values: opt } = parseArgs({
     // Per-token chunks even when a token's text is empty (synthetic
     // make-model vocabularies decode many ids to ""): logprobs on.
     logprobs: { type: 'boolean', default: false },
+    constrained: { type: 'boolean', default: false },
   },
 });
+// The schema of --constrained: open-ended (a list of strings), so answers
+// run to max_tokens like the plain ones.
+const kSchema = { type: 'json_schema', json_schema: { name: 'notes', schema: {
+  type: 'object', additionalProperties: false, required: ['title', 'notes'],
+  properties: { title: { type: 'string', maxLength: 40 }, notes: { type: 'array', items: { type: 'string' } } } } } };
 if (!opt.model) throw new Error('--model FILE is required');
 
 function startServer(parallel) {
@@ -68,7 +76,7 @@ async function stream(url, body) {
 }
 
 const words = 'alpha beta gamma delta epsilon zeta eta theta iota kappa lambda mu nu xi omicron pi rho sigma'.split(' ');
-const userPrompt = (i) => `Request ${i}: ` + Array.from({ length: 24 }, (_, k) => words[(i * 7 + k * 3) % words.length]).join(' ');
+const userPrompt = (i) => `Request ${i}: ` + Array.from({ length: 24 }, (_, k) => words[(i * 7 + k * 3 + Math.floor(i / 1000)) % words.length]).join(' ');
 const n = Number(opt.tokens);
 
 const median = (a) => { const s = [...a].sort((x, y) => x - y); return s[Math.floor(s.length / 2)]; };
@@ -77,21 +85,37 @@ for (const c of opt.concurrency.split(',').map(Number)) {
   const { url, proc } = await startServer(c);
   try {
     await stream(url, { messages: [{ role: 'user', content: 'warm up' }], max_tokens: 4, temperature: 0 });
-    const t0 = performance.now();
-    const rs = await Promise.all(Array.from({ length: c }, (_, i) =>
-      stream(url, { messages: [{ role: 'user', content: userPrompt(i) }], max_tokens: n, temperature: 0 })));
-    const wall = (performance.now() - t0) / 1e3;
-    const total = rs.reduce((a, r) => a + r.tokens, 0);
-    rows.push({ c, total, wall, agg: total / wall, ttft: median(rs.map((r) => r.ttft)),
-                ttftMax: Math.max(...rs.map((r) => r.ttft)), perStream: median(rs.map((r) => r.tokens / r.seconds)) });
+    // (free again after the constrained run: the first run of a server pays for warming up)
+    for (const [run, constrained] of (opt.constrained ? [false, true, false] : [false]).entries()) {
+      const t0 = performance.now();
+      const rs = await Promise.all(Array.from({ length: c }, (_, i) =>
+        // (other prompts for the second run: nothing comes from the prefix cache)
+        stream(url, { messages: [{ role: 'user', content: userPrompt(i + 1000 * run) }],
+                      max_tokens: n, temperature: 0,
+                      ...(constrained ? { response_format: kSchema } : {}) })));
+      const wall = (performance.now() - t0) / 1e3;
+      const total = rs.reduce((a, r) => a + r.tokens, 0);
+      rows.push({ c, constrained, total, wall, agg: total / wall, ttft: median(rs.map((r) => r.ttft)),
+                  ttftMax: Math.max(...rs.map((r) => r.ttft)), perStream: median(rs.map((r) => r.tokens / r.seconds)),
+                  decode: median(rs.map((r) => (r.tokens - 1) / (r.seconds - (r.ttft ?? 0) / 1e3))) });
+    }
   } finally {
     proc.kill('SIGTERM');
   }
 }
-console.log('| streams | generated tokens | wall s | aggregate tok/s | per-stream tok/s (median) | TTFT median ms | TTFT max ms |');
-console.log('|---:|---:|---:|---:|---:|---:|---:|');
+console.log('| streams | answer | generated tokens | wall s | aggregate tok/s | per-stream tok/s (median) | per-stream decode tok/s (after the first token) | TTFT median ms | TTFT max ms |');
+console.log('|---:|---|---:|---:|---:|---:|---:|---:|---:|');
 for (const r of rows) {
-  console.log(`| ${r.c} | ${r.total} | ${r.wall.toFixed(2)} | ${r.agg.toFixed(1)} | ${r.perStream.toFixed(1)} | ${r.ttft.toFixed(0)} | ${r.ttftMax.toFixed(0)} |`);
+  console.log(`| ${r.c} | ${r.constrained ? 'JSON schema' : 'free'} | ${r.total} | ${r.wall.toFixed(2)} | ${r.agg.toFixed(1)} | ` +
+              `${r.perStream.toFixed(1)} | ${r.decode.toFixed(1)} | ${r.ttft?.toFixed(0) ?? "-"} | ${Number.isFinite(r.ttftMax) ? r.ttftMax.toFixed(0) : "-"} |`);
+}
+// What the constraint costs: the extra time a generated token takes in the
+// aggregate (the engine steps all streams together), per stream-token.
+for (const r of rows.filter((x) => x.constrained)) {
+  const free = rows.findLast((x) => x.c === r.c && !x.constrained);
+  const extraUs = 1e6 / r.decode - 1e6 / free.decode;
+  console.log(`constraint at ${r.c} stream(s): aggregate ${(100 * (r.agg / free.agg - 1)).toFixed(1)}% tok/s, ` +
+              `decode ${(100 * (r.decode / free.decode - 1)).toFixed(1)}% (${extraUs.toFixed(0)} us more a step)`);
 }
 
 // Prefix cache: the same long system prompt, different questions.

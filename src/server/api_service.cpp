@@ -9,6 +9,7 @@
 #include "server/api/openai_request.h"
 #include "server/api/response_format.h"
 #include "server/api/responses.h"
+#include "runtime/grammar_constraint.h"
 #include "tokenizer/tokenizer.h"
 
 namespace moeserve::server {
@@ -289,13 +290,19 @@ ApiReply ApiService::run(std::vector<int32_t> prompt, const api::GenerationParam
   if (!params.seed_given) er.sampling.seed = std::random_device{}() ^ (seed_counter_.fetch_add(1) << 32);
   er.stop = params.stop;
   er.top_logprobs = config.top_logprobs;
-  if (params.format != api::OutputFormat::kText) {
+  if (params.grammar || params.format != api::OutputFormat::kText) {
     std::vector<int32_t> end_ids;
     const tok::Tokenizer& t = model_.tokenizer();
     if (t.eos_id()) end_ids.push_back(*t.eos_id());
     if (t.eot_id()) end_ids.push_back(*t.eot_id());
-    er.constraint = std::make_shared<runtime::JsonConstraint>(
-        token_bytes(), std::move(end_ids), params.format == api::OutputFormat::kJsonObject);
+    if (params.grammar) {
+      const MaskTables m = mask_tables();
+      er.constraint = std::make_shared<runtime::GrammarConstraint>(params.grammar, m.bytes, std::move(end_ids),
+                                                                   m.trie, m.cache);
+    } else {
+      er.constraint = std::make_shared<runtime::JsonConstraint>(
+          token_bytes(), std::move(end_ids), params.format == api::OutputFormat::kJsonObject);
+    }
   }
   const bool stream = config.stream;
   auto session = std::make_shared<GenerationSession>(std::move(config), model_.tokenizer());
@@ -342,6 +349,19 @@ runtime::TokenBytes ApiService::token_bytes() {
   std::lock_guard lock(token_bytes_mu_);
   if (!token_bytes_) token_bytes_ = runtime::token_byte_table(model_.tokenizer(), model_.info().n_vocab);
   return token_bytes_;
+}
+
+// The vocabulary as a trie and the masks computed so far, built on the
+// first grammar request and shared by all.
+ApiService::MaskTables ApiService::mask_tables() {
+  runtime::TokenBytes bytes = token_bytes();
+  std::lock_guard lock(token_bytes_mu_);
+  if (!mask_tables_.trie) {
+    mask_tables_.bytes = bytes;
+    mask_tables_.trie = std::make_shared<const runtime::grammar::TokenTrie>(*bytes);
+    mask_tables_.cache = std::make_shared<runtime::grammar::MaskCache>();
+  }
+  return mask_tables_;
 }
 
 ApiReply ApiService::tokenize(const std::string& body) {

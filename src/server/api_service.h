@@ -13,6 +13,7 @@
 
 #include "chat/chat_template.h"
 #include "runtime/batch_engine.h"
+#include "runtime/grammar/token_mask.h"
 #include "runtime/model.h"
 #include "server/api/api_error.h"
 #include "server/api/metrics.h"
@@ -101,6 +102,13 @@ class ApiService {
   std::mutex token_bytes_mu_;
   runtime::TokenBytes token_bytes_;
   runtime::TokenBytes token_bytes();
+  struct MaskTables {
+    runtime::TokenBytes bytes;
+    std::shared_ptr<const runtime::grammar::TokenTrie> trie;
+    std::shared_ptr<runtime::grammar::MaskCache> cache;
+  };
+  MaskTables mask_tables_;
+  MaskTables mask_tables();
 };
 
 }  // namespace moeserve::server

@@ -17,6 +17,7 @@
 
 #include "runtime/sampler.h"
 #include "server/api/api_error.h"
+#include "runtime/grammar/grammar.h"
 #include "server/api/json_body.h"
 
 namespace moeserve::server::api {
@@ -25,9 +26,8 @@ inline constexpr size_t kMaxStopStrings = 16;
 inline constexpr int kMaxTopLogprobs = 20;
 
 // response_format. kJsonObject: the answer is one JSON object; kJsonValue:
-// one JSON value (json_schema whose top-level type is not "object"). A
-// json_schema's own structure (properties, types) is not enforced yet: only
-// that the answer is JSON of the schema's top-level kind.
+// one JSON value (json_schema without a schema). A json_schema's schema,
+// and a request's `grammar`, become GenerationParams::grammar.
 enum class OutputFormat { kText, kJsonObject, kJsonValue };
 
 struct GenerationParams {
@@ -41,6 +41,9 @@ struct GenerationParams {
   int top_logprobs = 0;
   bool seed_given = false;
   OutputFormat format = OutputFormat::kText;  // chat: response_format
+  // The grammar the answer must follow (response_format json_schema, or a
+  // GBNF `grammar` as llama-server takes it); null: none.
+  std::shared_ptr<const runtime::grammar::Grammar> grammar;
 };
 
 struct ChatCompletionRequest {

@@ -4,6 +4,9 @@
 #include <cmath>
 #include <limits>
 
+#include "server/api/compiled_grammars.h"
+#include "server/api/json_schema_grammar.h"
+
 namespace moeserve::server::api::detail {
 
 void fail(std::string message, std::string param) {
@@ -192,25 +195,54 @@ void read_logprobs(const ojson& body, Endpoint endpoint, GenerationParams& p) {
 
 }  // namespace
 
-// response_format: {"type": "text" | "json_object" | "json_schema", "json_schema": {"schema": {...}}}.
-OutputFormat read_response_format(const ojson& body) {
+namespace {
+
+std::shared_ptr<const runtime::grammar::Grammar> compile(const std::string& gbnf, const std::string& param) {
+  auto g = compiled_grammar(gbnf);
+  if (!g.is_ok()) fail(g.status().message(), param);
+  return *g;
+}
+
+}  // namespace
+
+// response_format: {"type": "text" | "json_object" | "json_schema", "json_schema": {"schema": {...}}};
+// a schema becomes the answer's grammar.
+void read_response_format(const ojson& body, GenerationParams& p) {
   const ojson* f = find_field(body, "response_format");
-  if (!f) return OutputFormat::kText;
+  if (!f) return;
   if (!f->is_object()) fail("'response_format' must be an object", "response_format");
   const std::string type = read_string(*f, "type", "response_format.type").value_or("");
-  if (type == "text") return OutputFormat::kText;
-  if (type == "json_object") return OutputFormat::kJsonObject;
+  if (type == "text") return;
+  if (type == "json_object") {
+    p.format = OutputFormat::kJsonObject;
+    return;
+  }
   if (type != "json_schema")
     fail("'response_format.type' must be text, json_object or json_schema", "response_format.type");
   const ojson* js = find_field(*f, "json_schema");
   if (!js || !js->is_object())
     fail("'response_format.json_schema' must be an object", "response_format.json_schema");
   const ojson* schema = find_field(*js, "schema");
-  if (schema && !schema->is_object() && !schema->is_boolean())
+  p.format = OutputFormat::kJsonValue;
+  if (!schema) return;
+  if (!schema->is_object() && !schema->is_boolean())
     fail("'response_format.json_schema.schema' must be an object", "response_format.json_schema.schema");
-  const ojson* top = schema && schema->is_object() ? find_field(*schema, "type") : nullptr;
-  const bool object = !top || (top->is_string() && *top == "object");
-  return object ? OutputFormat::kJsonObject : OutputFormat::kJsonValue;
+  Result<std::string> gbnf = json_schema_to_gbnf(*schema);
+  if (!gbnf.is_ok()) {
+    fail("response_format.json_schema.schema: " + gbnf.status().message(), "response_format.json_schema.schema");
+  }
+  p.grammar = compile(*gbnf, "response_format.json_schema.schema");
+}
+
+// grammar: GBNF text (llama-server's field); "" or null: none.
+void read_grammar(const ojson& body, GenerationParams& p) {
+  const ojson* g = find_field(body, "grammar");
+  if (!g || g->is_null()) return;
+  if (!g->is_string()) fail("'grammar' must be a string of GBNF rules with a 'root' rule", "grammar");
+  if (g->get_ref<const std::string&>().empty()) return;
+  if (p.format != OutputFormat::kText)
+    fail("give either 'grammar' or a JSON 'response_format', not both", "grammar");
+  p.grammar = compile(g->get<std::string>(), "grammar");
 }
 
 std::string required_string(const ojson& object, std::string_view name, const std::string& param) {
@@ -255,7 +287,8 @@ GenerationParams read_generation_params(const ojson& body, Endpoint endpoint) {
   }
   read_stop(body, p);
   read_logprobs(body, endpoint, p);
-  if (endpoint == Endpoint::kChat) p.format = read_response_format(body);
+  if (endpoint == Endpoint::kChat) read_response_format(body, p);
+  read_grammar(body, p);
   return p;
 }
 

@@ -111,6 +111,7 @@ void translate_options(const ojson& body, ojson& chat, json& echo) {
       echo["reasoning"] = {{"effort", *effort}, {"summary", nullptr}};
     }
   }
+  if (const ojson* grammar = find_field(body, "grammar")) chat["grammar"] = *grammar;  // llama-server's GBNF
   if (const ojson* text = find_field(body, "text")) {
     const ojson* format = text->is_object() ? find_field(*text, "format") : nullptr;
     if (format) {

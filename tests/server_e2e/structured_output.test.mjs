@@ -1,0 +1,82 @@
+// Structured output through the official `openai` client's helpers: a zod
+// schema sent by zodResponseFormat (chat.completions.parse) and zodTextFormat
+// (responses.parse) comes back parsed and valid; a GBNF `grammar` (llama-server's
+// field) is followed; an unsupported schema keyword is a 400 that names it.
+import { test, before, after, describe } from 'node:test';
+import assert from 'node:assert/strict';
+import OpenAI from 'openai';
+import { zodResponseFormat, zodTextFormat } from 'openai/helpers/zod';
+import { z } from 'zod';
+import { startServer, postJSON } from './server.mjs';
+
+const KEY = 'e2e-structured-key';
+const MODEL = 'qwen3moe-tiny.bf16'; // file name without .gguf
+
+const Verdict = z.object({
+  answer: z.enum(['yes', 'no', 'maybe']),
+  confidence: z.number().int(),
+  reasons: z.array(z.string().max(20)).max(2),
+  detail: z.object({ flag: z.boolean(), note: z.string().max(10).nullable() }),
+});
+
+const messages = [{ role: 'system', content: 'You answer in JSON.' }, { role: 'user', content: 'Is water wet?' }];
+
+describe('structured output through the openai client helpers', () => {
+  let srv;
+  let client;
+  before(async () => {
+    srv = await startServer({ args: ['--api-key', KEY, '--parallel', '2'] });
+    client = new OpenAI({ baseURL: srv.apiURL, apiKey: KEY, maxRetries: 0, timeout: 120_000 });
+  });
+  after(async () => { await srv?.kill(); });
+
+  test('chat.completions.parse with zodResponseFormat returns a parsed, valid object', async () => {
+    for (const temperature of [0, 1]) {
+      const c = await client.chat.completions.parse({
+        model: MODEL, messages, temperature, seed: 3, max_tokens: 256,
+        response_format: zodResponseFormat(Verdict, 'verdict'),
+      });
+      const m = c.choices[0].message;
+      assert.equal(c.choices[0].finish_reason, 'stop', m.content);
+      assert.deepEqual(Verdict.parse(m.parsed), m.parsed);
+      assert.deepEqual(JSON.parse(m.content), m.parsed);
+    }
+  });
+
+  test('a streamed json_schema answer is valid once joined', async () => {
+    const stream = await client.chat.completions.create({
+      model: MODEL, messages, temperature: 0.8, seed: 11, max_tokens: 256, stream: true,
+      response_format: zodResponseFormat(Verdict, 'verdict'),
+    });
+    let text = '';
+    for await (const chunk of stream) text += chunk.choices[0]?.delta?.content ?? '';
+    Verdict.parse(JSON.parse(text));
+  });
+
+  test('responses.parse with zodTextFormat returns output_parsed', async () => {
+    const r = await client.responses.parse({
+      model: MODEL, instructions: 'You answer in JSON.', input: 'Is water wet?', temperature: 0,
+      max_output_tokens: 256, text: { format: zodTextFormat(Verdict, 'verdict') },
+    });
+    assert.equal(r.status, 'completed');
+    assert.deepEqual(Verdict.parse(r.output_parsed), r.output_parsed);
+  });
+
+  test('a GBNF grammar is followed; what cannot be guaranteed is a 400 that says why', async () => {
+    const c = await client.chat.completions.create({
+      model: MODEL, messages, temperature: 1, seed: 5, max_tokens: 32,
+      grammar: 'root ::= ("red" | "green") " " [0-9]{2}',
+    });
+    assert.match(c.choices[0].message.content, /^(red|green) [0-9]{2}$/);
+    const bad = await postJSON(`${srv.apiURL}/chat/completions`, {
+      model: MODEL, messages, response_format: { type: 'json_schema',
+        json_schema: { name: 'x', schema: { type: 'string', pattern: '^a+$' } } },
+    }, { apiKey: KEY });
+    assert.equal(bad.status, 400);
+    assert.match(bad.json.error.message, /unsupported keyword 'pattern'/);
+    const badGrammar = await postJSON(`${srv.apiURL}/chat/completions`, { model: MODEL, messages, grammar: 'root ::= (' },
+      { apiKey: KEY });
+    assert.equal(badGrammar.status, 400);
+    assert.equal(badGrammar.json.error.param, 'grammar');
+  });
+});
