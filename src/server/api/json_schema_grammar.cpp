@@ -191,10 +191,11 @@ class Converter {
     std::vector<std::string> alts;
     for (const ojson& t : s["type"]) {
       if (!t.is_string()) fail(fmt::format("'type' at {} must list strings", path));
+      const std::string name = t.get<std::string>();
       ojson one = ojson::object();
       for (auto it = s.begin(); it != s.end(); ++it) {
         bool other_types = false;
-        for (const auto& [type, keys] : kOwn) other_types = other_types || (type != t && keys.contains(it.key()));
+        for (const auto& [type, keys] : kOwn) other_types = other_types || (type != name && keys.contains(it.key()));
         if (!other_types) one[it.key()] = it.value();
       }
       one["type"] = t;
