@@ -248,7 +248,7 @@ TEST(ApiService, StructuredOutputFollowsTheSchemaAndTheGrammar) {
     const ApiReply r = f.post("/v1/chat/completions", body);
     ASSERT_EQ(r.status, 400) << field << ": " << r.body;
     const json e = json::parse(r.body)["error"];
-    EXPECT_EQ(e["param"], want.first) << r.body;
+    EXPECT_EQ(e["param"].get<std::string>(), want.first) << r.body;
     EXPECT_NE(e["message"].get<std::string>().find(want.second), std::string::npos) << r.body;
   }
 }

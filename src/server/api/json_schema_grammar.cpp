@@ -323,9 +323,10 @@ class Converter {
       if (!r->is_array()) fail(fmt::format("'required' at {} must be a list of names", path));
       for (const ojson& n : *r) {
         if (!n.is_string()) fail(fmt::format("'required' at {} must be a list of names", path));
-        required.insert(n.get<std::string>());
-        const bool declared = std::any_of(props.begin(), props.end(), [&](const auto& p) { return p.first == n; });
-        if (!declared) props.emplace_back(n.get<std::string>(), &kAny);
+        const std::string name = n.get<std::string>();
+        required.insert(name);
+        const bool declared = std::any_of(props.begin(), props.end(), [&](const auto& p) { return p.first == name; });
+        if (!declared) props.emplace_back(name, &kAny);
       }
     }
     if (props.empty()) return open_object(s, path, hint, depth);
