@@ -21,7 +21,7 @@ export PATH=/tmp/node/bin:$PATH MOESERVE_BIN=$PWD/build-gpu/bin/moeserve MOESERV
 export MOESERVE_SOAK_SECONDS=${1:-60} MOESERVE_ARTIFACTS=/tmp/e2e-artifacts MOESERVE_E2E_MOE_ARGS=${2:-}
 echo "node $(node --version), device: $($MOESERVE_BIN sysinfo 2>&1 | grep -iE 'cuda:0' | head -1)"
 failed=0
-for t in openai_client anthropic_client responses_client structured_output load socket_garbage soak; do
+for t in openai_client anthropic_client responses_client structured_output schema_corpus load socket_garbage soak; do
   node --test tests/server_e2e/$t.test.mjs > "$out/e2e_$t.log" 2>&1 || failed=1
   echo "e2e $t (gpu${2:+, $2}): $(grep -E '^# (pass|fail)' "$out/e2e_$t.log" | tr '\n' ' ')"
   grep -E '^not ok' "$out/e2e_$t.log" | head -5

@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <string_view>
 #include <vector>
 
 #include "runtime/grammar/matcher.h"
@@ -27,6 +28,10 @@ class GrammarConstraint final : public TokenConstraint {
   void accept(int32_t token) override;
   // The trie walk (through the cache) instead of one allows() per id.
   void allowed_mask(int64_t n_vocab, std::vector<uint8_t>& allowed) const override;
+
+  // Text that did not come as one token (the rest of a token that opened
+  // the grammar's part of the output): every byte or none.
+  bool accept_bytes(std::string_view bytes) { return state_.feed_all(bytes); }
 
   const grammar::GrammarState& state() const { return state_; }
 

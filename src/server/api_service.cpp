@@ -1,15 +1,16 @@
 #include "server/api_service.h"
-#include "server/expert_stats.h"
 
 #include <algorithm>
 #include <new>
 #include <random>
 
+#include "runtime/grammar_constraint.h"
+#include "runtime/tool_call_constraint.h"
 #include "server/api/anthropic.h"
 #include "server/api/openai_request.h"
 #include "server/api/response_format.h"
 #include "server/api/responses.h"
-#include "runtime/grammar_constraint.h"
+#include "server/expert_stats.h"
 #include "tokenizer/tokenizer.h"
 
 namespace moeserve::server {
@@ -154,7 +155,12 @@ api::Parsed<ApiService::ChatPrompt> ApiService::render_chat(const api::ChatCompl
   }
   chat::ChatRenderInput in;
   in.messages = req.messages;
-  if (req.tools.is_array() && req.tool_choice != "none") in.tools = req.tools;
+  if (req.tools.is_array() && req.tool_choice != "none") {
+    // `strict` is the server's business: the template sees the same tools
+    // either way, so the prompt (and the prefix cache) does not change.
+    in.tools = req.tools;
+    for (auto& tool : in.tools) tool["function"].erase("strict");
+  }
   // JSON output starts with the JSON itself: no reasoning block.
   in.enable_thinking = req.params.format == api::OutputFormat::kText ? req.enable_thinking : false;
   in.extra = req.template_kwargs;
@@ -290,15 +296,17 @@ ApiReply ApiService::run(std::vector<int32_t> prompt, const api::GenerationParam
   if (!params.seed_given) er.sampling.seed = std::random_device{}() ^ (seed_counter_.fetch_add(1) << 32);
   er.stop = params.stop;
   er.top_logprobs = config.top_logprobs;
-  if (params.grammar || params.format != api::OutputFormat::kText) {
-    std::vector<int32_t> end_ids;
-    const tok::Tokenizer& t = model_.tokenizer();
-    if (t.eos_id()) end_ids.push_back(*t.eos_id());
-    if (t.eot_id()) end_ids.push_back(*t.eot_id());
+  const bool answer_format = params.grammar || params.format != api::OutputFormat::kText;
+  // A required call wins over an answer format (the answer is the call); an
+  // optional one gives way to it (a JSON answer has no room for a call).
+  if (params.tool_calls && (params.tool_calls->required || !answer_format)) {
+    er.constraint = tool_call_constraint(*params.tool_calls, config.parser.starts_in_reasoning);
+  } else if (answer_format) {
+    std::vector<int32_t> end_ids = end_token_ids();
     if (params.grammar) {
       const MaskTables m = mask_tables();
-      er.constraint = std::make_shared<runtime::GrammarConstraint>(params.grammar, m.bytes, std::move(end_ids),
-                                                                   m.trie, m.cache);
+      er.constraint = std::make_shared<runtime::GrammarConstraint>(params.grammar, m.bytes,
+                                                                   std::move(end_ids), m.trie, m.cache);
     } else {
       er.constraint = std::make_shared<runtime::JsonConstraint>(
           token_bytes(), std::move(end_ids), params.format == api::OutputFormat::kJsonObject);
@@ -343,6 +351,30 @@ ApiReply ApiService::run(std::vector<int32_t> prompt, const api::GenerationParam
                            : api::server_error(out.status.message()));
   }
   return json_reply(200, session->response_json());
+}
+
+std::vector<int32_t> ApiService::end_token_ids() const {
+  std::vector<int32_t> ids;
+  const tok::Tokenizer& t = model_.tokenizer();
+  if (t.eos_id()) ids.push_back(*t.eos_id());
+  if (t.eot_id()) ids.push_back(*t.eot_id());
+  return ids;
+}
+
+std::shared_ptr<runtime::TokenConstraint> ApiService::tool_call_constraint(const api::ToolCallGrammar& g,
+                                                                           bool starts_in_reasoning) {
+  const MaskTables m = mask_tables();
+  runtime::ToolCallConstraintOptions o;
+  o.grammar = g.grammar;
+  o.required = g.required;
+  o.call_open = api::kToolCallOpen;
+  o.starts_in_reasoning = starts_in_reasoning;
+  o.think_open_token = model_.tokenizer().find_token("<think>");
+  o.bytes = m.bytes;
+  o.end_ids = end_token_ids();
+  o.trie = m.trie;
+  o.cache = m.cache;
+  return std::make_shared<runtime::ToolCallConstraint>(std::move(o));
 }
 
 runtime::TokenBytes ApiService::token_bytes() {

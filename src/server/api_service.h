@@ -102,6 +102,9 @@ class ApiService {
   std::mutex token_bytes_mu_;
   runtime::TokenBytes token_bytes_;
   runtime::TokenBytes token_bytes();
+  std::vector<int32_t> end_token_ids() const;
+  std::shared_ptr<runtime::TokenConstraint> tool_call_constraint(const api::ToolCallGrammar& g,
+                                                                 bool starts_in_reasoning);
   struct MaskTables {
     runtime::TokenBytes bytes;
     std::shared_ptr<const runtime::grammar::TokenTrie> trie;

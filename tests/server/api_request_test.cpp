@@ -227,10 +227,17 @@ TEST(ApiChatRequest, ToolsAreValidatedAndKeepKeyOrder) {
   auto r = chat_ok(chat_body(kTools));
   ASSERT_TRUE(r.tools.is_array());
   ASSERT_EQ(r.tools.size(), 2u);
-  EXPECT_EQ(r.tools[0].dump(),
-            R"({"type":"function","function":{"name":"get_weather","description":"Weather","parameters":)"
-            R"({"type":"object","properties":{"city":{"type":"string"}},"required":["city"]}}})");
+  EXPECT_EQ(
+      r.tools[0].dump(),
+      R"({"type":"function","function":{"name":"get_weather","description":"Weather","parameters":)"
+      R"({"type":"object","properties":{"city":{"type":"string"}},"required":["city"]},"strict":true}})");
   EXPECT_EQ(r.tools[1].dump(), R"({"type":"function","function":{"name":"now"}})");
+  // A strict tool's calls get a grammar; `strict` must be a boolean.
+  ASSERT_TRUE(r.params.tool_calls.has_value());
+  EXPECT_FALSE(r.params.tool_calls->required);
+  EXPECT_EQ(
+      chat_error(chat_body(R"("tools":[{"type":"function","function":{"name":"f","strict":"yes"}}])")).param,
+      "tools[0].function.strict");
   EXPECT_TRUE(r.tools_enabled());
   EXPECT_TRUE(chat_ok(chat_body(R"("tools":[])")).tools.is_null());
   EXPECT_TRUE(chat_ok(chat_body(R"("tools":null)")).tools.is_null());

@@ -11,76 +11,13 @@
 #include "runtime/json_prefix.h"
 #include "server/api/json_schema_grammar.h"
 #include "server/api_service.h"
-#include "test_device.h"
+#include "service_fixture.h"
 
 namespace moeserve::server {
 namespace {
 
 using nlohmann::json;
-
-const std::string kModel = std::string(MOESERVE_TEST_DATA_DIR) + "/models/qwen3moe-tiny.bf16.gguf";
-
-struct Fixture {
-  std::unique_ptr<runtime::Model> model;
-  std::unique_ptr<runtime::BatchEngine> engine;
-  std::unique_ptr<ApiService> service;
-
-  explicit Fixture(runtime::EngineOptions eo = {}, std::string api_key = {},
-                   std::function<bool(const std::string&)> inject_allocation_failure = {},
-                   std::vector<std::vector<int32_t>> gpu_experts = {}, bool split_experts = false) {
-    runtime::ModelLoadOptions lo{.n_threads = 1, .device = testing::test_device()};
-    lo.gpu_experts = std::move(gpu_experts);
-    lo.split_experts = split_experts;
-    model = std::move(runtime::Model::load(kModel, lo).value());
-    if (eo.n_ctx == 4096) eo.n_ctx = 256;
-    engine = std::make_unique<runtime::BatchEngine>(*model, eo);
-    ServiceConfig c;
-    c.model_id = "tiny";
-    c.api_key = std::move(api_key);
-    c.web_page = "<html>chat</html>";
-    c.inject_allocation_failure = std::move(inject_allocation_failure);
-    service = std::make_unique<ApiService>(*model, *engine, c);
-  }
-  ~Fixture() {
-    engine.reset();  // before the service: finishing requests touch sessions only
-  }
-  ApiReply post(const std::string& path, const std::string& body, const std::string& auth = {}) {
-    return service->handle({"POST", path, body, auth, {}});
-  }
-  ApiReply get(const std::string& path, const std::string& auth = {}) {
-    return service->handle({"GET", path, "", auth, {}});
-  }
-};
-
-std::string drain(const ApiReply& r) {
-  std::string all;
-  while (r.stream->next(all, std::chrono::milliseconds(100))) {
-  }
-  return all;
-}
-
-// The data: payloads of an SSE body, [DONE] excluded (asserted last).
-std::vector<json> sse_events(const std::string& body) {
-  std::vector<json> out;
-  size_t pos = 0;
-  bool done = false;
-  while ((pos = body.find("data: ", pos)) != std::string::npos) {
-    const size_t end = body.find("\n\n", pos);
-    const std::string payload = body.substr(pos + 6, end - pos - 6);
-    EXPECT_FALSE(done) << "data after [DONE]";
-    if (payload == "[DONE]") {
-      done = true;
-    } else {
-      out.push_back(json::parse(payload));
-    }
-    pos = end;
-  }
-  EXPECT_TRUE(done) << "stream did not end with [DONE]";
-  return out;
-}
-
-const char* kChat = R"({"model":"tiny","messages":[{"role":"system","content":"You write Python."},
-  {"role":"user","content":"Write a function"}],"max_tokens":24,"temperature":0})";
+using namespace service_test;  // the fixture
 
 // An allocation failure while handling a request (injected) fails that
 // request with 503; the next one is served normally.
@@ -188,7 +125,8 @@ TEST(ApiService, JsonResponseFormatConstrainsTheAnswer) {
 // be guaranteed or parsed is a 400 that says which field and why.
 TEST(ApiService, StructuredOutputFollowsTheSchemaAndTheGrammar) {
   Fixture f;
-  const json schema = json::parse(R"({"type": "object", "additionalProperties": false, "required": ["city", "rank", "tags"],
+  const json schema =
+      json::parse(R"({"type": "object", "additionalProperties": false, "required": ["city", "rank", "tags"],
       "properties": {"city": {"type": "string", "maxLength": 12}, "rank": {"type": "integer"},
                      "tags": {"type": "array", "items": {"enum": ["a", "b"]}, "maxItems": 2}}})");
   auto gbnf = api::json_schema_to_gbnf(nlohmann::ordered_json::parse(schema.dump()));
@@ -198,7 +136,8 @@ TEST(ApiService, StructuredOutputFollowsTheSchemaAndTheGrammar) {
   int complete = 0;
   for (double temperature : {0.0, 0.9, 1.5}) {
     json req = json::parse(kChat);
-    req["response_format"] = {{"type", "json_schema"}, {"json_schema", {{"name", "place"}, {"schema", schema}}}};
+    req["response_format"] = {{"type", "json_schema"},
+                              {"json_schema", {{"name", "place"}, {"schema", schema}}}};
     req["max_tokens"] = 120;
     req["temperature"] = temperature;
     req["seed"] = 7;
@@ -227,12 +166,13 @@ TEST(ApiService, StructuredOutputFollowsTheSchemaAndTheGrammar) {
   const std::string answer = ab["choices"][0]["message"]["content"];
   EXPECT_TRUE(answer == "yes" || answer == "no") << answer;
   EXPECT_EQ(ab["choices"][0]["finish_reason"], "stop");
-  const ApiReply resp =
-      f.post("/v1/responses", R"({"model": "tiny", "input": "Say something.", "grammar": "root ::= [0-9]{3}"})");
+  const ApiReply resp = f.post(
+      "/v1/responses", R"({"model": "tiny", "input": "Say something.", "grammar": "root ::= [0-9]{3}"})");
   ASSERT_EQ(resp.status, 200) << resp.body;
   const std::string digits = json::parse(resp.body)["output"][0]["content"][0]["text"];
   EXPECT_EQ(digits.size(), 3u) << digits;
-  EXPECT_TRUE(std::all_of(digits.begin(), digits.end(), [](char c) { return c >= '0' && c <= '9'; })) << digits;
+  EXPECT_TRUE(std::all_of(digits.begin(), digits.end(), [](char c) { return c >= '0' && c <= '9'; }))
+      << digits;
   // Errors name the field.
   const std::pair<std::string, std::pair<std::string, std::string>> bad[] = {
       {R"J("grammar": "root ::= \"a")J", {"grammar", "grammar line 1"}},
@@ -240,7 +180,8 @@ TEST(ApiService, StructuredOutputFollowsTheSchemaAndTheGrammar) {
       {R"J("grammar": 7)J", {"grammar", "must be a string"}},
       {R"J("response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": {"type": "string", "pattern": "a+"}}})J",
        {"response_format.json_schema.schema", "unsupported keyword 'pattern'"}},
-      {R"J("response_format": {"type": "json_object"}, "grammar": "root ::= \"{}\"")J", {"grammar", "not both"}},
+      {R"J("response_format": {"type": "json_object"}, "grammar": "root ::= \"{}\"")J",
+       {"grammar", "not both"}},
   };
   for (const auto& [field, want] : bad) {
     std::string body = kChat;
@@ -423,7 +364,8 @@ TEST(ApiService, ExpertStatsEndpoint) {
     EXPECT_FALSE(j["experts_split"].get<bool>());
     EXPECT_TRUE(j.contains("note"));
   }
-  if (testing::test_device().rfind("cuda", 0) != 0) GTEST_SKIP() << "the split half needs MOESERVE_TEST_DEVICE=cuda";
+  if (testing::test_device().rfind("cuda", 0) != 0)
+    GTEST_SKIP() << "the split half needs MOESERVE_TEST_DEVICE=cuda";
   const std::vector<int32_t> some = {0, 1, 2, 3, 4, 5, 6, 7};
   runtime::EngineOptions eo;
   eo.promote_every_tokens = 8;  // promotion between steps must not change an answer
@@ -443,7 +385,8 @@ TEST(ApiService, ExpertStatsEndpoint) {
     EXPECT_EQ(sum, l["selections_gpu"].get<int64_t>() + l["selections_cpu"].get<int64_t>());
     EXPECT_EQ(sum % 4, 0);  // n_expert_used 4 a token
   }
-  EXPECT_EQ(j["layers"][1]["selections_gpu"].get<int64_t>(), 0);  // no expert of layer 1 on the GPU (none to promote into)
+  EXPECT_EQ(j["layers"][1]["selections_gpu"].get<int64_t>(),
+            0);  // no expert of layer 1 on the GPU (none to promote into)
   const std::string metrics = f.get("/metrics").body;
   EXPECT_NE(metrics.find("moeserve_expert_hot_hit_ratio{layer=\"1\"} 0"), std::string::npos) << metrics;
 }

@@ -1,11 +1,13 @@
 // Structured output through the official `openai` client's helpers: a zod
 // schema sent by zodResponseFormat (chat.completions.parse) and zodTextFormat
-// (responses.parse) comes back parsed and valid; a GBNF `grammar` (llama-server's
-// field) is followed; an unsupported schema keyword is a 400 that names it.
+// (responses.parse) comes back parsed and valid; strict tools (zodFunction,
+// zodResponsesFunction) get calls whose arguments parse; a GBNF `grammar`
+// (llama-server's field) is followed; an unsupported schema keyword is a 400
+// that names it.
 import { test, before, after, describe } from 'node:test';
 import assert from 'node:assert/strict';
 import OpenAI from 'openai';
-import { zodResponseFormat, zodTextFormat } from 'openai/helpers/zod';
+import { zodResponseFormat, zodTextFormat, zodFunction, zodResponsesFunction } from 'openai/helpers/zod';
 import { z } from 'zod';
 import { startServer, postJSON } from './server.mjs';
 
@@ -18,6 +20,8 @@ const Verdict = z.object({
   reasons: z.array(z.string().max(20)).max(2),
   detail: z.object({ flag: z.boolean(), note: z.string().max(10).nullable() }),
 });
+
+const Weather = z.object({ city: z.string().max(12), unit: z.enum(['c', 'f']), days: z.number().int().nullable() });
 
 const messages = [{ role: 'system', content: 'You answer in JSON.' }, { role: 'user', content: 'Is water wet?' }];
 
@@ -60,6 +64,41 @@ describe('structured output through the openai client helpers', () => {
     });
     assert.equal(r.status, 'completed');
     assert.deepEqual(Verdict.parse(r.output_parsed), r.output_parsed);
+  });
+
+  // create(), not parse(): parse() throws on an answer cut by max_tokens,
+  // which the tiny model may run into inside a string.
+  test('strict tools (zodFunction) get calls whose arguments parse', async () => {
+    let calls = 0;
+    for (const temperature of [0, 1]) {
+      const c = await client.chat.completions.create({
+        model: MODEL, temperature, seed: 9, max_tokens: 300, tool_choice: 'required', parallel_tool_calls: false,
+        enable_thinking: false,  // the tiny model's reasoning would run to max_tokens before the call
+        messages: [{ role: 'user', content: 'What is the weather in Oslo?' }],
+        tools: [zodFunction({ name: 'get_weather', parameters: Weather }), zodFunction({ name: 'get_time', parameters: z.object({}) })],
+      });
+      const choice = c.choices[0];
+      if (choice.finish_reason === 'length') continue;
+      assert.equal(choice.finish_reason, 'tool_calls', JSON.stringify(choice));
+      assert.equal(choice.message.tool_calls.length, 1);
+      const call = choice.message.tool_calls[0].function;
+      const schema = call.name === 'get_weather' ? Weather : z.object({}).strict();
+      schema.parse(JSON.parse(call.arguments));
+      calls += 1;
+    }
+    assert.ok(calls >= 1);
+  });
+
+  test('strict tools (zodResponsesFunction) on Responses', async () => {
+    const r = await client.responses.create({
+      model: MODEL, input: 'What is the weather in Rome?', temperature: 0, max_output_tokens: 300,
+      tool_choice: 'required', parallel_tool_calls: false,
+      tools: [zodResponsesFunction({ name: 'get_weather', parameters: Weather })],
+    });
+    assert.equal(r.status, 'completed', JSON.stringify(r.output));
+    const calls = r.output.filter((o) => o.type === 'function_call');
+    assert.equal(calls.length, 1, JSON.stringify(r.output));
+    Weather.parse(JSON.parse(calls[0].arguments));
   });
 
   test('a GBNF grammar is followed; what cannot be guaranteed is a 400 that says why', async () => {

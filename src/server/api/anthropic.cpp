@@ -153,8 +153,12 @@ ojson translate(const ojson& body, bool count_only) {
   }
   if (const ojson* tools = find_field(body, "tools"))
     chat["tools"] = detail::chat_function_tools(*tools, "input_schema", false);
-  if (const ojson* choice = find_field(body, "tool_choice"))
+  if (const ojson* choice = find_field(body, "tool_choice")) {
     chat["tool_choice"] = translate_tool_choice(*choice);
+    if (auto one =
+            detail::read_bool(*choice, "disable_parallel_tool_use", "tool_choice.disable_parallel_tool_use"))
+      chat["parallel_tool_calls"] = !*one;
+  }
   if (const ojson* thinking = find_field(body, "thinking")) {
     if (!thinking->is_object()) fail("'thinking' must be an object", "thinking");
     const std::string& type = string_field(*thinking, "type", "thinking.type");

@@ -146,6 +146,7 @@ ojson read_tool(const ojson& tool, const std::string& param) {
     }
     f["parameters"] = *parameters;
   }
+  if (auto strict = read_bool(*function, "strict", param + ".function.strict")) f["strict"] = *strict;
   return ojson{{"type", "function"}, {"function", std::move(f)}};
 }
 

@@ -41,11 +41,14 @@ const std::map<std::string, std::vector<std::string>, std::less<>> kUses = {
     {"array", {"ws", "value"}},
 };
 
-const std::set<std::string, std::less<>> kAnnotations = {
-    "title", "description", "default", "examples", "$schema", "$id", "$comment", "deprecated", "readOnly", "writeOnly"};
+const std::set<std::string, std::less<>> kAnnotations = {"title",    "description", "default",  "examples",
+                                                         "$schema",  "$id",         "$comment", "deprecated",
+                                                         "readOnly", "writeOnly"};
+
+}  // namespace
 
 // Bytes as a GBNF string literal.
-std::string literal(std::string_view bytes) {
+std::string gbnf_literal(std::string_view bytes) {
   std::string out = "\"";
   for (const char ch : bytes) {
     const auto c = static_cast<unsigned char>(ch);
@@ -61,17 +64,33 @@ std::string literal(std::string_view bytes) {
   return out + "\"";
 }
 
+namespace {
+
+std::string literal(std::string_view bytes) { return gbnf_literal(bytes); }
+
 struct SchemaError {
   std::string message;
 };
 
+// Schemas into rules of one grammar: the rules each schema needs are named
+// after where they come from and never collide (a rule name is taken once),
+// and the building blocks are written once for all of them.
 class Converter {
  public:
-  Converter(const ojson& root, const SchemaGrammarLimits& limits) : root_(root), limits_(limits) {}
+  Converter(const std::set<std::string>& reserved, const SchemaGrammarLimits& limits)
+      : limits_(limits), taken_(reserved) {}
 
-  std::string run() {
-    const std::string body = expression(root_, "schema", "root", 0);
-    if (body != "root") rules_.insert(rules_.begin(), {"root", body});
+  // The schema becomes the rule `name` (which the caller has reserved).
+  void add(const ojson& schema, const std::string& name, const std::string& path) {
+    root_ = &schema;
+    root_path_ = path;
+    refs_.clear();
+    taken_.insert(name);
+    const std::string body = expression(schema, path, name, 0);
+    rules_.insert(rules_.begin(), {name, body});
+  }
+
+  std::string gbnf() const {
     std::string out;
     for (const auto& [name, rule] : rules_) out += name + " ::= " + rule + "\n";
     for (const std::string& p : used_) out += p + " ::= " + std::string(kPrimitives.find(p)->second) + "\n";
@@ -92,11 +111,13 @@ class Converter {
   std::string add_rule(const std::string& hint, std::string body) {
     std::string base;
     for (const char c : hint) base += std::isalnum(static_cast<unsigned char>(c)) ? c : '-';
-    if (base.empty() || kPrimitives.contains(base)) base = "r-" + base;
+    if (base.empty() || kPrimitives.contains(base) || !std::isalpha(static_cast<unsigned char>(base[0])))
+      base = "r-" + base;
     std::string name = base;
     for (int i = 2; taken_.contains(name); ++i) name = base + "-" + std::to_string(i);
     taken_.insert(name);
-    if (rules_.size() >= limits_.max_rules) fail(fmt::format("the schema needs more than {} grammar rules", limits_.max_rules));
+    if (rules_.size() >= limits_.max_rules)
+      fail(fmt::format("the schema needs more than {} grammar rules", limits_.max_rules));
     rules_.emplace_back(name, std::move(body));
     return name;
   }
@@ -122,7 +143,8 @@ class Converter {
     return fmt::format("{{{},{}}}", min, max);
   }
 
-  void check_keywords(const ojson& s, const std::string& path, std::initializer_list<std::string_view> allowed) {
+  void check_keywords(const ojson& s, const std::string& path,
+                      std::initializer_list<std::string_view> allowed) {
     for (auto it = s.begin(); it != s.end(); ++it) {
       const std::string& k = it.key();
       if (kAnnotations.contains(k) || std::find(allowed.begin(), allowed.end(), k) != allowed.end()) continue;
@@ -132,7 +154,8 @@ class Converter {
 
   // A GBNF expression for the schema at `path` (a rule name or a group).
   std::string expression(const ojson& s, const std::string& path, const std::string& hint, int depth) {
-    if (depth > limits_.max_depth) fail(fmt::format("the schema nests deeper than {} at {}", limits_.max_depth, path));
+    if (depth > limits_.max_depth)
+      fail(fmt::format("the schema nests deeper than {} at {}", limits_.max_depth, path));
     if (s.is_boolean()) {
       if (!s.get<bool>()) fail(fmt::format("the schema at {} is false: no value matches it", path));
       use("value");
@@ -157,7 +180,8 @@ class Converter {
     if (type == s.end()) {
       if (s.contains("properties") || s.contains("required") || s.contains("additionalProperties"))
         return object(s, path, hint, depth);
-      if (s.contains("items") || s.contains("minItems") || s.contains("maxItems")) return array(s, path, hint, depth);
+      if (s.contains("items") || s.contains("minItems") || s.contains("maxItems"))
+        return array(s, path, hint, depth);
       check_keywords(s, path, {"$defs", "definitions"});
       use("value");
       return "value";
@@ -195,7 +219,8 @@ class Converter {
       ojson one = ojson::object();
       for (auto it = s.begin(); it != s.end(); ++it) {
         bool other_types = false;
-        for (const auto& [type, keys] : kOwn) other_types = other_types || (type != name && keys.contains(it.key()));
+        for (const auto& [type, keys] : kOwn)
+          other_types = other_types || (type != name && keys.contains(it.key()));
         if (!other_types) one[it.key()] = it.value();
       }
       one["type"] = t;
@@ -215,9 +240,11 @@ class Converter {
   std::string enumeration(const ojson& s, const std::string& path) {
     check_keywords(s, path, {"enum", "type", "$defs", "definitions"});
     const ojson& values = s["enum"];
-    if (!values.is_array() || values.empty()) fail(fmt::format("'enum' at {} must be a non-empty list", path));
+    if (!values.is_array() || values.empty())
+      fail(fmt::format("'enum' at {} must be a non-empty list", path));
     std::vector<std::string> alts;
-    for (const ojson& v : values) alts.push_back(literal(v.dump(-1, ' ', false, ojson::error_handler_t::replace)));
+    for (const ojson& v : values)
+      alts.push_back(literal(v.dump(-1, ' ', false, ojson::error_handler_t::replace)));
     return group(alts);
   }
 
@@ -234,7 +261,9 @@ class Converter {
 
   // #/$defs/Name or #/definitions/Name: a rule of its own (so it may recur).
   std::string reference(const ojson& s, const std::string& path) {
-    check_keywords(s, path, {"$ref"});
+    // ({"$ref": "#/$defs/X", "$defs": {...}} at the root is how generators
+    // such as zod-to-json-schema name their top type.)
+    check_keywords(s, path, {"$ref", "$defs", "definitions"});
     if (!s["$ref"].is_string()) fail(fmt::format("'$ref' at {} must be a string", path));
     const std::string ref = s["$ref"].get<std::string>();
     if (auto it = refs_.find(ref); it != refs_.end()) return it->second;
@@ -244,17 +273,19 @@ class Converter {
       if (ref.rfind(prefix, 0) == 0) section = s, name = ref.substr(prefix.size());
     }
     const ojson* target = nullptr;
-    if (!section.empty() && root_.is_object() && root_.contains(section) && root_[section].is_object() &&
-        root_[section].contains(name)) {
-      target = &root_[section][name];
+    const ojson& root = *root_;
+    if (!section.empty() && root.is_object() && root.contains(section) && root[section].is_object() &&
+        root[section].contains(name)) {
+      target = &root[section][name];
     }
     if (target == nullptr) {
-      fail(fmt::format("'$ref' at {} is '{}': only #/$defs/NAME and #/definitions/NAME of this schema are supported",
-                       path, ref));
+      fail(fmt::format(
+          "'$ref' at {} is '{}': only #/$defs/NAME and #/definitions/NAME of this schema are supported", path,
+          ref));
     }
     const std::string rule = add_rule("ref-" + name, "");
     refs_.emplace(ref, rule);
-    set_rule(rule, expression(*target, "schema." + section + "." + name, rule, 0));
+    set_rule(rule, expression(*target, root_path_ + "." + section + "." + name, rule, 0));
     return rule;
   }
 
@@ -274,13 +305,15 @@ class Converter {
         use("hex");
         return R"("\"" hex{8} "-" hex{4} "-" hex{4} "-" hex{4} "-" hex{12} "\"")";
       }
-      fail(fmt::format("unsupported string format '{}' at {} (date, time, date-time and uuid are)", f->dump(), path));
+      fail(fmt::format("unsupported string format '{}' at {} (date, time, date-time and uuid are)", f->dump(),
+                       path));
     }
     const int64_t min = bound(s, "minLength", path, 0), max = bound(s, "maxLength", path, -1);
     if (max >= 0 && min > max) fail(fmt::format("minLength > maxLength at {}", path));
     use("string");
     if (min == 0 && max < 0) return "string";
-    return add_rule(hint + "-string", "\"\\\"\" char" + (min == 1 && max == 1 ? "" : repeat(min, max)) + " \"\\\"\"");
+    return add_rule(hint + "-string",
+                    "\"\\\"\" char" + (min == 1 && max == 1 ? "" : repeat(min, max)) + " \"\\\"\"");
   }
 
   std::string array(const ojson& s, const std::string& path, const std::string& hint, int depth) {
@@ -310,7 +343,8 @@ class Converter {
   }
 
   std::string object(const ojson& s, const std::string& path, const std::string& hint, int depth) {
-    check_keywords(s, path, {"type", "properties", "required", "additionalProperties", "$defs", "definitions"});
+    check_keywords(s, path,
+                   {"type", "properties", "required", "additionalProperties", "$defs", "definitions"});
     use("ws");
     std::vector<std::pair<std::string, const ojson*>> props;
     static const ojson kAny = ojson::object();
@@ -325,7 +359,8 @@ class Converter {
         if (!n.is_string()) fail(fmt::format("'required' at {} must be a list of names", path));
         const std::string name = n.get<std::string>();
         required.insert(name);
-        const bool declared = std::any_of(props.begin(), props.end(), [&](const auto& p) { return p.first == name; });
+        const bool declared =
+            std::any_of(props.begin(), props.end(), [&](const auto& p) { return p.first == name; });
         if (!declared) props.emplace_back(name, &kAny);
       }
     }
@@ -335,7 +370,8 @@ class Converter {
     std::vector<std::string> kv;
     for (const auto& [name, schema] : props) {
       const std::string key = literal(ojson(name).dump(-1, ' ', false, ojson::error_handler_t::replace));
-      kv.push_back(key + " ws \":\" ws " + expression(*schema, path + ".properties." + name, hint + "-" + name, depth + 1) + " ws");
+      kv.push_back(key + " ws \":\" ws " +
+                   expression(*schema, path + ".properties." + name, hint + "-" + name, depth + 1) + " ws");
     }
     std::string first = "", rest = "";  // F_n, R_n: nothing
     for (size_t i = props.size(); i-- > 0;) {
@@ -371,10 +407,11 @@ class Converter {
     return add_rule(hint, "\"{\" ws (" + kv + " (\",\" ws " + kv + ")*)? \"}\"");
   }
 
-  const ojson& root_;
+  const ojson* root_ = nullptr;  // the schema being added: what its $refs point into
+  std::string root_path_;
   SchemaGrammarLimits limits_;
   std::vector<std::pair<std::string, std::string>> rules_;
-  std::set<std::string> taken_ = {"root"};
+  std::set<std::string> taken_;
   std::set<std::string> used_;
   std::map<std::string, std::string> refs_;
 };
@@ -382,8 +419,19 @@ class Converter {
 }  // namespace
 
 Result<std::string> json_schema_to_gbnf(const ojson& schema, const SchemaGrammarLimits& limits) {
+  const SchemaRule root{"root", &schema, "schema"};
+  return json_schema_rules(std::span(&root, 1), {}, limits);
+}
+
+Result<std::string> json_schema_rules(std::span<const SchemaRule> schemas,
+                                      const std::set<std::string>& reserved,
+                                      const SchemaGrammarLimits& limits) {
+  std::set<std::string> taken = reserved;
+  for (const SchemaRule& s : schemas) taken.insert(s.name);
   try {
-    return Converter(schema, limits).run();
+    Converter converter(taken, limits);
+    for (const SchemaRule& s : schemas) converter.add(*s.schema, s.name, s.path);
+    return converter.gbnf();
   } catch (const SchemaError& e) {
     return Status(StatusCode::kInvalidArgument, e.message);
   }

@@ -20,20 +20,42 @@
 #pragma once
 
 #include <nlohmann/json.hpp>
+#include <set>
+#include <span>
 #include <string>
+#include <string_view>
 
 #include "core/status.h"
 
 namespace moeserve::server::api {
 
 struct SchemaGrammarLimits {
-  int max_depth = 64;           // nesting of schemas (not of $ref recursion, which is a rule)
-  size_t max_rules = 4096;      // rules the schema may produce
-  int64_t max_repeat = 4096;    // minItems / maxItems / minLength / maxLength bounds
+  int max_depth = 64;         // nesting of schemas (not of $ref recursion, which is a rule)
+  size_t max_rules = 4096;    // rules the schema may produce
+  int64_t max_repeat = 4096;  // minItems / maxItems / minLength / maxLength bounds
 };
 
 // The GBNF of every JSON text the schema accepts (within the limits above);
 // its root rule is `root`.
-Result<std::string> json_schema_to_gbnf(const nlohmann::ordered_json& schema, const SchemaGrammarLimits& limits = {});
+Result<std::string> json_schema_to_gbnf(const nlohmann::ordered_json& schema,
+                                        const SchemaGrammarLimits& limits = {});
+
+// Several schemas in one grammar (a request's strict tools): each becomes
+// the rule `name`; the rules they need are named apart and the building
+// blocks (ws, string, value, ...) are written once. Errors name `path`
+// ("tools[1].function.parameters.properties.city").
+struct SchemaRule {
+  std::string name;
+  const nlohmann::ordered_json* schema = nullptr;
+  std::string path;
+};
+// `reserved`: the caller's own rule names, which the schemas' rules avoid.
+// The result has no root rule unless a SchemaRule is named "root".
+Result<std::string> json_schema_rules(std::span<const SchemaRule> schemas,
+                                      const std::set<std::string>& reserved,
+                                      const SchemaGrammarLimits& limits = {});
+
+// Bytes as a GBNF string literal ("\"" for a quote, \x.. for control bytes).
+std::string gbnf_literal(std::string_view bytes);
 
 }  // namespace moeserve::server::api

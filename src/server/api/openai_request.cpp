@@ -63,6 +63,10 @@ ChatCompletionRequest read_chat(const ojson& body) {
   read_stream(body, r.stream, r.include_usage);
   read_thinking(body, r);
   r.params = detail::read_generation_params(body, detail::Endpoint::kChat);
+  r.parallel_tool_calls = detail::read_bool(body, "parallel_tool_calls").value_or(true);
+  auto tool_calls = tool_call_grammar(r.tools, r.tool_choice, r.parallel_tool_calls);
+  if (!tool_calls.is_ok()) detail::fail(tool_calls.status().message(), "tools");
+  r.params.tool_calls = std::move(*tool_calls);
   return r;
 }
 

@@ -15,10 +15,11 @@
 #include <string_view>
 #include <vector>
 
+#include "runtime/grammar/grammar.h"
 #include "runtime/sampler.h"
 #include "server/api/api_error.h"
-#include "runtime/grammar/grammar.h"
 #include "server/api/json_body.h"
+#include "server/api/tool_call_grammar.h"
 
 namespace moeserve::server::api {
 
@@ -44,6 +45,9 @@ struct GenerationParams {
   // The grammar the answer must follow (response_format json_schema, or a
   // GBNF `grammar` as llama-server takes it); null: none.
   std::shared_ptr<const runtime::grammar::Grammar> grammar;
+  // Tool calls held to their schemas (strict tools, or a call required by
+  // tool_choice); nullopt: tool calls are free text.
+  std::optional<ToolCallGrammar> tool_calls;
 };
 
 struct ChatCompletionRequest {
@@ -54,6 +58,7 @@ struct ChatCompletionRequest {
   nlohmann::ordered_json messages = nlohmann::ordered_json::array();
   nlohmann::ordered_json tools;      // null when none; else [{"type":"function","function":{...}}]
   std::string tool_choice = "auto";  // auto | none | required | <function name>
+  bool parallel_tool_calls = true;   // false: a required call is one call
   bool stream = false;
   bool include_usage = false;           // stream_options.include_usage
   std::optional<bool> enable_thinking;  // "enable_thinking" or chat_template_kwargs.enable_thinking

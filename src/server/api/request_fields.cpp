@@ -229,7 +229,8 @@ void read_response_format(const ojson& body, GenerationParams& p) {
     fail("'response_format.json_schema.schema' must be an object", "response_format.json_schema.schema");
   Result<std::string> gbnf = json_schema_to_gbnf(*schema);
   if (!gbnf.is_ok()) {
-    fail("response_format.json_schema.schema: " + gbnf.status().message(), "response_format.json_schema.schema");
+    fail("response_format.json_schema.schema: " + gbnf.status().message(),
+         "response_format.json_schema.schema");
   }
   p.grammar = compile(*gbnf, "response_format.json_schema.schema");
 }
@@ -266,6 +267,7 @@ ojson chat_function_tools(const ojson& tools, std::string_view schema_field, boo
     if (const ojson* d = find_field(t, "description")) function["description"] = *d;
     const ojson* schema = find_field(t, schema_field);
     function["parameters"] = schema ? *schema : ojson{{"type", "object"}};
+    if (auto strict = read_bool(t, "strict", p + ".strict")) function["strict"] = *strict;
     out.push_back({{"type", "function"}, {"function", std::move(function)}});
   }
   return out;

@@ -98,6 +98,8 @@ void translate_options(const ojson& body, ojson& chat, json& echo) {
     chat["tool_choice"] = translate_tool_choice(*choice);
     echo["tool_choice"] = *choice;
   }
+  if (const ojson* parallel = find_field(body, "parallel_tool_calls"))
+    chat["parallel_tool_calls"] = *parallel, echo["parallel_tool_calls"] = *parallel;
   if (const ojson* reasoning = find_field(body, "reasoning")) {
     if (!reasoning->is_object()) fail("'reasoning' must be an object", "reasoning");
     if (auto effort = detail::read_string(*reasoning, "effort", "reasoning.effort")) {
