@@ -15,6 +15,7 @@ packages=(
   build-essential cmake ninja-build pkg-config git
   clang libclang-rt-14-dev            # libFuzzer + sanitizer runtimes
   libfmt-dev nlohmann-json3-dev libcli11-dev libpcre2-dev
+  libboost-dev                        # Boost.Asio + Boost.Beast (header-only): the HTTP front end
   libgtest-dev libgmock-dev libbenchmark-dev
   chromium                            # headless browser of the web page e2e test
 )

@@ -7,4 +7,5 @@ cd "$(dirname "$0")/../.."
 mkdir -p .devdeps
 cd .devdeps
 apt-get download libfmt-dev libfmt9 nlohmann-json3-dev libcli11-dev libpcre2-dev libpcre2-8-0 \
-  libpcre2-16-0 libpcre2-32-0 libpcre2-posix3 libgtest-dev libgmock-dev libbenchmark-dev libbenchmark1debian
+  libpcre2-16-0 libpcre2-32-0 libpcre2-posix3 libgtest-dev libgmock-dev libbenchmark-dev libbenchmark1debian \
+  libboost1.74-dev

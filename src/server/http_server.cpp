@@ -1,27 +1,31 @@
 #include "server/http_server.h"
 
-#include <arpa/inet.h>
-#include <netinet/in.h>
-#include <netinet/tcp.h>
-#include <poll.h>
+#include <fcntl.h>
 #include <sys/eventfd.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
 #include <algorithm>
-#include <cerrno>
-#include <mutex>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/posix/stream_descriptor.hpp>
+#include <exception>
 #include <string>
-#include <unordered_map>
+#include <system_error>
+#include <thread>
+#include <vector>
 
 #include "core/log.h"
+#include "server/http/accept_loop.h"
 #include "server/http/connection.h"
+#include "server/http/connection_table.h"
 #include "server/http/listener.h"
 #include "server/http/worker_pool.h"
 
 namespace moeserve::server {
 namespace {
 
+namespace asio = boost::asio;
 using std::chrono::milliseconds;
 
 http::HttpReply to_http(ApiReply&& r) {
@@ -72,181 +76,154 @@ http::ConnectionOptions connection_options(const HttpOptions& o) {
       o.idle_timeout_ms > 0 ? milliseconds(o.idle_timeout_ms) : std::min(timeout, milliseconds(5000));
   c.body_timeout = timeout;
   c.write_timeout = timeout;
+  c.ping_interval = milliseconds(std::max(1, o.ping_interval_ms));
   return c;
 }
 
-// Every thread is busy and the queue is full: a short 503 instead of an
-// ever-growing backlog (429 when one client holds too many connections).
-// Non-blocking; a client that cannot take it loses it.
-void refuse_busy(int fd, int status = 503, const char* message = "the server is busy; retry shortly") {
-  const http::HttpReply r = error_reply(status, message);
-  const std::string out = http::response_head(r, false) + r.body;
-  [[maybe_unused]] const ssize_t n = ::send(fd, out.data(), out.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
-  ::shutdown(fd, SHUT_WR);
-  ::close(fd);
+// Each open connection holds a file descriptor (the model, logs and engine
+// need a few more): raises the soft limit as far as the hard one allows and
+// returns how many connections fit.
+int fit_open_file_limit(int wanted) {
+  constexpr rlim_t kReserve = 128;
+  rlimit rl{};
+  if (wanted <= 0 || ::getrlimit(RLIMIT_NOFILE, &rl) != 0) return wanted;
+  const rlim_t need = rlim_t(wanted) + kReserve;
+  if (rl.rlim_cur != RLIM_INFINITY && rl.rlim_cur < need) {
+    rlimit raised = rl;
+    raised.rlim_cur = rl.rlim_max == RLIM_INFINITY ? need : std::min(need, rl.rlim_max);
+    if (::setrlimit(RLIMIT_NOFILE, &raised) == 0) rl = raised;
+  }
+  if (rl.rlim_cur == RLIM_INFINITY || rl.rlim_cur >= need) return wanted;
+  return int(std::max<rlim_t>(rl.rlim_cur, 2 * kReserve) - kReserve);
+}
+
+// The event loop's threads: an exception a handler lets through is logged
+// and the loop goes on (the server never aborts on one).
+void run_event_loop(asio::io_context& io) {
+  for (;;) {
+    try {
+      io.run();
+      return;
+    } catch (const std::exception& e) {
+      MOESERVE_LOG_ERROR("HTTP event loop: {}", e.what());
+    } catch (...) {
+      MOESERVE_LOG_ERROR("HTTP event loop: unknown exception");
+    }
+  }
 }
 
 }  // namespace
 
 struct HttpServer::Impl {
   HttpOptions options;
-  int listen_fd = -1;
+  int max_connections = 0;  // options.max_connections, as the open file limit allows
+  http::Listener listener;
   int wake_fd = -1;  // eventfd: readable once stop() ran
   std::atomic<bool> stopping{false};
   http::Handler test_handler;
 
-  // Open connections by peer address (max_connections_per_client), and
-  // the address of each accepted descriptor until a worker takes it.
-  std::mutex clients_mu;
-  std::unordered_map<std::string, int> per_client;
-  std::unordered_map<int, std::string> client_of_fd;
-
-  void accept_ready(http::WorkerPool& pool);
-  bool admit_client(int fd, const std::string& peer);  // false: over the per-client limit
-  std::string take_client(int fd);
-  void release_client(const std::string& peer);
+  Status serve(http::ConnectionContext& ctx);
 };
-
-bool HttpServer::Impl::admit_client(int fd, const std::string& peer) {
-  if (options.max_connections_per_client <= 0) return true;
-  std::lock_guard lock(clients_mu);
-  int& n = per_client[peer];
-  if (n >= options.max_connections_per_client) return false;
-  ++n;
-  client_of_fd[fd] = peer;
-  return true;
-}
-
-// Called by the worker before it serves fd (still open, so not reused yet).
-std::string HttpServer::Impl::take_client(int fd) {
-  if (options.max_connections_per_client <= 0) return {};
-  std::lock_guard lock(clients_mu);
-  auto it = client_of_fd.find(fd);
-  if (it == client_of_fd.end()) return {};
-  std::string peer = std::move(it->second);
-  client_of_fd.erase(it);
-  return peer;
-}
-
-void HttpServer::Impl::release_client(const std::string& peer) {
-  if (options.max_connections_per_client <= 0 || peer.empty()) return;
-  std::lock_guard lock(clients_mu);
-  auto it = per_client.find(peer);
-  if (it != per_client.end() && --it->second <= 0) per_client.erase(it);
-}
-
-namespace {
-std::string peer_address(const sockaddr_storage& a) {
-  char buf[INET6_ADDRSTRLEN] = {};
-  if (a.ss_family == AF_INET) {
-    ::inet_ntop(AF_INET, &reinterpret_cast<const sockaddr_in&>(a).sin_addr, buf, sizeof buf);
-  } else if (a.ss_family == AF_INET6) {
-    ::inet_ntop(AF_INET6, &reinterpret_cast<const sockaddr_in6&>(a).sin6_addr, buf, sizeof buf);
-  }
-  return buf;
-}
-}  // namespace
 
 HttpServer::HttpServer(HttpOptions options) : impl_(std::make_unique<Impl>()) {
   impl_->options = std::move(options);
+  impl_->max_connections = impl_->options.max_connections;
   impl_->wake_fd = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
 }
 
 HttpServer::~HttpServer() {
   stop();
-  if (impl_->listen_fd >= 0) ::close(impl_->listen_fd);
+  if (impl_->listener.fd >= 0) ::close(impl_->listener.fd);
   if (impl_->wake_fd >= 0) ::close(impl_->wake_fd);
 }
 
 void HttpServer::set_handler(http::Handler handler) { impl_->test_handler = std::move(handler); }
 
 Result<int> HttpServer::bind() {
-  if (impl_->wake_fd < 0) return make_error(StatusCode::kIoError, "cannot create the server's stop event");
-  if (impl_->listen_fd >= 0) ::close(impl_->listen_fd);
-  MOESERVE_ASSIGN_OR_RETURN(const http::Listener l,
-                            http::open_listener(impl_->options.host, impl_->options.port));
-  impl_->listen_fd = l.fd;
-  return l.port;
+  Impl& m = *impl_;
+  if (m.wake_fd < 0) return make_error(StatusCode::kIoError, "cannot create the server's stop event");
+  if (m.listener.fd >= 0) ::close(m.listener.fd);
+  m.listener = {};
+  MOESERVE_ASSIGN_OR_RETURN(m.listener, http::open_listener(m.options.host, m.options.port));
+  m.max_connections = fit_open_file_limit(m.options.max_connections);
+  if (m.max_connections < m.options.max_connections) {
+    MOESERVE_LOG_WARN(
+        "the open file limit allows {} connections, not --max-connections {}: more get 503 (raise it with "
+        "ulimit -n)",
+        m.max_connections, m.options.max_connections);
+  }
+  return m.listener.port;
 }
 
 Status HttpServer::run() {
   Impl& m = *impl_;
-  if (m.listen_fd < 0)
+  if (m.listener.fd < 0)
     return make_error(StatusCode::kIoError, "HttpServer::run() before a successful bind()");
+  const HttpOptions& o = m.options;
+  const size_t open_cap = size_t(std::max(0, m.max_connections));
+  http::ConnectionTable table(open_cap, size_t(std::max(0, o.max_connections_per_client)));
+  http::WorkerPool handlers(size_t(std::max(1, o.handler_threads)),
+                            size_t(std::max(1, o.max_waiting_requests)));
+  // One request at a time per connection: the open cap bounds this queue.
+  http::WorkerPool light(o.light_requests_inline ? 0 : size_t(std::max(1, o.light_handler_threads)),
+                         std::max<size_t>(open_cap, 1));
+  if (handlers.threads() == 0 || (light.threads() == 0 && !o.light_requests_inline)) {
+    ::close(m.listener.fd);
+    m.listener.fd = -1;
+    return make_error(
+        StatusCode::kResourceExhausted,
+        "could not start the HTTP handler threads ({}); raise the process's thread or memory limit",
+        handlers.start_error() + light.start_error());
+  }
   http::ConnectionContext ctx;
-  ctx.options = connection_options(m.options);
+  ctx.options = connection_options(o);
   ctx.handler = [this](const http::HttpRequest& r, const std::function<bool()>& alive) {
     return handle(r, alive);
   };
   ctx.error_reply = error_reply;
-  ctx.wake_fd = m.wake_fd;
+  ctx.light_inline = o.light_requests_inline;
+  ctx.dispatch = [&handlers, &light](bool is_light, std::function<void()> task) {
+    return (is_light ? light : handlers).offer(std::move(task));
+  };
+  ctx.table = &table;
   ctx.stopping = &m.stopping;
-  const size_t threads = size_t(std::max(4, m.options.threads));
-  const size_t queue = threads * size_t(std::max(1, m.options.queue_per_thread));
-  Status result = Status::ok();
-  {
-    http::WorkerPool pool(threads, queue, [&ctx, &m](int fd) {
-      const std::string peer = m.take_client(fd);
-      http::Connection(fd, ctx).serve();
-      m.release_client(peer);
-    });
-    if (pool.threads() == 0) {
-      ::close(m.listen_fd);
-      m.listen_fd = -1;
-      return make_error(StatusCode::kResourceExhausted,
-                        "could not start any connection thread ({}); raise the process's thread or memory "
-                        "limit, or lower --max-connections",
-                        pool.start_error());
-    }
-    if (pool.threads() < threads) {
-      MOESERVE_LOG_WARN("started {} of {} connection threads ({}): at most {} connections are served at once",
-                        pool.threads(), threads, pool.start_error(), pool.threads());
-    }
-    while (!m.stopping.load()) {
-      pollfd fds[2] = {{m.listen_fd, POLLIN, 0}, {m.wake_fd, POLLIN, 0}};
-      if (::poll(fds, 2, -1) < 0 && errno != EINTR) {
-        result = make_error(StatusCode::kIoError, "the HTTP server stopped with an error");
-        break;
-      }
-      if (fds[1].revents & POLLIN) break;
-      if (fds[0].revents & POLLIN) m.accept_ready(pool);
-    }
-    pool.shutdown();  // the stop event ends every connection promptly
-  }
-  ::close(m.listen_fd);
-  m.listen_fd = -1;
-  return result;
+  const Status served = m.serve(ctx);
+  light.shutdown();
+  handlers.shutdown();
+  return served;
 }
 
-void HttpServer::Impl::accept_ready(http::WorkerPool& pool) {
-  for (int i = 0; i < 64; ++i) {
-    sockaddr_storage addr{};
-    socklen_t addr_len = sizeof addr;
-    const int fd =
-        ::accept4(listen_fd, reinterpret_cast<sockaddr*>(&addr), &addr_len, SOCK_NONBLOCK | SOCK_CLOEXEC);
-    if (fd < 0) {
-      // Out of descriptors: back off briefly instead of spinning on a
-      // listening socket that stays readable.
-      if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
-        pollfd wake{wake_fd, POLLIN, 0};
-        ::poll(&wake, 1, 50);
-      }
-      return;
-    }
-    // SSE chunks are small and must go out at once.
-    const int one = 1;
-    ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-    const std::string peer = options.max_connections_per_client > 0 ? peer_address(addr) : std::string();
-    if (!admit_client(fd, peer)) {
-      refuse_busy(fd, 429, "too many open connections from this client; close some and retry");
-      continue;
-    }
-    if (!pool.offer(fd)) {
-      take_client(fd);
-      release_client(peer);
-      refuse_busy(fd);
+// The event loop: accepts until the stop event, then stops every connection
+// and returns once the last one ended.
+Status HttpServer::Impl::serve(http::ConnectionContext& ctx) {
+  asio::io_context io(std::max(1, options.io_threads));
+  ctx.io = &io;
+  http::AcceptLoop accept(io, ctx);
+  boost::system::error_code ec = accept.open(listener.family, listener.fd);
+  if (ec) return make_error(StatusCode::kIoError, "cannot adopt the listening socket: {}", ec.message());
+  listener.fd = -1;  // the acceptor owns it now
+  asio::posix::stream_descriptor stop_event(io);
+  stop_event.assign(::fcntl(wake_fd, F_DUPFD_CLOEXEC, 0), ec);
+  if (ec) return make_error(StatusCode::kIoError, "cannot watch the server's stop event: {}", ec.message());
+  stop_event.async_wait(asio::posix::stream_descriptor::wait_read, [&](const boost::system::error_code&) {
+    accept.stop();
+    for (const auto& connection : ctx.table->live()) connection->stop();
+    boost::system::error_code close_ec;
+    stop_event.close(close_ec);
+  });
+  accept.start();
+  std::vector<std::thread> threads;
+  for (int i = 1; i < options.io_threads; ++i) {
+    try {
+      threads.emplace_back([&io] { run_event_loop(io); });
+    } catch (const std::system_error& e) {
+      MOESERVE_LOG_WARN("started {} of {} HTTP event-loop threads: {}", i, options.io_threads, e.what());
+      break;
     }
   }
+  run_event_loop(io);
+  for (std::thread& t : threads) t.join();
+  return Status::ok();
 }
 
 void HttpServer::stop() {

@@ -1,28 +1,29 @@
 // The HTTP server over real loopback sockets, with a small fake handler:
 // keep-alive and pipelining, streams, every limit and timeout, stop().
+// (The connection caps and the thread count under many idle connections:
+// http_connections_test.cpp.)
 #include "server/http_server.h"
 
-#include <arpa/inet.h>
 #include <gtest/gtest.h>
-#include <netinet/in.h>
 #include <sys/socket.h>
-#include <unistd.h>
 
 #include <atomic>
 #include <chrono>
-#include <fstream>
-#include <map>
 #include <thread>
+
+#include "server/http_test_client.h"
 
 namespace moeserve::server {
 namespace {
 
 using namespace std::chrono_literals;
+using namespace http_test;
 using Clock = std::chrono::steady_clock;
 
 // A fake service: echoes method, path and body; /stream streams 3 events
-// with an idle turn (a ping) between them; /forever streams until cancelled;
-// /throw throws.
+// with an idle turn between them; /quiet stays silent for 600 ms, then ends;
+// /forever streams until cancelled; /firehose streams 64 KiB a turn until
+// cancelled; /wait answers once the client is gone; /throw throws.
 struct Fake {
   std::atomic<int> cancelled{0};
 
@@ -35,17 +36,25 @@ struct Fake {
       ++cancelled;
       return reply;
     }
-    if (r.path == "/stream" || r.path == "/forever") {
+    if (r.path == "/stream" || r.path == "/forever" || r.path == "/quiet" || r.path == "/firehose") {
       reply.content_type = "text/event-stream";
       auto step = std::make_shared<int>(0);
-      const bool forever = r.path == "/forever";
-      reply.next = [step, forever](std::string& out, std::chrono::milliseconds wait) {
-        if (forever) {
-          std::this_thread::sleep_for(std::min(wait, std::chrono::milliseconds(100)));
+      const std::string path = r.path;
+      const auto t0 = Clock::now();
+      reply.next = [step, path, t0](std::string& out, std::chrono::milliseconds wait) {
+        std::this_thread::sleep_for(std::min(wait, std::chrono::milliseconds(100)));
+        if (path == "/forever") return true;
+        if (path == "/firehose") {
+          out += "data: " + std::string(65536, 'x') + "\n\n";
           return true;
         }
+        if (path == "/quiet") {
+          if (Clock::now() - t0 < 600ms) return true;
+          out += "data: end\n\n";
+          return false;
+        }
         const int i = (*step)++;
-        if (i == 1) return true;  // nothing ready: the server pings
+        if (i == 1) return true;  // nothing ready this turn
         out += "data: " + std::to_string(i) + "\n\n";
         return i < 3;
       };
@@ -57,125 +66,10 @@ struct Fake {
   }
 };
 
-struct Response {
-  int status = 0;
-  std::map<std::string, std::string> headers;  // lower-case names
-  std::string body;
-};
-
-// Splits raw bytes into responses (Content-Length or chunked bodies).
-std::vector<Response> parse_responses(std::string_view s) {
-  std::vector<Response> out;
-  while (!s.empty()) {
-    const size_t end = s.find("\r\n\r\n");
-    if (end == std::string_view::npos || s.substr(0, 9).find("HTTP/1.1 ") != 0) break;
-    Response r;
-    r.status = std::atoi(std::string(s.substr(9, 3)).c_str());
-    std::string_view head = s.substr(0, end);
-    s.remove_prefix(end + 4);
-    for (size_t p = head.find("\r\n"); p != std::string_view::npos; p = head.find("\r\n")) {
-      head.remove_prefix(p + 2);
-      const std::string_view line = head.substr(0, head.find("\r\n"));
-      const size_t colon = line.find(':');
-      std::string name(line.substr(0, colon));
-      for (char& c : name) c = char(std::tolower(c));
-      r.headers[name] = std::string(line.substr(colon + 2));
-    }
-    if (r.headers.count("transfer-encoding")) {
-      for (;;) {
-        const size_t n = std::stoul(std::string(s.substr(0, s.find("\r\n"))), nullptr, 16);
-        s.remove_prefix(s.find("\r\n") + 2);
-        r.body += s.substr(0, n);
-        s.remove_prefix(n + 2);
-        if (n == 0) break;
-      }
-    } else if (r.headers.count("content-length")) {
-      const size_t n = std::stoul(r.headers["content-length"]);
-      r.body = s.substr(0, n);
-      s.remove_prefix(std::min(n, s.size()));
-    }
-    out.push_back(std::move(r));
-  }
-  return out;
-}
-
-size_t vm_rss_kib() {
-  std::ifstream f("/proc/self/status");
-  std::string line;
-  while (std::getline(f, line)) {
-    if (line.rfind("VmRSS:", 0) == 0) return std::stoul(line.substr(6));
-  }
-  return 0;
-}
-
-class Client {
- public:
-  explicit Client(int port) {
-    fd_ = ::socket(AF_INET, SOCK_STREAM, 0);
-    sockaddr_in a{};
-    a.sin_family = AF_INET;
-    a.sin_port = htons(uint16_t(port));
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    timeval tv{10, 0};  // no test hangs
-    ::setsockopt(fd_, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
-    ::setsockopt(fd_, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
-    EXPECT_EQ(::connect(fd_, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
-  }
-  ~Client() { ::close(fd_); }
-  bool send(std::string_view s) {
-    while (!s.empty()) {
-      const ssize_t n = ::send(fd_, s.data(), s.size(), MSG_NOSIGNAL);
-      if (n <= 0) return false;
-      s.remove_prefix(size_t(n));
-    }
-    return true;
-  }
-  // Reads until the server closes (true) or the 10 s receive timeout (false).
-  bool read_to_close(std::string& out) {
-    char buf[65536];
-    for (;;) {
-      const ssize_t n = ::recv(fd_, buf, sizeof buf, 0);
-      if (n > 0) {
-        out.append(buf, size_t(n));
-        continue;
-      }
-      return n == 0 || errno == ECONNRESET;
-    }
-  }
-  // Reads until `count` complete responses arrived.
-  std::vector<Response> read_responses(size_t count) {
-    std::string data;
-    char buf[65536];
-    while (parse_responses(data).size() < count) {
-      const ssize_t n = ::recv(fd_, buf, sizeof buf, 0);
-      if (n <= 0) break;
-      data.append(buf, size_t(n));
-    }
-    return parse_responses(data);
-  }
-  int fd() const { return fd_; }
-
- private:
-  int fd_ = -1;
-};
-
-// The single response of a connection the server answers and closes
-// without a request (a refusal); its status, or -1 when there is not
-// exactly one.
-int refusal_status(int port) {
-  Client c(port);
-  std::string raw;
-  EXPECT_TRUE(c.read_to_close(raw));
-  const auto r = parse_responses(raw);
-  EXPECT_EQ(r.size(), 1u) << raw;
-  return r.size() == 1 ? r[0].status : -1;
-}
-
 class HttpServerTest : public ::testing::Test {
  protected:
   void start(HttpOptions o = {}, bool with_handler = true) {
     o.port = 0;
-    if (o.threads == 64) o.threads = 8;
     server_ = std::make_unique<HttpServer>(o);
     if (with_handler)
       server_->set_handler(
@@ -243,8 +137,62 @@ TEST_F(HttpServerTest, StreamsChunkedSse) {
   EXPECT_EQ(r[0].headers.at("transfer-encoding"), "chunked");
   EXPECT_EQ(r[0].headers.at("cache-control"), "no-cache");
   EXPECT_EQ(r[0].headers.at("content-type"), "text/event-stream");
-  EXPECT_EQ(r[0].body, "data: 0\n\n: ping\n\ndata: 2\n\ndata: 3\n\n");
+  EXPECT_EQ(r[0].body, "data: 0\n\ndata: 2\n\ndata: 3\n\n");
   EXPECT_EQ(fake_.cancelled.load(), 0);
+}
+
+TEST_F(HttpServerTest, SilentStreamsArePinged) {
+  HttpOptions o;
+  o.ping_interval_ms = 200;
+  start(o);
+  Client c(port_);
+  ASSERT_TRUE(c.send("GET /quiet HTTP/1.1\r\nConnection: close\r\n\r\n"));
+  std::string raw;
+  EXPECT_TRUE(c.read_to_close(raw));
+  const auto r = parse_responses(raw);
+  ASSERT_EQ(r.size(), 1u) << raw;
+  EXPECT_EQ(r[0].body.rfind(": ping\n\n", 0), 0u) << r[0].body;
+  EXPECT_NE(r[0].body.find("data: end\n\n"), std::string::npos);
+}
+
+TEST_F(HttpServerTest, Http10StreamEndsWithTheConnection) {
+  start();
+  Client c(port_);
+  ASSERT_TRUE(c.send("GET /stream HTTP/1.0\r\n\r\n"));
+  std::string raw;
+  EXPECT_TRUE(c.read_to_close(raw));
+  EXPECT_EQ(raw.find("Transfer-Encoding"), std::string::npos) << raw;
+  EXPECT_NE(raw.find("Connection: close\r\n\r\ndata: 0\n\ndata: 2\n\ndata: 3\n\n"), std::string::npos) << raw;
+}
+
+TEST_F(HttpServerTest, SlowStreamReaderIsCutAndCancelled) {
+  HttpOptions o;
+  o.timeout_seconds = 1;  // each write must finish within a second
+  start(o);
+  Client c(port_);
+  int small = 4096;  // a small receive window fills quickly
+  ::setsockopt(c.fd(), SOL_SOCKET, SO_RCVBUF, &small, sizeof small);
+  ASSERT_TRUE(c.send("GET /firehose HTTP/1.1\r\n\r\n"));
+  // The client reads nothing: once the socket buffers are full, a write
+  // stalls, the write deadline cuts the connection, the stream is cancelled.
+  const auto t0 = Clock::now();
+  while (fake_.cancelled.load() == 0 && Clock::now() - t0 < 8s) std::this_thread::sleep_for(20ms);
+  EXPECT_EQ(fake_.cancelled.load(), 1);
+  EXPECT_LT(Clock::now() - t0, 5s);
+}
+
+TEST_F(HttpServerTest, ExpectContinue) {
+  start();
+  Client c(port_);
+  ASSERT_TRUE(c.send("POST /e HTTP/1.1\r\nContent-Length: 3\r\nExpect: 100-continue\r\n\r\n"));
+  char buf[256];
+  const ssize_t n = ::recv(c.fd(), buf, sizeof buf, 0);
+  ASSERT_GT(n, 0);
+  EXPECT_EQ(std::string(buf, size_t(n)), "HTTP/1.1 100 Continue\r\n\r\n");
+  ASSERT_TRUE(c.send("abc"));
+  const auto r = c.read_responses(1);
+  ASSERT_EQ(r.size(), 1u);
+  EXPECT_EQ(r[0].body, "POST /e abc");
 }
 
 TEST_F(HttpServerTest, ClosedStreamClientIsCancelled) {
@@ -262,14 +210,17 @@ TEST_F(HttpServerTest, ClosedStreamClientIsCancelled) {
 
 TEST_F(HttpServerTest, PlainRequestSeesTheClientGo) {
   start();
-  {
-    Client c(port_);
-    ASSERT_TRUE(c.send("GET /wait HTTP/1.1\r\n\r\n"));
-    std::this_thread::sleep_for(100ms);
+  for (const char* method : {"GET", "POST"}) {
+    fake_.cancelled = 0;
+    {
+      Client c(port_);
+      ASSERT_TRUE(c.send(std::string(method) + " /wait HTTP/1.1\r\n\r\n"));
+      std::this_thread::sleep_for(100ms);
+    }
+    const auto t0 = Clock::now();
+    while (fake_.cancelled.load() == 0 && Clock::now() - t0 < 5s) std::this_thread::sleep_for(20ms);
+    EXPECT_EQ(fake_.cancelled.load(), 1) << method;
   }
-  const auto t0 = Clock::now();
-  while (fake_.cancelled.load() == 0 && Clock::now() - t0 < 5s) std::this_thread::sleep_for(20ms);
-  EXPECT_EQ(fake_.cancelled.load(), 1);
 }
 
 TEST_F(HttpServerTest, BodyOverTheLimitGets413AndClose) {
@@ -330,6 +281,21 @@ TEST_F(HttpServerTest, SlowlorisIsClosedAtTheHeadDeadline) {
   for (const auto& r : parse_responses(raw)) EXPECT_EQ(r.status, 408);
 }
 
+TEST_F(HttpServerTest, SlowBodyGets408) {
+  HttpOptions o;
+  o.timeout_seconds = 1;
+  start(o);
+  Client c(port_);
+  ASSERT_TRUE(c.send("POST /b HTTP/1.1\r\nContent-Length: 10\r\n\r\nabc"));
+  const auto t0 = Clock::now();
+  std::string raw;
+  EXPECT_TRUE(c.read_to_close(raw));
+  EXPECT_LT(Clock::now() - t0, 3s);
+  const auto r = parse_responses(raw);
+  ASSERT_EQ(r.size(), 1u) << raw;
+  EXPECT_EQ(r[0].status, 408);
+}
+
 TEST_F(HttpServerTest, IdleKeepAliveCloses) {
   HttpOptions o;
   o.idle_timeout_ms = 300;
@@ -375,24 +341,35 @@ TEST_F(HttpServerTest, LoadingBeforeAServiceIsSet) {
   EXPECT_NE(r[1].body.find("\"error\""), std::string::npos);
 }
 
-TEST_F(HttpServerTest, FullQueueGets503) {
+TEST_F(HttpServerTest, TooManyWaitingRequestsGet429) {
   HttpOptions o;
-  o.threads = 4;
-  o.queue_per_thread = 1;
+  o.handler_threads = 1;
+  o.max_waiting_requests = 1;
   start(o);
-  // Four connections hold the four threads, four wait in the queue.
-  std::vector<std::unique_ptr<Client>> held;
-  for (int i = 0; i < 8; ++i) {
-    held.push_back(std::make_unique<Client>(port_));
-    if (i < 4) std::this_thread::sleep_for(50ms);  // taken by a thread before the next one comes
-  }
+  // One request holds the handler thread, one waits for it: the third is refused.
+  Client busy(port_), waiting(port_);
+  ASSERT_TRUE(busy.send("POST /wait HTTP/1.1\r\n\r\n"));
   std::this_thread::sleep_for(100ms);
-  EXPECT_EQ(refusal_status(port_), 503);
+  ASSERT_TRUE(waiting.send("POST /wait HTTP/1.1\r\n\r\n"));
+  std::this_thread::sleep_for(100ms);
+  Client third(port_);
+  ASSERT_TRUE(third.send("POST /x HTTP/1.1\r\n\r\n"));
+  std::string raw;
+  EXPECT_TRUE(third.read_to_close(raw));
+  const auto r = parse_responses(raw);
+  ASSERT_EQ(r.size(), 1u) << raw;
+  EXPECT_EQ(r[0].status, 429);
+  EXPECT_NE(r[0].body.find("\"error\""), std::string::npos);
+  // Requests without a body have threads of their own: still answered.
+  Client health(port_);
+  ASSERT_TRUE(health.send("GET /health HTTP/1.1\r\n\r\n"));
+  const auto h = health.read_responses(1);
+  ASSERT_EQ(h.size(), 1u);
+  EXPECT_EQ(h[0].status, 200);
 }
 
 TEST_F(HttpServerTest, PerClientConnectionCapGets429) {
   HttpOptions o;
-  o.threads = 8;
   o.max_connections_per_client = 2;
   start(o);
   auto a = std::make_unique<Client>(port_);

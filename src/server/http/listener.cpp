@@ -11,13 +11,16 @@
 namespace moeserve::server::http {
 namespace {
 
-int bound_port(int fd) {
+// The bound port and address family of a listening socket.
+Listener describe(int fd) {
+  Listener l{fd, -1, 0};
   sockaddr_storage addr{};
   socklen_t len = sizeof addr;
-  if (::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0) return -1;
-  if (addr.ss_family == AF_INET) return ntohs(reinterpret_cast<sockaddr_in*>(&addr)->sin_port);
-  if (addr.ss_family == AF_INET6) return ntohs(reinterpret_cast<sockaddr_in6*>(&addr)->sin6_port);
-  return -1;
+  if (::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0) return l;
+  l.family = addr.ss_family;
+  if (addr.ss_family == AF_INET) l.port = ntohs(reinterpret_cast<sockaddr_in*>(&addr)->sin_port);
+  if (addr.ss_family == AF_INET6) l.port = ntohs(reinterpret_cast<sockaddr_in6*>(&addr)->sin6_port);
+  return l;
 }
 
 // One socket bound and listening on `ai`, or -1 (errno set).
@@ -62,7 +65,7 @@ Result<Listener> open_listener(const std::string& host, int port) {
         "cannot listen on {}:{} ({}: in use, or not an address of this machine); pick another with --port",
         host, port, std::strerror(err));
   }
-  return Listener{fd, bound_port(fd)};
+  return describe(fd);
 }
 
 }  // namespace moeserve::server::http

@@ -1,22 +1,22 @@
 #include "server/http/request_parser.h"
 
 #include <algorithm>
+#include <boost/beast/http/error.hpp>
+#include <boost/beast/http/parser.hpp>
+#include <boost/beast/http/string_body.hpp>
+#include <cstdint>
 #include <cstring>
+#include <limits>
 
 namespace moeserve::server::http {
+
+namespace beast_http = boost::beast::http;
+
+struct RequestParser::Beast {
+  beast_http::request_parser<beast_http::string_body> parser;
+};
+
 namespace {
-
-// RFC 9110 token characters (method and header names).
-bool is_tchar(unsigned char c) {
-  if (c >= '0' && c <= '9') return true;
-  if ((c | 0x20) >= 'a' && (c | 0x20) <= 'z') return true;
-  return c != 0 && std::strchr("!#$%&'*+-.^_`|~", c) != nullptr;
-}
-
-bool is_token(std::string_view s) {
-  return !s.empty() &&
-         std::all_of(s.begin(), s.end(), [](char c) { return is_tchar(static_cast<unsigned char>(c)); });
-}
 
 char lower(char c) { return (c >= 'A' && c <= 'Z') ? char(c + 32) : c; }
 
@@ -60,15 +60,6 @@ bool is_supported_method(std::string_view m) {
   return std::find(std::begin(kMethods), std::end(kMethods), m) != std::end(kMethods);
 }
 
-// Control characters other than HTAB are not allowed in header values
-// (obs-text, bytes >= 0x80, is).
-bool valid_field_value(std::string_view v) {
-  return std::none_of(v.begin(), v.end(), [](char ch) {
-    const auto c = static_cast<unsigned char>(ch);
-    return (c < 0x20 && c != '\t') || c == 0x7f;
-  });
-}
-
 bool valid_target(std::string_view t) {
   return !t.empty() && std::none_of(t.begin(), t.end(), [](char ch) {
     const auto c = static_cast<unsigned char>(ch);
@@ -76,15 +67,29 @@ bool valid_target(std::string_view t) {
   });
 }
 
-// Calls f on each comma-separated element of a header value, trimmed.
-template <typename F>
-void for_each_element(std::string_view v, F&& f) {
-  while (!v.empty()) {
-    const size_t comma = v.find(',');
-    f(trim_ows(v.substr(0, comma)));
-    if (comma == std::string_view::npos) break;
-    v.remove_prefix(comma + 1);
+bool all_digits(std::string_view s) {
+  return !s.empty() && std::all_of(s.begin(), s.end(), [](char c) { return c >= '0' && c <= '9'; });
+}
+
+// Beast refuses a Content-Length that overflows 64 bits as malformed; a
+// number that large is a body over the limit (413), like any other.
+bool content_length_over(std::string_view head, size_t max_body) {
+  while (!head.empty()) {
+    const size_t eol = head.find('\n');
+    std::string_view line = head.substr(0, eol);
+    head.remove_prefix(eol == std::string_view::npos ? head.size() : eol + 1);
+    const size_t colon = line.find(':');
+    if (colon == std::string_view::npos || !iequals(line.substr(0, colon), "Content-Length")) continue;
+    std::string_view value = trim_ows(line.substr(colon + 1));
+    if (!value.empty() && value.back() == '\r') value = trim_ows(value.substr(0, value.size() - 1));
+    if (!all_digits(value)) continue;
+    value.remove_prefix(std::min(value.find_first_not_of('0'), value.size()));
+    if (value.size() > 18) return true;
+    size_t n = 0;
+    for (char c : value) n = n * 10 + size_t(c - '0');
+    if (n > max_body) return true;
   }
+  return false;
 }
 
 }  // namespace
@@ -96,6 +101,11 @@ std::string_view HttpRequest::header(std::string_view name) const {
   return {};
 }
 
+RequestParser::RequestParser(HttpLimits limits) : limits_(limits) {}
+RequestParser::~RequestParser() = default;
+RequestParser::RequestParser(RequestParser&&) noexcept = default;
+RequestParser& RequestParser::operator=(RequestParser&&) noexcept = default;
+
 size_t RequestParser::feed(std::string_view data) {
   size_t used = 0;
   while (used < data.size() && (state_ == ParseState::kHead || state_ == ParseState::kBody)) {
@@ -105,68 +115,87 @@ size_t RequestParser::feed(std::string_view data) {
   return used;
 }
 
-// Takes bytes up to and including the next LF (or all of them), keeping only
-// the unfinished line; complete lines are parsed at once, so a bad request
-// line is refused without waiting for the rest of the head.
+// Keeps the head's bytes until Beast finds its end; returns how many of
+// `data` belong to this request's head (the rest, a body or a pipelined
+// request, is fed again).
 size_t RequestParser::feed_head(std::string_view data) {
-  const void* lf = std::memchr(data.data(), '\n', data.size());
-  const size_t take = lf ? size_t(static_cast<const char*>(lf) - data.data()) + 1 : data.size();
-  if (head_bytes_ + take > limits_.max_head_bytes) {
-    fail(431, "the request line and headers are larger than the server's limit");
-    return take;
+  size_t skipped = 0;
+  if (!started_) {
+    // RFC 9112 2.2: empty lines before the request line are ignored.
+    while (skipped < data.size() && (data[skipped] == '\r' || data[skipped] == '\n')) ++skipped;
+    if (skipped == data.size()) return skipped;
+    started_ = true;
+    data.remove_prefix(skipped);
   }
+  if (!beast_) {
+    beast_ = std::make_unique<Beast>();
+    beast_->parser.header_limit(
+        uint32_t(std::min<size_t>(limits_.max_head_bytes, std::numeric_limits<uint32_t>::max())));
+    beast_->parser.body_limit(uint64_t(limits_.max_body_bytes));
+  }
+  // Beast consumes the request line and the header block as each is
+  // complete; head_ keeps what it has not consumed yet.
+  const size_t before = head_.size();
+  const size_t take = std::min(data.size(), limits_.max_head_bytes - head_bytes_);
   head_bytes_ += take;
   head_.append(data.data(), take);
-  if (lf == nullptr) return take;
-  std::string line = std::move(head_);
+  boost::beast::error_code ec;
+  const size_t n = beast_->parser.put(boost::asio::buffer(head_.data(), head_.size()), ec);
+  if (ec == beast_http::error::need_more) {
+    head_.erase(0, n);
+    if (head_bytes_ >= limits_.max_head_bytes) {
+      fail(431, "the request line and headers are larger than the server's limit");
+    }
+    return skipped + take;
+  }
+  if (ec) {
+    if (ec == beast_http::error::header_limit) {
+      fail(431, "the request line and headers are larger than the server's limit");
+    } else if (ec == beast_http::error::body_limit || (ec == beast_http::error::bad_content_length &&
+                                                       content_length_over(head_, limits_.max_body_bytes))) {
+      fail(413, "the request body is larger than the server's limit");
+    } else if (ec == beast_http::error::bad_content_length) {
+      fail(400, "malformed Content-Length");
+    } else if (ec == beast_http::error::bad_transfer_encoding) {
+      fail(411, "chunked request bodies are not supported; send a Content-Length");
+    } else if (ec == beast_http::error::bad_field || ec == beast_http::error::bad_value) {
+      fail(400, "malformed header line");
+    } else {
+      fail(400, "malformed request line");
+    }
+    return skipped + take;
+  }
+  // The head ended inside `data`: what follows it is fed again.
   head_.clear();
-  line.pop_back();  // LF
-  if (!line.empty() && line.back() == '\r') line.pop_back();
-  on_line(line);
-  return take;
+  head_.shrink_to_fit();
+  on_head_end();
+  return skipped + (n - before);
 }
 
 size_t RequestParser::feed_body(std::string_view data) {
-  const size_t take = std::min(data.size(), content_length_ - request_.body.size());
-  request_.body.append(data.data(), take);
-  if (request_.body.size() == content_length_) state_ = ParseState::kComplete;
-  return take;
+  boost::beast::error_code ec;
+  const size_t n = beast_->parser.put(boost::asio::buffer(data.data(), data.size()), ec);
+  if (ec && ec != beast_http::error::need_more) {
+    fail(ec == beast_http::error::body_limit ? 413 : 400,
+         ec == beast_http::error::body_limit ? "the request body is larger than the server's limit"
+                                             : "malformed request body");
+    return n;
+  }
+  if (beast_->parser.is_done()) take_message();
+  return n;
 }
 
-void RequestParser::on_line(std::string_view line) {
-  if (!seen_request_line_) {
-    // RFC 9112 2.2: empty lines before the request line are ignored.
-    if (!line.empty()) on_request_line(line);
-    return;
-  }
-  if (line.empty()) {
-    on_head_end();
-  } else {
-    on_header_line(line);
-  }
-}
-
-void RequestParser::on_request_line(std::string_view line) {
-  seen_request_line_ = true;
-  const size_t sp1 = line.find(' ');
-  const size_t sp2 = sp1 == std::string_view::npos ? sp1 : line.find(' ', sp1 + 1);
-  if (sp2 == std::string_view::npos || line.find(' ', sp2 + 1) != std::string_view::npos) {
-    return fail(400, "malformed request line");
-  }
-  const std::string_view method = line.substr(0, sp1);
-  std::string_view target = line.substr(sp1 + 1, sp2 - sp1 - 1);
-  const std::string_view version = line.substr(sp2 + 1);
-  if (!is_token(method) || !valid_target(target)) return fail(400, "malformed request line");
-  if (version == "HTTP/1.1") {
-    request_.version_minor = 1;
-  } else if (version == "HTTP/1.0") {
-    request_.version_minor = 0;
-  } else {
-    return fail(400, "unsupported HTTP version");
-  }
+// The server's policy on a complete head; Beast has checked the syntax.
+void RequestParser::on_head_end() {
+  const auto& msg = beast_->parser.get();
+  if (msg.version() != 10 && msg.version() != 11) return fail(400, "unsupported HTTP version");
+  const std::string_view method(msg.method_string().data(), msg.method_string().size());
   if (!is_supported_method(method)) return fail(405, "unsupported method");
+  std::string_view target(msg.target().data(), msg.target().size());
+  if (!valid_target(target)) return fail(400, "malformed request line");
   request_.method = method;
   request_.target = target;
+  request_.version_minor = msg.version() % 10;
   // absolute-form ("http://host/path"): keep the path.
   if (target.front() != '/' && target != "*") {
     const size_t scheme = target.find("://");
@@ -177,63 +206,32 @@ void RequestParser::on_request_line(std::string_view line) {
   const size_t q = target.find('?');
   request_.path = percent_decode(target.substr(0, q));
   if (q != std::string_view::npos) request_.query = target.substr(q + 1);
-  request_.keep_alive = request_.version_minor == 1;
-}
-
-void RequestParser::on_header_line(std::string_view line) {
-  if (request_.headers.size() >= limits_.max_header_lines) {
-    return fail(431, "too many header lines");
+  for (const auto& field : msg) {
+    if (request_.headers.size() >= limits_.max_header_lines) return fail(431, "too many header lines");
+    request_.headers.emplace_back(std::string(field.name_string()), std::string(field.value()));
   }
-  // Obsolete line folding (a line starting with whitespace) is refused
-  // (RFC 9112 5.2), as is whitespace before the colon.
-  const size_t colon = line.find(':');
-  if (colon == std::string_view::npos) return fail(400, "malformed header line");
-  const std::string_view name = line.substr(0, colon);
-  const std::string_view value = trim_ows(line.substr(colon + 1));
-  if (!is_token(name) || !valid_field_value(value)) return fail(400, "malformed header line");
-  request_.headers.emplace_back(std::string(name), std::string(value));
-}
-
-void RequestParser::on_head_end() {
-  bool saw_close = false, saw_keep_alive = false;
+  // Request bodies must come with a Content-Length (RFC 9112 6.3 lets a
+  // server refuse chunked bodies with 411).
+  if (!request_.header("Transfer-Encoding").empty() || beast_->parser.chunked()) {
+    return fail(411, "chunked request bodies are not supported; send a Content-Length");
+  }
   for (const auto& [name, value] : request_.headers) {
-    if (iequals(name, "Transfer-Encoding")) {
-      // Request bodies must come with a Content-Length (RFC 9112 6.3 lets a
-      // server refuse chunked bodies with 411).
-      return fail(411, "chunked request bodies are not supported; send a Content-Length");
-    }
-    if (iequals(name, "Connection")) {
-      for_each_element(value, [&](std::string_view e) {
-        saw_close |= iequals(e, "close");
-        saw_keep_alive |= iequals(e, "keep-alive");
-      });
-    }
-    if (iequals(name, "Expect")) {
-      if (!iequals(value, "100-continue")) return fail(417, "unsupported Expect header");
-      request_.expect_continue = true;
-    }
-    if (iequals(name, "Content-Length")) {
-      // Digits only; repeated Content-Length headers must agree. A value
-      // past the limit is refused without parsing it further (no overflow).
-      if (value.empty() ||
-          !std::all_of(value.begin(), value.end(), [](char c) { return c >= '0' && c <= '9'; })) {
-        return fail(400, "malformed Content-Length");
-      }
-      const std::string_view digits =
-          std::string_view(value).substr(std::min(value.find_first_not_of('0'), value.size()));
-      size_t n = 0;
-      bool too_large = digits.size() > 18;
-      for (char c : digits.substr(0, too_large ? 0 : digits.size())) n = n * 10 + size_t(c - '0');
-      too_large |= n > limits_.max_body_bytes;
-      if (too_large) return fail(413, "the request body is larger than the server's limit");
-      if (has_content_length_ && n != content_length_) return fail(400, "conflicting Content-Length headers");
-      has_content_length_ = true;
-      content_length_ = n;
-    }
+    if (!iequals(name, "Expect")) continue;
+    if (!iequals(value, "100-continue")) return fail(417, "unsupported Expect header");
+    request_.expect_continue = true;
   }
-  request_.keep_alive = request_.version_minor == 1 ? !saw_close : (saw_keep_alive && !saw_close);
-  state_ = content_length_ == 0 ? ParseState::kComplete : ParseState::kBody;
-  if (state_ == ParseState::kBody) request_.body.reserve(content_length_);
+  request_.keep_alive = msg.keep_alive();
+  if (beast_->parser.is_done()) {
+    take_message();
+  } else {
+    state_ = ParseState::kBody;
+  }
+}
+
+void RequestParser::take_message() {
+  request_.body = std::move(beast_->parser.get().body());
+  beast_.reset();
+  state_ = ParseState::kComplete;
 }
 
 void RequestParser::fail(int status, std::string message) {
@@ -242,6 +240,7 @@ void RequestParser::fail(int status, std::string message) {
   error_message_ = std::move(message);
   head_.clear();
   head_.shrink_to_fit();
+  beast_.reset();
 }
 
 }  // namespace moeserve::server::http

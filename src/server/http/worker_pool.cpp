@@ -1,13 +1,10 @@
 #include "server/http/worker_pool.h"
 
-#include <unistd.h>
-
 #include <system_error>
 
 namespace moeserve::server::http {
 
-WorkerPool::WorkerPool(size_t threads, size_t queue_limit, std::function<void(int fd)> serve)
-    : queue_limit_(queue_limit), serve_(std::move(serve)) {
+WorkerPool::WorkerPool(size_t threads, size_t queue_limit) : queue_limit_(queue_limit) {
   threads_.reserve(threads);
   for (size_t i = 0; i < threads; ++i) {
     try {
@@ -21,11 +18,11 @@ WorkerPool::WorkerPool(size_t threads, size_t queue_limit, std::function<void(in
   }
 }
 
-bool WorkerPool::offer(int fd) {
+bool WorkerPool::offer(std::function<void()> task) {
   {
     std::lock_guard lock(mu_);
     if (closing_ || queue_.size() >= queue_limit_) return false;
-    queue_.push_back(fd);
+    queue_.push_back(std::move(task));
   }
   cv_.notify_one();
   return true;
@@ -36,8 +33,6 @@ void WorkerPool::shutdown() {
     std::lock_guard lock(mu_);
     if (closing_ && threads_.empty()) return;
     closing_ = true;
-    for (int fd : queue_) ::close(fd);
-    queue_.clear();
   }
   cv_.notify_all();
   for (std::thread& t : threads_) t.join();
@@ -46,15 +41,20 @@ void WorkerPool::shutdown() {
 
 void WorkerPool::work() {
   for (;;) {
-    int fd = -1;
+    std::function<void()> task;
     {
       std::unique_lock lock(mu_);
       cv_.wait(lock, [this] { return closing_ || !queue_.empty(); });
-      if (closing_) return;
-      fd = queue_.front();
+      if (queue_.empty()) return;  // closing, and nothing left to run
+      task = std::move(queue_.front());
       queue_.pop_front();
     }
-    serve_(fd);
+    // Tasks catch what their handler throws; this is the last line, so
+    // that a worker never takes the process down.
+    try {
+      task();
+    } catch (...) {
+    }
   }
 }
 

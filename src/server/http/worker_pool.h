@@ -1,7 +1,8 @@
-// The connection threads: a fixed number of workers taking accepted sockets
-// from a bounded queue. When every worker is busy and the queue is full,
-// offer() says no and the accept thread refuses the connection (503) instead
-// of letting the backlog grow without bound.
+// The handler threads: a fixed number of workers taking tasks from a bounded
+// FIFO. The API layer's handler may block (a plain generation waits for its
+// answer), so it never runs on the event loop's threads; it runs here. When
+// every worker is busy and the queue is full, offer() says no and the caller
+// answers the request with a refusal instead of letting the backlog grow.
 #pragma once
 
 #include <condition_variable>
@@ -16,8 +17,7 @@ namespace moeserve::server::http {
 
 class WorkerPool {
  public:
-  // serve(fd) owns fd (closes it).
-  WorkerPool(size_t threads, size_t queue_limit, std::function<void(int fd)> serve);
+  WorkerPool(size_t threads, size_t queue_limit);
   ~WorkerPool() { shutdown(); }
   WorkerPool(const WorkerPool&) = delete;
   WorkerPool& operator=(const WorkerPool&) = delete;
@@ -26,20 +26,19 @@ class WorkerPool {
   // more threads; start_error() says why).
   size_t threads() const { return threads_.size(); }
   const std::string& start_error() const { return start_error_; }
-  // Queues fd for a worker; false (fd untouched) when the queue is full.
-  bool offer(int fd);
-  // Closes what is still queued and joins the workers (they return once the
-  // connection they serve ends; the server's stop event ends those).
+  // Queues the task; false (the task dropped) when the queue is full or the
+  // pool is shutting down.
+  bool offer(std::function<void()> task);
+  // Runs what is still queued, then joins the workers.
   void shutdown();
 
  private:
   void work();
 
   const size_t queue_limit_;
-  std::function<void(int)> serve_;
   std::mutex mu_;
   std::condition_variable cv_;
-  std::deque<int> queue_;
+  std::deque<std::function<void()>> queue_;
   bool closing_ = false;
   std::vector<std::thread> threads_;
   std::string start_error_;
