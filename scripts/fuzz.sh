@@ -1,21 +1,23 @@
 #!/usr/bin/env bash
 # Fuzz the GGUF and safetensors readers, the server's protocol layer
 # (request JSON, JSON schemas, model output parsing), its HTTP/1.1 request
-# parser and the grammar engine (GBNF, matcher, masks) with libFuzzer
-# (clang, ASan + UBSan).
+# parser, the grammar engine (GBNF, matcher, masks) and the expert worker
+# protocol (a parent's byte stream into the worker's session) with
+# libFuzzer (clang, ASan + UBSan).
 #   scripts/fuzz.sh [SECONDS]        (default 60, split evenly between them)
 # Configures build-fuzz/ with clang, builds fuzz_gguf, fuzz_safetensors,
-# fuzz_server_api, fuzz_http_parser and fuzz_grammar, writes seed corpora
-# (GgufWriter; a few safetensors files, request bodies, raw HTTP requests and
-# grammars written here), and fuzzes each for SECONDS/5. Exits
+# fuzz_server_api, fuzz_http_parser, fuzz_grammar and fuzz_ipc_frames, writes
+# seed corpora (GgufWriter; the protocol's encoders; a few safetensors files,
+# request bodies, raw HTTP requests and grammars written here), and fuzzes
+# each for SECONDS/6. Exits
 # non-zero when a fuzzer finds a crash, leak, timeout or sanitizer report; the input that triggered it is left in
 # build-fuzz/fuzz-artifacts/. The grown corpora are kept in
-# build-fuzz/fuzz-corpus/{gguf,safetensors,server_api,http_parser,grammar} for the next run.
+# build-fuzz/fuzz-corpus/{gguf,safetensors,server_api,http_parser,grammar,ipc} for the next run.
 # FUZZ_JOBS sets the build parallelism (default: nproc).
 set -euo pipefail
 
 seconds=${1:-60}
-targets=5
+targets=6
 per_target=$(( seconds / targets > 0 ? seconds / targets : 1 ))
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 build=$root/build-fuzz
@@ -24,7 +26,8 @@ jobs=${FUZZ_JOBS:-$(nproc)}
 CC=clang CXX=clang++ cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
   -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O2 -g1 -DNDEBUG" -DCMAKE_C_FLAGS_RELWITHDEBINFO="-O2 -g1 -DNDEBUG" \
   -DMOESERVE_BUILD_FUZZ=ON -DMOESERVE_BUILD_TESTS=OFF -DMOESERVE_BUILD_BENCH=OFF -DMOESERVE_CUDA=OFF >/dev/null
-ninja -C "$build" -j"$jobs" fuzz_gguf fuzz_gguf_seeds fuzz_safetensors fuzz_server_api fuzz_http_parser fuzz_grammar
+ninja -C "$build" -j"$jobs" fuzz_gguf fuzz_gguf_seeds fuzz_safetensors fuzz_server_api fuzz_http_parser fuzz_grammar \
+  fuzz_ipc_frames fuzz_ipc_seeds
 
 seeds=$build/fuzz-seeds/gguf
 corpus=$build/fuzz-corpus/gguf
@@ -123,6 +126,18 @@ printf 'root ::= a{2,4} | b+ c?\na ::= "x" | "y" a\nb ::= (c | "z")\nc ::= [q-t]
 if ! "$build/fuzz/fuzz_grammar" -max_total_time="$per_target" -max_len=2048 -malloc_limit_mb=512 -rss_limit_mb=2048 \
   -timeout=10 -artifact_prefix="$artifacts/" -print_final_stats=1 "$gr_corpus" "$gr_seeds"; then
   echo "fuzz.sh: fuzz_grammar found a problem; reproduce with: $build/fuzz/fuzz_grammar $artifacts/<crash file>" >&2
+  exit 1
+fi
+# Expert worker protocol seeds: whole parent streams (both transports, every
+# payload type, refused and failing calls, another version and placement).
+ipc_seeds=$build/fuzz-seeds/ipc
+ipc_corpus=$build/fuzz-corpus/ipc
+rm -rf "$ipc_seeds"
+mkdir -p "$ipc_seeds" "$ipc_corpus"
+"$build/fuzz/fuzz_ipc_seeds" "$ipc_seeds"
+if ! "$build/fuzz/fuzz_ipc_frames" -max_total_time="$per_target" -max_len=16384 -malloc_limit_mb=256 -rss_limit_mb=2048 \
+  -timeout=10 -artifact_prefix="$artifacts/" -print_final_stats=1 "$ipc_corpus" "$ipc_seeds"; then
+  echo "fuzz.sh: fuzz_ipc_frames found a problem; reproduce with: $build/fuzz/fuzz_ipc_frames $artifacts/<crash file>" >&2
   exit 1
 fi
 echo "fuzz.sh: no crashes in ${seconds}s"

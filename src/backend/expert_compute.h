@@ -38,6 +38,17 @@ class ExpertBackend {
  public:
   virtual ~ExpertBackend() = default;
   virtual Status compute(const ExpertBatch& batch) = 0;
+
+  // The same work in two halves, for backends that compute somewhere else
+  // (a worker process): start() hands the batch over and returns, so the
+  // caller can compute its own experts meanwhile; finish() waits for the
+  // outputs. Every start() is followed by exactly one finish(), whatever
+  // start() returned; the batch and all memory it points to stay valid and
+  // unread by the caller until finish() returns. kUnavailable from either
+  // means "not computed, the executor is not there": the caller may compute
+  // the batch itself. The default computes in start().
+  virtual Status start(const ExpertBatch& batch) { return compute(batch); }
+  virtual Status finish() { return Status::ok(); }
 };
 
 }  // namespace moeserve::backend

@@ -58,14 +58,47 @@ std::mutex& ExpertSplit::host_lock() {
   return m;
 }
 
+HostCall& HostCall::operator=(HostCall&& o) noexcept {
+  if (this != &o) {
+    (void)finish();
+    lock_ = std::move(o.lock_);
+    backend_ = o.backend_;
+    started_ = std::move(o.started_);
+    pending_ = o.pending_;
+    o.pending_ = false;
+  }
+  return *this;
+}
+
+Status HostCall::finish() {
+  Status started = std::move(started_);
+  started_ = Status::ok();
+  if (!pending_) return started;
+  pending_ = false;
+  Status done = backend_->finish();
+  if (lock_.owns_lock()) lock_.unlock();
+  return started.is_ok() ? done : started;
+}
+
 Status ExpertSplit::compute_on_host(int layer, int64_t n_embd, int64_t n_ff,
                                     std::span<const ExpertJob> jobs) const {
   if (jobs.empty()) return Status::ok();
+  HostCall call = start_on_host(layer, n_embd, n_ff, jobs);
+  return call.finish();
+}
+
+HostCall ExpertSplit::start_on_host(int layer, int64_t n_embd, int64_t n_ff,
+                                    std::span<const ExpertJob> jobs) const {
+  HostCall call;
+  if (jobs.empty()) return call;
   const WeightView *g = host_view(WeightUse::kExpertGate), *u = host_view(WeightUse::kExpertUp),
                    *d = host_view(WeightUse::kExpertDown);
   if (host_ == nullptr || g == nullptr || u == nullptr || d == nullptr) {
-    return make_error(StatusCode::kInternal,
-                      "layer {}: experts placed off the device, but no host copy to compute them", layer);
+    // Nothing started: finish() reports the error.
+    call.started_ =
+        make_error(StatusCode::kInternal,
+                   "layer {}: experts placed off the device, but no host copy to compute them", layer);
+    return call;
   }
   ExpertBatch batch;
   batch.layer = layer;
@@ -73,8 +106,11 @@ Status ExpertSplit::compute_on_host(int layer, int64_t n_embd, int64_t n_ff,
   batch.n_ff = n_ff;
   batch.gate = g, batch.up = u, batch.down = d;
   batch.jobs = jobs;
-  std::lock_guard<std::mutex> lock(host_lock());
-  return host_->compute(batch);
+  call.lock_ = std::unique_lock<std::mutex>(host_lock());
+  call.backend_ = host_;
+  call.pending_ = true;
+  call.started_ = host_->start(batch);
+  return call;
 }
 
 }  // namespace moeserve::backend

@@ -22,6 +22,28 @@
 
 namespace moeserve::backend {
 
+// One asynchronous call to a split's host backend (ExpertSplit::start_on_host):
+// holds the host lock until finish(), so calls of everyone sharing the host
+// backend do not interleave. Destroying a pending call finishes it.
+class HostCall {
+ public:
+  HostCall() = default;
+  HostCall(HostCall&& o) noexcept { *this = std::move(o); }
+  HostCall& operator=(HostCall&& o) noexcept;
+  ~HostCall() { (void)finish(); }
+  bool pending() const { return pending_; }
+  // Waits for the outputs; the first error of start and finish (once; ok
+  // after that, and ok for a call of no jobs).
+  Status finish();
+
+ private:
+  friend class ExpertSplit;
+  std::unique_lock<std::mutex> lock_;
+  ExpertBackend* backend_ = nullptr;
+  Status started_;
+  bool pending_ = false;
+};
+
 class ExpertSplit {
  public:
   // `local`: expert ids in 0..n_expert-1 (sorted and de-duplicated here).
@@ -55,6 +77,10 @@ class ExpertSplit {
   // Runs `batch` (jobs of non-local experts only) on the host backend with
   // the host views, one call at a time across everyone sharing `host`.
   Status compute_on_host(int layer, int64_t n_embd, int64_t n_ff, std::span<const ExpertJob> jobs) const;
+  // The same in two halves (ExpertBackend::start/finish): the host backend
+  // (a worker process) computes while the caller computes the local
+  // experts. `jobs` and the rows they point to stay valid until finish().
+  HostCall start_on_host(int layer, int64_t n_embd, int64_t n_ff, std::span<const ExpertJob> jobs) const;
 
   // Selections served locally and by the host since start (the hot-hit
   // ratio); counted only while some expert is not local (all local: 1).

@@ -14,6 +14,7 @@ const char* status_code_name(StatusCode code) {
     case StatusCode::kInternal: return "internal error";
     case StatusCode::kResourceExhausted: return "resource exhausted";
     case StatusCode::kCancelled: return "cancelled";
+    case StatusCode::kUnavailable: return "unavailable";
   }
   return "unknown";
 }

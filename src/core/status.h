@@ -25,6 +25,7 @@ enum class StatusCode {
   kInternal,         // a bug: an invariant did not hold
   kResourceExhausted,  // a queue or budget is full; retry later
   kCancelled,        // stopped before it finished (caller or shutdown)
+  kUnavailable,      // a peer (an expert worker process) is not there now; another way may work
 };
 
 const char* status_code_name(StatusCode code);

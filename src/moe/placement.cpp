@@ -13,6 +13,30 @@ using nlohmann::json;
 namespace {
 constexpr std::string_view kFormat = "moeserve-placement";
 constexpr int64_t kVersion = 1;
+// entry[key]: expert ids of layer l, each in 0..n_expert-1 once; sorted.
+Result<std::vector<int32_t>> expert_list(const json& entry, std::string_view key, std::string_view source,
+                                         const std::string& where, const MoeShape& model, int64_t l) {
+  MOESERVE_ASSIGN_OR_RETURN(const json* ids, json_array(entry, key, source, where));
+  if (model.expert_bytes[size_t(l)] == 0 && !ids->empty()) {
+    return make_error(StatusCode::kInvalidArgument, "{}: {}: layer {} has no experts", source, where, l);
+  }
+  std::vector<int32_t> out;
+  for (size_t j = 0; j < ids->size(); ++j) {
+    const json& v = (*ids)[j];
+    if (!v.is_number_integer() || v.get<int64_t>() < 0 || v.get<int64_t>() >= model.n_expert) {
+      return make_error(StatusCode::kInvalidArgument, "{}: {}.{}[{}] is {}: not an expert id (0..{})", source,
+                        where, key, j, v.dump(), model.n_expert - 1);
+    }
+    out.push_back(int32_t(v.get<int64_t>()));
+  }
+  std::sort(out.begin(), out.end());
+  if (const auto dup = std::adjacent_find(out.begin(), out.end()); dup != out.end()) {
+    return make_error(StatusCode::kInvalidArgument, "{}: {}.{} lists expert {} twice", source, where, key,
+                      *dup);
+  }
+  return out;
+}
+
 }  // namespace
 
 uint64_t ExpertPlacement::hot_bytes(const MoeShape& shape) const {
@@ -20,6 +44,13 @@ uint64_t ExpertPlacement::hot_bytes(const MoeShape& shape) const {
   for (size_t l = 0; l < hot.size() && l < shape.expert_bytes.size(); ++l)
     b += hot[l].size() * shape.expert_bytes[l];
   return b;
+}
+
+bool ExpertPlacement::has_worker() const {
+  for (const auto& w : worker) {
+    if (!w.empty()) return true;
+  }
+  return false;
 }
 
 int64_t ExpertPlacement::n_hot() const {
@@ -31,7 +62,11 @@ int64_t ExpertPlacement::n_hot() const {
 std::string to_json(const ExpertPlacement& p, const MoeShape& shape) {
   using ojson = nlohmann::ordered_json;
   std::vector<ojson> layers;
-  for (size_t l = 0; l < p.hot.size(); ++l) layers.push_back({{"layer", l}, {"hot", p.hot[l]}});
+  for (size_t l = 0; l < p.hot.size(); ++l) {
+    ojson entry = {{"layer", l}, {"hot", p.hot[l]}};
+    if (l < p.worker.size() && !p.worker[l].empty()) entry["worker"] = p.worker[l];
+    layers.push_back(entry);
+  }
   const ojson head = file_head(
       kFormat, kVersion, {shape.arch, shape.fingerprint, shape.n_layer, shape.n_expert, shape.n_expert_used});
   return layered_json(head, layers);
@@ -54,6 +89,7 @@ Result<ExpertPlacement> parse_placement(std::string_view text, std::string_view 
   MOESERVE_ASSIGN_OR_RETURN(const json* layers, json_array(doc, "layers", source, "(top level)"));
   ExpertPlacement p;
   p.hot.assign(size_t(model.n_layer), {});
+  p.worker.assign(size_t(model.n_layer), {});
   std::vector<bool> seen(size_t(model.n_layer), false);
   for (size_t i = 0; i < layers->size(); ++i) {
     const std::string where = fmt::format("layers[{}]", i);
@@ -72,23 +108,17 @@ Result<ExpertPlacement> parse_placement(std::string_view text, std::string_view 
     if (seen[size_t(l)])
       return make_error(StatusCode::kInvalidArgument, "{}: {}: layer {} appears twice", source, where, l);
     seen[size_t(l)] = true;
-    MOESERVE_ASSIGN_OR_RETURN(const json* ids, json_array(entry, "hot", source, where));
-    if (model.expert_bytes[size_t(l)] == 0 && !ids->empty()) {
-      return make_error(StatusCode::kInvalidArgument, "{}: {}: layer {} has no experts", source, where, l);
-    }
-    std::vector<int32_t>& hot = p.hot[size_t(l)];
-    for (size_t j = 0; j < ids->size(); ++j) {
-      const json& v = (*ids)[j];
-      if (!v.is_number_integer() || v.get<int64_t>() < 0 || v.get<int64_t>() >= model.n_expert) {
-        return make_error(StatusCode::kInvalidArgument, "{}: {}.hot[{}] is {}: not an expert id (0..{})",
-                          source, where, j, v.dump(), model.n_expert - 1);
+    MOESERVE_ASSIGN_OR_RETURN(p.hot[size_t(l)], expert_list(entry, "hot", source, where, model, l));
+    if (entry.contains("worker")) {
+      MOESERVE_ASSIGN_OR_RETURN(p.worker[size_t(l)], expert_list(entry, "worker", source, where, model, l));
+      const std::vector<int32_t>&hot = p.hot[size_t(l)], &worker = p.worker[size_t(l)];
+      for (int32_t e : worker) {
+        if (std::binary_search(hot.begin(), hot.end(), e)) {
+          return make_error(StatusCode::kInvalidArgument,
+                            "{}: {}: expert {} is both hot and the worker's: give it to one of them", source,
+                            where, e);
+        }
       }
-      hot.push_back(int32_t(v.get<int64_t>()));
-    }
-    std::sort(hot.begin(), hot.end());
-    if (const auto dup = std::adjacent_find(hot.begin(), hot.end()); dup != hot.end()) {
-      return make_error(StatusCode::kInvalidArgument, "{}: {}.hot lists expert {} twice", source, where,
-                        *dup);
     }
   }
   return p;
@@ -97,6 +127,43 @@ Result<ExpertPlacement> parse_placement(std::string_view text, std::string_view 
 Result<ExpertPlacement> read_placement(const std::string& path, const MoeShape& model) {
   MOESERVE_ASSIGN_OR_RETURN(std::string text, read_text_file(path));
   return parse_placement(text, path, model);
+}
+
+Result<std::vector<std::vector<int32_t>>> worker_experts(const std::string& placement_path,
+                                                         const MoeShape& model) {
+  if (placement_path.empty()) {
+    std::vector<std::vector<int32_t>> all(size_t(model.n_layer));
+    for (int64_t l = 0; l < model.n_layer; ++l) {
+      if (model.expert_bytes[size_t(l)] == 0) continue;
+      for (int32_t e = 0; e < int32_t(model.n_expert); ++e) all[size_t(l)].push_back(e);
+    }
+    return all;
+  }
+  MOESERVE_ASSIGN_OR_RETURN(ExpertPlacement p, read_placement(placement_path, model));
+  if (!p.has_worker()) {
+    return make_error(
+        StatusCode::kInvalidArgument,
+        "{}: no layer gives the worker any expert (add \"worker\": [ids] to a layer's entry, or "
+        "leave --placement out to give it every expert)",
+        placement_path);
+  }
+  return std::move(p.worker);
+}
+
+uint64_t experts_fingerprint(const std::vector<std::vector<int32_t>>& experts) {
+  uint64_t h = 14695981039346656037ull;
+  auto mix = [&](uint64_t v) {
+    for (int i = 0; i < 8; ++i) {
+      h ^= (v >> (8 * i)) & 0xffu;
+      h *= 1099511628211ull;
+    }
+  };
+  mix(experts.size());
+  for (const auto& layer : experts) {
+    mix(layer.size());
+    for (int32_t e : layer) mix(uint64_t(uint32_t(e)));
+  }
+  return h;
 }
 
 }  // namespace moeserve::moe

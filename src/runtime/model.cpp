@@ -28,14 +28,22 @@ Result<std::unique_ptr<Model>> Model::from_gguf(GgufFile file, const ModelLoadOp
   models::Placement placement;
   placement.io = m->cpu_.get();
   if (!on_cpu) {
+    if (options.expert_worker != nullptr) {
+      return make_error(
+          StatusCode::kUnsupported,
+          "an expert worker works with the CPU device only for now ({} chose a GPU): add --device cpu",
+          options.device);
+    }
     MOESERVE_ASSIGN_OR_RETURN(m->gpu_, backend::open_cuda_device(choice.spec.index));
     placement.io = m->gpu_.get();
     if (options.split_experts) MOESERVE_RETURN_IF_ERROR(m->split_experts(options.gpu_experts, placement));
+  } else if (options.expert_worker != nullptr) {
+    MOESERVE_RETURN_IF_ERROR(m->give_experts_to_worker(options, placement));
   }
   if (options.populate && m->file_.file_backed() && on_cpu) MappedFile::populate(m->file_.bytes());
   const auto t0 = std::chrono::steady_clock::now();
   MOESERVE_ASSIGN_OR_RETURN(m->net_, models::create_model(m->file_, placement));
-  if (!m->splits_.empty()) m->pin_for_expert_copies();
+  if (!m->splits_.empty() && m->gpu_ != nullptr) m->pin_for_expert_copies();
   if (m->packed().tensors > 0) {
     MOESERVE_LOG_INFO("packed {} weight tensors ({:.2f} GiB) for the {} kernels in {:.2f} s", m->packed().tensors,
                       double(m->packed().bytes) / double(1 << 30), cpu::simd_level_name(cpu::cpu_kernels().level),
@@ -105,6 +113,45 @@ Status Model::split_experts(const std::vector<std::vector<int32_t>>& gpu_experts
   return Status::ok();
 }
 
+// On the CPU, a split per layer whose `host` is the worker: the device
+// keeps every expert (it computes the worker's when the worker is gone) and
+// computes all but the worker's.
+Status Model::give_experts_to_worker(const ModelLoadOptions& options, models::Placement& placement) {
+  const int64_t n_expert = file_.get_int(file_.arch_key(keys::kExpertCount)).value_or(0);
+  const int64_t n_layer = file_.get_int(file_.arch_key(keys::kBlockCount)).value_or(0);
+  if (n_expert <= 0) {
+    return make_error(StatusCode::kInvalidArgument, "{}: an expert worker, but the model has no experts",
+                      file_.name());
+  }
+  if (int64_t(options.worker_experts.size()) > n_layer) {
+    return make_error(StatusCode::kInvalidArgument, "{}: worker experts for {} layers, the model has {}",
+                      file_.name(), options.worker_experts.size(), n_layer);
+  }
+  splits_.resize(size_t(n_layer));
+  placement.expert_splits.assign(size_t(n_layer), nullptr);
+  for (int64_t l = 0; l < n_layer; ++l) {
+    std::vector<bool> remote(size_t(n_expert), false);
+    if (size_t(l) < options.worker_experts.size()) {
+      for (int32_t e : options.worker_experts[size_t(l)]) {
+        if (e < 0 || e >= n_expert) {
+          return make_error(StatusCode::kInvalidArgument, "{}: layer {}: worker expert {} is outside 0..{}",
+                            file_.name(), l, e, n_expert - 1);
+        }
+        remote[size_t(e)] = true;
+      }
+    }
+    std::vector<int32_t> local;
+    for (int32_t e = 0; e < int32_t(n_expert); ++e) {
+      if (!remote[size_t(e)]) local.push_back(e);
+    }
+    splits_[size_t(l)] =
+        std::make_unique<backend::ExpertSplit>(n_expert, std::move(local), options.expert_worker);
+    placement.expert_splits[size_t(l)] = splits_[size_t(l)].get();
+  }
+  worker_splits_ = true;
+  return Status::ok();
+}
+
 // A prefill chunk may copy cold experts to the GPU: their source (the
 // file's mapping) is pinned for full-speed asynchronous copies. Without it
 // the CPU computes them at every batch size.
@@ -134,6 +181,7 @@ void Model::pin_for_expert_copies() {
 
 Result<std::vector<ExpertSwap>> Model::promote_experts(const PromotionOptions& options) {
   std::vector<ExpertSwap> done;
+  if (worker_splits_) return done;  // the placement names the worker's experts; they stay there
   for (size_t l = 0; l < splits_.size(); ++l) {
     backend::ExpertSplit& split = *splits_[l];
     for (const ExpertSwap& s : plan_swaps(split, int(l), options)) {

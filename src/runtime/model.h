@@ -37,6 +37,14 @@ struct ModelLoadOptions {
   // Ignored on the CPU (everything is there already).
   std::vector<std::vector<int32_t>> gpu_experts{};
   bool split_experts = false;  // gpu_experts applies (an empty list: no expert on the GPU)
+  // Experts another executor computes, an expert worker process
+  // (ipc/worker_backend.h): [layer] -> expert ids, the model's device
+  // computes every other one. The CPU only, for now. A call the executor
+  // answers kUnavailable (the worker died or timed out) is computed by the
+  // device itself with its own weights, so the output does not change.
+  // Null: none. Must outlive the model.
+  backend::ExpertBackend* expert_worker = nullptr;
+  std::vector<std::vector<int32_t>> worker_experts{};
 };
 
 class Model {
@@ -79,6 +87,7 @@ class Model {
  private:
   explicit Model(GgufFile file) : file_(std::move(file)) {}
   Status split_experts(const std::vector<std::vector<int32_t>>& gpu_experts, models::Placement& placement);
+  Status give_experts_to_worker(const ModelLoadOptions& options, models::Placement& placement);
   void pin_for_expert_copies();
   GgufFile file_;
   std::unique_ptr<ThreadPool> pool_;
@@ -87,6 +96,7 @@ class Model {
   std::unique_ptr<backend::ExpertBackend> host_experts_;         // computes the splits' CPU experts
   std::unique_ptr<backend::ExpertCostModel> expert_cost_;        // CPU or a copy to the GPU, per call
   std::vector<std::unique_ptr<backend::ExpertSplit>> splits_;  // declared before net_: outlive it
+  bool worker_splits_ = false;  // the splits follow a worker's placement: never promoted
   std::string device_reason_;
   std::unique_ptr<models::LanguageModel> net_;
   std::unique_ptr<tok::Tokenizer> tokenizer_;

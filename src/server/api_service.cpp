@@ -445,6 +445,7 @@ ApiReply ApiService::metrics_text() {
   ApiReply r;
   r.content_type = "text/plain; version=0.0.4; charset=utf-8";
   r.body = metrics_->render_prometheus() + expert_stats_prometheus(model_);
+  if (config_.extra_metrics) r.body += config_.extra_metrics();
   return r;
 }
 

@@ -34,6 +34,8 @@ struct ServiceConfig {
   // Fault injection for tests: returning true makes this request's handling
   // fail as if an allocation had (std::bad_alloc).
   std::function<bool(const std::string& path)> inject_allocation_failure;
+  // More Prometheus text for /metrics (serve: the expert worker's series).
+  std::function<std::string()> extra_metrics;
 };
 
 struct ApiRequest {

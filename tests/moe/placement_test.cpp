@@ -233,6 +233,46 @@ TEST(PlacementFile, RefusesBadInputNamingTheEntry) {
   EXPECT_EQ(sparse->hot, (std::vector<std::vector<int32_t>>{{}, {2, 5}, {}}));
 }
 
+TEST(PlacementFile, WorkerListsSayWhatTheExpertWorkerComputes) {
+  const MoeShape s = toy_shape();
+  auto p = parse_placement(placement_with(s, R"({"layer":0,"hot":[1],"worker":[7,3]},{"layer":2,"hot":[]})"),
+                           "w.json", s);
+  ASSERT_TRUE(p.is_ok()) << p.status().to_string();
+  EXPECT_TRUE(p->has_worker());
+  EXPECT_EQ(p->worker, (std::vector<std::vector<int32_t>>{{3, 7}, {}, {}}));
+  // Round trip: "worker" is written only where a layer has some.
+  auto back = parse_placement(to_json(*p, s), "back.json", s);
+  ASSERT_TRUE(back.is_ok()) << back.status().to_string();
+  EXPECT_EQ(back->worker, p->worker);
+  EXPECT_EQ(back->hot, p->hot);
+  const std::pair<std::string, std::string> bad[] = {
+      {R"({"layer":0,"hot":[1],"worker":[1]})", "both hot and the worker's"},
+      {R"({"layer":0,"hot":[],"worker":[8]})", "layers[0].worker[0] is 8"},
+      {R"({"layer":0,"hot":[],"worker":[2,2]})", "lists expert 2 twice"},
+      {R"({"layer":0,"hot":[],"worker":3})", "worker"},
+  };
+  for (const auto& [layers, want] : bad) {
+    auto r = parse_placement(placement_with(s, layers), "bad.json", s);
+    ASSERT_FALSE(r.is_ok()) << layers;
+    EXPECT_NE(r.status().message().find(want), std::string::npos) << r.status().to_string();
+  }
+  // Without a file the worker computes every expert; a file that gives it none is refused.
+  auto all = worker_experts("", s);
+  ASSERT_TRUE(all.is_ok());
+  ASSERT_EQ(all->size(), 3u);
+  EXPECT_EQ((*all)[2].size(), 8u);
+  const std::string path = ::testing::TempDir() + "placement_no_worker.json";
+  ASSERT_TRUE(write_text_file(path, placement_with(s, R"({"layer":1,"hot":[2]})")).is_ok());
+  auto none = worker_experts(path, s);
+  ASSERT_FALSE(none.is_ok());
+  EXPECT_NE(none.status().message().find("gives the worker any expert"), std::string::npos);
+  std::remove(path.c_str());
+  // The fingerprint tells lists apart, and is stable.
+  EXPECT_EQ(experts_fingerprint(*all), experts_fingerprint(*all));
+  EXPECT_NE(experts_fingerprint(*all), experts_fingerprint(p->worker));
+  EXPECT_NE(experts_fingerprint({{1}, {}}), experts_fingerprint({{}, {1}}));
+}
+
 TEST(ExpertStatsFile, RoundTripsAndRefusesBadCounts) {
   const MoeShape s = toy_shape();
   ExpertStats st = skewed_stats(s);

@@ -19,10 +19,11 @@
 #include "runtime/generator.h"
 #include "runtime/model.h"
 #include "runtime/sampler.h"
+#include "tools/moeserve/bench_hybrid.h"
 #include "tools/moeserve/bench_parallel.h"
 #include "tools/moeserve/commands.h"
-#include "tools/moeserve/bench_hybrid.h"
 #include "tools/moeserve/expert_flags.h"
+#include "tools/moeserve/expert_worker_flags.h"
 
 namespace moeserve::tools {
 namespace {
@@ -34,6 +35,7 @@ struct BenchOptions {
   bool json = false, profile = false, no_pack = false;
   std::string device = "auto";
   moe::ExpertPolicyOptions experts;  // --placement, --n-cpu-moe, --cpu-moe, --gpu-mem
+  ExpertWorkerCliOptions worker;     // --expert-worker ...
   std::string expert_backend = "tiled";
   std::vector<int64_t> parallel;  // aggregate decode with this many sequences
 };
@@ -136,6 +138,9 @@ Status run_bench(const BenchOptions& o) {
     bw_before = read_bandwidth(probe_pool);
   }
   runtime::ModelLoadOptions load{.n_threads = o.threads, .pack_weights = !o.no_pack, .device = o.device};
+  MOESERVE_ASSIGN_OR_RETURN(
+      std::unique_ptr<ipc::WorkerExpertBackend> worker,
+      apply_expert_worker_flags(o.model_path, o.experts.placement_path, o.worker, &load));
   MOESERVE_RETURN_IF_ERROR(apply_expert_flags(o.model_path, o.experts, &load));
   MOESERVE_ASSIGN_OR_RETURN(std::unique_ptr<runtime::Model> model, runtime::Model::load(o.model_path, load));
   const models::ModelInfo& info = model->info();
@@ -150,6 +155,19 @@ Status run_bench(const BenchOptions& o) {
   std::vector<int32_t> prompt(size_t(o.n_prompt));
   for (int32_t& t : prompt) t = int32_t(rng() % uint32_t(model->tokenizer().vocab_size()));
   std::vector<double> pp, tg, ttft;
+  // The expert worker's share of the timed runs, per phase.
+  ipc::WorkerMetrics pp_worker, tg_worker;
+  auto worker_now = [&] { return worker != nullptr ? worker->metrics() : ipc::WorkerMetrics{}; };
+  auto add_phase = [](ipc::WorkerMetrics& sum, const ipc::WorkerMetrics& d) {
+    sum.batches += d.batches;
+    sum.calls += d.calls;
+    sum.payload_bytes += d.payload_bytes;
+    sum.wait_ns += d.wait_ns;
+    sum.worker_us += d.worker_us;
+    sum.fallbacks += d.fallbacks;
+    sum.restarts += d.restarts;
+    sum.stream_batches += d.stream_batches;
+  };
   // Prefill and decode end with the greedy choice as `generate --temp 0`
   // does (the arg-max over the logits, on the model's device, is part of a
   // step's cost; only the token id comes back).
@@ -162,10 +180,12 @@ Status run_bench(const BenchOptions& o) {
       set_profile(rep >= 0 ? &pp_prof : nullptr);
       gen.sequence().clear();
       if (rep >= 0) pp_hits.start();
+      const ipc::WorkerMetrics w0 = worker_now();
       const auto t0 = Clock::now();
       MOESERVE_RETURN_IF_ERROR(gen.prefill_greedy(prompt, o.batch, &next));
       const double s = std::chrono::duration<double>(Clock::now() - t0).count();
       if (rep >= 0) pp_hits.stop();
+      if (rep >= 0) add_phase(pp_worker, ipc::difference(worker_now(), w0));
       if (rep >= 0) pp.push_back(double(o.n_prompt) / s), ttft.push_back(s * 1e3);
     }
     if (o.n_gen > 0) {
@@ -173,6 +193,7 @@ Status run_bench(const BenchOptions& o) {
       gen.sequence().clear();
       int32_t tok = prompt.empty() ? 0 : prompt[0];
       if (rep >= 0) hits.start();
+      const ipc::WorkerMetrics w0 = worker_now();
       const auto t0 = Clock::now();
       for (int64_t i = 0; i < o.n_gen; ++i) {
         MOESERVE_RETURN_IF_ERROR(gen.decode_greedy(tok, &next));
@@ -180,6 +201,7 @@ Status run_bench(const BenchOptions& o) {
       }
       const double s = std::chrono::duration<double>(Clock::now() - t0).count();
       if (rep >= 0) hits.stop();
+      if (rep >= 0) add_phase(tg_worker, ipc::difference(worker_now(), w0));
       if (rep >= 0) tg.push_back(double(o.n_gen) / s);
     }
   }
@@ -244,6 +266,11 @@ Status run_bench(const BenchOptions& o) {
   if (o.profile) {
     fmt::print("pp profile: {}\ntg profile: {}\n", profile_line(pp_prof), profile_line(tg_prof));
   }
+  if (worker != nullptr) {
+    fmt::print("{}\n", worker->describe());
+    if (o.n_prompt > 0) fmt::print("pp: {}\n", worker_metrics_line(pp_worker, o.n_prompt * o.repetitions));
+    if (o.n_gen > 0) fmt::print("tg: {}\n", worker_metrics_line(tg_worker, o.n_gen * o.repetitions));
+  }
   return Status::ok();
 }
 
@@ -273,6 +300,7 @@ void register_bench(CLI::App& app) {
   cmd->add_option("--device", o->device, "Device: auto (the first CUDA GPU when this binary has CUDA and one is visible, else the CPU), cpu, cuda or cuda:N")
       ->capture_default_str();
   add_expert_flags(cmd, &o->experts);
+  add_expert_worker_flags(cmd, &o->worker);
   cmd->add_flag("--no-pack", o->no_pack,
                 "Use every weight in place from the file (zero-copy), without the packed copy the AVX-512 "
                 "kernels are fastest with (for comparisons)");

@@ -12,6 +12,7 @@
 #include "runtime/model.h"
 #include "tools/moeserve/commands.h"
 #include "tools/moeserve/expert_flags.h"
+#include "tools/moeserve/expert_worker_flags.h"
 
 namespace moeserve::tools {
 namespace {
@@ -24,6 +25,7 @@ struct GenerateCliOptions {
   bool no_pack = false;
   std::string device = "auto";
   moe::ExpertPolicyOptions experts;  // --placement, --n-cpu-moe, --cpu-moe, --gpu-mem
+  ExpertWorkerCliOptions worker;     // --expert-worker ...
   runtime::SamplerOptions sampling;
   std::vector<std::string> stop;
 };
@@ -46,6 +48,9 @@ Status run_generate(const GenerateCliOptions& o) {
   runtime::ModelLoadOptions load{.n_threads = o.threads, .pack_weights = !o.no_pack, .device = o.device};
   moe::ExpertPolicyOptions experts = o.experts;
   experts.ctx_size = o.ctx_size;
+  // Declared before the model: it outlives it.
+  MOESERVE_ASSIGN_OR_RETURN(std::unique_ptr<ipc::WorkerExpertBackend> worker,
+                            apply_expert_worker_flags(o.model_path, experts.placement_path, o.worker, &load));
   MOESERVE_RETURN_IF_ERROR(apply_expert_flags(o.model_path, experts, &load));
   MOESERVE_ASSIGN_OR_RETURN(std::unique_ptr<runtime::Model> model, runtime::Model::load(o.model_path, load));
   std::string text = o.prompt;
@@ -76,6 +81,10 @@ Status run_generate(const GenerateCliOptions& o) {
                      "first token {:.0f} ms | stop: {}\n",
              r.prompt_tokens, r.prefill_seconds > 0 ? double(r.prompt_tokens) / r.prefill_seconds : 0.0,
              r.tokens.size(), decode_tps, r.first_token_seconds * 1e3, runtime::stop_reason_name(r.reason));
+  if (worker != nullptr) {
+    fmt::print(stderr, "{}\n",
+               worker_metrics_line(worker->metrics(), r.prompt_tokens + int64_t(r.tokens.size())));
+  }
   return Status::ok();
 }
 
@@ -97,6 +106,7 @@ void register_generate(CLI::App& app) {
   cmd->add_option("--device", o->device, "Device: auto (the first CUDA GPU when this binary has CUDA and one is visible, else the CPU), cpu, cuda or cuda:N")
       ->capture_default_str();
   add_expert_flags(cmd, &o->experts);
+  add_expert_worker_flags(cmd, &o->worker);
   cmd->add_flag("--no-pack", o->no_pack,
                 "Use every weight in place from the file (zero-copy), without the packed copy the AVX-512 "
                 "kernels are fastest with (saves the Q4_K/Q6_K weights' size in RAM; slower)");

@@ -23,6 +23,7 @@
 #include "server/web_page.h"
 #include "tools/moeserve/commands.h"
 #include "tools/moeserve/expert_flags.h"
+#include "tools/moeserve/expert_worker_flags.h"
 
 namespace moeserve::tools {
 namespace {
@@ -45,13 +46,9 @@ struct ServeCliOptions {
   size_t max_body_kb = 1024;
   std::string special_tokens_in_content = "text";
   std::string chat_template_file;  // --chat-template: overrides the model file's template
-  int max_connections = 0;         // 0: 2 x (parallel + queue) + 16, at most kAutoMaxConnections
+  ExpertWorkerCliOptions worker;   // --expert-worker ...
+  int max_connections = 0;         // 0: HttpOptions' default
 };
-
-// The automatic connection cap: each open connection holds a thread (this
-// front end is thread-per-connection), so a huge --queue must not mean
-// hundreds of thousands of threads.
-constexpr int kAutoMaxConnections = 1024;
 
 server::HttpServer* g_server = nullptr;
 
@@ -81,14 +78,21 @@ Status run_serve(ServeCliOptions o) {
   if (!o.chat_template_file.empty()) {
     MOESERVE_ASSIGN_OR_RETURN(chat_template, read_chat_template(o.chat_template_file));
   }
-  const int64_t wanted = 2 * (int64_t(o.parallel) + int64_t(o.queue)) + 16;
-  o.http.threads =
-      o.max_connections > 0 ? o.max_connections : int(std::min<int64_t>(wanted, kAutoMaxConnections));
-  if (o.max_connections == 0 && wanted > kAutoMaxConnections) {
-    fmt::print(stderr,
-               "moeserve serve: serving at most {} connections at once (--max-connections; --queue {} would "
-               "want {}); more get 503\n",
-               o.http.threads, o.queue, wanted);
+  if (o.max_connections > 0) o.http.max_connections = o.max_connections;
+  // Connections cost no thread; the handler threads are what a plain
+  // generation holds until its answer: one per slot, and a few more so that
+  // the next requests are already queued in the engine when a slot frees.
+  o.http.handler_threads = o.parallel + 8;
+  o.http.max_waiting_requests = int(std::min<size_t>(o.queue, 1 << 20));
+  // ApiService answers GET routes (health, models, metrics, the page) from
+  // memory: they run on the event loop, with no thread hop.
+  o.http.light_requests_inline = true;
+  if (int64_t(o.parallel) + int64_t(o.queue) > o.http.max_connections) {
+    fmt::print(
+        stderr,
+        "moeserve serve: serving at most {} connections at once (--max-connections), fewer than --parallel "
+        "{} + --queue {} requests; more get 503\n",
+        o.http.max_connections, o.parallel, o.queue);
   }
   server::HttpServer http(o.http);
   MOESERVE_ASSIGN_OR_RETURN(const int port, http.bind());
@@ -118,6 +122,13 @@ Status run_serve(ServeCliOptions o) {
   moe::ExpertPolicyOptions experts = o.experts;
   experts.ctx_size = o.ctx_size > 0 ? o.ctx_size : 4096;
   experts.parallel = o.parallel;
+  // Declared before the model: it outlives it.
+  Result<std::unique_ptr<ipc::WorkerExpertBackend>> worker =
+      apply_expert_worker_flags(o.model_path, experts.placement_path, o.worker, &load);
+  if (!worker.is_ok()) {
+    stop_listener();
+    return worker.status();
+  }
   Status placed = apply_expert_flags(o.model_path, experts, &load);
   if (!placed.is_ok()) {
     stop_listener();
@@ -168,6 +179,9 @@ Status run_serve(ServeCliOptions o) {
   sc.special_tokens_in_content = server::special_tokens_policy_from_name(o.special_tokens_in_content)
                                      .value_or(server::SpecialTokensInContent::kText);
   sc.chat_template = std::move(chat_template);
+  if (ipc::WorkerExpertBackend* w = worker->get(); w != nullptr) {
+    sc.extra_metrics = [w] { return ipc::prometheus_text(w->metrics()); };
+  }
   auto service = std::make_unique<server::ApiService>(**model, *engine, sc);
   http.set_service(service.get());
   fmt::print(stderr, "moeserve serve: model '{}', {} slots x {} tokens of context, {} threads\n", sc.model_id,
@@ -218,6 +232,7 @@ void register_serve(CLI::App& app) {
                   "CPU), cpu, cuda or cuda:N")
       ->capture_default_str();
   add_expert_flags(cmd, &o->experts);
+  add_expert_worker_flags(cmd, &o->worker);
   cmd->add_option("--expert-promotion", o->expert_promotion,
                   "With experts on the CPU: every N tokens served, cold experts selected clearly more often than\n"
                   "hot ones swap places with them (0: never)")
@@ -244,8 +259,9 @@ void register_serve(CLI::App& app) {
       ->check(CLI::Range(0, 65536));
   cmd->add_option(
          "--max-connections", o->max_connections,
-         "Connections served at once (each holds a thread); more get 503 (default: 2 x (--parallel +\n"
-         "--queue) + 16, at most 1024)")
+         fmt::format("Open connections, idle ones included (they cost memory, no thread); more get 503 "
+                     "(default {})",
+                     server::HttpOptions{}.max_connections))
       ->check(CLI::Range(1, 65536));
   cmd->add_option(
       "--chat-template", o->chat_template_file,

@@ -37,6 +37,7 @@ void register_all_commands(CLI::App& app) {
   register_bench(app);
   register_calibrate(app);
   register_place(app);
+  register_worker(app);
 }
 
 }  // namespace moeserve::tools

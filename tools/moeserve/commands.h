@@ -36,5 +36,6 @@ void register_bench(CLI::App& app);
 void register_serve(CLI::App& app);
 void register_place(CLI::App& app);
 void register_calibrate(CLI::App& app);
+void register_worker(CLI::App& app);
 
 }  // namespace moeserve::tools

@@ -38,8 +38,12 @@ Status apply_expert_flags(const std::string& model_path, moe::ExpertPolicyOption
   MOESERVE_ASSIGN_OR_RETURN(GgufFile file, GgufFile::open(model_path));
   if (choice.spec.kind == backend::DeviceKind::kCpu) {
     MOESERVE_RETURN_IF_ERROR(moe::resolve_expert_policy(file, o).status());  // still say what is wrong
-    fmt::print(stderr,
-               "note: the expert placement flags are ignored on the CPU (every expert is computed there)\n");
+    // With an expert worker, --placement says which experts it computes.
+    if (load->expert_worker == nullptr || o.n_cpu_moe >= 0 || o.cpu_moe || !o.gpu_mem.empty()) {
+      fmt::print(
+          stderr,
+          "note: the expert placement flags are ignored on the CPU (every expert is computed there)\n");
+    }
     return Status::ok();
   }
   if (auto gpus = gpu::list_devices(); gpus.is_ok()) {

@@ -309,6 +309,7 @@ Status CpuOps::expert_ffn(const ExpertFfnArgs& a) {
   batch.up = a.up;
   batch.down = a.down;
   batch.jobs = jobs_;
+  HostCall host;
   if (a.split != nullptr && !a.split->all_local()) {
     // Jobs of the host's experts go there; this device computes the rest.
     // Both write the same output rows, so the combine below is unchanged.
@@ -322,9 +323,20 @@ Status CpuOps::expert_ffn(const ExpertFfnArgs& a) {
     batch.jobs = jobs_;
     a.split->local_pairs += int64_t(sel_.size()) - count_rows(host_jobs_);
     a.split->host_pairs += count_rows(host_jobs_);
-    MOESERVE_RETURN_IF_ERROR(a.split->compute_on_host(a.layer, H, a.n_ff, host_jobs_));
+    // A host backend in another process computes while this device does.
+    host = a.split->start_on_host(a.layer, H, a.n_ff, host_jobs_);
   }
-  if (!batch.jobs.empty()) MOESERVE_RETURN_IF_ERROR(experts_->compute(batch));
+  const Status local = batch.jobs.empty() ? Status::ok() : experts_->compute(batch);
+  Status hosted = host.finish();
+  if (hosted.code() == StatusCode::kUnavailable) {
+    // The host backend is gone (a worker process died or timed out): its
+    // experts are computed here, with this device's weights and kernels,
+    // which is what computing them in process gives, bit for bit.
+    batch.jobs = host_jobs_;
+    hosted = experts_->compute(batch);
+  }
+  MOESERVE_RETURN_IF_ERROR(local);
+  MOESERVE_RETURN_IF_ERROR(hosted);
   // Scatter-add, one token per task. A token's slots are added in the order
   // of their experts' ids (the grouped order), the same for any thread count.
   for_each_index(pool_, a.n_tokens, [&](int64_t t) {
