@@ -28,7 +28,8 @@ namespace moeserve::backend {
 enum class DeviceKind { kCpu, kCuda };
 
 class Device;
-class ExpertSplit;  // expert_split.h
+class ExpertSplit;    // expert_split.h
+class ExpertBackend;  // expert_compute.h
 
 // Bytes in one device's memory; frees itself. Move-only.
 class DeviceMemory {
@@ -289,6 +290,10 @@ class Device {
   // copies its weights into the slot first). Only between forwards. The
   // CPU keeps whole stacks: only the split changes.
   virtual Status replace_local_expert(ExpertSplit& split, size_t slot, int32_t expert);
+  // Computes expert jobs whose rows are in host memory over stacks this
+  // device placed (an expert worker's experts): the CPU's threads, or a
+  // GPU's kernels with the rows copied up and back.
+  virtual Result<std::unique_ptr<ExpertBackend>> create_expert_backend() = 0;
 
  protected:
   friend class DeviceMemory;

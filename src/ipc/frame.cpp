@@ -418,6 +418,7 @@ uint32_t kernel_identity(bool pack_weights) {
 }
 
 std::string kernel_identity_name(uint32_t id) {
+  if ((id & kGpuKernels) != 0) return "GPU kernels";
   const auto level = cpu::SimdLevel(id & 0xffu);
   const bool known = (id & 0xffu) <= uint32_t(cpu::SimdLevel::kAvx512);
   return fmt::format("{} kernels, {}",

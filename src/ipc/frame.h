@@ -174,6 +174,11 @@ Result<ErrorInfo> decode_error(std::span<const uint8_t> body);
 // and whether weights are re-laid-out (packed). Two ends give identical
 // results only when theirs are equal.
 uint32_t kernel_identity(bool pack_weights);
+// A worker computing on a GPU: its results are rounded like the GPU's
+// kernels, never bit-identical to a CPU's, so a parent accepts it whatever
+// its own CPU kernels are (a fallback to the parent's CPU then rounds
+// differently; greedy output stays the same up to near-ties).
+inline constexpr uint32_t kGpuKernels = 0x200u;
 std::string kernel_identity_name(uint32_t id);
 
 // Fingerprints travel as numbers: the 16 hex digits of moe::model_fingerprint.

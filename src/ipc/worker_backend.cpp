@@ -1,5 +1,7 @@
 #include "ipc/worker_backend.h"
 
+#include <cstdio>
+
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -78,6 +80,18 @@ Result<std::unique_ptr<WorkerExpertBackend>> WorkerExpertBackend::create(const W
   if (o.spawn) {
     MOESERVE_ASSIGN_OR_RETURN(b->private_dir_, make_private_dir("moeserve-worker"));
     b->options_.socket_path = b->private_dir_ + "/worker.sock";
+    if (!o.placement_text.empty()) {
+      b->options_.placement_path = b->private_dir_ + "/placement.json";
+      std::FILE* f = std::fopen(b->options_.placement_path.c_str(), "wb");
+      const bool written = f != nullptr &&
+                           std::fwrite(o.placement_text.data(), 1, o.placement_text.size(), f) ==
+                               o.placement_text.size();
+      if (f == nullptr || std::fclose(f) != 0 || !written) {
+        remove_private_dir(b->private_dir_);
+        return make_error(StatusCode::kInternal, "expert worker: could not write {}",
+                          b->options_.placement_path);
+      }
+    }
   }
   b->backoff_ = o.backoff_first;
   Result<std::unique_ptr<WorkerClient>> up = b->bring_up();
@@ -133,6 +147,7 @@ Result<std::unique_ptr<WorkerClient>> WorkerExpertBackend::bring_up() {
                                      "--listen",  "unix:" + options_.socket_path,
                                      "--threads", std::to_string(options_.worker_threads)};
     if (!options_.placement_path.empty()) args.insert(args.end(), {"--placement", options_.placement_path});
+    if (options_.worker_device != "cpu") args.insert(args.end(), {"--device", options_.worker_device});
     if (!options_.pack_weights) args.push_back("--no-pack");
     if (options_.transport == TransportChoice::kStream) args.push_back("--no-shm");
     ::unlink(options_.socket_path.c_str());  // a killed worker's socket

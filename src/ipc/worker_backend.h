@@ -42,6 +42,12 @@ struct WorkerBackendOptions {
   std::string socket_path;  // attach: the worker's; spawn: chosen here (a private directory)
   std::string exe;          // spawn: the moeserve binary
   std::string model_path, placement_path;
+  // spawn: a placement written for the worker (into the private directory,
+  // then passed as its --placement) instead of placement_path: what a GPU
+  // parent leaves off its GPU (--n-cpu-moe, --gpu-mem) goes to the worker.
+  std::string placement_text;
+  // spawn: the worker's --device (cpu, cuda:N).
+  std::string worker_device = "cpu";
   int worker_threads = 0;
   bool pack_weights = true;
   // What the handshake checks (moe::model_fingerprint, moe::experts_fingerprint, kernel_identity).

@@ -9,6 +9,12 @@ namespace {
 // be able to write its answers while the parent is still writing later
 // calls (a Unix socket buffers ~200 KiB), or both would block.
 constexpr uint64_t kStreamWindowBytes = 64 * 1024;
+// Calls sent and not yet answered, at most. The answers queue up in the
+// socket while the parent is still sending: unbounded, they fill its buffer,
+// the worker blocks writing them and stops reading, and the parent's next
+// send blocks too (a deadlock until the call timeout). 32 requests and
+// their answers stay far below a socket's buffer.
+constexpr size_t kMaxCallsInFlight = 32;
 
 std::span<const uint8_t> bytes_of(const float* p, size_t n) {
   return {reinterpret_cast<const uint8_t*>(p), n * sizeof(float)};
@@ -69,7 +75,7 @@ Status WorkerClient::handshake() {
   MOESERVE_ASSIGN_OR_RETURN(welcome_, decode_welcome(frame_));
   const Welcome& w = welcome_;
   if (w.model_fingerprint != h.model_fingerprint || w.placement_fingerprint != h.placement_fingerprint ||
-      w.kernel_id != h.kernel_id) {
+      (w.kernel_id != h.kernel_id && (w.kernel_id & kGpuKernels) == 0)) {
     return make_error(
         StatusCode::kInvalidArgument,
         "the expert worker at {} serves model {:016x}, placement {:016x}, {}; this process has {:016x}, "
@@ -158,6 +164,7 @@ Status WorkerClient::send_ready() {
   while (next_send_ < calls_.size() && refused_.is_ok()) {
     Call& c = calls_[next_send_];
     const bool nothing_out = next_send_ == next_receive_;
+    if (next_send_ - next_receive_ >= kMaxCallsInFlight) return Status::ok();
     if (options_.transport == Transport::kShm) {
       const auto in = ring_alloc_.allocate(uint64_t(c.n_in_rows) * n_embd_ * esz);
       const auto out = in ? ring_alloc_.allocate(c.out_rows * n_embd_ * esz) : std::nullopt;

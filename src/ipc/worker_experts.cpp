@@ -51,17 +51,23 @@ Result<std::unique_ptr<FileExperts>> FileExperts::load(const FileExpertsOptions&
     return make_error(StatusCode::kInvalidArgument, "worker: experts for {} layers, the model has {}",
                       o.owned.size(), shape.n_layer);
   }
-  std::unique_ptr<FileExperts> x(new FileExperts(o.pool));
+  std::unique_ptr<FileExperts> x(new FileExperts());
+  if (o.device != nullptr) {
+    MOESERVE_ASSIGN_OR_RETURN(x->backend_, o.device->create_expert_backend());
+  } else {
+    x->backend_ = std::make_unique<backend::CpuExpertBackend>(o.pool);
+  }
   x->n_expert_ = uint32_t(shape.n_expert);
   x->layers_.resize(size_t(shape.n_layer));
   for (int l = 0; l < int(shape.n_layer); ++l) {
-    MOESERVE_RETURN_IF_ERROR(x->load_layer(*o.file, l, o.owned[size_t(l)], o.pack_weights, o.pool));
+    MOESERVE_RETURN_IF_ERROR(x->load_layer(*o.file, l, o.owned[size_t(l)], o));
   }
+  if (o.device != nullptr) MOESERVE_RETURN_IF_ERROR(x->place_on_device(*o.device));
   return x;
 }
 
-Status FileExperts::load_layer(const GgufFile& file, int l, const std::vector<int32_t>& owned, bool pack,
-                               ThreadPool* pool) {
+Status FileExperts::load_layer(const GgufFile& file, int l, const std::vector<int32_t>& owned,
+                               const FileExpertsOptions& o) {
   Layer& layer = layers_[size_t(l)];
   layer.local.assign(n_expert_, -1);
   if (owned.empty()) return Status::ok();
@@ -87,7 +93,12 @@ Status FileExperts::load_layer(const GgufFile& file, int l, const std::vector<in
                         E - 1);
     }
   }
-  if (!pack) {
+  if (o.device != nullptr) {
+    // Placed with every other layer's at the end (one upload, one progress bar).
+    layer.on_device = std::make_unique<backend::ExpertSplit>(int64_t(n_expert_), owned, nullptr);
+    return Status::ok();
+  }
+  if (!o.pack_weights) {
     // In place: expert e is matrix e of the file's stacks.
     for (int32_t e : owned) layer.local[size_t(e)] = e;
     return Status::ok();
@@ -105,13 +116,33 @@ Status FileExperts::load_layer(const GgufFile& file, int l, const std::vector<in
                                      {&layer.down, n, backend::WeightUse::kExpertDown}};
   MOESERVE_ASSIGN_OR_RETURN(
       backend::PackedWeights packed,
-      backend::pack_weights(refs, {.pool = pool, .progress = ProgressOptions::Mode::kOff}));
+      backend::pack_weights(refs, {.pool = o.pool, .progress = ProgressOptions::Mode::kOff}));
   // A packed view points at its packed copy: its compact copy goes.
   for (size_t i = 0; i < 3; ++i) {
     if (refs[i].view->data != layer.buffers[i].data()) layer.buffers[i] = PageBuffer();
   }
   for (PageBuffer& b : packed.buffers) layer.buffers.push_back(std::move(b));
   for (const PageBuffer& b : layer.buffers) copied_bytes_ += b.size();
+  return Status::ok();
+}
+
+// Compact stacks of the owned experts on the device (local expert i = the
+// i-th owned id, ascending), uploaded from their slices of the mapping.
+Status FileExperts::place_on_device(backend::Device& device) {
+  std::vector<backend::WeightRef> refs;
+  for (Layer& layer : layers_) {
+    if (layer.on_device == nullptr) continue;
+    const int64_t n = int64_t(layer.on_device->local().size());
+    refs.push_back({&layer.gate, n, backend::WeightUse::kExpertGate, false, layer.on_device.get()});
+    refs.push_back({&layer.up, n, backend::WeightUse::kExpertUp, false, layer.on_device.get()});
+    refs.push_back({&layer.down, n, backend::WeightUse::kExpertDown, false, layer.on_device.get()});
+  }
+  MOESERVE_ASSIGN_OR_RETURN(backend::PlacedWeights placed, device.place_weights(refs));
+  copied_bytes_ += placed.bytes;
+  for (Layer& layer : layers_) {
+    if (layer.on_device == nullptr) continue;
+    for (const int32_t e : layer.on_device->local()) layer.local[size_t(e)] = layer.on_device->local_index(e);
+  }
   return Status::ok();
 }
 
@@ -144,7 +175,7 @@ Status FileExperts::compute(uint32_t layer, std::span<const backend::ExpertJob> 
   batch.n_ff = l.n_ff;
   batch.gate = &l.gate, batch.up = &l.up, batch.down = &l.down;
   batch.jobs = local_jobs_;
-  return backend_.compute(batch);
+  return backend_->compute(batch);
 }
 
 }  // namespace moeserve::ipc

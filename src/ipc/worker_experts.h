@@ -9,8 +9,10 @@
 #include <span>
 #include <vector>
 
+#include "backend/backend.h"
 #include "backend/cpu/expert_backend.h"
 #include "backend/expert_compute.h"
+#include "backend/expert_split.h"
 #include "core/page_buffer.h"
 #include "core/status.h"
 #include "core/thread_pool.h"
@@ -38,13 +40,18 @@ struct FileExpertsOptions {
   // (backend/cpu/weight_packing.h): the two must agree for identical results.
   bool pack_weights = true;
   ThreadPool* pool = nullptr;
+  // A GPU (`worker --device cuda:N`): the owned experts are uploaded there
+  // as compact stacks and computed with its kernels (pack_weights is then
+  // ignored). Null: this machine's CPU threads. Must outlive the experts.
+  backend::Device* device = nullptr;
 };
 
 // The owned experts of a GGUF file. Only their slices of the mapping are
 // ever read: without packing the views point into the mapping (the other
 // experts' pages are never touched), with packing the owned experts are
 // copied into a compact packed stack per layer (local expert i = the i-th
-// owned id) and nothing else is read.
+// owned id) and nothing else is read; on a GPU they are uploaded the same
+// way, compact.
 class FileExperts final : public WorkerExperts {
  public:
   static Result<std::unique_ptr<FileExperts>> load(const FileExpertsOptions& options);
@@ -65,15 +72,17 @@ class FileExperts final : public WorkerExperts {
     int64_t n_ff = 0;
     std::vector<int32_t> local;  // [n_expert]: index into the views, -1: not owned
     std::vector<PageBuffer> buffers;
+    std::unique_ptr<backend::ExpertSplit> on_device;  // a GPU's compact stacks of the owned experts
   };
-  FileExperts(ThreadPool* pool) : backend_(pool) {}
-  Status load_layer(const GgufFile& file, int layer, const std::vector<int32_t>& owned, bool pack,
-                    ThreadPool* pool);
+  FileExperts() = default;
+  Status load_layer(const GgufFile& file, int layer, const std::vector<int32_t>& owned,
+                    const FileExpertsOptions& o);
+  Status place_on_device(backend::Device& device);
 
   std::vector<Layer> layers_;
   uint32_t n_expert_ = 0, n_embd_ = 0, n_ff_ = 0;
   size_t copied_bytes_ = 0;
-  backend::CpuExpertBackend backend_;
+  std::unique_ptr<backend::ExpertBackend> backend_;
   std::vector<backend::ExpertJob> local_jobs_;
 };
 

@@ -3,6 +3,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include "backend/devices.h"
 #include "core/log.h"
 #include "ipc/shm_ring.h"
 #include "ipc/socket.h"
@@ -58,14 +59,19 @@ Result<std::unique_ptr<WorkerServer>> WorkerServer::open(const WorkerServerOptio
   w->listener_ = std::make_unique<Listener>(std::move(listener));
   w->pool_ = std::make_unique<ThreadPool>(o.n_threads);
   const uint64_t placement_fp = moe::experts_fingerprint(owned);
+  MOESERVE_ASSIGN_OR_RETURN(backend::DeviceChoice choice, backend::choose_device(o.device));
+  if (choice.spec.kind == backend::DeviceKind::kCuda) {
+    MOESERVE_ASSIGN_OR_RETURN(w->device_, backend::open_cuda_device(choice.spec.index));
+  }
   MOESERVE_ASSIGN_OR_RETURN(w->experts_, FileExperts::load({.file = w->file_.get(),
                                                             .owned = std::move(owned),
                                                             .pack_weights = o.pack_weights,
-                                                            .pool = w->pool_.get()}));
+                                                            .pool = w->pool_.get(),
+                                                            .device = w->device_.get()}));
   w->session_.experts = w->experts_.get();
   w->session_.model_fingerprint = fingerprint_value(shape.fingerprint);
   w->session_.placement_fingerprint = placement_fp;
-  w->session_.kernel_id = kernel_identity(o.pack_weights);
+  w->session_.kernel_id = w->device_ != nullptr ? kGpuKernels : kernel_identity(o.pack_weights);
   w->session_.allow_shm = o.allow_shm;
   w->session_.pid = uint32_t(getpid());
   return w;
@@ -73,9 +79,10 @@ Result<std::unique_ptr<WorkerServer>> WorkerServer::open(const WorkerServerOptio
 
 std::string WorkerServer::summary() const {
   return fmt::format(
-      "worker: {} experts of {} layers from {} ({} threads, {}; {:.1f} MiB copied), model {:016x}, "
+      "worker: {} experts of {} layers from {} ({}, {}; {:.1f} MiB copied), model {:016x}, "
       "placement {:016x}, listening on unix:{}",
-      experts_->n_owned(), experts_->n_layer(), options_.model_path, pool_->size(),
+      experts_->n_owned(), experts_->n_layer(), options_.model_path,
+      device_ != nullptr ? device_->name() + " " + device_->description() : fmt::format("{} threads", pool_->size()),
       kernel_identity_name(session_.kernel_id), double(experts_->copied_bytes()) / (1 << 20),
       session_.model_fingerprint, session_.placement_fingerprint, listener_->path());
 }

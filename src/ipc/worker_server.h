@@ -23,6 +23,8 @@ struct WorkerServerOptions {
   int n_threads = 0;  // <= 0: one per physical core
   bool pack_weights = true;
   bool allow_shm = true;
+  // cpu, or cuda[:N]: the GPU that keeps and computes the experts.
+  std::string device = "cpu";
   // Set from a signal handler or another thread: stop after the current session.
   const std::atomic<bool>* stop = nullptr;
   // Serve this many connections, then return (0: until stopped).
@@ -43,6 +45,7 @@ class WorkerServer {
   WorkerServerOptions options_;
   std::unique_ptr<GgufFile> file_;
   std::unique_ptr<ThreadPool> pool_;
+  std::unique_ptr<backend::Device> device_;  // a GPU's (null: the CPU); outlives the experts
   std::unique_ptr<FileExperts> experts_;
   SessionOptions session_;
   std::unique_ptr<Listener> listener_;

@@ -93,7 +93,8 @@ Status Session::handshake() {
             "parent expects {:016x}): start the worker with the parent's --placement",
             o_.placement_fingerprint, hello->placement_fingerprint));
   }
-  if (hello->kernel_id != o_.kernel_id) {
+  // A GPU worker never matches a CPU's bits; its parent accepts that (frame.h).
+  if (hello->kernel_id != o_.kernel_id && (o_.kernel_id & kGpuKernels) == 0) {
     return refuse(
         ErrorCode::kKernelMismatch,
         fmt::format("kernel mismatch: the worker computes with {}, the parent with {}: results would differ; "

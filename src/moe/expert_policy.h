@@ -26,6 +26,9 @@ struct ExpertPolicyOptions {
   // GPU memory free for the model (0: unknown): a placement whose dense
   // weights, KV cache and hot experts exceed it is refused before loading.
   uint64_t gpu_free_bytes = 0;
+  // --expert-worker was given: on the CPU, --placement then says which
+  // experts the worker computes (not ignored).
+  bool with_expert_worker = false;
 };
 
 struct ExpertPolicy {

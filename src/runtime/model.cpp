@@ -28,15 +28,14 @@ Result<std::unique_ptr<Model>> Model::from_gguf(GgufFile file, const ModelLoadOp
   models::Placement placement;
   placement.io = m->cpu_.get();
   if (!on_cpu) {
-    if (options.expert_worker != nullptr) {
-      return make_error(
-          StatusCode::kUnsupported,
-          "an expert worker works with the CPU device only for now ({} chose a GPU): add --device cpu",
-          options.device);
+    if (options.expert_worker != nullptr && !options.split_experts) {
+      return make_error(StatusCode::kInvalidArgument,
+                        "an expert worker, but every expert is on the GPU: leave some off it (--n-cpu-moe, "
+                        "--cpu-moe, --gpu-mem, --placement)");
     }
     MOESERVE_ASSIGN_OR_RETURN(m->gpu_, backend::open_cuda_device(choice.spec.index));
     placement.io = m->gpu_.get();
-    if (options.split_experts) MOESERVE_RETURN_IF_ERROR(m->split_experts(options.gpu_experts, placement));
+    if (options.split_experts) MOESERVE_RETURN_IF_ERROR(m->split_experts(options, placement));
   } else if (options.expert_worker != nullptr) {
     MOESERVE_RETURN_IF_ERROR(m->give_experts_to_worker(options, placement));
   }
@@ -60,7 +59,8 @@ Result<std::unique_ptr<Model>> Model::from_gguf(GgufFile file, const ModelLoadOp
 
 // Layers that keep only some of their experts on the GPU get a split whose
 // other experts the CPU computes (its threads, the file's mapping).
-Status Model::split_experts(const std::vector<std::vector<int32_t>>& gpu_experts, models::Placement& placement) {
+Status Model::split_experts(const ModelLoadOptions& options, models::Placement& placement) {
+  const std::vector<std::vector<int32_t>>& gpu_experts = options.gpu_experts;
   const int64_t n_expert = file_.get_int(file_.arch_key(keys::kExpertCount)).value_or(0);
   const int64_t n_layer = file_.get_int(file_.arch_key(keys::kBlockCount)).value_or(0);
   if (n_expert <= 0) {
@@ -72,6 +72,15 @@ Status Model::split_experts(const std::vector<std::vector<int32_t>>& gpu_experts
                       file_.name(), gpu_experts.size(), n_layer);
   }
   host_experts_ = std::make_unique<backend::CpuExpertBackend>(pool_.get());
+  // An expert worker computes the host experts it owns (the CPU threads the
+  // rest, and its own ones when it is gone).
+  backend::ExpertBackend* host = host_experts_.get();
+  if (options.expert_worker != nullptr) {
+    expert_router_ = std::make_unique<backend::ExpertRouter>(options.expert_worker, host_experts_.get(),
+                                                             options.worker_experts, n_expert);
+    host = expert_router_.get();
+    worker_splits_ = true;
+  }
   // The cost model's CPU side: DRAM measured now, the arithmetic guessed
   // (about 50 GFLOP/s a thread with the integer dot products) and refined
   // from the host calls; PCIe once the file is pinned (after placement).
@@ -85,6 +94,9 @@ Status Model::split_experts(const std::vector<std::vector<int32_t>>& gpu_experts
            : p == "always" ? backend::ExpertCopyPolicy::kAlways
                            : backend::ExpertCopyPolicy::kAuto;
   };
+  // With a worker too: a prefill chunk may copy the cold experts here when
+  // that is quicker than the worker computing them (the model learns the
+  // worker's speed from its calls); decode leaves them to the worker.
   in.policy = policy("MOESERVE_EXPERT_COPIES");
   // Streaming cold experts through the GPU during decode is opt-in
   // (MOESERVE_EXPERT_STREAM=auto|always): measured on an H100 host it gained
@@ -106,7 +118,7 @@ Status Model::split_experts(const std::vector<std::vector<int32_t>>& gpu_experts
                           e, n_expert - 1);
       }
     }
-    splits_[size_t(l)] = std::make_unique<backend::ExpertSplit>(n_expert, ids, host_experts_.get());
+    splits_[size_t(l)] = std::make_unique<backend::ExpertSplit>(n_expert, ids, host);
     splits_[size_t(l)]->set_cost(expert_cost_.get());
     placement.expert_splits[size_t(l)] = splits_[size_t(l)].get();
   }

@@ -9,6 +9,7 @@
 
 #include "backend/backend.h"
 #include "backend/cpu/cpu_device.h"
+#include "backend/expert_router.h"
 #include "backend/expert_split.h"
 #include "core/status.h"
 #include "core/thread_pool.h"
@@ -39,9 +40,11 @@ struct ModelLoadOptions {
   bool split_experts = false;  // gpu_experts applies (an empty list: no expert on the GPU)
   // Experts another executor computes, an expert worker process
   // (ipc/worker_backend.h): [layer] -> expert ids, the model's device
-  // computes every other one. The CPU only, for now. A call the executor
-  // answers kUnavailable (the worker died or timed out) is computed by the
-  // device itself with its own weights, so the output does not change.
+  // computes every other one (on a GPU: of the experts gpu_experts leaves
+  // off the GPU, the worker's go to it and the CPU threads compute the
+  // rest). A call the executor answers kUnavailable (the worker died or
+  // timed out) is computed here instead (the CPU device with its own
+  // weights; a GPU's CPU threads from the file's mapping).
   // Null: none. Must outlive the model.
   backend::ExpertBackend* expert_worker = nullptr;
   std::vector<std::vector<int32_t>> worker_experts{};
@@ -86,7 +89,7 @@ class Model {
 
  private:
   explicit Model(GgufFile file) : file_(std::move(file)) {}
-  Status split_experts(const std::vector<std::vector<int32_t>>& gpu_experts, models::Placement& placement);
+  Status split_experts(const ModelLoadOptions& options, models::Placement& placement);
   Status give_experts_to_worker(const ModelLoadOptions& options, models::Placement& placement);
   void pin_for_expert_copies();
   GgufFile file_;
@@ -94,6 +97,7 @@ class Model {
   std::unique_ptr<backend::CpuDevice> cpu_;     // declared before net_: outlives the views into it
   std::unique_ptr<backend::Device> gpu_;
   std::unique_ptr<backend::ExpertBackend> host_experts_;         // computes the splits' CPU experts
+  std::unique_ptr<backend::ExpertRouter> expert_router_;         // a GPU's host experts shared with a worker
   std::unique_ptr<backend::ExpertCostModel> expert_cost_;        // CPU or a copy to the GPU, per call
   std::vector<std::unique_ptr<backend::ExpertSplit>> splits_;  // declared before net_: outlive it
   bool worker_splits_ = false;  // the splits follow a worker's placement: never promoted

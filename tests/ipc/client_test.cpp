@@ -155,6 +155,33 @@ TEST(WorkerClient, EveryTransportAndSliceGivesTheSameRows) {
   }
 }
 
+// A prefill chunk in one-row slices: thousands of calls of one batch. The
+// client keeps few of them in flight, so neither end blocks on a full
+// socket while the other waits for it (before, the shm transport sent every
+// call first and deadlocked until the timeout).
+TEST(WorkerClient, ThousandsOfSlicesDoNotBlockTheSocket) {
+  for (Transport t : {Transport::kStream, Transport::kShm}) {
+    FakeExperts experts(2, 8, kEmbd);
+    ThreadWorker worker(&experts, 1);
+    ClientOptions o = client_options(worker.path(), t);
+    o.timeout = std::chrono::seconds(5);
+    auto c = WorkerClient::connect(o);
+    ASSERT_TRUE(c.is_ok()) << c.status().to_string();
+    constexpr int64_t kRows = 20000;
+    std::vector<float> x(size_t(kRows * kEmbd)), y(x.size(), 0.0f);
+    for (size_t i = 0; i < x.size(); ++i) x[i] = 0.001f * float(i % 997);
+    const backend::ExpertJob job{5, x.data(), kRows, y.data()};
+    backend::ExpertBatch batch;
+    batch.layer = 1, batch.n_embd = kEmbd, batch.jobs = {&job, 1};
+    ASSERT_TRUE((*c)->start(batch, {.rows_per_call = 1}).is_ok());
+    const Status st = (*c)->finish();
+    ASSERT_TRUE(st.is_ok()) << st.to_string();
+    for (size_t i = 0; i < x.size(); ++i) ASSERT_EQ(y[i], FakeExperts::expected(1, 5, x[i])) << i;
+    EXPECT_EQ((*c)->counters().calls, uint64_t(kRows));
+    c->reset();
+  }
+}
+
 TEST(WorkerClient, RowsSharedByJobsTravelOnce) {
   FakeExperts experts(2, 8, kEmbd);
   ThreadWorker worker(&experts, 1);

@@ -138,10 +138,12 @@ Status run_bench(const BenchOptions& o) {
     bw_before = read_bandwidth(probe_pool);
   }
   runtime::ModelLoadOptions load{.n_threads = o.threads, .pack_weights = !o.no_pack, .device = o.device};
+  moe::ExpertPolicyOptions experts = o.experts;
+  experts.with_expert_worker = !o.worker.worker.empty();
+  MOESERVE_RETURN_IF_ERROR(apply_expert_flags(o.model_path, experts, &load));
   MOESERVE_ASSIGN_OR_RETURN(
       std::unique_ptr<ipc::WorkerExpertBackend> worker,
       apply_expert_worker_flags(o.model_path, o.experts.placement_path, o.worker, &load));
-  MOESERVE_RETURN_IF_ERROR(apply_expert_flags(o.model_path, o.experts, &load));
   MOESERVE_ASSIGN_OR_RETURN(std::unique_ptr<runtime::Model> model, runtime::Model::load(o.model_path, load));
   const models::ModelInfo& info = model->info();
   // The per-expert variant is only for comparing dispatch strategies.

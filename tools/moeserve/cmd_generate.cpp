@@ -49,9 +49,10 @@ Status run_generate(const GenerateCliOptions& o) {
   moe::ExpertPolicyOptions experts = o.experts;
   experts.ctx_size = o.ctx_size;
   // Declared before the model: it outlives it.
+  experts.with_expert_worker = !o.worker.worker.empty();
+  MOESERVE_RETURN_IF_ERROR(apply_expert_flags(o.model_path, experts, &load));
   MOESERVE_ASSIGN_OR_RETURN(std::unique_ptr<ipc::WorkerExpertBackend> worker,
                             apply_expert_worker_flags(o.model_path, experts.placement_path, o.worker, &load));
-  MOESERVE_RETURN_IF_ERROR(apply_expert_flags(o.model_path, experts, &load));
   MOESERVE_ASSIGN_OR_RETURN(std::unique_ptr<runtime::Model> model, runtime::Model::load(o.model_path, load));
   std::string text = o.prompt;
   if (o.chat) {

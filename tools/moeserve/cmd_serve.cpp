@@ -122,17 +122,18 @@ Status run_serve(ServeCliOptions o) {
   moe::ExpertPolicyOptions experts = o.experts;
   experts.ctx_size = o.ctx_size > 0 ? o.ctx_size : 4096;
   experts.parallel = o.parallel;
+  experts.with_expert_worker = !o.worker.worker.empty();
+  Status placed = apply_expert_flags(o.model_path, experts, &load);
+  if (!placed.is_ok()) {
+    stop_listener();
+    return placed;
+  }
   // Declared before the model: it outlives it.
   Result<std::unique_ptr<ipc::WorkerExpertBackend>> worker =
       apply_expert_worker_flags(o.model_path, experts.placement_path, o.worker, &load);
   if (!worker.is_ok()) {
     stop_listener();
     return worker.status();
-  }
-  Status placed = apply_expert_flags(o.model_path, experts, &load);
-  if (!placed.is_ok()) {
-    stop_listener();
-    return placed;
   }
   auto model = runtime::Model::load(o.model_path, load);
   if (!model.is_ok()) {

@@ -1,5 +1,5 @@
-// moeserve worker --experts -m FILE [--placement FILE] [--threads N]
-//                 --listen unix:PATH
+// moeserve worker --experts -m FILE [--placement FILE] [--device cpu|cuda:N]
+//                 [--threads N] --listen unix:PATH
 // An expert worker process: maps the model file, loads only the experts the
 // placement gives to "worker" (every expert without one) and computes them
 // for a parent (`generate|bench|serve --expert-worker unix:PATH`, or one
@@ -42,10 +42,6 @@ Status run_worker(const WorkerCliOptions& o) {
                       "say what the worker serves: --experts (MoE experts, the only kind for now)");
   }
   MOESERVE_ASSIGN_OR_RETURN(backend::DeviceChoice choice, backend::choose_device(o.device));
-  if (choice.spec.kind != backend::DeviceKind::kCpu) {
-    return make_error(StatusCode::kUnsupported,
-                      "an expert worker on a GPU ({}) is not built yet: use --device cpu", o.device);
-  }
   MOESERVE_ASSIGN_OR_RETURN(std::string socket_path, ipc::parse_unix_address(o.listen));
   ipc::WorkerServerOptions so;
   so.model_path = o.model_path;
@@ -54,6 +50,7 @@ Status run_worker(const WorkerCliOptions& o) {
   so.n_threads = o.threads;
   so.pack_weights = !o.no_pack;
   so.allow_shm = !o.no_shm;
+  so.device = choice.spec.to_string();
   MOESERVE_ASSIGN_OR_RETURN(std::unique_ptr<ipc::WorkerServer> server, ipc::WorkerServer::open(so));
   std::strncpy(g_socket_path, socket_path.c_str(), sizeof(g_socket_path) - 1);
   ::signal(SIGTERM, on_signal);
@@ -79,7 +76,9 @@ void register_worker(CLI::App& app) {
   cmd->add_option("--placement", o->placement_path,
                   "Placement file (moeserve place): the worker computes the experts each layer lists under\n"
                   "\"worker\" (default: every expert of every layer)");
-  cmd->add_option("--device", o->device, "Where the experts are computed: cpu (cuda:N is not built yet)")
+  cmd->add_option("--device", o->device,
+                  "Where the experts are kept and computed: cpu (the file's mapping, --threads threads) or\n"
+                  "cuda:N (their weights uploaded to that GPU, the rows copied up and back per call)")
       ->capture_default_str();
   cmd->add_option("-t,--threads", o->threads, "Threads (0: one per physical core)")->capture_default_str();
   cmd->add_option(

@@ -39,7 +39,7 @@ Status apply_expert_flags(const std::string& model_path, moe::ExpertPolicyOption
   if (choice.spec.kind == backend::DeviceKind::kCpu) {
     MOESERVE_RETURN_IF_ERROR(moe::resolve_expert_policy(file, o).status());  // still say what is wrong
     // With an expert worker, --placement says which experts it computes.
-    if (load->expert_worker == nullptr || o.n_cpu_moe >= 0 || o.cpu_moe || !o.gpu_mem.empty()) {
+    if (!o.with_expert_worker || o.n_cpu_moe >= 0 || o.cpu_moe || !o.gpu_mem.empty()) {
       fmt::print(
           stderr,
           "note: the expert placement flags are ignored on the CPU (every expert is computed there)\n");

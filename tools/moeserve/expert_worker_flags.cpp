@@ -45,6 +45,11 @@ void add_expert_worker_flags(CLI::App* cmd, ExpertWorkerCliOptions* o) {
       ->check(CLI::IsMember({"f32", "f16", "bf16"}))
       ->capture_default_str()
       ->group(group);
+  cmd->add_option("--expert-worker-device", o->device,
+                  "Where a spawned worker keeps and computes its experts: cpu or cuda:N (another GPU: its\n"
+                  "results round like the GPU's kernels, so a fallback here may change a near-tie)")
+      ->capture_default_str()
+      ->group(group);
   cmd->add_option("--expert-worker-threads", o->threads, "Threads of a spawned worker (0: as --threads)")
       ->capture_default_str()
       ->group(group);
@@ -59,6 +64,51 @@ void add_expert_worker_flags(CLI::App* cmd, ExpertWorkerCliOptions* o) {
       ->group(group);
 }
 
+namespace {
+
+struct WorkerShare {
+  std::vector<std::vector<int32_t>> owned;  // [layer]: the worker's experts
+  std::string placement_text;               // a placement written for a spawned worker ("": none)
+};
+
+// What the worker computes: the placement's "worker" lists, or every
+// expert without a placement; a GPU parent that spawns its worker and has
+// no "worker" lists gives it exactly the experts its GPU does not keep
+// (the worker loads nothing more), in a placement written for it.
+Result<WorkerShare> worker_share(const std::string& placement_path, const moe::MoeShape& shape,
+                                 const runtime::ModelLoadOptions& load, bool derive_from_gpu) {
+  WorkerShare share;
+  bool derive = derive_from_gpu;
+  if (derive && !placement_path.empty()) {
+    MOESERVE_ASSIGN_OR_RETURN(moe::ExpertPlacement p, moe::read_placement(placement_path, shape));
+    derive = !p.has_worker();
+  }
+  if (!derive) {
+    MOESERVE_ASSIGN_OR_RETURN(share.owned, moe::worker_experts(placement_path, shape));
+    return share;
+  }
+  moe::ExpertPlacement p;
+  p.hot.assign(size_t(shape.n_layer), {});
+  p.worker.assign(size_t(shape.n_layer), {});
+  for (int64_t l = 0; l < shape.n_layer; ++l) {
+    if (shape.expert_bytes[size_t(l)] == 0) continue;
+    std::vector<bool> hot(size_t(shape.n_expert), false);
+    if (size_t(l) < load.gpu_experts.size()) {
+      for (int32_t e : load.gpu_experts[size_t(l)]) {
+        if (e >= 0 && e < int32_t(shape.n_expert)) hot[size_t(e)] = true;
+      }
+    }
+    for (int32_t e = 0; e < int32_t(shape.n_expert); ++e) {
+      (hot[size_t(e)] ? p.hot : p.worker)[size_t(l)].push_back(e);
+    }
+  }
+  share.placement_text = moe::to_json(p, shape);
+  share.owned = std::move(p.worker);
+  return share;
+}
+
+}  // namespace
+
 Result<std::unique_ptr<ipc::WorkerExpertBackend>> apply_expert_worker_flags(const std::string& model_path,
                                                                             const std::string& placement_path,
                                                                             const ExpertWorkerCliOptions& o,
@@ -69,12 +119,22 @@ Result<std::unique_ptr<ipc::WorkerExpertBackend>> apply_expert_worker_flags(cons
     return std::unique_ptr<ipc::WorkerExpertBackend>();
   }
   MOESERVE_ASSIGN_OR_RETURN(backend::DeviceChoice choice, backend::choose_device(load->device));
-  if (choice.spec.kind != backend::DeviceKind::kCpu) {
-    return make_error(StatusCode::kUnsupported,
-                      "--expert-worker works with the CPU device only for now ({}): add --device cpu",
+  const bool gpu_parent = choice.spec.kind != backend::DeviceKind::kCpu;
+  if (gpu_parent && !load->split_experts) {
+    return make_error(StatusCode::kInvalidArgument,
+                      "--expert-worker: every expert is on the GPU ({}), so the worker would compute nothing: "
+                      "leave experts off the GPU with --n-cpu-moe N, --cpu-moe, --gpu-mem SIZE or --placement",
                       choice.reason);
   }
+  if (o.device != "cpu" && o.worker != "spawn") {
+    return make_error(StatusCode::kInvalidArgument,
+                      "--expert-worker-device is for a spawned worker; start an attached one with `moeserve "
+                      "worker --device {}`",
+                      o.device);
+  }
+  MOESERVE_ASSIGN_OR_RETURN(backend::DeviceSpec worker_device, backend::parse_device_spec(o.device));
   ipc::WorkerBackendOptions w;
+  w.worker_device = worker_device.to_string();
   w.spawn = o.worker == "spawn";
   if (!w.spawn) {
     Result<std::string> path = ipc::parse_unix_address(o.worker);
@@ -87,15 +147,18 @@ Result<std::unique_ptr<ipc::WorkerExpertBackend>> apply_expert_worker_flags(cons
   }
   MOESERVE_ASSIGN_OR_RETURN(GgufFile file, GgufFile::open(model_path));
   MOESERVE_ASSIGN_OR_RETURN(moe::MoeShape shape, moe::moe_shape(file));
-  MOESERVE_ASSIGN_OR_RETURN(std::vector<std::vector<int32_t>> owned,
-                            moe::worker_experts(placement_path, shape));
+  MOESERVE_ASSIGN_OR_RETURN(WorkerShare share, worker_share(placement_path, shape, *load, w.spawn && gpu_parent));
+  std::vector<std::vector<int32_t>>& owned = share.owned;
   w.model_path = model_path;
   w.placement_path = placement_path;
+  w.placement_text = std::move(share.placement_text);
   w.worker_threads = o.threads > 0 ? o.threads : load->n_threads;
-  w.pack_weights = load->pack_weights;
+  // A GPU parent computes host experts from the file's layout (unpacked):
+  // its worker must too, for the same results.
+  w.pack_weights = load->pack_weights && !gpu_parent;
   w.model_fingerprint = ipc::fingerprint_value(shape.fingerprint);
   w.placement_fingerprint = moe::experts_fingerprint(owned);
-  w.kernel_id = ipc::kernel_identity(load->pack_weights);
+  w.kernel_id = ipc::kernel_identity(w.pack_weights);
   w.n_embd = uint32_t(file.get_int(file.arch_key(keys::kEmbeddingLength)).value_or(0));
   MOESERVE_ASSIGN_OR_RETURN(w.transport, ipc::parse_transport_choice(o.transport));
   MOESERVE_ASSIGN_OR_RETURN(w.mode, ipc::parse_mode_choice(o.mode));

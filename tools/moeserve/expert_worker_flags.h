@@ -19,7 +19,8 @@ struct ExpertWorkerCliOptions {
   std::string worker;  // "": none; "spawn"; "unix:PATH"
   bool required = false;
   std::string transport = "auto", mode = "auto", payload = "f32";
-  int threads = 0;  // the spawned worker's (0: the parent's --threads)
+  std::string device = "cpu";  // the spawned worker's --device
+  int threads = 0;             // the spawned worker's (0: the parent's --threads)
   int64_t timeout_ms = 30000;
   uint32_t capacity = 4096;
 };
@@ -27,9 +28,11 @@ struct ExpertWorkerCliOptions {
 void add_expert_worker_flags(CLI::App* cmd, ExpertWorkerCliOptions* o);
 
 // With --expert-worker: starts (spawn) or reaches (unix:PATH) the worker
-// for the experts the placement file gives it (every expert without one),
-// and hangs it on `load`. Null without the flag. The backend must outlive
-// the model. Prints the choice to stderr.
+// for the experts the placement file gives it (every expert without one;
+// a spawned worker of a GPU parent without "worker" lists: every expert
+// the GPU does not keep), and hangs it on `load`. Call after
+// apply_expert_flags (it reads load->gpu_experts). Null without the flag.
+// The backend must outlive the model. Prints the choice to stderr.
 Result<std::unique_ptr<ipc::WorkerExpertBackend>> apply_expert_worker_flags(const std::string& model_path,
                                                                             const std::string& placement_path,
                                                                             const ExpertWorkerCliOptions& o,

@@ -5,6 +5,7 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "backend/cpu/expert_backend.h"
 #include "backend/expert_split.h"
 #include "core/log.h"
 #include "kernels/cpu/cpu_kernels.h"
@@ -80,5 +81,9 @@ CpuDevice& host_device() {
 }
 
 Result<std::unique_ptr<Ops>> CpuDevice::create_ops() { return make_cpu_ops(options_.pool, experts_); }
+
+Result<std::unique_ptr<ExpertBackend>> CpuDevice::create_expert_backend() {
+  return std::unique_ptr<ExpertBackend>(std::make_unique<CpuExpertBackend>(options_.pool));
+}
 
 }  // namespace moeserve::backend

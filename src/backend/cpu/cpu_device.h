@@ -40,6 +40,7 @@ class CpuDevice final : public Device {
   Status fill_zero(void* dst, size_t bytes) override;
   Result<PlacedWeights> place_weights(std::span<const WeightRef> weights) override;
   Result<std::unique_ptr<Ops>> create_ops() override;
+  Result<std::unique_ptr<ExpertBackend>> create_expert_backend() override;
 
   ThreadPool* pool() const { return options_.pool; }
   // Where create_ops()'s ops compute experts; null: a CpuExpertBackend on

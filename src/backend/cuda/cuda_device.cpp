@@ -5,6 +5,7 @@
 
 #include <fmt/format.h>
 
+#include "backend/cuda/cuda_expert_backend.h"
 #include "backend/devices.h"
 #include "backend/expert_split.h"
 #include "core/progress.h"
@@ -337,6 +338,11 @@ Result<std::unique_ptr<Ops>> CudaDevice::create_ops() {
   cudaStream_t stream = nullptr;
   MOESERVE_CUDA_RETURN_IF_ERROR(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
   return make_cuda_ops(*this, stream);
+}
+
+Result<std::unique_ptr<ExpertBackend>> CudaDevice::create_expert_backend() {
+  MOESERVE_ASSIGN_OR_RETURN(std::unique_ptr<CudaExpertBackend> b, CudaExpertBackend::create(*this));
+  return std::unique_ptr<ExpertBackend>(std::move(b));
 }
 
 Result<std::unique_ptr<Device>> open_cuda_device(int index) {

@@ -36,6 +36,7 @@ class CudaDevice final : public Device {
   // Whether [p, p + bytes) lies in pinned memory this GPU's kernels read through p.
   bool kernels_read_host(const uint8_t* p, size_t bytes) const;
   Status replace_local_expert(ExpertSplit& split, size_t slot, int32_t expert) override;
+  Result<std::unique_ptr<ExpertBackend>> create_expert_backend() override;
 
   int index() const { return index_; }
   // Some layer shares its experts with the host (a prefill chunk's forward
