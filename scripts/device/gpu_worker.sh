@@ -7,8 +7,10 @@
 #       make-model 30b-a3b q4_k_m (quick quant); greedy output and prompt
 #       4096 / 128 generated for: everything on GPU 0; --n-cpu-moe 24 (the
 #       cold experts on this process's CPU threads); the same cold experts
-#       in a spawned worker on WORKER_DEVICE, batched and stream; then kill -9
-#       of the worker mid-generation.
+#       in a spawned worker on WORKER_DEVICE, batched and stream, with the
+#       cost model's expert copies for prefill and without; kill -9 of the
+#       worker mid-generation. CPU_WORKER=1 adds a CPU worker process, ALL_GPU=1
+#       the bench with every expert on GPU 0.
 # Logs go to $OUT, a summary to stdout. NCPU (default 24) sets --n-cpu-moe.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -53,25 +55,24 @@ case "${1:-tests}" in
     rm -f /tmp/g_kill.txt
     ( for i in $(seq 1 1200); do [ "$(stat -c %s /tmp/g_kill.txt 2>/dev/null || echo 0)" -gt 200 ] && break; sleep 0.1; done
       pkill -9 -f "moeserve worker --experts" && echo "killed the worker after $(stat -c %s /tmp/g_kill.txt) bytes of output" ) &
-    gen 400 --n-cpu-moe $ncpu --expert-worker spawn --expert-worker-device $wd > /tmp/g_kill.txt 2> "$out/g_kill.err"
+    gen 200 --n-cpu-moe $ncpu --expert-worker spawn --expert-worker-device $wd > /tmp/g_kill.txt 2> "$out/g_kill.err"
     wait
-    gen 400 --n-cpu-moe $ncpu --expert-worker spawn --expert-worker-device $wd > /tmp/g_w400.txt 2> /dev/null
+    gen 200 --n-cpu-moe $ncpu --expert-worker spawn --expert-worker-device $wd > /tmp/g_w400.txt 2> /dev/null
     [ -s /tmp/g_kill.txt ] || echo "killed worker: no output: $(tail -2 "$out/g_kill.err")"
     # Before the kill the worker computed the cold experts, after it this
     # process's CPU threads: equal to the worker's run up to where they round apart.
-    if cmp -s /tmp/g_w400.txt /tmp/g_kill.txt; then echo "killed worker: output == the worker's uninterrupted run (400 tokens)"; else
+    if cmp -s /tmp/g_w400.txt /tmp/g_kill.txt; then echo "killed worker: output == the worker's uninterrupted run (200 tokens)"; else
       echo "killed worker: output differs from the uninterrupted run: $(cmp /tmp/g_w400.txt /tmp/g_kill.txt | head -1)"; fi
     grep -hE "^prompt:" "$out/g_kill.err"
     grep -hE "lost|back in use|expert worker:" "$out/g_kill.err" | head -4
     b() { echo "== $1"; shift; timeout 400 $bin bench -m $model --device cuda:0 -p 4096 -n 128 -r 1 -b 4096 "$@" 2>&1 \
       | tee -a "$out/bench.txt" | grep -E "pp4096|tg128|^pp:|^tg:|error|roofline"; }
-    b "all experts on GPU 0"
+    [ -n "${ALL_GPU:-}" ] && b "all experts on GPU 0"
     b "--n-cpu-moe $ncpu: cold experts on this process's CPU threads" --n-cpu-moe $ncpu
-    MOESERVE_EXPERT_COPIES=never b "--n-cpu-moe $ncpu, no expert copies to the GPU" --n-cpu-moe $ncpu
-    for mode in batched stream; do
-      b "--n-cpu-moe $ncpu, cold experts in a worker on $wd, $mode" --n-cpu-moe $ncpu --expert-worker spawn \
-        --expert-worker-device $wd --expert-mode $mode
+    for v in auto:batched never:batched never:stream; do
+      MOESERVE_EXPERT_COPIES=${v%:*} b "--n-cpu-moe $ncpu, cold experts in a worker on $wd, ${v#*:}, expert copies ${v%:*}" \
+        --n-cpu-moe $ncpu --expert-worker spawn --expert-worker-device $wd --expert-mode ${v#*:}
     done
-    [ "$wd" != cpu ] && b "--n-cpu-moe $ncpu, cold experts in a CPU worker process, batched" --n-cpu-moe $ncpu \
+    [ -n "${CPU_WORKER:-}" ] && b "--n-cpu-moe $ncpu, cold experts in a CPU worker process, batched" --n-cpu-moe $ncpu \
       --expert-worker spawn --expert-mode batched;;
 esac
