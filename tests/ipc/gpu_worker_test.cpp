@@ -14,6 +14,7 @@
 #include <cmath>
 
 #include "backend/devices.h"
+#include "kernels/gpu_api.h"
 #include "ipc/worker_experts.h"
 #include "test_device.h"
 #include "worker_test_util.h"
@@ -24,6 +25,13 @@ namespace {
 using namespace worker_test;
 
 bool on_gpu() { return testing::test_device().rfind("cuda", 0) == 0; }
+
+// The worker's GPU: a second one when there is one (the two-GPU setup),
+// else the parent's own.
+std::string worker_gpu() {
+  auto gpus = gpu::list_devices();
+  return gpus.is_ok() && gpus->size() >= 2 ? "cuda:1" : "cuda:0";
+}
 
 // Each layer keeps the experts `worker` does not own on the GPU.
 std::vector<std::vector<int32_t>> complement(const std::vector<std::vector<int32_t>>& worker) {
@@ -113,7 +121,7 @@ TEST(GpuWorker, GpuParentGivesTheSameTokensWhereverItsColdExpertsRun) {
   ASSERT_TRUE(want.is_ok()) << want.status().to_string();
   local->reset();
   own.reset();
-  for (const char* device : {"cpu", "cuda:0"}) {
+  for (const std::string& device : {std::string("cpu"), worker_gpu()}) {
     SCOPED_TRACE(device);
     WorkerBackendOptions w = worker_options(cold, scratch.placement(cold));
     w.pack_weights = false;  // a GPU parent's CPU computes from the file's layout
@@ -148,7 +156,7 @@ TEST(GpuWorker, KilledGpuWorkerFallsBackToTheParentsCpu) {
   WorkerBackendOptions w = worker_options(cold, scratch.placement(cold));
   w.pack_weights = false;
   w.kernel_id = kernel_identity(false);
-  w.worker_device = "cuda:0";
+  w.worker_device = worker_gpu();
   std::atomic<int64_t> sends{0}, kill_when{-1};
   std::atomic<int> victim{-1};
   w.after_send = [&](uint64_t) {
