@@ -24,7 +24,7 @@ build=$root/build-fuzz
 jobs=${FUZZ_JOBS:-$(nproc)}
 
 CC=clang CXX=clang++ cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
-  -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O2 -g1 -DNDEBUG" -DCMAKE_C_FLAGS_RELWITHDEBINFO="-O2 -g1 -DNDEBUG" \
+  -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g1 -DNDEBUG" -DCMAKE_C_FLAGS_RELWITHDEBINFO="-O1 -g1 -DNDEBUG" \
   -DMOESERVE_BUILD_FUZZ=ON -DMOESERVE_BUILD_TESTS=OFF -DMOESERVE_BUILD_BENCH=OFF -DMOESERVE_CUDA=OFF >/dev/null
 ninja -C "$build" -j"$jobs" fuzz_gguf fuzz_gguf_seeds fuzz_safetensors fuzz_server_api fuzz_http_parser fuzz_grammar \
   fuzz_ipc_frames fuzz_ipc_seeds

@@ -35,6 +35,10 @@ echo "==> npm ci (tests/server_e2e: openai client, playwright-core)"
 (cd tests/server_e2e && npm ci --no-audit --no-fund --loglevel=error)
 
 echo "==> configure + build (Release) in ./build"
-cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release
+# MOESERVE_CUDA_ARCHS (e.g. "90a" for an H100 only) narrows the GPU
+# architectures the CUDA kernels are compiled for (default: every one users have).
+arch_flag=()
+if [ -n "${MOESERVE_CUDA_ARCHS:-}" ]; then arch_flag=(-DMOESERVE_CUDA_ARCHS="$MOESERVE_CUDA_ARCHS"); fi
+cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release "${arch_flag[@]}"
 cmake --build build -j"$(nproc)"
 echo "==> built: build/bin/moeserve"
