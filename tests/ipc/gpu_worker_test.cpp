@@ -14,8 +14,8 @@
 #include <cmath>
 
 #include "backend/devices.h"
-#include "kernels/gpu_api.h"
 #include "ipc/worker_experts.h"
+#include "kernels/gpu_api.h"
 #include "test_device.h"
 #include "worker_test_util.h"
 
@@ -54,6 +54,17 @@ std::unique_ptr<runtime::Model> load_gpu(backend::ExpertBackend* worker,
   auto m = runtime::Model::load(kModel, o);
   EXPECT_TRUE(m.is_ok()) << m.status().to_string();
   return m.is_ok() ? std::move(m.value()) : nullptr;
+}
+
+// A spawned worker for a GPU parent's cold experts: the file's layout (a
+// GPU parent's CPU computes from it too), on `device`.
+WorkerBackendOptions gpu_parent_worker(const std::vector<std::vector<int32_t>>& cold,
+                                       const std::string& placement, const std::string& device) {
+  WorkerBackendOptions w = worker_options(cold, placement);
+  w.pack_weights = false;
+  w.kernel_id = kernel_identity(false);
+  w.worker_device = device;
+  return w;
 }
 
 TEST(GpuWorker, ExpertsOnTheGpuMatchTheCpuBackend) {
@@ -108,25 +119,16 @@ TEST(GpuWorker, GpuParentGivesTheSameTokensWhereverItsColdExpertsRun) {
   if (!on_gpu()) GTEST_SKIP() << "needs MOESERVE_TEST_DEVICE=cuda (a GPU)";
   Scratch scratch;
   const auto cold = half_experts();
-  auto own = load_gpu(nullptr, {});
-  ASSERT_TRUE(own);
-  ASSERT_FALSE(own->expert_splits().empty());
   // The same split computed by the parent's CPU threads.
-  runtime::ModelLoadOptions o{.n_threads = 2, .device = testing::test_device()};
-  o.split_experts = true;
-  o.gpu_experts = complement(cold);
-  auto local = runtime::Model::load(kModel, o);
-  ASSERT_TRUE(local.is_ok()) << local.status().to_string();
-  auto want = greedy(**local, 24);
+  auto local = load_gpu(nullptr, cold);
+  ASSERT_TRUE(local);
+  ASSERT_FALSE(local->expert_splits().empty());
+  auto want = greedy(*local, 24);
   ASSERT_TRUE(want.is_ok()) << want.status().to_string();
-  local->reset();
-  own.reset();
+  local.reset();
   for (const std::string& device : {std::string("cpu"), worker_gpu()}) {
     SCOPED_TRACE(device);
-    WorkerBackendOptions w = worker_options(cold, scratch.placement(cold));
-    w.pack_weights = false;  // a GPU parent's CPU computes from the file's layout
-    w.kernel_id = kernel_identity(false);
-    w.worker_device = device;
+    WorkerBackendOptions w = gpu_parent_worker(cold, scratch.placement(cold), device);
     auto worker = WorkerExpertBackend::create(w);
     ASSERT_TRUE(worker.is_ok()) << worker.status().to_string();
     auto m = load_gpu(worker->get(), cold);
@@ -145,18 +147,12 @@ TEST(GpuWorker, KilledGpuWorkerFallsBackToTheParentsCpu) {
   if (!on_gpu()) GTEST_SKIP() << "needs MOESERVE_TEST_DEVICE=cuda (a GPU)";
   Scratch scratch;
   const auto cold = half_experts();
-  runtime::ModelLoadOptions o{.n_threads = 2, .device = testing::test_device()};
-  o.split_experts = true;
-  o.gpu_experts = complement(cold);
-  auto local = runtime::Model::load(kModel, o);
-  ASSERT_TRUE(local.is_ok()) << local.status().to_string();
-  auto want = greedy(**local, 24);
+  auto local = load_gpu(nullptr, cold);
+  ASSERT_TRUE(local);
+  auto want = greedy(*local, 24);
   ASSERT_TRUE(want.is_ok());
-  local->reset();
-  WorkerBackendOptions w = worker_options(cold, scratch.placement(cold));
-  w.pack_weights = false;
-  w.kernel_id = kernel_identity(false);
-  w.worker_device = worker_gpu();
+  local.reset();
+  WorkerBackendOptions w = gpu_parent_worker(cold, scratch.placement(cold), worker_gpu());
   std::atomic<int64_t> sends{0}, kill_when{-1};
   std::atomic<int> victim{-1};
   w.after_send = [&](uint64_t) {
