@@ -8,6 +8,14 @@ with EOS disabled (argmax of a full recompute at every step, no KV cache),
 and for the MoE model the router's top-k experts at every position.
 It also measures what the tolerances should be: f32 vs f64, an f16 KV
 cache estimate, and Q8_0 weight rounding (top-1 agreement, mean KL).
+
+qwen35moe / qwen35 (hybrid Gated DeltaNet, see hybrid_arch.py): the greedy
+continuation comes from transformers' generate() with its cache (KV cache for
+the full-attention layer, conv + recurrent state for the Gated DeltaNet
+layers, i.e. the recurrent decode path), and is cross-checked against the
+argmax of a full recompute without cache at every step (greedy_nocache_*);
+the f64 reference runs the delta rule token by token in float64; the f16 KV
+estimate rounds only the full-attention layer's K and V.
 """
 import argparse
 import base64
@@ -21,6 +29,7 @@ import torch
 import torch.nn.functional as F
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import hybrid_arch  # noqa: E402
 from prompts import PROMPTS, TOKENIZER_CASES  # noqa: E402
 
 GREEDY_TOKENS = 64
@@ -28,10 +37,13 @@ TOP_N = 20
 
 
 def load(arch, model_dir):
-    from transformers import Qwen3ForCausalLM, Qwen3MoeForCausalLM
-    cls = Qwen3MoeForCausalLM if arch == "qwen3moe" else Qwen3ForCausalLM
+    if hybrid_arch.is_hybrid(arch):
+        cls = hybrid_arch.model_class(arch)
+    else:
+        from transformers import Qwen3ForCausalLM, Qwen3MoeForCausalLM
+        cls = Qwen3MoeForCausalLM if arch == "qwen3moe" else Qwen3ForCausalLM
     kw = dict(dtype=torch.float32, attn_implementation="eager")
-    if arch == "qwen3moe":
+    if hybrid_arch.is_moe(arch):
         try:  # the plain per-expert loop, when this transformers has a choice
             return cls.from_pretrained(model_dir, experts_implementation="eager", **kw).eval()
         except Exception as e:  # noqa: BLE001 - fall back to the default implementation
@@ -88,10 +100,13 @@ def router_hooks(model, store):
 
 
 def kv16_hooks(model):
-    """Round K (before RoPE) and V to f16, to estimate an f16 KV cache."""
+    """Round K (before RoPE) and V to f16, to estimate an f16 KV cache
+    (full-attention layers only: the Gated DeltaNet layers have no KV cache)."""
     hooks = []
     for layer in model.model.layers:
-        att = layer.self_attn
+        att = getattr(layer, "self_attn", None)
+        if att is None:
+            continue
         for mod in (att.k_norm, att.v_proj):
             hooks.append(mod.register_forward_hook(lambda m, i, o: o.half().float()))
     return hooks
@@ -106,11 +121,14 @@ def q8_0_roundtrip(w):
 
 
 def q8_0_model(model):
-    """Weights of every matrix except the router rounded through Q8_0."""
+    """Weights of every matrix except the router rounded through Q8_0. Like
+    moeserve's quant mix, one-row matrices (the shared expert gate [1, H]) stay
+    f32, and so does the Gated DeltaNet conv1d (rows of 4)."""
     m = copy.deepcopy(model)
     with torch.no_grad():
         for name, p in m.named_parameters():
-            if p.ndim >= 2 and not name.endswith("mlp.gate.weight") and p.shape[-1] % 32 == 0:
+            if (p.ndim >= 2 and not name.endswith("mlp.gate.weight") and p.shape[-1] % 32 == 0
+                    and p.shape[:-1].numel() > 1):
                 p.copy_(q8_0_roundtrip(p))
     return m
 
@@ -128,6 +146,50 @@ def greedy(model, ids, eos_ids):
             seq.append(nxt)
     first_eos = next((i for i, t in enumerate(out) if t in eos_ids), None)
     return out, margins, first_eos
+
+
+def greedy_nocache(model, ids):
+    """greedy() with use_cache=False, keeping each step's logits."""
+    seq, out, margins, steps = list(ids), [], [], []
+    with torch.no_grad():
+        for _ in range(GREEDY_TOKENS):
+            last = model(input_ids=torch.tensor([seq]), use_cache=False).logits[0, -1]
+            top = torch.topk(last, 2)
+            margins.append(round(float(top.values[0] - top.values[1]), 6))
+            out.append(int(top.indices[0]))
+            seq.append(out[-1])
+            steps.append(last.clone())
+    return out, margins, steps
+
+
+def generate_cached(model, ids):
+    """transformers' generate() with use_cache=True, EOS disabled: the ids and
+    each step's logits (the model's own cache path)."""
+    from transformers import GenerationConfig
+    gc = GenerationConfig(do_sample=False, max_new_tokens=GREEDY_TOKENS, eos_token_id=None,
+                          pad_token_id=model.config.bos_token_id, use_cache=True,
+                          return_dict_in_generate=True, output_logits=True)
+    saved = model.generation_config
+    model.generation_config = gc
+    try:
+        x = torch.tensor([ids])
+        with torch.no_grad():
+            out = model.generate(x, attention_mask=torch.ones_like(x), generation_config=gc)
+        new = out.sequences[0, len(ids):].tolist()
+        steps = [l[0].float() for l in out.logits]
+        if len(new) != GREEDY_TOKENS or len(steps) != GREEDY_TOKENS:
+            raise RuntimeError(f"generate() gave {len(new)} tokens / {len(steps)} logits, "
+                               f"wanted {GREEDY_TOKENS}")
+        margins = []
+        for step, tok in zip(steps, new):
+            top = torch.topk(step, 2)
+            if int(top.indices[0]) != tok:  # ties: keep what generate() chose, note it
+                margins.append(0.0)
+            else:
+                margins.append(round(float(top.values[0] - top.values[1]), 6))
+        return new, margins, steps
+    finally:
+        model.generation_config = saved
 
 
 def hf_generate(model, ids):
@@ -151,7 +213,29 @@ def kl_mean(ref_logits, other_logits):
     return float((lp.exp() * (lp - lq)).sum(-1).mean())
 
 
-def prompt_fixture(p, text, ids, model, variants, tok, hf_tok, eos_ids, is_moe, notes):
+def hybrid_greedy(fx, model, ids, eos_ids, tok):
+    """qwen35*: greedy continuation through generate()'s cache, cross-checked
+    against a full recompute without cache at every step."""
+    g_ids, g_margins, g_steps = generate_cached(model, ids)
+    fx["greedy_ids"] = g_ids
+    fx["greedy_text"] = tok.decode(g_ids, skip_special_tokens=False)
+    fx["greedy_top1_margins"] = g_margins
+    fx["greedy_first_eos_index"] = next((i for i, t in enumerate(g_ids) if t in eos_ids), None)
+    n_ids, n_margins, n_steps = greedy_nocache(model, ids)
+    fx["greedy_nocache_matches"] = n_ids == g_ids
+    same = next((i for i, (a, b) in enumerate(zip(g_ids, n_ids)) if a != b), GREEDY_TOKENS)
+    if n_ids != g_ids:
+        fx["greedy_nocache_ids"] = n_ids
+        fx["greedy_nocache_first_difference"] = same
+    # Step i's logits depend only on tokens before i, so steps 0..same compare like for like.
+    diff = max(float((a.double() - b.double()).abs().max())
+               for a, b in zip(g_steps[: same + 1], n_steps[: same + 1]))
+    fx["greedy_cache_vs_nocache_max_abs_logit_diff"] = round(diff, 8)
+    fx["greedy_nocache_top1_margins"] = n_margins
+
+
+def prompt_fixture(p, text, ids, model, variants, tok, hf_tok, eos_ids, is_moe, notes,
+                   hybrid=False):
     x = torch.tensor([ids])
     routes = {}
     hooks = router_hooks(model, routes) if is_moe else []
@@ -160,7 +244,8 @@ def prompt_fixture(p, text, ids, model, variants, tok, hf_tok, eos_ids, is_moe, 
     for h in hooks:
         h.remove()
     top = torch.topk(logits, TOP_N, dim=-1)
-    g_ids, g_margins, first_eos = greedy(model, ids, eos_ids)
+    if not hybrid:
+        g_ids, g_margins, first_eos = greedy(model, ids, eos_ids)
     fx = {"name": p["name"], "kind": p["kind"], "text": text, "ids": ids, "n_tokens": len(ids)}
     if "messages" in p:
         fx["messages"] = p["messages"]
@@ -177,17 +262,20 @@ def prompt_fixture(p, text, ids, model, variants, tok, hf_tok, eos_ids, is_moe, 
     fx["top1_margins"] = [round(float(v), 6) for v in (top2[:, 0] - top2[:, 1])]
     fx["last_logits_f32_b64"] = base64.b64encode(
         logits[-1].contiguous().numpy().astype("<f4").tobytes()).decode("ascii")
-    fx["greedy_ids"] = g_ids
-    fx["greedy_text"] = tok.decode(g_ids, skip_special_tokens=False)
-    fx["greedy_top1_margins"] = g_margins
-    fx["greedy_first_eos_index"] = first_eos
-    try:
-        hg = hf_generate(model, ids)
-        fx["hf_generate_kv_cache_matches"] = hg == g_ids
-        if hg != g_ids:
-            fx["hf_generate_ids"] = hg
-    except Exception as e:
-        fx["hf_generate_error"] = repr(e)
+    if hybrid:
+        hybrid_greedy(fx, model, ids, eos_ids, tok)
+    else:
+        fx["greedy_ids"] = g_ids
+        fx["greedy_text"] = tok.decode(g_ids, skip_special_tokens=False)
+        fx["greedy_top1_margins"] = g_margins
+        fx["greedy_first_eos_index"] = first_eos
+        try:
+            hg = hf_generate(model, ids)
+            fx["hf_generate_kv_cache_matches"] = hg == g_ids
+            if hg != g_ids:
+                fx["hf_generate_ids"] = hg
+        except Exception as e:
+            fx["hf_generate_error"] = repr(e)
     if is_moe:
         fx["router_topk"] = [routes[li][0][0] for li in sorted(routes)]
         fx["router_min_kth_margin"] = round(min(min(routes[li][0][1]) for li in routes), 6)
@@ -200,15 +288,17 @@ def prompt_fixture(p, text, ids, model, variants, tok, hf_tok, eos_ids, is_moe, 
     return fx
 
 
-def tolerances(fixtures):
+def tolerances(fixtures, hybrid=False):
     def worst(key):
         return max(f[key] for f in fixtures if key in f) if any(key in f for f in fixtures) else None
     f64 = worst("f64_max_abs_logit_diff") or 0.0
     kv = worst("kv16_max_abs_logit_diff") or 0.0
     margins = [m for f in fixtures for m in f["top1_margins"] + f["greedy_top1_margins"]]
+    if hybrid:
+        margins += [m for f in fixtures for m in f.get("greedy_nocache_top1_margins", [])]
     q8_agree = min(f["q8_0_top1_agree"] for f in fixtures if "q8_0_top1_agree" in f)
     q8_kl = max(f["q8_0_mean_kl"] for f in fixtures if "q8_0_mean_kl" in f)
-    return {
+    out = {
         "measured_f32_vs_f64_max_abs_logit_diff": f64,
         "measured_f16_kv_estimate_max_abs_logit_diff": kv,
         "measured_q8_0_weights_min_top1_agree": q8_agree,
@@ -225,11 +315,24 @@ def tolerances(fixtures):
                  "is an estimate. Q8_0 figures round weights only; the engine also quantizes "
                  "activations, so allow some slack. Q4_K_M is not simulated here."),
     }
+    if hybrid:
+        cache = worst("greedy_cache_vs_nocache_max_abs_logit_diff") or 0.0
+        out["measured_cache_vs_nocache_max_abs_logit_diff"] = cache
+        out["greedy_nocache_all_match"] = all(f.get("greedy_nocache_matches") for f in fixtures)
+        out["recommended_max_abs_logit_diff_f32_kv"] = round(max(2e-3, 20 * f64, 4 * cache), 6)
+        out["note"] += (" Hybrid (Gated DeltaNet): greedy_ids come from generate() with the cache "
+                        "(recurrent decode path); the cache-vs-nocache figure is the largest logit "
+                        "difference between that and a full recompute (chunked path) over the 64 "
+                        "steps. The f16 KV figure rounds only the full-attention layer's K and V; "
+                        "the conv and recurrent states are not rounded. The f64 reference runs the "
+                        "delta rule token by token in float64 (RMSNorms and RoPE angles stay f32 "
+                        "inside transformers, as for qwen3).")
+    return out
 
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__)
-    ap.add_argument("--arch", choices=("qwen3moe", "qwen3"), required=True)
+    ap.add_argument("--arch", choices=("qwen3moe", "qwen3", "qwen35moe", "qwen35"), required=True)
     ap.add_argument("--model-dir", required=True)
     ap.add_argument("--name", required=True, help="model name recorded in the fixture")
     ap.add_argument("--template", required=True)
@@ -252,10 +355,15 @@ def main():
         notes.append(f"AutoTokenizer failed: {e!r}")
     with open(args.template, encoding="utf-8") as f:
         template = f.read()
+    hybrid = hybrid_arch.is_hybrid(args.arch)
+    if hybrid:
+        gdn_info = hybrid_arch.install_gdn_patches(args.arch)
+        notes.append("gated delta net: " + "; ".join(f"{k}: {v['was']} -> {v['now']}"
+                                                      for k, v in gdn_info.items()))
     model = load(args.arch, args.model_dir)
     notes.append(f"attn_implementation {getattr(model.config, '_attn_implementation', '?')}, "
                  f"experts_implementation {getattr(model.config, '_experts_implementation', 'n/a')}")
-    is_moe = args.arch == "qwen3moe"
+    is_moe = hybrid_arch.is_moe(args.arch)
     eos_ids = {tok.token_to_id("<|im_end|>"), tok.token_to_id("<|endoftext|>")}
     variants = {"f64": copy.deepcopy(model).double(), "q8_0": q8_0_model(model)}
     kv_model = copy.deepcopy(model)
@@ -266,22 +374,40 @@ def main():
         text = prompt_text(p, hf_tok, template, notes)
         ids = tok.encode(text, add_special_tokens=False).ids
         fixtures.append(prompt_fixture(p, text, ids, model, variants, tok, hf_tok, eos_ids,
-                                       is_moe, notes))
+                                       is_moe, notes, hybrid))
         print(f"[{args.name}] {p['name']}: {len(ids)} tokens, greedy "
               f"{fixtures[-1]['greedy_text'][:60]!r}", flush=True)
     cfg = json.load(open(os.path.join(args.model_dir, "config.json")))
+    greedy_doc = {"max_new_tokens": GREEDY_TOKENS, "eos_disabled": True,
+                  "method": "argmax of the last position of a full forward over prompt+generated "
+                            "tokens at each step (no KV cache); ties are not special-cased"}
+    if hybrid:
+        notes.append(f"gated delta net calls: {dict(sorted(hybrid_arch.CALLS.items()))}")
+        for name in ("torch_chunk_gated_delta_rule", "torch_recurrent_gated_delta_rule",
+                     "causal_conv1d_update"):
+            if hybrid_arch.CALLS[name] == 0:
+                notes.append(f"WARNING: {name} was never called: this transformers dispatches the "
+                             f"Gated DeltaNet differently (the f64 reference and the cache path "
+                             f"are not what the fixture says)")
+                print(f"[{args.name}] {notes[-1]}", flush=True)
+        greedy_doc["method"] = (
+            "transformers generate() with use_cache=True, do_sample false: the full-attention "
+            "layer's KV cache and the Gated DeltaNet conv + recurrent state "
+            "(torch_recurrent_gated_delta_rule, causal_conv1d_update per decoded token); "
+            "greedy_top1_margins from generate()'s logits. Cross-check: greedy_nocache_* is the "
+            "argmax of a full forward without cache (chunked delta rule) at each step")
     doc = {
         "model": args.name, "arch": args.arch, "hf_dir": f"hf/{args.name}", "config": cfg,
         "versions": {"torch": torch.__version__, "transformers": transformers.__version__,
                      "tokenizers": tokenizers.__version__, "python": platform.python_version()},
-        "compute": "HF transformers, float32 on CPU, attn_implementation=eager, weights bf16-representable",
+        "compute": "HF transformers, float32 on CPU, attn_implementation=eager, weights bf16-representable"
+                   + ("; Gated DeltaNet layers through transformers' torch reference functions "
+                      "(no fla / causal_conv1d kernels)" if hybrid else ""),
         "top_n": TOP_N,
-        "greedy": {"max_new_tokens": GREEDY_TOKENS, "eos_disabled": True,
-                   "method": "argmax of the last position of a full forward over prompt+generated "
-                             "tokens at each step (no KV cache); ties are not special-cased"},
+        "greedy": greedy_doc,
         "last_logits_encoding": "base64 of vocab_size little-endian float32",
         "router_topk_layout": "[layer][position][k] expert ids, ordered by router logit, prompt positions only",
-        "tolerances": tolerances(fixtures), "notes": notes, "prompts": fixtures,
+        "tolerances": tolerances(fixtures, hybrid), "notes": notes, "prompts": fixtures,
     }
     with open(args.out, "w", encoding="utf-8") as f:
         json.dump(doc, f, ensure_ascii=False, separators=(",", ":"))

@@ -1,17 +1,31 @@
 #!/usr/bin/env bash
-# Build the corpus and tokenizer, train the tiny Qwen3-MoE and dense Qwen3
-# models on the GPU, and write the reference fixtures. Everything lands in
-# OUTDIR (default /tmp/train_tiny_out):
+# Build the corpus and tokenizer, train tiny models on the GPU (by default the
+# Qwen3-MoE and the dense Qwen3), and write the reference fixtures. Everything
+# lands in OUTDIR (default /tmp/train_tiny_out):
 #   data/            corpus manifest, token streams, tokenizer/
-#   hf/<name>/       HF model directories (bf16 safetensors + tokenizer)
+#   hf/<arch>-tiny/  HF model directories (bf16 safetensors + tokenizer)
 #   train_<arch>.json, fixtures_<arch>.json, tokenizer_cases.json, logs/
-# Usage: scripts/train_tiny/run_all.sh [OUTDIR] [MOE_SECONDS] [DENSE_SECONDS]
+# Usage: scripts/train_tiny/run_all.sh [OUTDIR] [MOE_SECONDS] [DENSE_SECONDS] [ARCHES]
+# ARCHES (4th argument, else the ARCHES environment variable, default
+# "qwen3moe qwen3") lists the archs to train, in order, from qwen3moe, qwen3,
+# qwen35moe, qwen35; *moe archs train for MOE_SECONDS, the others for
+# DENSE_SECONDS. Each arch's fixtures run on the CPU while the next arch
+# trains; the last arch's fixtures also write tokenizer_cases.json.
+#   ARCHES="qwen35moe qwen35" scripts/train_tiny/run_all.sh /tmp/tt 150 150
 set -u -o pipefail
 HERE="$(cd "$(dirname "$0")" && pwd)"
 REPO="$(cd "$HERE/../.." && pwd)"
 OUTDIR="${1:-/tmp/train_tiny_out}"
 MOE_SECONDS="${2:-170}"
 DENSE_SECONDS="${3:-150}"
+read -r -a ARCH_LIST <<< "${4:-${ARCHES:-qwen3moe qwen3}}"
+if [ "${#ARCH_LIST[@]}" -eq 0 ]; then echo "no archs given"; exit 2; fi
+for arch in "${ARCH_LIST[@]}"; do
+  case "$arch" in
+    qwen3moe|qwen3|qwen35moe|qwen35) ;;
+    *) echo "unknown arch '$arch' (known: qwen3moe qwen3 qwen35moe qwen35)"; exit 2 ;;
+  esac
+done
 TEMPLATE="$REPO/tests/reference/templates/qwen3.jinja"
 PY="${PYTHON:-python3}"
 export PYTHONUNBUFFERED=1 TOKENIZERS_PARALLELISM=true
@@ -35,13 +49,26 @@ fixtures() {  # arch name [extra args]
     2>&1 | tee "$OUTDIR/logs/fixtures_$arch.log"
 }
 
-train qwen3moe qwen3moe-tiny "$MOE_SECONDS" || { echo "qwen3moe training failed"; status=1; }
-# The MoE fixtures run on the CPU while the dense model trains on the GPU.
-fixtures qwen3moe qwen3moe-tiny --threads 8 &
-moe_fix=$!
-train qwen3 qwen3-tiny "$DENSE_SECONDS" || { echo "qwen3 training failed"; status=1; }
-fixtures qwen3 qwen3-tiny --threads 8 --tokenizer-cases-out "$OUTDIR/tokenizer_cases.json" \
-  || { echo "qwen3 fixtures failed"; status=1; }
-wait "$moe_fix" || { echo "qwen3moe fixtures failed"; status=1; }
+# With the default archs: train qwen3moe; its fixtures run on the CPU while the
+# dense qwen3 trains on the GPU; then the qwen3 fixtures (and tokenizer cases).
+bg_pids=()
+bg_archs=()
+last=$(( ${#ARCH_LIST[@]} - 1 ))
+for i in "${!ARCH_LIST[@]}"; do
+  arch="${ARCH_LIST[$i]}"
+  case "$arch" in *moe) seconds="$MOE_SECONDS" ;; *) seconds="$DENSE_SECONDS" ;; esac
+  train "$arch" "$arch-tiny" "$seconds" || { echo "$arch training failed"; status=1; }
+  if [ "$i" -lt "$last" ]; then
+    fixtures "$arch" "$arch-tiny" --threads 8 &
+    bg_pids+=("$!")
+    bg_archs+=("$arch")
+  else
+    fixtures "$arch" "$arch-tiny" --threads 8 --tokenizer-cases-out "$OUTDIR/tokenizer_cases.json" \
+      || { echo "$arch fixtures failed"; status=1; }
+  fi
+done
+for j in "${!bg_pids[@]}"; do
+  wait "${bg_pids[$j]}" || { echo "${bg_archs[$j]} fixtures failed"; status=1; }
+done
 du -ab "$OUTDIR/hf" "$OUTDIR"/*.json 2>/dev/null | sort -k2
 exit $status

@@ -1,4 +1,5 @@
-"""Train one tiny Qwen3 (dense) or Qwen3-MoE model on the prepared corpus.
+"""Train one tiny Qwen3 (dense), Qwen3-MoE, Qwen3.5 (dense) or Qwen3.5-MoE
+model on the prepared corpus.
 
 fp32 master weights with bf16 autocast, AdamW, linear warm-up then cosine
 decay. The number of steps is fixed after a short timing run so training
@@ -6,7 +7,12 @@ takes about --seconds. Before saving, every weight is rounded to a
 bf16-representable value, so a BF16 GGUF of the saved files is lossless with
 respect to the f32 model the fixtures are computed from. Saves the HF
 directory (bf16 safetensors, config, generation config, tokenizer files) and
-a JSON summary (losses, steps, time, routing statistics for the MoE model).
+a JSON summary (losses, steps, time, routing statistics for the MoE models).
+
+qwen35moe / qwen35 (hybrid Gated DeltaNet) are built by hybrid_arch.py, which
+also makes their Gated DeltaNet layers run transformers' torch reference
+functions (no fla / causal_conv1d kernels) with the delta rule in fp32 inside
+the bf16 autocast region (--gdn-autocast runs it under autocast instead).
 """
 import argparse
 import copy
@@ -14,16 +20,22 @@ import json
 import math
 import os
 import shutil
+import sys
 import time
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 
-ARCHES = ("qwen3moe", "qwen3")
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import hybrid_arch  # noqa: E402
+
+ARCHES = ("qwen3moe", "qwen3", "qwen35moe", "qwen35")
 
 
 def build_config(arch, vocab_size, ids):
+    if hybrid_arch.is_hybrid(arch):
+        return hybrid_arch.build_config(arch, vocab_size, ids)
     from transformers import Qwen3Config, Qwen3MoeConfig
     base = dict(vocab_size=vocab_size, hidden_size=256, num_hidden_layers=4,
                 num_attention_heads=4, num_key_value_heads=2, hidden_act="silu",
@@ -51,12 +63,16 @@ def build_config(arch, vocab_size, ids):
 
 
 def model_class(arch):
+    if hybrid_arch.is_hybrid(arch):
+        return hybrid_arch.model_class(arch)
     from transformers import Qwen3ForCausalLM, Qwen3MoeForCausalLM
     return Qwen3MoeForCausalLM if arch == "qwen3moe" else Qwen3ForCausalLM
 
 
-def check_model_shape(model, cfg):
+def check_model_shape(model, cfg, arch="qwen3"):
     """Fail early if the config did not produce the intended architecture."""
+    if hybrid_arch.is_hybrid(arch):
+        return hybrid_arch.check_shape(model, cfg, arch)
     attn = model.model.layers[0].self_attn
     assert attn.q_proj.out_features == 256 and attn.k_proj.out_features == 128, "head_dim"
     rotary = getattr(model.model, "rotary_emb", None) or getattr(attn, "rotary_emb", None)
@@ -82,7 +98,12 @@ class Batcher:
         return self.data[start[:, None] + self.ar[None, :]]
 
 
-def lm_loss(model, x):
+def lm_loss(model, x, aux_coef=0.0):
+    if aux_coef:  # router load-balancing loss (--router-aux-loss), off by default
+        out = model(input_ids=x[:, :-1], use_cache=False, output_router_logits=True)
+        logits = out.logits
+        ce = F.cross_entropy(logits.float().reshape(-1, logits.shape[-1]), x[:, 1:].reshape(-1))
+        return ce + aux_coef * out.aux_loss.float()
     logits = model(input_ids=x[:, :-1], use_cache=False).logits
     return F.cross_entropy(logits.float().reshape(-1, logits.shape[-1]), x[:, 1:].reshape(-1))
 
@@ -124,7 +145,7 @@ def train(model, batcher, args, log):
             g["lr"] = lr_at(step, total, args.lr, args.warmup, 0.1)
         x = batcher.next()
         with torch.autocast("cuda", dtype=torch.bfloat16):
-            loss = lm_loss(model, x)
+            loss = lm_loss(model, x, args.aux_coef)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
@@ -262,7 +283,12 @@ def save_model(model, cfg, arch, out_dir, ids, tok_dir, log):
         shutil.copy(os.path.join(tok_dir, f), os.path.join(out_dir, f))
     names = saved_tensor_names(out_dir)
     fused = [k for k in names if k.endswith("experts.gate_up_proj") or k.endswith("experts.down_proj")]
-    if fused:
+    if fused and hybrid_arch.is_hybrid(arch):
+        # Kept as transformers wrote them: from_pretrained must read the files
+        # back (the reload check), and whether this transformers re-fuses
+        # per-expert tensors of this model type on load is not known here.
+        log(f"saved fused expert tensors ({len(fused)}), e.g. {fused[0]} {names[fused[0]][1]}; kept fused")
+    elif fused:
         log(f"saved fused expert tensors ({len(fused)}); rewriting per expert")
         unfuse_experts(out_dir, cfg.num_experts, cfg.moe_intermediate_size)
         names = saved_tensor_names(out_dir)
@@ -294,7 +320,13 @@ def main():
     ap.add_argument("--lr", type=float, default=2e-3)
     ap.add_argument("--warmup", type=int, default=100)
     ap.add_argument("--seed", type=int, default=1234)
+    ap.add_argument("--router-aux-loss", action="store_true",
+                    help="add router_aux_loss_coef x the load-balancing loss (MoE; off by default, "
+                         "as for the committed qwen3moe model)")
+    ap.add_argument("--gdn-autocast", action="store_true",
+                    help="qwen35*: run the gated delta rule under bf16 autocast too (default: fp32)")
     args = ap.parse_args()
+    args.aux_coef = 0.0
 
     def log(msg):
         print(f"[{args.arch}] {msg}", flush=True)
@@ -307,8 +339,37 @@ def main():
     train_ids = np.load(os.path.join(args.data, "train_ids.npy"))
     held_ids = np.load(os.path.join(args.data, "heldout_ids.npy"))
     cfg = build_config(args.arch, manifest["vocab_size"], ids)
+    if args.router_aux_loss:
+        if not hybrid_arch.is_moe(args.arch):
+            ap.error("--router-aux-loss needs a MoE arch")
+        args.aux_coef = float(cfg.router_aux_loss_coef)
+    gdn_info = None
+    if hybrid_arch.is_hybrid(args.arch):
+        gdn_info = hybrid_arch.install_gdn_patches(args.arch, fp32_delta_rule=not args.gdn_autocast)
+        for name, desc in gdn_info.items():
+            log(f"gated delta net: {name}: {desc['was']} -> {desc['now']}")
     model = model_class(args.arch)(cfg).to("cuda")
-    check_model_shape(model, cfg)
+    check_model_shape(model, cfg, args.arch)
+    if gdn_info is not None:
+        # One forward+backward under autocast through the patched torch path,
+        # on fixed tokens (the training batches' RNG is not touched).
+        x = torch.from_numpy(train_ids[: 2 * 129].astype(np.int64)).to("cuda").view(2, 129)
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            probe = lm_loss(model, x, args.aux_coef)
+        probe.backward()
+        bad = [n for n, p in model.named_parameters()
+               if p.grad is not None and not torch.isfinite(p.grad).all()]
+        no_grad = [n for n, p in model.named_parameters() if p.grad is None]
+        model.zero_grad(set_to_none=True)
+        hybrid_arch.require_calls("torch_chunk_gated_delta_rule", "training forward")
+        hybrid_arch.require_calls("causal_conv1d_fn", "training forward")
+        if bad or not torch.isfinite(probe):
+            raise RuntimeError(f"probe step through the torch Gated DeltaNet path: loss {probe.item()}, "
+                               f"non-finite gradients in {bad[:5]}")
+        if no_grad:
+            log(f"WARNING: probe step left no gradient in {len(no_grad)} parameters: {no_grad[:5]}")
+        log(f"probe step through the torch Gated DeltaNet path: loss {probe.item():.4f}, "
+            f"calls {dict(hybrid_arch.CALLS)}")
     n_params = sum(p.numel() for p in model.parameters())
     n_embed = model.model.embed_tokens.weight.numel() + model.lm_head.weight.numel()
     log(f"params {n_params} (embedding+lm_head {n_embed}); config {cfg.to_json_string()}")
@@ -326,13 +387,21 @@ def main():
                "seed": args.seed, "batch": args.batch, "seq": args.seq, "lr": args.lr,
                "warmup": args.warmup, "schedule": "linear warm-up, cosine to 10% of peak",
                "optimizer": "AdamW betas (0.9,0.95) wd 0.1 (matrices only), grad clip 1.0",
-               "precision": "fp32 master weights, bf16 autocast; eval in f32 without TF32",
+               "precision": "fp32 master weights, bf16 autocast; eval in f32 without TF32"
+                            + ("" if gdn_info is None else
+                               "; Gated DeltaNet: transformers' torch reference functions, the delta rule "
+                               + ("under bf16 autocast" if args.gdn_autocast else "in fp32 (autocast off)")),
                "heldout_loss": round(held_loss, 4), "heldout_tokens": held_tokens,
                "train_sample_loss": round(train_loss, 4), **result,
                "torch": torch.__version__, "gpu": torch.cuda.get_device_name(0)}
     import transformers
     summary["transformers"] = transformers.__version__
-    if args.arch == "qwen3moe":
+    if gdn_info is not None:
+        summary["gated_delta_net"] = gdn_info
+        summary["layer_types"] = list(cfg.layer_types)
+        summary["rope_parameters"] = dict(cfg.rope_parameters)
+        summary["router_aux_loss"] = args.aux_coef
+    if hybrid_arch.is_moe(args.arch):
         try:
             summary["routing"] = routing_stats(model, held_ids, args.seq, "cuda")
             for layer in summary["routing"]["layers"]:

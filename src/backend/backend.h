@@ -57,11 +57,16 @@ class DeviceMemory {
   size_t bytes_ = 0;
 };
 
-// One layer's f16 cache rows in its device's memory: [capacity][kv_dim],
-// row p holds position p.
+// One layer's share of a sequence's cache, in its device's memory: an
+// attention layer's f16 rows [capacity][kv_dim] (row p holds position p),
+// or a recurrent layer's fp32 state (a Gated DeltaNet layer: the conv state
+// [(conv_kernel - 1)][conv_dim] then the SSM state [n_v][d_k][d_v]; zeros are
+// an empty sequence's state), which holds the sequence as of its last
+// position: a forward reads and replaces it.
 struct KvLayerView {
   uint16_t* k = nullptr;
   uint16_t* v = nullptr;
+  float* state = nullptr;
 };
 
 struct KvView {
@@ -193,6 +198,34 @@ struct RouteOpArgs {
   int64_t* counts = nullptr;
 };
 
+// A Gated DeltaNet mixer (Qwen3.5 / Qwen3-Next linear attention,
+// model-and-format-specs.md §3) between its input projections and out_proj,
+// over each sequence of the batch with its own recurrent state
+// (KvLayerView::state of `layer`): causal conv + SiLU of qkv, L2 norm of q
+// and k, beta = sigmoid(b), g = a_neg * softplus(a + dt_bias), the gated
+// delta rule (chunked for prefill, recurrent for decode), then the gated
+// RMSNorm with silu(z) into out. qkv, b and a are clobbered.
+struct GatedDeltaNetArgs {
+  int layer = 0;
+  int64_t n_k_heads = 0, n_v_heads = 0, head_k_dim = 0, head_v_dim = 0;
+  int conv_kernel = 4;
+  float* qkv = nullptr;      // [T][conv_dim]: [q (n_k d_k) | k (n_k d_k) | v (n_v d_v)]
+  float* b = nullptr;        // [T][n_v]
+  float* a = nullptr;        // [T][n_v]
+  const float* z = nullptr;  // [T][n_v d_v]
+  float* out = nullptr;      // [T][n_v d_v]; may be z
+  const WeightView* conv_weight = nullptr;  // f32 [conv_dim][conv_kernel]
+  const WeightView* a_neg = nullptr;        // f32 [n_v]: -exp(A_log)
+  const WeightView* dt_bias = nullptr;      // f32 [n_v]
+  const WeightView* norm = nullptr;         // f32 [d_v]
+  float norm_eps = 1e-6f;
+  int64_t conv_dim() const { return 2 * n_k_heads * head_k_dim + n_v_heads * head_v_dim; }
+  // Floats of one sequence's state of this layer.
+  int64_t state_floats() const {
+    return int64_t(conv_kernel - 1) * conv_dim() + n_v_heads * head_k_dim * head_v_dim;
+  }
+};
+
 // x[t] += sum_j w[t][j] * down_e(silu(gate_e xn[t]) * up_e xn[t]) over the
 // experts the last route() chose.
 struct ExpertFfnArgs {
@@ -230,6 +263,15 @@ class Ops {
   virtual Status attention(const AttentionOpArgs& a) = 0;
   virtual Status swiglu(const float* gate, const float* up, float* out, int64_t n_rows, int64_t n_cols) = 0;
   virtual Status add(float* y, const float* x, int64_t n_rows, int64_t n_cols) = 0;
+  // Gated attention (Qwen3.5): q_proj's rows hold per head [query | gate];
+  // q gets the queries [n_rows][n_head * head_dim], gate the gates (same shape).
+  virtual Status split_q_gate(const float* qg, float* q, float* gate, int64_t n_rows, int64_t n_head,
+                              int64_t head_dim) = 0;
+  // x *= sigmoid(gate), elementwise over [n_rows][n_cols].
+  virtual Status mul_sigmoid(float* x, const float* gate, int64_t n_rows, int64_t n_cols) = 0;
+  // y[t] += sigmoid(s[t]) * x[t] (s: one scalar per row; a gated shared expert).
+  virtual Status add_sigmoid_scaled(float* y, const float* x, const float* s, int64_t n_rows, int64_t n_cols) = 0;
+  virtual Status gated_delta_net(const GatedDeltaNetArgs& a) = 0;
   virtual Status route(const RouteOpArgs& a) = 0;
   // Greedy sampling: for each of the n_rows rows of x ([n_rows][n_cols], this
   // device's memory) the index of its largest value (NaN as -inf, ties to
@@ -290,6 +332,9 @@ class Device {
   // copies its weights into the slot first). Only between forwards. The
   // CPU keeps whole stacks: only the split changes.
   virtual Status replace_local_expert(ExpertSplit& split, size_t slot, int32_t expert);
+  // Whether its ops compute recurrent (Gated DeltaNet) layers and gated
+  // attention; a model with such layers on a device without them does not load.
+  virtual bool supports_recurrent_layers() const { return true; }
   // Computes expert jobs whose rows are in host memory over stacks this
   // device placed (an expert worker's experts): the CPU's threads, or a
   // GPU's kernels with the rows copied up and back.

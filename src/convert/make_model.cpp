@@ -35,6 +35,25 @@ Status check_options(const MakeModelOptions& o) {
   if (!s.is_moe() && s.n_ff <= 0) {
     return make_error(StatusCode::kInvalidArgument, "model shape '{}': no FFN width", s.preset);
   }
+  if (s.n_rot < 0 || s.rope_dim() > s.head_dim || s.rope_dim() % 2 != 0) {
+    return make_error(StatusCode::kInvalidArgument,
+                      "model shape '{}': rope dimension {} must be even and <= {}", s.preset, s.rope_dim(),
+                      s.head_dim);
+  }
+  if (s.is_hybrid()) {
+    if (s.ssm_conv_kernel <= 0 || s.ssm_n_k_heads <= 0 || s.ssm_n_v_heads <= 0 || s.ssm_head_k_dim <= 0 ||
+        s.ssm_head_v_dim <= 0 || s.full_attention_interval <= 0) {
+      return make_error(StatusCode::kInvalidArgument, "model shape '{}': bad DeltaNet dimensions", s.preset);
+    }
+    if (s.ssm_n_v_heads % s.ssm_n_k_heads != 0) {
+      return make_error(StatusCode::kInvalidArgument,
+                        "model shape '{}': DeltaNet V head count {} is not a multiple of the K head count {}",
+                        s.preset, s.ssm_n_v_heads, s.ssm_n_k_heads);
+    }
+    if (s.is_moe() && s.n_ff_shexp <= 0) {
+      return make_error(StatusCode::kInvalidArgument, "model shape '{}': no shared expert width", s.preset);
+    }
+  }
   return Status::ok();
 }
 
@@ -57,11 +76,21 @@ void set_hparams(const MakeModelOptions& o, GgufWriter& w) {
   w.set_u32(k(keys::kValueLength), uint32_t(s.head_dim));
   w.set_f32(k(keys::kRmsEps), float(s.rms_eps));
   w.set_f32(k(keys::kRopeFreqBase), float(s.rope_theta));
-  w.set_u32(k(keys::kRopeDimensionCount), uint32_t(s.head_dim));
+  w.set_u32(k(keys::kRopeDimensionCount), uint32_t(s.rope_dim()));
+  if (s.is_hybrid()) {
+    w.set_i32_array(k(keys::kRopeDimensionSections), s.rope_sections());
+    w.set_u32(k(keys::kSsmConvKernel), uint32_t(s.ssm_conv_kernel));
+    w.set_u32(k(keys::kSsmStateSize), uint32_t(s.ssm_head_k_dim));
+    w.set_u32(k(keys::kSsmGroupCount), uint32_t(s.ssm_n_k_heads));
+    w.set_u32(k(keys::kSsmTimeStepRank), uint32_t(s.ssm_n_v_heads));
+    w.set_u32(k(keys::kSsmInnerSize), uint32_t(s.ssm_inner_size()));
+    w.set_u32(k(keys::kFullAttentionInterval), uint32_t(s.full_attention_interval));
+  }
   if (s.is_moe()) {
     w.set_u32(k(keys::kExpertCount), uint32_t(s.n_expert));
     w.set_u32(k(keys::kExpertUsedCount), uint32_t(s.n_expert_used));
     w.set_u32(k(keys::kExpertFeedForwardLength), uint32_t(s.n_ff_exp));
+    if (s.has_shared_expert()) w.set_u32(k(keys::kExpertSharedFeedForwardLength), uint32_t(s.n_ff_shexp));
   }
   // Provenance, so a synthetic file is never mistaken for a trained one.
   w.set_u64("moeserve.synthetic.seed", o.seed);
@@ -113,6 +142,9 @@ Result<MakeModelSummary> add_synthetic_model(const MakeModelOptions& options, Gg
   MOESERVE_RETURN_IF_ERROR(check_options(options));
   const ModelShape& s = options.shape;
   MOESERVE_ASSIGN_OR_RETURN(tok::VocabData vocab, make_synthetic_vocab({.vocab_size = s.n_vocab}));
+  // Qwen3.5's pre-tokenizer (combining marks stay with their letters); the
+  // merges learned with qwen2's are valid under it.
+  if (s.is_hybrid()) vocab.pre = "qwen35";
   set_hparams(options, writer);
   set_vocab_metadata(writer, vocab);
 

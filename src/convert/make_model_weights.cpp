@@ -71,12 +71,62 @@ int64_t SyntheticTensor::n_elements() const {
   return std::accumulate(ne.begin(), ne.end(), int64_t{1}, std::multiplies<>());
 }
 
+namespace {
+
+// One layer of qwen35moe / qwen35: gated full attention or Gated DeltaNet,
+// then the MoE with its shared expert or the dense FFN.
+void plan_hybrid_layer(PlanBuilder& b, const ModelShape& s, int il) {
+  using namespace keys;
+  const int64_t H = s.n_embd;
+  b.norm(blk(il, kAttnNorm), H, il);
+  if (s.is_full_attention_layer(il)) {
+    b.proj(blk(il, kAttnQ), {H, s.q_dim() * 2}, il);  // per head [q | gate]
+    b.proj(blk(il, kAttnK), {H, s.kv_dim()}, il);
+    b.proj(blk(il, kAttnV), {H, s.kv_dim()}, il);
+    b.out_proj(blk(il, kAttnOutput), {s.q_dim(), H}, il);
+    b.norm(blk(il, kAttnQNorm), s.head_dim, il);
+    b.norm(blk(il, kAttnKNorm), s.head_dim, il);
+  } else {
+    const int64_t n_v = s.ssm_n_v_heads;
+    b.proj(blk(il, kAttnQkv), {H, s.conv_dim()}, il);
+    b.proj(blk(il, kAttnGate), {H, s.ssm_inner_size()}, il);
+    b.proj(blk(il, kSsmBeta), {H, n_v}, il);
+    b.proj(blk(il, kSsmAlpha), {H, n_v}, il);
+    b.proj(blk(il, kSsmConv1d), {s.ssm_conv_kernel, s.conv_dim()}, il);
+    b.add(blk(il, kSsmDt, "bias"), {n_v}, WeightKind::kGaussian, 0.5f, il);
+    b.add(blk(il, kSsmA, ""), {n_v}, WeightKind::kNegExp, 0.3f, il);
+    b.norm(blk(il, kSsmNorm), s.ssm_head_v_dim, il);
+    b.out_proj(blk(il, kSsmOut), {s.ssm_inner_size(), H}, il);
+  }
+  b.norm(blk(il, kPostAttentionNorm), H, il);
+  if (s.is_moe()) {
+    b.proj(blk(il, kFfnGateInp), {H, s.n_expert}, il, /*router=*/true);
+    b.proj(blk(il, kFfnGateExps), {H, s.n_ff_exp, s.n_expert}, il);
+    b.proj(blk(il, kFfnUpExps), {H, s.n_ff_exp, s.n_expert}, il);
+    b.out_proj(blk(il, kFfnDownExps), {s.n_ff_exp, H, s.n_expert}, il);
+    b.proj(blk(il, kFfnGateInpShexp), {H}, il);  // one output: 1-D
+    b.proj(blk(il, kFfnGateShexp), {H, s.n_ff_shexp}, il);
+    b.proj(blk(il, kFfnUpShexp), {H, s.n_ff_shexp}, il);
+    b.out_proj(blk(il, kFfnDownShexp), {s.n_ff_shexp, H}, il);
+  } else {
+    b.proj(blk(il, kFfnGate), {H, s.n_ff}, il);
+    b.proj(blk(il, kFfnUp), {H, s.n_ff}, il);
+    b.out_proj(blk(il, kFfnDown), {s.n_ff, H}, il);
+  }
+}
+
+}  // namespace
+
 std::vector<SyntheticTensor> plan_tensors(const ModelShape& s, FileType file_type) {
   PlanBuilder b{s, file_type, {}};
   const int64_t H = s.n_embd;
   b.add(std::string(keys::kTokenEmbd), {H, s.n_vocab}, WeightKind::kGaussian, 1.0f, -1);
   for (int il = 0; il < int(s.n_layer); ++il) {
     using namespace keys;
+    if (s.is_hybrid()) {
+      plan_hybrid_layer(b, s, il);
+      continue;
+    }
     b.norm(blk(il, kAttnNorm), H, il);
     b.proj(blk(il, kAttnQ), {H, s.q_dim()}, il);
     b.proj(blk(il, kAttnK), {H, s.kv_dim()}, il);
@@ -135,6 +185,9 @@ void SyntheticWeights::generate_rows(const SyntheticTensor& t, int64_t row_begin
     float* dst = out + r * ne0;
     const uint64_t first = uint64_t(row) * uint64_t(ne0);
     for (int64_t i = 0; i < ne0; ++i) dst[i] = offset + scale * approx_normal(mix64(key + (first + uint64_t(i) + 1) * kGolden));
+    if (t.kind == WeightKind::kNegExp) {
+      for (int64_t i = 0; i < ne0; ++i) dst[i] = -std::exp(dst[i]);
+    }
   }
 }
 

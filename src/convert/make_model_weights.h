@@ -8,12 +8,21 @@
 // is an Irwin-Hall approximation of N(0, 1) (the centred sum of four 16-bit
 // uniforms, rescaled to variance 1; |x| < 3.47), scaled per tensor:
 //   token_embd                          N(0, 1)
-//   norms (attn/ffn/q/k/output)         1 + 0.05 N(0, 1)
+//   norms (attn/ffn/post_attention/     1 + 0.05 N(0, 1) (GGUF stores the
+//     q/k/ssm/output)                     zero-centred norms with the +1 applied)
 //   attn_q/k/v, ffn_gate/up(_exps),     N(0, 1/fan_in), fan_in = ne[0]
-//   ffn_gate_inp (router), output
-//   attn_output, ffn_down(_exps)        N(0, 1/fan_in) / sqrt(2 n_layer): the
-//       residual-branch outputs are damped (GPT-2 style) so the residual stream
-//       keeps a bounded magnitude through deep stacks.
+//   ffn_gate_inp (router), output,
+//   attn_qkv, attn_gate, ssm_alpha,
+//   ssm_beta, ssm_conv1d (fan_in = the
+//   kernel), ffn_gate/up_shexp,
+//   ffn_gate_inp_shexp ({H}: 1/H)
+//   attn_output, ssm_out,               N(0, 1/fan_in) / sqrt(2 n_layer): the
+//   ffn_down(_exps, _shexp)               residual-branch outputs are damped
+//       (GPT-2 style) so the residual stream keeps a bounded magnitude through
+//       deep stacks.
+//   ssm_dt.bias                         0.5 N(0, 1)
+//   ssm_a                               -exp(0.3 N(0, 1)): negative, as the
+//                                         -exp(A_log) the real files store
 //
 // Router skew (--router-skew S >= 0): in every layer the experts get a
 // popularity rank r (0 = most popular) from a seed-derived permutation that
@@ -42,6 +51,7 @@ namespace moeserve::convert {
 enum class WeightKind {
   kGaussian,  // stddev * N(0, 1)
   kNorm,      // 1 + stddev * N(0, 1)
+  kNegExp,    // -exp(stddev * N(0, 1))
 };
 
 struct SyntheticTensor {

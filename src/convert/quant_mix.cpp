@@ -100,7 +100,7 @@ DType choose_tensor_type(FileType file_type, const TensorTypeQuery& q) {
   const std::string_view base = base_name(q.name);
   size_t n_dims = q.ne.size();
   while (n_dims > 1 && q.ne[n_dims - 1] == 1) --n_dims;  // {H, 1} is still a vector
-  if (n_dims <= 1 || base == "ffn_gate_inp") return DType::F32;
+  if (n_dims <= 1 || base == "ffn_gate_inp" || base == "ssm_conv1d") return DType::F32;
   const DType fallback = default_type(file_type);
   if (!file_type_is_quantized(file_type)) return fallback;
 

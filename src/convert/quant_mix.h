@@ -3,7 +3,10 @@
 // shape and the model's layer/expert counts, shared by convert and quantize.
 //
 // The K-quant mixes follow model-and-format-specs.md §4 (llama.cpp's Q4_K_M):
-//  - 1-D tensors (norms) and ffn_gate_inp (router) are never quantized: F32.
+//  - 1-D tensors (norms, ssm_a, ssm_dt.bias, ffn_gate_inp_shexp), ffn_gate_inp
+//    (router) and ssm_conv1d (the DeltaNet conv: {4, conv_dim}, applied element
+//    by element, as llama.cpp keeps it) are never quantized: F32, in every
+//    file type.
 //  - output.weight, and token_embd.weight when it doubles as the output
 //    (tied, no output.weight), -> Q6_K (Q8_0 for the q8_0 type).
 //  - attn_v and any ffn_down* (incl. _exps) -> Q6_K when
@@ -15,7 +18,10 @@
 //    not implement llama.cpp's Q5_0/Q5_1); when ne[0] is not a multiple of 32
 //    either: F16.
 // Float file types (f32/f16/bf16) store every 2-D+ weight in that type,
-// except ffn_gate_inp, which stays F32 like the norms.
+// except ffn_gate_inp and ssm_conv1d, which stay F32 like the norms.
+// The hybrid models' other matrices follow the rules above: ffn_down_shexp like
+// ffn_down; attn_qkv, attn_gate, ssm_alpha/beta, ssm_out and the shared
+// expert's gate/up the default type.
 #pragma once
 #include <cstdint>
 #include <optional>

@@ -33,6 +33,15 @@ inline constexpr std::string_view kExpertCount = "expert_count";
 inline constexpr std::string_view kExpertUsedCount = "expert_used_count";
 inline constexpr std::string_view kExpertFeedForwardLength = "expert_feed_forward_length";
 inline constexpr std::string_view kExpertSharedFeedForwardLength = "expert_shared_feed_forward_length";
+// Hybrid Gated DeltaNet models (qwen35moe, qwen35; model-and-format-specs.md §1).
+inline constexpr std::string_view kSsmConvKernel = "ssm.conv_kernel";      // 4
+inline constexpr std::string_view kSsmStateSize = "ssm.state_size";        // head_k_dim
+inline constexpr std::string_view kSsmGroupCount = "ssm.group_count";      // K heads
+inline constexpr std::string_view kSsmTimeStepRank = "ssm.time_step_rank"; // V heads
+inline constexpr std::string_view kSsmInnerSize = "ssm.inner_size";        // V heads * head_v_dim
+inline constexpr std::string_view kFullAttentionInterval = "full_attention_interval";
+inline constexpr std::string_view kRopeDimensionSections = "rope.dimension_sections";  // i32[4]
+inline constexpr std::string_view kNextnPredictLayers = "nextn_predict_layers";       // MTP blocks in block_count
 
 inline std::string arch_key(std::string_view arch, std::string_view suffix) {
   return fmt::format("{}.{}", arch, suffix);
@@ -72,9 +81,24 @@ inline constexpr std::string_view kFfnGateInp = "ffn_gate_inp";  // router
 inline constexpr std::string_view kFfnGateExps = "ffn_gate_exps";
 inline constexpr std::string_view kFfnUpExps = "ffn_up_exps";
 inline constexpr std::string_view kFfnDownExps = "ffn_down_exps";
+// Hybrid Gated DeltaNet models (qwen35moe, qwen35).
+inline constexpr std::string_view kPostAttentionNorm = "post_attention_norm";  // their ffn_norm
+inline constexpr std::string_view kAttnQkv = "attn_qkv";      // DeltaNet in_proj_qkv
+inline constexpr std::string_view kAttnGate = "attn_gate";    // DeltaNet in_proj_z
+inline constexpr std::string_view kSsmBeta = "ssm_beta";      // in_proj_b
+inline constexpr std::string_view kSsmAlpha = "ssm_alpha";    // in_proj_a
+inline constexpr std::string_view kSsmConv1d = "ssm_conv1d";  // {conv_kernel, conv_dim}, f32
+inline constexpr std::string_view kSsmDt = "ssm_dt";          // with suffix "bias": dt_bias {n_v}
+inline constexpr std::string_view kSsmA = "ssm_a";            // no suffix: -exp(A_log) {n_v}
+inline constexpr std::string_view kSsmNorm = "ssm_norm";      // {head_v_dim}, no +1
+inline constexpr std::string_view kSsmOut = "ssm_out";        // out_proj
+inline constexpr std::string_view kFfnGateInpShexp = "ffn_gate_inp_shexp";  // {n_embd}: shared expert gate
+inline constexpr std::string_view kFfnGateShexp = "ffn_gate_shexp";
+inline constexpr std::string_view kFfnUpShexp = "ffn_up_shexp";
+inline constexpr std::string_view kFfnDownShexp = "ffn_down_shexp";
 
 inline std::string blk(int layer, std::string_view tensor, std::string_view suffix = "weight") {
-  return fmt::format("blk.{}.{}.{}", layer, tensor, suffix);
+  return suffix.empty() ? fmt::format("blk.{}.{}", layer, tensor) : fmt::format("blk.{}.{}.{}", layer, tensor, suffix);
 }
 
 }  // namespace moeserve::keys

@@ -48,6 +48,14 @@ struct ForwardProfile {
   int64_t total() const { return embed + attn_proj + attention + router + experts + dense_ffn + lm_head + other; }
 };
 
+// What one layer keeps per sequence: f16 K/V rows of kv_dim per position
+// (attention), or a recurrent state of state_floats fp32 values that
+// summarises every position so far (a Gated DeltaNet layer).
+struct LayerCache {
+  bool kv = true;
+  int64_t state_floats = 0;
+};
+
 // Sizes the runtime needs; an architecture fills what applies to it.
 struct ModelInfo {
   std::string arch;          // "qwen3moe"
@@ -61,6 +69,21 @@ struct ModelInfo {
   uint64_t n_params = 0;
   uint64_t n_bytes = 0;
   uint64_t active_bytes_per_token = 0;  // bytes read per decoded token (top-k experts)
+  // Activation floats a forward keeps per batch row (0: the runtime's
+  // estimate from the sizes above), for memory plans.
+  int64_t workspace_floats_per_row = 0;
+  // [n_layer]; empty: every layer is an attention layer with K/V rows.
+  std::vector<LayerCache> layer_caches{};
+
+  LayerCache layer_cache(int64_t l) const { return layer_caches.empty() ? LayerCache{} : layer_caches[size_t(l)]; }
+  // Some layer keeps a recurrent state (a cache that cannot be cut back to
+  // an earlier position without a snapshot taken there).
+  bool recurrent() const {
+    for (const LayerCache& c : layer_caches) {
+      if (c.state_floats > 0) return true;
+    }
+    return false;
+  }
 };
 
 // Which device computes what: the embedding and output head on `io`, layer

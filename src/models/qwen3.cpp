@@ -1,7 +1,8 @@
 #include "models/qwen3.h"
 
+#include "models/forward_common.h"
+
 #include <algorithm>
-#include <chrono>
 #include <cmath>
 
 namespace moeserve::models {
@@ -22,11 +23,8 @@ struct DeviceBuffers {
 class Qwen3Workspace final : public Workspace {
  public:
   std::vector<DeviceBuffers> devices;
-  // The batch as the host sees it.
-  std::vector<SequenceSlice> slices;
-  std::vector<int32_t> row_slice;
-  std::vector<int64_t> row_pos;
-  std::vector<float> staging;  // hidden rows crossing devices
+  BatchRows rows;               // the batch as the host sees it
+  std::vector<float> staging;  // hidden rows crossing devices  // hidden rows crossing devices
 
   DeviceBuffers* find(const Device* d) {
     for (DeviceBuffers& b : devices) {
@@ -34,26 +32,6 @@ class Qwen3Workspace final : public Workspace {
     }
     return nullptr;
   }
-};
-
-// Adds the time since construction to *slot when profiling; waits for the
-// device's queued work first, so asynchronous devices are timed too.
-class ScopedTimer {
- public:
-  using Clock = std::chrono::steady_clock;
-  ScopedTimer(ForwardProfile* p, int64_t ForwardProfile::*slot, Ops& ops)
-      : p_(p), slot_(slot), ops_(ops), t0_(Clock::now()) {}
-  ~ScopedTimer() {
-    if (p_ == nullptr) return;
-    (void)ops_.finish();
-    p_->*slot_ += std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - t0_).count();
-  }
-
- private:
-  ForwardProfile* p_;
-  int64_t ForwardProfile::*slot_;
-  Ops& ops_;
-  Clock::time_point t0_;
 };
 
 // Buffers for `rows` rows (kept when already large enough).
@@ -138,78 +116,16 @@ const WeightView* Qwen3Model::Forward::next_attn_norm(int il) const {
   return &w_.layers[size_t(il + 1)].attn_norm;
 }
 
-// Validates the batch's sequence slices and records them (with each row's
-// slice and position) in the workspace; nothing else is touched on error.
+// Validates the batch and records its rows in the workspace; nothing else
+// is touched on error.
 Status Qwen3Model::Forward::check_slices(const ForwardBatch& b) {
-  const int64_t T = int64_t(b.tokens.size());
-  for (size_t t = 0; t < b.tokens.size(); ++t) {
-    if (b.tokens[t] < 0 || b.tokens[t] >= hp_.n_vocab) {
-      return make_error(StatusCode::kInvalidArgument,
-                        "token id {} at chunk index {} is outside the vocabulary (0..{})", b.tokens[t], t,
-                        hp_.n_vocab - 1);
-    }
-  }
-  std::vector<SequenceSlice> slices;
-  if (b.sequences.empty()) {
-    slices.push_back({0, T, b.pos0, b.kv});
-  } else {
-    slices.assign(b.sequences.begin(), b.sequences.end());
-  }
-  int64_t next_row = 0;
-  for (size_t i = 0; i < slices.size(); ++i) {
-    const SequenceSlice& q = slices[i];
-    if (q.row0 != next_row || q.n_tokens <= 0) {
-      return make_error(StatusCode::kInvalidArgument,
-                        "forward: sequence {} covers rows {}+{}, expected to start at {}", i, q.row0,
-                        q.n_tokens, next_row);
-    }
-    if (q.pos0 < 0 || q.pos0 + q.n_tokens > q.kv.capacity || int64_t(q.kv.layers.size()) != hp_.n_layer) {
-      return make_error(StatusCode::kOutOfRange,
-                        "forward: positions {}..{} do not fit a KV cache of {} positions", q.pos0,
-                        q.pos0 + q.n_tokens - 1, q.kv.capacity);
-    }
-    next_row += q.n_tokens;
-  }
-  if (next_row != T) {
-    return make_error(StatusCode::kInvalidArgument, "forward: the sequences cover {} rows, the batch has {}",
-                      next_row, T);
-  }
-  for (int64_t r : b.logit_rows) {
-    if (r < 0 || r >= T)
-      return make_error(StatusCode::kInvalidArgument, "forward: logit row {} outside chunk", r);
-  }
-  if (!b.expert_counts.empty() && int64_t(b.expert_counts.size()) != hp_.n_layer * hp_.n_expert) {
-    return make_error(StatusCode::kInvalidArgument, "forward: expert counts for {} selections, the model has {} x {}",
-                      b.expert_counts.size(), hp_.n_layer, hp_.n_expert);
-  }
-  if (!b.logit_rows.empty() && b.logits == nullptr && b.greedy == nullptr) {
-    return make_error(StatusCode::kInvalidArgument, "forward: logits requested, no buffer");
-  }
-  ws_.slices = std::move(slices);
-  ws_.row_slice.resize(size_t(T));
-  ws_.row_pos.resize(size_t(T));
-  for (size_t i = 0; i < ws_.slices.size(); ++i) {
-    for (int64_t j = 0; j < ws_.slices[i].n_tokens; ++j) {
-      ws_.row_slice[size_t(ws_.slices[i].row0 + j)] = int32_t(i);
-      ws_.row_pos[size_t(ws_.slices[i].row0 + j)] = ws_.slices[i].pos0 + j;
-    }
-  }
-  return Status::ok();
+  return check_batch(b, {hp_.n_layer, hp_.n_vocab, hp_.n_expert}, ws_.rows);
 }
 
 // Every device of the placement learns the batch's rows.
 Status Qwen3Model::Forward::begin(const ForwardBatch& b) {
-  backend::BatchLayout layout;
-  layout.tokens = b.tokens;
-  layout.slices = ws_.slices;
-  layout.row_slice = ws_.row_slice;
-  layout.row_pos = ws_.row_pos;
-  layout.logit_rows = b.logit_rows;
-  layout.n_rot = hp_.n_rot;
-  layout.rope_freq_base = hp_.rope_freq_base;
-  layout.profiling = profile_ != nullptr;
-  layout.argmax = b.greedy != nullptr && !b.logit_rows.empty();
-  layout.count_experts = !b.expert_counts.empty();
+  const backend::BatchLayout layout =
+      batch_layout(b, ws_.rows, hp_.n_rot, hp_.rope_freq_base, profile_ != nullptr);
   expert_counts_ = b.expert_counts;
   const int64_t T = int64_t(b.tokens.size());
   for (DeviceBuffers& d : ws_.devices) {
@@ -223,10 +139,8 @@ Status Qwen3Model::Forward::begin(const ForwardBatch& b) {
 // the same device).
 Status Qwen3Model::Forward::move_hidden_to(DeviceBuffers& to, int64_t T) {
   if (current_ == &to) return Status::ok();
-  const size_t bytes = size_t(T * hp_.n_embd) * sizeof(float);
-  ws_.staging.resize(size_t(T * hp_.n_embd));
-  MOESERVE_RETURN_IF_ERROR(current_->ops->download(ws_.staging.data(), current_->x.data(), bytes));
-  MOESERVE_RETURN_IF_ERROR(to.ops->upload(to.x.data(), ws_.staging.data(), bytes));
+  MOESERVE_RETURN_IF_ERROR(
+      move_rows(*current_->ops, current_->x.as<float>(), *to.ops, to.x.as<float>(), T, hp_.n_embd, ws_.staging));
   current_ = &to;
   return Status::ok();
 }
@@ -367,38 +281,17 @@ Status Qwen3Model::Forward::moe_block(DeviceBuffers& d, int il, int64_t T) {
 
 Status Qwen3Model::Forward::output_block(DeviceBuffers& d, const ForwardBatch& b) {
   ScopedTimer timer(profile_, &ForwardProfile::lm_head, *d.ops);
-  Ops& ops = *d.ops;
-  const int64_t H = hp_.n_embd, R = int64_t(b.logit_rows.size());
-  if (R == 0) return ops.finish();
-  auto grow = [&](DeviceMemory& m, size_t bytes, const char* what) -> Status {
-    if (m.bytes() >= bytes) return Status::ok();
-    m.reset();
-    MOESERVE_ASSIGN_OR_RETURN(m, d.device->allocate(bytes, what));
-    ops.buffers_moved();
-    return Status::ok();
-  };
-  MOESERVE_RETURN_IF_ERROR(grow(d.final_rows, size_t(R * H) * sizeof(float), "workspace (final rows)"));
-  float* rows = d.final_rows.as<float>();
-  MOESERVE_RETURN_IF_ERROR(ops.rms_norm({.x = d.x.as<float>(),
-                                         .w = w_.output_norm.f32(),
-                                         .out = rows,
-                                         .n_rows = R,
-                                         .n_cols = H,
-                                         .eps = hp_.rms_eps,
-                                         .rows = b.logit_rows}));
-  const size_t logit_bytes = size_t(R * hp_.n_vocab) * sizeof(float);
-  // A device on host memory writes the caller's buffer directly (when given).
-  float* logits = b.logits;
-  if (!d.device->host_memory() || logits == nullptr) {
-    MOESERVE_RETURN_IF_ERROR(grow(d.logits, logit_bytes, "workspace (logits)"));
-    logits = d.logits.as<float>();
-  }
-  const backend::MatmulOp head[] = {{&w_.output, rows, logits, R}};
-  MOESERVE_RETURN_IF_ERROR(ops.matmul(head));
-  if (b.greedy != nullptr) MOESERVE_RETURN_IF_ERROR(ops.argmax_rows(logits, R, hp_.n_vocab, b.greedy));
-  if (b.logits != nullptr && logits != b.logits)
-    MOESERVE_RETURN_IF_ERROR(ops.download(b.logits, logits, logit_bytes));
-  return ops.finish();
+  return output_head({.device = d.device,
+                      .ops = d.ops.get(),
+                      .x = d.x.as<float>(),
+                      .final_rows = &d.final_rows,
+                      .logits = &d.logits,
+                      .norm = &w_.output_norm,
+                      .output = &w_.output,
+                      .n_embd = hp_.n_embd,
+                      .n_vocab = hp_.n_vocab,
+                      .eps = hp_.rms_eps},
+                     b);
 }
 
 // ---- the model ------------------------------------------------------------
@@ -423,16 +316,10 @@ Result<std::unique_ptr<Qwen3Model>> Qwen3Model::create(Qwen3HParams hp, Qwen3Wei
 // Each device gets the weights of what it computes, in one call (one
 // progress bar, one pass).
 Status Qwen3Model::place_weights() {
-  using backend::WeightRef;
   using backend::WeightUse;
-  std::vector<std::pair<Device*, std::vector<WeightRef>>> per_device;
+  WeightPlacement placement;
   auto add = [&](Device* d, WeightView& v, WeightUse use, int64_t n_matrices = 1, bool shared = false,
-                 backend::ExpertSplit* split = nullptr) {
-    if (!v.present()) return;
-    auto it = std::find_if(per_device.begin(), per_device.end(), [&](const auto& p) { return p.first == d; });
-    if (it == per_device.end()) it = per_device.insert(per_device.end(), {d, {}});
-    it->second.push_back({&v, n_matrices, use, shared, split});
-  };
+                 backend::ExpertSplit* split = nullptr) { placement.add(d, v, use, n_matrices, shared, split); };
   for (int64_t il = 0; il < hp_.n_layer; ++il) {
     Device* d = placement_.layer(il);
     Qwen3LayerWeights& l = w_.layers[size_t(il)];
@@ -452,19 +339,12 @@ Status Qwen3Model::place_weights() {
   add(placement_.io, w_.token_embd, WeightUse::kLookup, 1, tied);
   add(placement_.io, w_.output_norm, WeightUse::kVector);
   add(placement_.io, w_.output, WeightUse::kMatrix, 1, tied);
-  for (auto& [device, refs] : per_device) MOESERVE_RETURN_IF_ERROR(device->place_weights(refs).status());
-  return Status::ok();
+  return placement.place();
 }
 
 Result<std::unique_ptr<Workspace>> Qwen3Model::create_workspace(int64_t max_tokens) {
   auto ws = std::make_unique<Qwen3Workspace>();
-  std::vector<Device*> devices = {placement_.io};
-  for (int64_t il = 0; il < hp_.n_layer; ++il) {
-    if (std::find(devices.begin(), devices.end(), placement_.layer(il)) == devices.end()) {
-      devices.push_back(placement_.layer(il));
-    }
-  }
-  for (Device* d : devices) {
+  for (Device* d : placement_devices(placement_, hp_.n_layer)) {
     DeviceBuffers b;
     b.device = d;
     MOESERVE_ASSIGN_OR_RETURN(b.ops, d->create_ops());

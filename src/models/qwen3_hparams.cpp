@@ -1,28 +1,16 @@
 #include "models/qwen3_hparams.h"
 
 #include "format/model_keys.h"
+#include "models/model_loading.h"
 
 namespace moeserve::models {
 namespace {
 
-// Reads {arch}.suffix as an integer >= min_value; `fallback` < 0 means required.
 Result<int64_t> read_int(const GgufFile& f, std::string_view suffix, int64_t min_value, int64_t fallback = -1) {
-  const std::string key = f.arch_key(suffix);
-  if (!f.has(key)) {
-    if (fallback >= 0) return fallback;
-    return make_error(StatusCode::kNotFound, "{}: required key '{}' is missing", f.name(), key);
-  }
-  MOESERVE_ASSIGN_OR_RETURN(int64_t v, f.require_int(key));
-  if (v < min_value || v > (int64_t(1) << 31)) {
-    return make_error(StatusCode::kInvalidFormat, "{}: key '{}' = {} is out of range (min {})", f.name(), key, v,
-                      min_value);
-  }
-  return v;
+  return read_hparam_int(f, suffix, min_value, fallback);
 }
 
-Status inconsistent(const GgufFile& f, std::string_view what) {
-  return make_error(StatusCode::kInvalidFormat, "{}: inconsistent hyperparameters: {}", f.name(), what);
-}
+Status inconsistent(const GgufFile& f, std::string_view what) { return inconsistent_hparams(f, what); }
 
 Status read_common(const GgufFile& f, Qwen3HParams& h) {
   MOESERVE_ASSIGN_OR_RETURN(h.n_embd, read_int(f, keys::kEmbeddingLength, 1));

@@ -3,50 +3,16 @@
 #include <string>
 
 #include "format/model_keys.h"
+#include "models/model_loading.h"
 
 namespace moeserve::models {
 namespace {
 
-std::string shape_str(const std::vector<int64_t>& ne) {
-  std::string s = "[";
-  for (size_t i = 0; i < ne.size(); ++i) s += (i ? ", " : "") + std::to_string(ne[i]);
-  return s + "]";
-}
-
 struct Loader {
-  const GgufFile& file;
+  TensorLoader tensors;
   Qwen3Weights& w;
-
-  // `expected` in ne order; f32_only for norms (used elementwise, never via matmul).
   Result<WeightView> get(const std::string& name, std::vector<int64_t> expected, bool f32_only) {
-    const GgufTensorInfo* t = file.find_tensor(name);
-    if (t == nullptr) {
-      return make_error(StatusCode::kNotFound, "{}: tensor '{}' is missing (expected shape {})", file.name(), name,
-                        shape_str(expected));
-    }
-    bool same = t->n_dims == expected.size();
-    for (size_t i = 0; same && i < expected.size(); ++i) same = t->ne[i] == expected[i];
-    if (!same) {
-      return make_error(StatusCode::kInvalidFormat, "{}: tensor '{}' has shape {}, expected {}", file.name(), name,
-                        t->shape_string(), shape_str(expected));
-    }
-    if (f32_only && t->type != DType::F32) {
-      return make_error(StatusCode::kUnsupported, "{}: tensor '{}' has type {}, expected f32", file.name(), name,
-                        dtype_name(t->type));
-    }
-    if (t->type == DType::Q8_K) {
-      return make_error(StatusCode::kUnsupported, "{}: tensor '{}' has activation-only type q8_K", file.name(), name);
-    }
-    WeightView v;
-    v.data = t->data;
-    v.type = t->type;
-    v.n_cols = t->ne[0];
-    v.n_rows = t->ne[1];
-    v.row_bytes = t->row_bytes();
-    v.matrix_stride = v.row_bytes * size_t(v.n_rows);
-    w.n_params += uint64_t(t->n_elements());
-    w.n_bytes += t->nbytes;
-    return v;
+    return tensors.get(name, std::move(expected), f32_only);
   }
 };
 
@@ -94,29 +60,20 @@ uint64_t active_bytes(const Qwen3Weights& w, const Qwen3HParams& hp) {
 
 Result<Qwen3Weights> load_qwen3_weights(const GgufFile& file, Qwen3HParams& hp) {
   Qwen3Weights w;
-  Loader ld{file, w};
-  const GgufTensorInfo* embd = file.find_tensor(keys::kTokenEmbd);
-  if (embd == nullptr) {
-    return make_error(StatusCode::kNotFound, "{}: tensor '{}' is missing", file.name(), keys::kTokenEmbd);
-  }
-  if (embd->n_dims != 2 || embd->ne[1] < 1) {
-    return make_error(StatusCode::kInvalidFormat, "{}: tensor '{}' has shape {}, expected [{}, n_vocab]",
-                      file.name(), keys::kTokenEmbd, embd->shape_string(), hp.n_embd);
-  }
-  hp.n_vocab = embd->ne[1];
-  MOESERVE_ASSIGN_OR_RETURN(w.token_embd, ld.get(std::string(keys::kTokenEmbd), {hp.n_embd, hp.n_vocab}, false));
-  MOESERVE_ASSIGN_OR_RETURN(w.output_norm, ld.get(std::string(keys::kOutputNorm), {hp.n_embd}, true));
-  if (file.find_tensor(keys::kOutput) != nullptr) {
-    MOESERVE_ASSIGN_OR_RETURN(w.output, ld.get(std::string(keys::kOutput), {hp.n_embd, hp.n_vocab}, false));
-  } else {
-    w.output = w.token_embd;
-    w.tied_output = true;
-  }
+  Loader ld{TensorLoader{file}, w};
+  MOESERVE_ASSIGN_OR_RETURN(EmbeddingWeights e, load_embeddings(ld.tensors, hp.n_embd));
+  hp.n_vocab = e.n_vocab;
+  w.token_embd = e.token_embd;
+  w.output_norm = e.output_norm;
+  w.output = e.output;
+  w.tied_output = e.tied_output;
   w.layers.resize(size_t(hp.n_layer));
   for (int il = 0; il < int(hp.n_layer); ++il) {
     MOESERVE_RETURN_IF_ERROR(load_layer(ld, hp, il, w.layers[size_t(il)]));
   }
   w.active_bytes_per_token = active_bytes(w, hp);
+  w.n_params = ld.tensors.n_params;
+  w.n_bytes = ld.tensors.n_bytes;
   return w;
 }
 

@@ -2,6 +2,7 @@
 
 #include "format/model_keys.h"
 #include "models/qwen3.h"
+#include "models/qwen35.h"
 
 namespace moeserve::models {
 
@@ -9,6 +10,8 @@ namespace {
 constexpr Architecture kArchitectures[] = {
     {"qwen3moe", create_qwen3},
     {"qwen3", create_qwen3},
+    {"qwen35moe", create_qwen35},
+    {"qwen35", create_qwen35},
 };
 }  // namespace
 

@@ -5,36 +5,102 @@
 #include "backend/cpu/cpu_device.h"
 
 namespace moeserve::runtime {
+namespace {
 
-KvCache::KvCache(int64_t n_layer, int64_t kv_dim, int64_t capacity) : kv_dim_(kv_dim), capacity_(capacity) {
-  status_ = allocate_layers(std::vector<backend::Device*>(size_t(n_layer), &backend::host_device()));
+std::vector<models::LayerCache> layer_list(const models::ModelInfo& info) {
+  std::vector<models::LayerCache> out;
+  for (int64_t l = 0; l < info.n_layer; ++l) out.push_back(info.layer_cache(l));
+  return out;
+}
+
+}  // namespace
+
+KvCache::KvCache(int64_t n_layer, int64_t kv_dim, int64_t capacity)
+    : KvCache(std::vector<models::LayerCache>(size_t(n_layer)), kv_dim, capacity) {}
+
+KvCache::KvCache(std::span<const models::LayerCache> layers, int64_t kv_dim, int64_t capacity)
+    : kv_dim_(kv_dim), capacity_(capacity), layers_(layers.begin(), layers.end()) {
+  status_ = allocate_layers(std::vector<backend::Device*>(layers.size(), &backend::host_device()));
   if (!status_.is_ok()) capacity_ = 0;
 }
 
-Result<KvCache> KvCache::allocate(const models::Placement& placement, int64_t n_layer, int64_t kv_dim,
+Result<KvCache> KvCache::allocate(const models::Placement& placement, const models::ModelInfo& info,
                                   int64_t capacity) {
   KvCache kv;
-  kv.kv_dim_ = kv_dim;
+  kv.kv_dim_ = info.kv_dim;
   kv.capacity_ = capacity;
+  kv.layers_ = layer_list(info);
   std::vector<backend::Device*> devices;
-  for (int64_t l = 0; l < n_layer; ++l) devices.push_back(placement.layer(l));
+  for (int64_t l = 0; l < info.n_layer; ++l) devices.push_back(placement.layer(l));
   MOESERVE_RETURN_IF_ERROR(kv.allocate_layers(devices));
   return kv;
 }
 
+size_t KvCache::bytes_for(const models::ModelInfo& info, int64_t capacity) {
+  size_t bytes = 0;
+  for (int64_t l = 0; l < info.n_layer; ++l) {
+    const models::LayerCache c = info.layer_cache(l);
+    if (c.kv) bytes += size_t(2 * capacity * info.kv_dim) * sizeof(uint16_t);
+    bytes += size_t(c.state_floats) * sizeof(float);
+  }
+  return bytes;
+}
+
+size_t KvCache::bytes() const {
+  size_t bytes = 0;
+  for (const models::LayerCache& c : layers_) {
+    if (c.kv) bytes += size_t(2 * capacity_ * kv_dim_) * sizeof(uint16_t);
+    bytes += size_t(c.state_floats) * sizeof(float);
+  }
+  return bytes;
+}
+
 Status KvCache::allocate_layers(const std::vector<backend::Device*>& devices) {
-  const size_t bytes = size_t(capacity_ * kv_dim_) * sizeof(uint16_t);
-  for (backend::Device* d : devices) {
-    MOESERVE_ASSIGN_OR_RETURN(backend::DeviceMemory k, d->allocate(bytes, "KV cache"));
-    MOESERVE_ASSIGN_OR_RETURN(backend::DeviceMemory v, d->allocate(bytes, "KV cache"));
-    views_.push_back({k.as<uint16_t>(), v.as<uint16_t>()});
+  const size_t row_bytes = size_t(capacity_ * kv_dim_) * sizeof(uint16_t);
+  for (size_t l = 0; l < devices.size(); ++l) {
+    backend::Device* d = devices[l];
+    const models::LayerCache& c = layers_[l];
+    backend::KvLayerView view;
+    backend::DeviceMemory k, v, state;
+    if (c.kv) {
+      MOESERVE_ASSIGN_OR_RETURN(k, d->allocate(row_bytes, "KV cache"));
+      MOESERVE_ASSIGN_OR_RETURN(v, d->allocate(row_bytes, "KV cache"));
+      view.k = k.as<uint16_t>();
+      view.v = v.as<uint16_t>();
+    }
+    if (c.state_floats > 0) {
+      const size_t bytes = size_t(c.state_floats) * sizeof(float);
+      MOESERVE_ASSIGN_OR_RETURN(state, d->allocate(bytes, "recurrent state"));
+      MOESERVE_RETURN_IF_ERROR(d->fill_zero(state.data(), bytes));
+      view.state = state.as<float>();
+      state_floats_ += c.state_floats;
+    }
+    views_.push_back(view);
     k_.push_back(std::move(k));
     v_.push_back(std::move(v));
+    state_.push_back(std::move(state));
   }
   return Status::ok();
 }
 
-void KvCache::truncate(int64_t pos) { used_ = std::clamp<int64_t>(pos, 0, used_); }
+Status KvCache::zero_states() {
+  for (backend::DeviceMemory& s : state_) {
+    if (s.data() != nullptr) MOESERVE_RETURN_IF_ERROR(s.device()->fill_zero(s.data(), s.bytes()));
+  }
+  return Status::ok();
+}
+
+int64_t KvCache::truncate(int64_t pos) {
+  pos = std::clamp<int64_t>(pos, 0, used_);
+  if (recurrent() && pos < used_) {
+    // A failure to clear leaves states that do not match position 0: the
+    // cache is unusable from here on (status()).
+    if (Status s = zero_states(); !s.is_ok()) status_ = s, capacity_ = 0;
+    pos = 0;
+  }
+  used_ = pos;
+  return pos;
+}
 
 Status KvCache::read_rows(int64_t layer, int64_t n, uint16_t* k, uint16_t* v) const {
   const size_t bytes = size_t(n * kv_dim_) * sizeof(uint16_t);
@@ -48,6 +114,36 @@ Status KvCache::write_rows(int64_t layer, int64_t n, const uint16_t* k, const ui
   backend::Device* d = k_[size_t(layer)].device();
   MOESERVE_RETURN_IF_ERROR(d->copy_to_device(k_[size_t(layer)].data(), k, bytes));
   return d->copy_to_device(v_[size_t(layer)].data(), v, bytes);
+}
+
+Result<CacheSnapshot> KvCache::snapshot() const {
+  CacheSnapshot snap;
+  snap.position = used_;
+  snap.states.resize(size_t(state_floats_));
+  float* out = snap.states.data();
+  for (const backend::DeviceMemory& s : state_) {
+    if (s.data() == nullptr) continue;
+    MOESERVE_RETURN_IF_ERROR(s.device()->copy_to_host(out, s.data(), s.bytes()));
+    out += s.bytes() / sizeof(float);
+  }
+  return snap;
+}
+
+Status KvCache::restore(const CacheSnapshot& snap) {
+  if (snap.states.size() != size_t(state_floats_) || snap.position < 0 || snap.position > capacity_) {
+    return make_error(StatusCode::kInvalidArgument,
+                      "cache snapshot of {} state floats at position {} does not fit this cache ({} floats, "
+                      "capacity {})",
+                      snap.states.size(), snap.position, state_floats_, capacity_);
+  }
+  const float* in = snap.states.data();
+  for (backend::DeviceMemory& s : state_) {
+    if (s.data() == nullptr) continue;
+    MOESERVE_RETURN_IF_ERROR(s.device()->copy_to_device(s.data(), in, s.bytes()));
+    in += s.bytes() / sizeof(float);
+  }
+  used_ = snap.position;
+  return Status::ok();
 }
 
 }  // namespace moeserve::runtime

@@ -1,8 +1,13 @@
-// The f16 key/value cache of one sequence: per layer, K and V rows
-// [capacity][kv_dim] in the memory of the device that computes the layer;
-// row p holds position p. Capacity is the context size, allocated up front
-// (host memory is zero pages until written, so an idle cache costs no
-// resident memory) so a long generation never reallocates.
+// One sequence's cache, per layer in the memory of the device that computes
+// the layer:
+//  - an attention layer's f16 K and V rows [capacity][kv_dim]; row p holds
+//    position p. Capacity is the context size, allocated up front (host
+//    memory is zero pages until written, so an idle cache costs no resident
+//    memory) so a long generation never reallocates.
+//  - a recurrent layer's fp32 state (Gated DeltaNet: conv + SSM state),
+//    which holds the sequence as of its last position. It cannot be cut
+//    back to an earlier position: truncate() below used() starts the
+//    sequence over, unless a snapshot taken at that position is restored.
 #pragma once
 
 #include <cstdint>
@@ -15,43 +20,65 @@
 
 namespace moeserve::runtime {
 
+// The recurrent states of a cache at one position (host copies), to return
+// to later: a prefix cache entry, or speculative decoding's rollback point.
+struct CacheSnapshot {
+  int64_t position = 0;
+  std::vector<float> states;  // every recurrent layer's state, in layer order
+  size_t bytes() const { return states.size() * sizeof(float); }
+};
+
 class KvCache {
  public:
   KvCache() = default;
-  // Host memory for every layer (tests, tools). An allocation failure
-  // leaves a cache of capacity 0 (see status()).
+  // Host memory for every layer (tests, tools): all attention layers, or
+  // the given layer kinds. An allocation failure leaves a cache of
+  // capacity 0 (see status()).
   KvCache(int64_t n_layer, int64_t kv_dim, int64_t capacity);
-  // Each layer's rows on the device that computes it. Errors name the bytes.
-  static Result<KvCache> allocate(const models::Placement& placement, int64_t n_layer, int64_t kv_dim,
+  KvCache(std::span<const models::LayerCache> layers, int64_t kv_dim, int64_t capacity);
+  // Each layer's rows or state on the device that computes it. Errors name the bytes.
+  static Result<KvCache> allocate(const models::Placement& placement, const models::ModelInfo& info,
                                   int64_t capacity);
 
   const Status& status() const { return status_; }
   int64_t capacity() const { return capacity_; }
-  int64_t n_layer() const { return int64_t(k_.size()); }
+  int64_t n_layer() const { return int64_t(layers_.size()); }
   int64_t kv_dim() const { return kv_dim_; }
-  static size_t bytes_for(int64_t n_layer, int64_t kv_dim, int64_t capacity) {
-    return size_t(2 * n_layer * capacity * kv_dim) * sizeof(uint16_t);
-  }
-  size_t bytes() const { return bytes_for(n_layer(), kv_dim_, capacity_); }
+  // A layer keeps a recurrent state (see the file comment).
+  bool recurrent() const { return state_floats_ > 0; }
+  static size_t bytes_for(const models::ModelInfo& info, int64_t capacity);
+  size_t bytes() const;
   // Positions [0, used) hold valid rows.
   int64_t used() const { return used_; }
   void set_used(int64_t n) { used_ = n; }
-  // Forget positions >= pos (rewind); rows past it are simply overwritten later.
-  void truncate(int64_t pos);
-  void clear() { used_ = 0; }
+  // Forget positions >= pos (rewind); rows past it are simply overwritten
+  // later. A recurrent cache cut below used() starts over (its states
+  // zeroed). Returns the positions kept.
+  int64_t truncate(int64_t pos);
+  void clear() { (void)truncate(0); }
 
   // The view the model writes into (device pointers).
   models::KvView view() const { return {views_, capacity_}; }
-  // Rows [0, n) of layer l to or from host memory (the prefix cache).
+  // Layer l's layout: K/V rows or a state.
+  const models::LayerCache& layer(int64_t l) const { return layers_[size_t(l)]; }
+  // Rows [0, n) of attention layer l to or from host memory (the prefix cache).
   Status read_rows(int64_t layer, int64_t n, uint16_t* k, uint16_t* v) const;
   Status write_rows(int64_t layer, int64_t n, const uint16_t* k, const uint16_t* v);
+  // The recurrent states at used() (no state: an empty snapshot).
+  Result<CacheSnapshot> snapshot() const;
+  // Back to a snapshot taken of this cache: the states are copied back and
+  // used() becomes its position. The K/V rows below it must not have been
+  // rewritten since (Sequence::restore checks the tokens).
+  Status restore(const CacheSnapshot& snapshot);
 
  private:
   Status allocate_layers(const std::vector<backend::Device*>& devices);
+  Status zero_states();
 
-  int64_t kv_dim_ = 0, capacity_ = 0, used_ = 0;
+  int64_t kv_dim_ = 0, capacity_ = 0, used_ = 0, state_floats_ = 0;
   Status status_;
-  std::vector<backend::DeviceMemory> k_, v_;
+  std::vector<models::LayerCache> layers_;
+  std::vector<backend::DeviceMemory> k_, v_, state_;
   std::vector<backend::KvLayerView> views_;
 };
 

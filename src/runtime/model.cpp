@@ -41,7 +41,21 @@ Result<std::unique_ptr<Model>> Model::from_gguf(GgufFile file, const ModelLoadOp
   }
   if (options.populate && m->file_.file_backed() && on_cpu) MappedFile::populate(m->file_.bytes());
   const auto t0 = std::chrono::steady_clock::now();
-  MOESERVE_ASSIGN_OR_RETURN(m->net_, models::create_model(m->file_, placement));
+  Result<std::unique_ptr<models::LanguageModel>> net = models::create_model(m->file_, placement);
+  const bool auto_device = options.device.empty() || options.device == "auto";
+  if (!net.is_ok() && net.status().code() == StatusCode::kUnsupported && !on_cpu && auto_device) {
+    // The architecture has layers this GPU's backend cannot run yet: the
+    // CPU runs everything (--device auto promises a device that works).
+    MOESERVE_LOG_WARN("{}; running on the CPU instead", net.status().message());
+    ModelLoadOptions cpu = options;
+    cpu.device = "cpu";
+    cpu.split_experts = false;
+    cpu.gpu_experts.clear();
+    GgufFile file = std::move(m->file_);
+    m.reset();
+    return from_gguf(std::move(file), cpu);
+  }
+  MOESERVE_ASSIGN_OR_RETURN(m->net_, std::move(net));
   if (!m->splits_.empty() && m->gpu_ != nullptr) m->pin_for_expert_copies();
   if (m->packed().tensors > 0) {
     MOESERVE_LOG_INFO("packed {} weight tensors ({:.2f} GiB) for the {} kernels in {:.2f} s", m->packed().tensors,
@@ -211,7 +225,7 @@ Result<std::vector<ExpertSwap>> Model::promote_experts(const PromotionOptions& o
 }
 
 Result<KvCache> Model::new_kv_cache(int64_t capacity) {
-  return KvCache::allocate(net_->placement(), info().n_layer, info().kv_dim, capacity);
+  return KvCache::allocate(net_->placement(), info(), capacity);
 }
 
 }  // namespace moeserve::runtime

@@ -13,30 +13,42 @@ int64_t common_prefix(std::span<const int32_t> a, std::span<const int32_t> b) {
   return int64_t(i);
 }
 
+int64_t attention_layers(const KvCache& kv) {
+  int64_t n = 0;
+  for (int64_t l = 0; l < kv.n_layer(); ++l) n += kv.layer(l).kv ? 1 : 0;
+  return n;
+}
+
 }  // namespace
 
 int64_t PrefixCache::restore(std::span<const int32_t> tokens, int64_t max_tokens, KvCache& kv) {
   std::lock_guard lock(mu_);
   auto best = lru_.end();
   int64_t best_n = 0;
+  max_tokens = std::min(max_tokens, kv.capacity());
   for (auto it = lru_.begin(); it != lru_.end(); ++it) {
-    if (it->kv_dim != kv.kv_dim()) continue;
+    if (it->kv_dim != kv.kv_dim() || it->states.states.empty() == kv.recurrent()) continue;
     const int64_t n = std::min(common_prefix(it->tokens, tokens), max_tokens);
+    // Recurrent states hold the entry's last position only.
+    if (kv.recurrent() && n != int64_t(it->tokens.size())) continue;
     if (n > best_n) best_n = n, best = it;
   }
-  best_n = std::min(best_n, kv.capacity());
   if (best == lru_.end() || best_n <= 0) {
     ++stats_.misses;
     return 0;
   }
   const int64_t n_cached = int64_t(best->tokens.size()), dim = kv.kv_dim();
-  for (int64_t l = 0; l < kv.n_layer(); ++l) {
-    const uint16_t* k_rows = best->rows.data() + size_t(2 * l * n_cached * dim);
-    const uint16_t* v_rows = k_rows + size_t(n_cached * dim);
-    if (!kv.write_rows(l, best_n, k_rows, v_rows).is_ok()) {  // a device error: recompute instead
-      ++stats_.misses;
-      return 0;
-    }
+  const uint16_t* k_rows = best->rows.data();
+  bool ok = !kv.recurrent() || kv.restore(best->states).is_ok();
+  for (int64_t l = 0; ok && l < kv.n_layer(); ++l) {
+    if (!kv.layer(l).kv) continue;
+    ok = kv.write_rows(l, best_n, k_rows, k_rows + size_t(n_cached * dim)).is_ok();
+    k_rows += size_t(2 * n_cached * dim);
+  }
+  if (!ok) {  // a device error: recompute instead
+    kv.clear();
+    ++stats_.misses;
+    return 0;
   }
   lru_.splice(lru_.begin(), lru_, best);
   ++stats_.hits;
@@ -46,31 +58,43 @@ int64_t PrefixCache::restore(std::span<const int32_t> tokens, int64_t max_tokens
 
 void PrefixCache::store(std::span<const int32_t> tokens, const KvCache& kv) {
   if (tokens.empty() || int64_t(tokens.size()) > kv.capacity()) return;
-  const int64_t n = int64_t(tokens.size()), dim = kv.kv_dim(), n_layer = kv.n_layer();
-  const size_t need = size_t(2 * n_layer * n * dim) * sizeof(uint16_t) + tokens.size() * sizeof(int32_t);
+  if (kv.recurrent() && kv.used() != int64_t(tokens.size())) return;  // the states are not at its end
+  const int64_t n = int64_t(tokens.size()), dim = kv.kv_dim(), n_attn = attention_layers(kv);
   std::lock_guard lock(mu_);
-  if (need > max_bytes_) return;
   for (auto it = lru_.begin(); it != lru_.end();) {
-    const int64_t common = common_prefix(it->tokens, tokens);
-    if (it->kv_dim == dim && common == n) {  // already covered by a longer (or equal) entry
+    const bool same_kind = it->kv_dim == dim && it->states.states.empty() != kv.recurrent();
+    const int64_t common = common_prefix(it->tokens, tokens), entry_n = int64_t(it->tokens.size());
+    // Already covered by a longer (or equal) entry; with recurrent states
+    // only an equal one covers it.
+    if (same_kind && common == n && (!kv.recurrent() || entry_n == n)) {
       lru_.splice(lru_.begin(), lru_, it);
       return;
     }
-    if (it->kv_dim == dim && common == int64_t(it->tokens.size())) {  // an entry we extend: drop it
+    if (same_kind && common == entry_n) {  // an entry we extend: drop it
       bytes_ -= it->bytes();
       it = lru_.erase(it);
     } else {
       ++it;
     }
   }
-  evict_to(max_bytes_ - need);
   Entry e;
+  if (kv.recurrent()) {
+    Result<CacheSnapshot> states = kv.snapshot();
+    if (!states.is_ok()) return;  // a device error: keep nothing
+    e.states = std::move(states).value();
+  }
+  const size_t need = size_t(2 * n_attn * n * dim) * sizeof(uint16_t) + tokens.size() * sizeof(int32_t) +
+                      e.states.bytes();
+  if (need > max_bytes_) return;
+  evict_to(max_bytes_ - need);
   e.tokens.assign(tokens.begin(), tokens.end());
   e.kv_dim = dim;
-  e.rows.resize(size_t(2 * n_layer * n * dim));
-  for (int64_t l = 0; l < n_layer; ++l) {
-    uint16_t* k_rows = e.rows.data() + size_t(2 * l * n * dim);
+  e.rows.resize(size_t(2 * n_attn * n * dim));
+  uint16_t* k_rows = e.rows.data();
+  for (int64_t l = 0; l < kv.n_layer(); ++l) {
+    if (!kv.layer(l).kv) continue;
     if (!kv.read_rows(l, n, k_rows, k_rows + size_t(n * dim)).is_ok()) return;  // a device error: keep nothing
+    k_rows += size_t(2 * n * dim);
   }
   bytes_ += e.bytes();
   lru_.push_front(std::move(e));

@@ -3,10 +3,14 @@
 // turns of a chat) skips recomputing them.
 //
 // Entries are copies of a finished sequence's f16 K/V rows [0, n) for every
-// layer, keyed by its tokens. A lookup takes the longest common prefix with
-// any entry — any prefix of an entry is valid, since row p depends only on
-// tokens 0..p. Evicts least recently used entries to stay under a byte
-// budget. Thread-safe (one mutex; copies are memcpy-fast next to a forward).
+// attention layer, keyed by its tokens. A lookup takes the longest common
+// prefix with any entry — any prefix of an entry is valid, since row p
+// depends only on tokens 0..p. A model with recurrent layers (Gated
+// DeltaNet) also keeps their states at n (a snapshot at the end of the
+// entry); those hold position n only, so such an entry is reused whole or
+// not at all (a chat's next turn starts with the whole previous exchange).
+// Evicts least recently used entries to stay under a byte budget.
+// Thread-safe (one mutex; copies are memcpy-fast next to a forward).
 #pragma once
 
 #include <cstdint>
@@ -49,8 +53,11 @@ class PrefixCache {
   struct Entry {
     std::vector<int32_t> tokens;
     int64_t kv_dim = 0;
-    std::vector<uint16_t> rows;  // per layer: K rows [n][kv_dim], then V rows [n][kv_dim]
-    size_t bytes() const { return rows.size() * sizeof(uint16_t) + tokens.size() * sizeof(int32_t); }
+    std::vector<uint16_t> rows;  // per attention layer: K rows [n][kv_dim], then V rows [n][kv_dim]
+    CacheSnapshot states;        // recurrent layers at n (none: empty)
+    size_t bytes() const {
+      return rows.size() * sizeof(uint16_t) + tokens.size() * sizeof(int32_t) + states.bytes();
+    }
   };
   void evict_to(size_t budget);
 

@@ -11,8 +11,27 @@ void Sequence::append(std::span<const int32_t> tokens) {
 
 void Sequence::rewind(int64_t pos) {
   pos = std::clamp<int64_t>(pos, 0, position());
-  tokens_.resize(size_t(pos));
-  kv_.truncate(pos);
+  tokens_.resize(size_t(kv_.truncate(pos)));
+}
+
+Result<Sequence::Snapshot> Sequence::snapshot() const {
+  Snapshot s;
+  s.tokens = tokens_;
+  MOESERVE_ASSIGN_OR_RETURN(s.cache, kv_.snapshot());
+  return s;
+}
+
+Status Sequence::restore(const Snapshot& s) {
+  const size_t n = s.tokens.size();
+  if (int64_t(n) != s.cache.position || n > tokens_.size() ||
+      !std::equal(s.tokens.begin(), s.tokens.end(), tokens_.begin())) {
+    return make_error(StatusCode::kInvalidArgument,
+                      "sequence snapshot of {} tokens: this sequence ({} tokens) no longer starts with them", n,
+                      tokens_.size());
+  }
+  MOESERVE_RETURN_IF_ERROR(kv_.restore(s.cache));
+  tokens_.resize(n);
+  return Status::ok();
 }
 
 }  // namespace moeserve::runtime

@@ -25,9 +25,23 @@ class Sequence {
 
   // Called after the model has written these tokens' K/V at position().
   void append(std::span<const int32_t> tokens);
-  // Back to `pos` tokens (e.g. to reuse a shared prompt prefix).
+  // Back to `pos` tokens (e.g. to reuse a shared prompt prefix). A
+  // recurrent model's cache cannot go back without a snapshot: it starts
+  // over at 0 (position() says where it is).
   void rewind(int64_t pos);
   void clear() { rewind(0); }
+
+  // A point to return to (speculative decoding's rollback: take one, feed
+  // draft tokens, restore it): the tokens and the recurrent states.
+  struct Snapshot {
+    std::vector<int32_t> tokens;
+    CacheSnapshot cache;
+  };
+  Result<Snapshot> snapshot() const;
+  // Back to the snapshot's position. kInvalidArgument (nothing changed)
+  // unless this sequence still starts with the snapshot's tokens, i.e. its
+  // K/V rows below that position are the ones the snapshot saw.
+  Status restore(const Snapshot& snapshot);
 
  private:
   std::vector<int32_t> tokens_;

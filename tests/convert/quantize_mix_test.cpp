@@ -73,6 +73,57 @@ TEST(QuantMix, FollowsTheSpecTable) {
   }
 }
 
+// The hybrid Gated DeltaNet tensors (qwen35moe / qwen35), Qwen3.6-35B-A3B
+// shapes: 40 layers, 256 experts; use_more_bits(i, 40) is true for i < 5,
+// i >= 35 and i = 7, 10, 13, ...
+TEST(QuantMix, HybridTensors) {
+  const FileType M = FileType::kQ4_K_M;
+  const std::vector<MixCase> cases = {
+      // ssm_conv1d: 2-D but tiny and applied element-wise, F32 in every file type.
+      {M, "blk.0.ssm_conv1d.weight", {4, 8192}, 40, 256, false, DType::F32},
+      {FileType::kQ8_0, "blk.0.ssm_conv1d.weight", {4, 8192}, 40, 256, false, DType::F32},
+      {FileType::kQ4_0, "blk.1.ssm_conv1d.weight", {4, 8192}, 40, 256, false, DType::F32},
+      {FileType::kQ6_K, "blk.1.ssm_conv1d.weight", {4, 8192}, 40, 256, false, DType::F32},
+      {FileType::kBF16, "blk.1.ssm_conv1d.weight", {4, 8192}, 40, 256, false, DType::F32},
+      {FileType::kF16, "blk.1.ssm_conv1d.weight", {4, 8192}, 40, 256, false, DType::F32},
+      // 1-D: F32.
+      {M, "blk.0.ssm_a", {32}, 40, 256, false, DType::F32},
+      {M, "blk.0.ssm_dt.bias", {32}, 40, 256, false, DType::F32},
+      {M, "blk.0.ssm_norm.weight", {128}, 40, 256, false, DType::F32},
+      {M, "blk.0.post_attention_norm.weight", {2048}, 40, 256, false, DType::F32},
+      {M, "blk.0.ffn_gate_inp_shexp.weight", {2048}, 40, 256, false, DType::F32},
+      {FileType::kBF16, "blk.0.ffn_gate_inp_shexp.weight", {2048}, 40, 256, false, DType::F32},
+      {FileType::kF16, "blk.0.ssm_a", {32}, 40, 256, false, DType::F32},
+      // Matrices: the default type; ffn_down_shexp like ffn_down.
+      {M, "blk.0.attn_qkv.weight", {2048, 8192}, 40, 256, false, DType::Q4_K},
+      {M, "blk.0.attn_gate.weight", {2048, 4096}, 40, 256, false, DType::Q4_K},
+      {M, "blk.0.ssm_alpha.weight", {2048, 32}, 40, 256, false, DType::Q4_K},
+      {M, "blk.0.ssm_beta.weight", {2048, 32}, 40, 256, false, DType::Q4_K},
+      {M, "blk.0.ssm_out.weight", {4096, 2048}, 40, 256, false, DType::Q4_K},
+      {M, "blk.5.ffn_gate_shexp.weight", {2048, 512}, 40, 256, false, DType::Q4_K},
+      {M, "blk.5.ffn_up_shexp.weight", {2048, 512}, 40, 256, false, DType::Q4_K},
+      {M, "blk.0.ffn_down_shexp.weight", {512, 2048}, 40, 256, false, DType::Q6_K},
+      {M, "blk.5.ffn_down_shexp.weight", {512, 2048}, 40, 256, false, DType::Q4_K},
+      {M, "blk.7.ffn_down_shexp.weight", {512, 2048}, 40, 256, false, DType::Q6_K},
+      {M, "blk.39.ffn_down_shexp.weight", {512, 2048}, 40, 256, false, DType::Q6_K},
+      {M, "blk.39.ffn_down_exps.weight", {512, 2048, 256}, 40, 256, false, DType::Q6_K},
+      {FileType::kQ5_K_M, "blk.5.ffn_down_shexp.weight", {512, 2048}, 40, 256, false, DType::Q5_K},
+      {FileType::kQ5_K_M, "blk.7.ffn_down_shexp.weight", {512, 2048}, 40, 256, false, DType::Q6_K},
+      {FileType::kQ8_0, "blk.0.ssm_out.weight", {4096, 2048}, 40, 256, false, DType::Q8_0},
+      {FileType::kBF16, "blk.0.attn_qkv.weight", {2048, 8192}, 40, 256, false, DType::BF16},
+      // Gated attention: attn_q {H, 2 q_dim}; attn_v by the layer rule.
+      {M, "blk.3.attn_q.weight", {2048, 8192}, 40, 256, false, DType::Q4_K},
+      {M, "blk.3.attn_v.weight", {2048, 512}, 40, 256, false, DType::Q6_K},
+      {M, "blk.11.attn_v.weight", {2048, 512}, 40, 256, false, DType::Q4_K},
+      {M, "blk.3.attn_v.weight", {256, 128}, 4, 8, false, DType::Q8_0},  // the tiny preset: 8 experts
+  };
+  for (const MixCase& c : cases) {
+    const DType got = choose_tensor_type(c.file_type, {c.name, c.ne, c.n_layer, c.n_expert, c.tied});
+    EXPECT_EQ(got, c.want) << file_type_name(c.file_type) << " " << c.name << ": got " << dtype_name(got)
+                           << ", want " << dtype_name(c.want);
+  }
+}
+
 TEST(QuantMix, UseMoreBits) {
   std::vector<int> more;
   for (int i = 0; i < 48; ++i) {

@@ -135,8 +135,7 @@ TEST_P(HfParityGpu, BatchedDecodeRowsEqualSoloRows) {
     solo->kv.clear();
     solo->forward(p.ids, 0, 512);
     want.push_back(solo->forward(std::span<const int32_t>(&p.greedy_ids[0], 1), int64_t(p.ids.size()), 1));
-    auto kv = runtime::KvCache::allocate(solo->net->placement(), solo->net->hparams().n_layer,
-                                         solo->net->hparams().kv_dim(), parity::kParityContext);
+    auto kv = runtime::KvCache::allocate(solo->net->placement(), solo->net->info(), parity::kParityContext);
     ASSERT_TRUE(kv.is_ok());
     caches.push_back(std::move(kv).value());
   }

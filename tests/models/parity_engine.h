@@ -65,7 +65,7 @@ struct Engine {
     EXPECT_TRUE(net.is_ok()) << net.status().to_string();
     if (!net.is_ok()) return nullptr;
     e->net = std::move(net).value();
-    auto kv = runtime::KvCache::allocate(placement, h.n_layer, h.kv_dim(), kParityContext);
+    auto kv = runtime::KvCache::allocate(placement, e->net->info(), kParityContext);
     EXPECT_TRUE(kv.is_ok()) << kv.status().to_string();
     if (!kv.is_ok()) return nullptr;
     e->kv = std::move(kv).value();

@@ -1,5 +1,6 @@
-// moeserve make-model: write a deterministic synthetic Qwen3 / Qwen3-MoE GGUF
-// (convert/make_model.h) for tests, benchmarks and expert-placement studies.
+// moeserve make-model: write a deterministic synthetic Qwen3 / Qwen3-MoE or
+// Qwen3.5/3.6 (hybrid Gated DeltaNet, dense or MoE) GGUF (convert/make_model.h)
+// for tests, benchmarks and expert-placement studies.
 #include <fmt/format.h>
 
 #include <chrono>
@@ -105,26 +106,39 @@ void register_make_model(CLI::App& app) {
   auto cli = std::make_shared<MakeModelCliOptions>();
   CLI::App* cmd = app.add_subcommand(
       "make-model",
-      "Write a synthetic Qwen3-MoE or dense Qwen3 model: standard llama.cpp tensor names and keys,\n"
-      "an embedded byte-level BPE vocabulary (gpt2/qwen2, Qwen's special tokens, Qwen3's chat\n"
-      "template) and random weights that are a pure function of --seed (the same file for any\n"
-      "--threads). Weights are generated and quantized while the file is written, so memory stays\n"
-      "small even for 30b-a3b (~17 GiB in q4_k_m). The model computes nonsense, but at the real cost.");
-  cmd->add_option("--arch", cli->arch, "qwen3moe (default) or qwen3 (dense)");
+      "Write a synthetic Qwen3-MoE, dense Qwen3, or Qwen3.5/3.6 hybrid Gated DeltaNet model (MoE\n"
+      "qwen35moe or dense qwen35): standard llama.cpp tensor names and keys, an embedded byte-level\n"
+      "BPE vocabulary (gpt2; pre-tokenizer qwen2, or qwen35 for the hybrids; Qwen's special tokens,\n"
+      "Qwen3's chat template) and random weights that are a pure function of --seed (the same file\n"
+      "for any --threads). Weights are generated and quantized while the file is written, so memory\n"
+      "stays small even for 30b-a3b (~17 GiB in q4_k_m). The model computes nonsense, but at the real cost.");
+  cmd->add_option("--arch", cli->arch,
+                  "qwen3moe (default), qwen3 (dense), qwen35moe (Qwen3.5/3.6 MoE: every 4th layer gated\n"
+                  "full attention, the others Gated DeltaNet; routed + shared experts) or qwen35 (the same\n"
+                  "layers with a dense FFN). Presets: qwen3moe and qwen3: tiny, small, 30b-a3b; qwen35moe:\n"
+                  "tiny, small, 35b-a3b; qwen35: tiny, small, 27b");
   cmd->add_option(
       "--preset", cli->preset,
       "tiny (default; 2 layers, hidden 256, 4/2 heads of 64, 8 experts top-2 of FF 256, dense FF\n"
       "512, vocab 2048), small (16 layers, hidden 1024, 16/4 heads of 64, 64 experts top-8 of FF 512,\n"
       "vocab 151936; dense FF 3072), 30b-a3b (Qwen3-30B-A3B: 48 layers, hidden 2048, 32/4 heads of\n"
       "128, 128 experts top-8 of FF 768; with --arch qwen3 it means Qwen3-32B's shapes: 64 layers,\n"
-      "hidden 5120, 64/8 heads, FF 25600)");
+      "hidden 5120, 64/8 heads, FF 25600). For qwen35moe/qwen35: tiny (4 layers, layer 3 full\n"
+      "attention, hidden 256, attention 4/2 heads of 64, DeltaNet 2 K / 4 V heads of 64, 8 experts\n"
+      "top-2 of FF 256 + shared FF 256 or dense FF 512, vocab 2048), small (16 layers, hidden 1024,\n"
+      "attention 8/2 heads of 128, DeltaNet 8/16 heads of 64, 64 experts top-8 of FF 512 + shared\n"
+      "FF 512 or dense FF 3072, vocab 151936), 35b-a3b (qwen35moe only, Qwen3.6-35B-A3B: 40 layers,\n"
+      "hidden 2048, 16/2 heads of 256, DeltaNet 16/32 heads of 128, 256 experts top-8 of FF 512,\n"
+      "vocab 248320), 27b (qwen35 only, Qwen3.6-27B: 64 layers, hidden 5120, 24/4 heads of 256,\n"
+      "DeltaNet 16/48 heads of 128, FF 17408, vocab 248320)");
   cmd->add_option(
       "--type", cli->type,
       "Weight type: q4_k_m (default; llama.cpp's mix: Q4_K, Q6_K output and some attn_v/ffn_down),\n"
-      "q8_0, bf16, f32 (also f16, q4_0, q5_k_m, q6_k). Norms and the router stay f32");
+      "q8_0, bf16, f32 (also f16, q4_0, q5_k_m, q6_k). Norms, the router and ssm_conv1d stay f32");
   cmd->add_option("--layers", cli->layers,
                   "Number of layers (default: the preset's). The per-layer shapes stay the preset's, so a\n"
-                  "few-layer 30b-a3b is a quick stand-in for timing its kernels");
+                  "few-layer 30b-a3b is a quick stand-in for timing its kernels. In qwen35moe/qwen35 the\n"
+                  "layers il with (il + 1) % 4 == 0 stay full attention, so keep 4 or more to have one");
   cmd->add_option("--seed", cli->seed,
                   "Seed of the weights (default 0); equal seeds give byte-identical files");
   cmd->add_option(

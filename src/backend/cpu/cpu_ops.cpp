@@ -4,10 +4,12 @@
 // bit-identical to it.
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <vector>
 
 #include "backend/cpu/cpu_device.h"
 #include "backend/expert_split.h"
+#include "kernels/cpu/gated_delta_net.h"
 #include "kernels/cpu/matmul.h"
 #include "kernels/cpu/rope_table.h"
 
@@ -115,6 +117,11 @@ class CpuOps final : public Ops {
 
   Status route(const RouteOpArgs& a) override;
   Status expert_ffn(const ExpertFfnArgs& a) override;
+  Status split_q_gate(const float* qg, float* q, float* gate, int64_t n_rows, int64_t n_head,
+                      int64_t head_dim) override;
+  Status mul_sigmoid(float* x, const float* gate, int64_t n_rows, int64_t n_cols) override;
+  Status add_sigmoid_scaled(float* y, const float* x, const float* s, int64_t n_rows, int64_t n_cols) override;
+  Status gated_delta_net(const GatedDeltaNetArgs& a) override;
 
   Status download(void* host, const void* src, size_t bytes) override {
     if (bytes > 0 && host != src)
@@ -181,6 +188,69 @@ Status CpuOps::qk_norm_rope_store(const QkNormRopeArgs& a) {
     k_.quantize_row[dtype_slot(DType::F16)](a.k + t * kvd, cache.k + pos * kvd, kvd);
     k_.quantize_row[dtype_slot(DType::F16)](a.v + t * kvd, cache.v + pos * kvd, kvd);
   });
+  return Status::ok();
+}
+
+static float sigmoid(float x) { return 1.0f / (1.0f + std::exp(-x)); }
+
+Status CpuOps::split_q_gate(const float* qg, float* q, float* gate, int64_t n_rows, int64_t n_head,
+                            int64_t head_dim) {
+  const size_t bytes = size_t(head_dim) * sizeof(float);
+  for_each_index(pool_, n_rows, [&](int64_t t) {
+    for (int64_t h = 0; h < n_head; ++h) {
+      const float* src = qg + (t * n_head + h) * 2 * head_dim;
+      std::memcpy(q + (t * n_head + h) * head_dim, src, bytes);
+      std::memcpy(gate + (t * n_head + h) * head_dim, src + head_dim, bytes);
+    }
+  });
+  return Status::ok();
+}
+
+Status CpuOps::mul_sigmoid(float* x, const float* gate, int64_t n_rows, int64_t n_cols) {
+  for_each_index(pool_, n_rows, [&](int64_t t) {
+    for (int64_t c = t * n_cols; c < (t + 1) * n_cols; ++c) x[c] *= sigmoid(gate[c]);
+  });
+  return Status::ok();
+}
+
+Status CpuOps::add_sigmoid_scaled(float* y, const float* x, const float* s, int64_t n_rows, int64_t n_cols) {
+  for (int64_t t = 0; t < n_rows; ++t) k_.axpy(sigmoid(s[t]), x + t * n_cols, y + t * n_cols, n_cols);
+  return Status::ok();
+}
+
+// One mixer call per sequence: the recurrence runs along each sequence's
+// own tokens from its own state (split over V heads inside the kernels).
+Status CpuOps::gated_delta_net(const GatedDeltaNetArgs& a) {
+  const int64_t conv_dim = a.conv_dim(), n_v = a.n_v_heads, vd = n_v * a.head_v_dim;
+  for (const SequenceSlice& seq : layout_.slices) {
+    float* state = seq.kv.layers[size_t(a.layer)].state;
+    if (state == nullptr) {
+      return make_error(StatusCode::kInternal, "gated_delta_net: layer {} has no recurrent state", a.layer);
+    }
+    const int64_t r0 = seq.row0;
+    cpu::GdnMixerArgs m;
+    m.heads = {a.n_k_heads, n_v, a.head_k_dim, a.head_v_dim, cpu::GdnHeadOrder::kTiled};
+    m.conv_kernel = a.conv_kernel;
+    m.conv_weight = a.conv_weight->f32();
+    m.a_neg = a.a_neg->f32();
+    m.dt_bias = a.dt_bias->f32();
+    m.norm_weight = a.norm->f32();
+    m.n_tokens = seq.n_tokens;
+    m.qkv = a.qkv + r0 * conv_dim;
+    m.qkv_stride = conv_dim;
+    m.b = a.b + r0 * n_v;
+    m.a = a.a + r0 * n_v;
+    m.ba_stride = n_v;
+    m.z = a.z + r0 * vd;
+    m.z_stride = vd;
+    m.out = a.out + r0 * vd;
+    m.out_stride = vd;
+    m.conv_state = state;
+    m.ssm_state = state + int64_t(a.conv_kernel - 1) * conv_dim;
+    m.norm_eps = a.norm_eps;
+    m.pool = pool_;
+    MOESERVE_RETURN_IF_ERROR(cpu::gdn_mixer_core(m));
+  }
   return Status::ok();
 }
 

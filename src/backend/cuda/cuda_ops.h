@@ -108,6 +108,17 @@ class CudaOps final : public Ops {
     if (replaying()) return Status::ok();
     return cuda::add(y, x, n_rows * n_cols, stream_);
   }
+  // The hybrid (Qwen3.5) ops have no CUDA kernels yet: CudaDevice says so
+  // (supports_recurrent_layers) before a model is built, so these are not reached.
+  Status split_q_gate(const float*, float*, float*, int64_t, int64_t, int64_t) override { return hybrid_missing(); }
+  Status mul_sigmoid(float*, const float*, int64_t, int64_t) override { return hybrid_missing(); }
+  Status add_sigmoid_scaled(float*, const float*, const float*, int64_t, int64_t) override {
+    return hybrid_missing();
+  }
+  Status gated_delta_net(const GatedDeltaNetArgs&) override { return hybrid_missing(); }
+  static Status hybrid_missing() {
+    return make_error(StatusCode::kUnsupported, "the Gated DeltaNet and gated attention ops are not on CUDA yet");
+  }
   Status route(const RouteOpArgs& a) override;
   Status argmax_rows(const float* x, int64_t n_rows, int64_t n_cols, int32_t* host_ids) override;
   Status expert_ffn(const ExpertFfnArgs& a) override;

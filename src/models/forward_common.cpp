@@ -1,0 +1,146 @@
+#include "models/forward_common.h"
+
+#include <algorithm>
+
+namespace moeserve::models {
+
+Status check_batch(const ForwardBatch& b, const BatchLimits& limits, BatchRows& rows) {
+  const int64_t T = int64_t(b.tokens.size());
+  for (size_t t = 0; t < b.tokens.size(); ++t) {
+    if (b.tokens[t] < 0 || b.tokens[t] >= limits.n_vocab) {
+      return make_error(StatusCode::kInvalidArgument,
+                        "token id {} at chunk index {} is outside the vocabulary (0..{})", b.tokens[t], t,
+                        limits.n_vocab - 1);
+    }
+  }
+  std::vector<SequenceSlice> slices;
+  if (b.sequences.empty()) {
+    slices.push_back({0, T, b.pos0, b.kv});
+  } else {
+    slices.assign(b.sequences.begin(), b.sequences.end());
+  }
+  int64_t next_row = 0;
+  for (size_t i = 0; i < slices.size(); ++i) {
+    const SequenceSlice& q = slices[i];
+    if (q.row0 != next_row || q.n_tokens <= 0) {
+      return make_error(StatusCode::kInvalidArgument,
+                        "forward: sequence {} covers rows {}+{}, expected to start at {}", i, q.row0,
+                        q.n_tokens, next_row);
+    }
+    if (q.pos0 < 0 || q.pos0 + q.n_tokens > q.kv.capacity || int64_t(q.kv.layers.size()) != limits.n_layer) {
+      return make_error(StatusCode::kOutOfRange,
+                        "forward: positions {}..{} do not fit a KV cache of {} positions", q.pos0,
+                        q.pos0 + q.n_tokens - 1, q.kv.capacity);
+    }
+    next_row += q.n_tokens;
+  }
+  if (next_row != T) {
+    return make_error(StatusCode::kInvalidArgument, "forward: the sequences cover {} rows, the batch has {}",
+                      next_row, T);
+  }
+  for (int64_t r : b.logit_rows) {
+    if (r < 0 || r >= T)
+      return make_error(StatusCode::kInvalidArgument, "forward: logit row {} outside chunk", r);
+  }
+  if (!b.expert_counts.empty() && int64_t(b.expert_counts.size()) != limits.n_layer * limits.n_expert) {
+    return make_error(StatusCode::kInvalidArgument,
+                      "forward: expert counts for {} selections, the model has {} x {}",
+                      b.expert_counts.size(), limits.n_layer, limits.n_expert);
+  }
+  if (!b.logit_rows.empty() && b.logits == nullptr && b.greedy == nullptr) {
+    return make_error(StatusCode::kInvalidArgument, "forward: logits requested, no buffer");
+  }
+  rows.slices = std::move(slices);
+  rows.row_slice.resize(size_t(T));
+  rows.row_pos.resize(size_t(T));
+  for (size_t i = 0; i < rows.slices.size(); ++i) {
+    for (int64_t j = 0; j < rows.slices[i].n_tokens; ++j) {
+      rows.row_slice[size_t(rows.slices[i].row0 + j)] = int32_t(i);
+      rows.row_pos[size_t(rows.slices[i].row0 + j)] = rows.slices[i].pos0 + j;
+    }
+  }
+  return Status::ok();
+}
+
+backend::BatchLayout batch_layout(const ForwardBatch& b, const BatchRows& rows, int64_t n_rot,
+                                  double rope_freq_base, bool profiling) {
+  backend::BatchLayout layout;
+  layout.tokens = b.tokens;
+  layout.slices = rows.slices;
+  layout.row_slice = rows.row_slice;
+  layout.row_pos = rows.row_pos;
+  layout.logit_rows = b.logit_rows;
+  layout.n_rot = n_rot;
+  layout.rope_freq_base = rope_freq_base;
+  layout.profiling = profiling;
+  layout.argmax = b.greedy != nullptr && !b.logit_rows.empty();
+  layout.count_experts = !b.expert_counts.empty();
+  return layout;
+}
+
+Status move_rows(backend::Ops& from, const float* src, backend::Ops& to, float* dst, int64_t T, int64_t width,
+                 std::vector<float>& staging) {
+  const size_t bytes = size_t(T * width) * sizeof(float);
+  staging.resize(size_t(T * width));
+  MOESERVE_RETURN_IF_ERROR(from.download(staging.data(), src, bytes));
+  return to.upload(dst, staging.data(), bytes);
+}
+
+Status output_head(const OutputHeadArgs& a, const ForwardBatch& b) {
+  backend::Ops& ops = *a.ops;
+  const int64_t H = a.n_embd, R = int64_t(b.logit_rows.size());
+  if (R == 0) return ops.finish();
+  auto grow = [&](backend::DeviceMemory& m, size_t bytes, const char* what) -> Status {
+    if (m.bytes() >= bytes) return Status::ok();
+    m.reset();
+    MOESERVE_ASSIGN_OR_RETURN(m, a.device->allocate(bytes, what));
+    ops.buffers_moved();
+    return Status::ok();
+  };
+  MOESERVE_RETURN_IF_ERROR(grow(*a.final_rows, size_t(R * H) * sizeof(float), "workspace (final rows)"));
+  float* rows = a.final_rows->as<float>();
+  MOESERVE_RETURN_IF_ERROR(ops.rms_norm({.x = a.x,
+                                         .w = a.norm->f32(),
+                                         .out = rows,
+                                         .n_rows = R,
+                                         .n_cols = H,
+                                         .eps = a.eps,
+                                         .rows = b.logit_rows}));
+  const size_t logit_bytes = size_t(R * a.n_vocab) * sizeof(float);
+  // A device on host memory writes the caller's buffer directly (when given).
+  float* logits = b.logits;
+  if (!a.device->host_memory() || logits == nullptr) {
+    MOESERVE_RETURN_IF_ERROR(grow(*a.logits, logit_bytes, "workspace (logits)"));
+    logits = a.logits->as<float>();
+  }
+  const backend::MatmulOp head[] = {{a.output, rows, logits, R}};
+  MOESERVE_RETURN_IF_ERROR(ops.matmul(head));
+  if (b.greedy != nullptr) MOESERVE_RETURN_IF_ERROR(ops.argmax_rows(logits, R, a.n_vocab, b.greedy));
+  if (b.logits != nullptr && logits != b.logits)
+    MOESERVE_RETURN_IF_ERROR(ops.download(b.logits, logits, logit_bytes));
+  return ops.finish();
+}
+
+void WeightPlacement::add(backend::Device* d, WeightView& v, backend::WeightUse use, int64_t n_matrices,
+                          bool shared, backend::ExpertSplit* split) {
+  if (!v.present()) return;
+  auto it = std::find_if(per_device_.begin(), per_device_.end(), [&](const auto& p) { return p.first == d; });
+  if (it == per_device_.end()) it = per_device_.insert(per_device_.end(), {d, {}});
+  it->second.push_back({&v, n_matrices, use, shared, split});
+}
+
+Status WeightPlacement::place() {
+  for (auto& [device, refs] : per_device_) MOESERVE_RETURN_IF_ERROR(device->place_weights(refs).status());
+  return Status::ok();
+}
+
+std::vector<backend::Device*> placement_devices(const Placement& p, int64_t n_layer) {
+  std::vector<backend::Device*> devices = {p.io};
+  for (int64_t il = 0; il < n_layer; ++il) {
+    if (std::find(devices.begin(), devices.end(), p.layer(il)) == devices.end())
+      devices.push_back(p.layer(il));
+  }
+  return devices;
+}
+
+}  // namespace moeserve::models

@@ -1,0 +1,90 @@
+// Pieces every architecture's forward shares: the batch's checks and row
+// bookkeeping, per-part timing, moving hidden rows between devices and the
+// output head. Math-free glue, so each model file keeps only its math.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <vector>
+
+#include "backend/backend.h"
+#include "models/language_model.h"
+
+namespace moeserve::models {
+
+// Adds the time since construction to *slot when profiling; waits for the
+// device's queued work first, so asynchronous devices are timed too.
+class ScopedTimer {
+ public:
+  using Clock = std::chrono::steady_clock;
+  ScopedTimer(ForwardProfile* p, int64_t ForwardProfile::*slot, backend::Ops& ops)
+      : p_(p), slot_(slot), ops_(ops), t0_(Clock::now()) {}
+  ~ScopedTimer() {
+    if (p_ == nullptr) return;
+    (void)ops_.finish();
+    p_->*slot_ += std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - t0_).count();
+  }
+
+ private:
+  ForwardProfile* p_;
+  int64_t ForwardProfile::*slot_;
+  backend::Ops& ops_;
+  Clock::time_point t0_;
+};
+
+// The batch as the host sees it: its sequences and each row's sequence and position.
+struct BatchRows {
+  std::vector<SequenceSlice> slices;
+  std::vector<int32_t> row_slice;
+  std::vector<int64_t> row_pos;
+};
+
+struct BatchLimits {
+  int64_t n_layer = 0, n_vocab = 0, n_expert = 0;
+};
+
+// Checks token ids, the sequences' coverage of the rows and their caches'
+// room, logit rows and routing-count buffers; fills `rows` only when all is
+// well (nothing else is touched on error).
+Status check_batch(const ForwardBatch& b, const BatchLimits& limits, BatchRows& rows);
+
+// The layout every device of the forward gets in begin_batch.
+backend::BatchLayout batch_layout(const ForwardBatch& b, const BatchRows& rows, int64_t n_rot,
+                                  double rope_freq_base, bool profiling);
+
+// T hidden rows of `width` floats from one device's buffer to another's
+// (through host staging).
+Status move_rows(backend::Ops& from, const float* src, backend::Ops& to, float* dst, int64_t T, int64_t width,
+                 std::vector<float>& staging);
+
+// The output head on `device`: final norm of the logit rows, the output
+// matrix, greedy ids and the logits' download as the batch asks.
+struct OutputHeadArgs {
+  backend::Device* device = nullptr;
+  backend::Ops* ops = nullptr;
+  const float* x = nullptr;                     // hidden rows [T][n_embd]
+  backend::DeviceMemory* final_rows = nullptr;  // grown as needed
+  backend::DeviceMemory* logits = nullptr;      // grown as needed
+  const WeightView* norm = nullptr;
+  const WeightView* output = nullptr;
+  int64_t n_embd = 0, n_vocab = 0;
+  float eps = 1e-6f;
+};
+Status output_head(const OutputHeadArgs& a, const ForwardBatch& b);
+
+// Weights grouped by the device that gets them; place() hands each device
+// its group in one call (one progress bar, one pass).
+class WeightPlacement {
+ public:
+  void add(backend::Device* d, WeightView& v, backend::WeightUse use, int64_t n_matrices = 1,
+           bool shared = false, backend::ExpertSplit* split = nullptr);
+  Status place();
+
+ private:
+  std::vector<std::pair<backend::Device*, std::vector<backend::WeightRef>>> per_device_;
+};
+
+// The placement's devices, each once: io first, then in layer order.
+std::vector<backend::Device*> placement_devices(const Placement& p, int64_t n_layer);
+
+}  // namespace moeserve::models

@@ -1,0 +1,456 @@
+#include "models/qwen35.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "models/forward_common.h"
+
+namespace moeserve::models {
+namespace {
+
+using backend::Device;
+using backend::DeviceMemory;
+using backend::MatmulOp;
+using backend::Ops;
+
+// One device's share of a workspace: its op queue and activation buffers.
+struct DeviceBuffers {
+  Device* device = nullptr;
+  std::unique_ptr<Ops> ops;
+  int64_t capacity = 0;  // rows
+  DeviceMemory x, xn, o;
+  DeviceMemory qg, q, gate, k, v, attn;  // gated attention
+  DeviceMemory qkv, z, beta, alpha;      // DeltaNet
+  DeviceMemory router, ff_gate, ff_up, shared_scale;
+  DeviceMemory final_rows, logits;
+};
+
+class Qwen35Workspace final : public Workspace {
+ public:
+  std::vector<DeviceBuffers> devices;
+  BatchRows rows;
+  std::vector<float> staging;
+
+  DeviceBuffers* find(const Device* d) {
+    for (DeviceBuffers& b : devices) {
+      if (b.device == d) return &b;
+    }
+    return nullptr;
+  }
+};
+
+// FFN width the buffers hold: the dense FFN or the shared expert.
+int64_t ffn_width(const Qwen35HParams& hp) { return hp.moe ? hp.n_ff_shexp : hp.n_ff; }
+
+int64_t floats_per_row(const Qwen35HParams& hp) {
+  return 3 * hp.n_embd + 5 * hp.q_dim() + 2 * hp.kv_dim() + hp.conv_dim() + hp.v_dim() + 2 * hp.n_v_heads +
+         hp.n_expert + 2 * ffn_width(hp) + 1;
+}
+
+Status ensure_buffers(DeviceBuffers& b, const Qwen35HParams& hp, int64_t rows) {
+  if (b.capacity >= rows) return Status::ok();
+  const size_t t = size_t(rows);
+  auto alloc = [&](DeviceMemory& m, int64_t width, const char* what) -> Status {
+    m.reset();
+    if (width == 0) return Status::ok();
+    MOESERVE_ASSIGN_OR_RETURN(m, b.device->allocate(t * size_t(width) * sizeof(float), what));
+    return Status::ok();
+  };
+  const int64_t H = hp.n_embd;
+  MOESERVE_RETURN_IF_ERROR(alloc(b.x, H, "workspace (hidden rows)"));
+  MOESERVE_RETURN_IF_ERROR(alloc(b.xn, H, "workspace (normed rows)"));
+  MOESERVE_RETURN_IF_ERROR(alloc(b.o, H, "workspace (output rows)"));
+  MOESERVE_RETURN_IF_ERROR(alloc(b.qg, 2 * hp.q_dim(), "workspace (q and gate)"));
+  MOESERVE_RETURN_IF_ERROR(alloc(b.q, hp.q_dim(), "workspace (q)"));
+  MOESERVE_RETURN_IF_ERROR(alloc(b.gate, hp.q_dim(), "workspace (attention gate)"));
+  MOESERVE_RETURN_IF_ERROR(alloc(b.attn, hp.q_dim(), "workspace (attention)"));
+  MOESERVE_RETURN_IF_ERROR(alloc(b.k, hp.kv_dim(), "workspace (k)"));
+  MOESERVE_RETURN_IF_ERROR(alloc(b.v, hp.kv_dim(), "workspace (v)"));
+  MOESERVE_RETURN_IF_ERROR(alloc(b.qkv, hp.conv_dim(), "workspace (DeltaNet qkv)"));
+  MOESERVE_RETURN_IF_ERROR(alloc(b.z, hp.v_dim(), "workspace (DeltaNet z)"));
+  MOESERVE_RETURN_IF_ERROR(alloc(b.beta, hp.n_v_heads, "workspace (DeltaNet beta)"));
+  MOESERVE_RETURN_IF_ERROR(alloc(b.alpha, hp.n_v_heads, "workspace (DeltaNet alpha)"));
+  MOESERVE_RETURN_IF_ERROR(alloc(b.router, hp.n_expert, "workspace (router)"));
+  MOESERVE_RETURN_IF_ERROR(alloc(b.ff_gate, ffn_width(hp), "workspace (ffn gate)"));
+  MOESERVE_RETURN_IF_ERROR(alloc(b.ff_up, ffn_width(hp), "workspace (ffn up)"));
+  MOESERVE_RETURN_IF_ERROR(alloc(b.shared_scale, hp.moe ? 1 : 0, "workspace (shared expert gate)"));
+  b.capacity = rows;
+  b.ops->buffers_moved();
+  return Status::ok();
+}
+
+ModelInfo make_info(const Qwen35HParams& hp, const Qwen35Weights& w) {
+  ModelInfo i;
+  i.arch = hp.arch_name;
+  i.n_layer = hp.n_layer;
+  i.n_vocab = hp.n_vocab;
+  i.n_embd = hp.n_embd;
+  i.n_ctx_train = hp.n_ctx_train;
+  i.kv_dim = hp.kv_dim();
+  i.n_expert = hp.moe ? hp.n_expert : 0;
+  i.n_expert_used = hp.moe ? hp.n_expert_used : 0;
+  i.n_params = w.n_params;
+  i.n_bytes = w.n_bytes;
+  i.active_bytes_per_token = w.active_bytes_per_token;
+  i.workspace_floats_per_row = floats_per_row(hp);
+  for (int64_t l = 0; l < hp.n_layer; ++l) {
+    const bool recurrent = hp.recurrent[size_t(l)];
+    i.layer_caches.push_back({.kv = !recurrent, .state_floats = recurrent ? hp.state_floats() : 0});
+  }
+  return i;
+}
+
+}  // namespace
+
+class Qwen35Model::Forward {
+ public:
+  Forward(const Qwen35Model& m, Qwen35Workspace& ws, ForwardProfile* profile)
+      : hp_(m.hp_), w_(m.w_), placement_(m.placement_), ws_(ws), profile_(profile) {}
+
+  Status run(const ForwardBatch& b);
+
+ private:
+  Status input_norm(DeviceBuffers& d, int il, int64_t T);
+  Status attention_block(DeviceBuffers& d, int il, int64_t T);
+  Status delta_net_block(DeviceBuffers& d, int il, int64_t T);
+  // x += o, then xn = the FFN's input norm of x.
+  Status add_mixer_output(DeviceBuffers& d, int il, int64_t T);
+  Status moe_block(DeviceBuffers& d, int il, int64_t T);
+  Status shared_expert(DeviceBuffers& d, int il, int64_t T);
+  Status dense_ffn_block(DeviceBuffers& d, int il, int64_t T);
+  // The next layer's input norm when it runs on the same device (the FFN
+  // block writes it along with the residual; input_norm then skips it).
+  const WeightView* next_attn_norm(int il) const {
+    if (il + 1 >= int(hp_.n_layer) || placement_.layer(il + 1) != placement_.layer(il)) return nullptr;
+    return &w_.layers[size_t(il + 1)].attn_norm;
+  }
+
+  const Qwen35HParams& hp_;
+  const Qwen35Weights& w_;
+  const Placement& placement_;
+  Qwen35Workspace& ws_;
+  ForwardProfile* profile_;
+  DeviceBuffers* current_ = nullptr;
+  bool xn_ready_ = false;
+  std::span<int64_t> expert_counts_;
+};
+
+Status Qwen35Model::Forward::run(const ForwardBatch& b) {
+  const int64_t T = int64_t(b.tokens.size());
+  if (T == 0) return Status::ok();
+  MOESERVE_RETURN_IF_ERROR(check_batch(b, {hp_.n_layer, hp_.n_vocab, hp_.moe ? hp_.n_expert : 0}, ws_.rows));
+  const backend::BatchLayout layout =
+      batch_layout(b, ws_.rows, hp_.n_rot, hp_.rope_freq_base, profile_ != nullptr);
+  expert_counts_ = b.expert_counts;
+  for (DeviceBuffers& d : ws_.devices) {
+    MOESERVE_RETURN_IF_ERROR(ensure_buffers(d, hp_, T));
+    MOESERVE_RETURN_IF_ERROR(d.ops->begin_batch(layout));
+  }
+  DeviceBuffers& io = *ws_.find(placement_.io);
+  {
+    ScopedTimer timer(profile_, &ForwardProfile::embed, *io.ops);
+    MOESERVE_RETURN_IF_ERROR(io.ops->embed(w_.token_embd, io.x.as<float>()));
+  }
+  current_ = &io;
+  for (int il = 0; il < int(hp_.n_layer); ++il) {
+    DeviceBuffers& d = *ws_.find(placement_.layer(il));
+    if (current_ != &d) {
+      MOESERVE_RETURN_IF_ERROR(move_rows(*current_->ops, current_->x.as<float>(), *d.ops, d.x.as<float>(), T,
+                                         hp_.n_embd, ws_.staging));
+      current_ = &d;
+    }
+    MOESERVE_RETURN_IF_ERROR(hp_.recurrent[size_t(il)] ? delta_net_block(d, il, T)
+                                                       : attention_block(d, il, T));
+    MOESERVE_RETURN_IF_ERROR(hp_.moe ? moe_block(d, il, T) : dense_ffn_block(d, il, T));
+  }
+  if (current_ != &io) {
+    MOESERVE_RETURN_IF_ERROR(move_rows(*current_->ops, current_->x.as<float>(), *io.ops, io.x.as<float>(), T,
+                                       hp_.n_embd, ws_.staging));
+  }
+  ScopedTimer timer(profile_, &ForwardProfile::lm_head, *io.ops);
+  return output_head({.device = io.device,
+                      .ops = io.ops.get(),
+                      .x = io.x.as<float>(),
+                      .final_rows = &io.final_rows,
+                      .logits = &io.logits,
+                      .norm = &w_.output_norm,
+                      .output = &w_.output,
+                      .n_embd = hp_.n_embd,
+                      .n_vocab = hp_.n_vocab,
+                      .eps = hp_.rms_eps},
+                     b);
+}
+
+Status Qwen35Model::Forward::input_norm(DeviceBuffers& d, int il, int64_t T) {
+  if (xn_ready_) {
+    xn_ready_ = false;
+    return Status::ok();
+  }
+  return d.ops->rms_norm({.x = d.x.as<float>(),
+                          .w = w_.layers[size_t(il)].attn_norm.f32(),
+                          .out = d.xn.as<float>(),
+                          .n_rows = T,
+                          .n_cols = hp_.n_embd,
+                          .eps = hp_.rms_eps,
+                          .rows = {}});
+}
+
+Status Qwen35Model::Forward::add_mixer_output(DeviceBuffers& d, int il, int64_t T) {
+  return d.ops->add_rms_norm({.x = d.x.as<float>(),
+                              .delta = d.o.as<float>(),
+                              .w = w_.layers[size_t(il)].post_attention_norm.f32(),
+                              .out = d.xn.as<float>(),
+                              .n_rows = T,
+                              .n_cols = hp_.n_embd,
+                              .eps = hp_.rms_eps});
+}
+
+// Gated full attention: q_proj gives per head a query and a gate; the
+// attention output is scaled by sigmoid(gate) before o_proj.
+Status Qwen35Model::Forward::attention_block(DeviceBuffers& d, int il, int64_t T) {
+  const Qwen35LayerWeights& l = w_.layers[size_t(il)];
+  Ops& ops = *d.ops;
+  float *xn = d.xn.as<float>(), *qg = d.qg.as<float>(), *q = d.q.as<float>(), *gate = d.gate.as<float>();
+  float *k = d.k.as<float>(), *v = d.v.as<float>(), *attn = d.attn.as<float>();
+  {
+    ScopedTimer timer(profile_, &ForwardProfile::attn_proj, ops);
+    MOESERVE_RETURN_IF_ERROR(input_norm(d, il, T));
+    const MatmulOp qkv[] = {{&l.attn_q, xn, qg, T}, {&l.attn_k, xn, k, T}, {&l.attn_v, xn, v, T}};
+    MOESERVE_RETURN_IF_ERROR(ops.matmul(qkv));
+    MOESERVE_RETURN_IF_ERROR(ops.split_q_gate(qg, q, gate, T, hp_.n_head, hp_.head_dim));
+    backend::QkNormRopeArgs r;
+    r.q = q;
+    r.k = k;
+    r.v = v;
+    r.q_norm = &l.attn_q_norm;
+    r.k_norm = &l.attn_k_norm;
+    r.n_head = hp_.n_head;
+    r.n_head_kv = hp_.n_head_kv;
+    r.head_dim = hp_.head_dim;
+    r.eps = hp_.rms_eps;
+    r.layer = il;
+    MOESERVE_RETURN_IF_ERROR(ops.qk_norm_rope_store(r));
+  }
+  {
+    ScopedTimer timer(profile_, &ForwardProfile::attention, ops);
+    backend::AttentionOpArgs a;
+    a.q = q;
+    a.out = attn;
+    a.n_head = hp_.n_head;
+    a.n_head_kv = hp_.n_head_kv;
+    a.head_dim = hp_.head_dim;
+    a.scale = 1.0f / std::sqrt(float(hp_.head_dim));
+    a.layer = il;
+    MOESERVE_RETURN_IF_ERROR(ops.attention(a));
+  }
+  ScopedTimer timer(profile_, &ForwardProfile::attn_proj, ops);
+  MOESERVE_RETURN_IF_ERROR(ops.mul_sigmoid(attn, gate, T, hp_.q_dim()));
+  const MatmulOp out_proj[] = {{&l.attn_output, attn, d.o.as<float>(), T}};
+  MOESERVE_RETURN_IF_ERROR(ops.matmul(out_proj));
+  return add_mixer_output(d, il, T);
+}
+
+// Gated DeltaNet: four input projections, the mixer over each sequence's
+// recurrent state, out_proj. (Profiled as "attention".)
+Status Qwen35Model::Forward::delta_net_block(DeviceBuffers& d, int il, int64_t T) {
+  const Qwen35LayerWeights& l = w_.layers[size_t(il)];
+  Ops& ops = *d.ops;
+  float *xn = d.xn.as<float>(), *qkv = d.qkv.as<float>(), *z = d.z.as<float>();
+  float *beta = d.beta.as<float>(), *alpha = d.alpha.as<float>();
+  {
+    ScopedTimer timer(profile_, &ForwardProfile::attn_proj, ops);
+    MOESERVE_RETURN_IF_ERROR(input_norm(d, il, T));
+    const MatmulOp in_proj[] = {{&l.attn_qkv, xn, qkv, T},
+                                {&l.attn_gate, xn, z, T},
+                                {&l.ssm_beta, xn, beta, T},
+                                {&l.ssm_alpha, xn, alpha, T}};
+    MOESERVE_RETURN_IF_ERROR(ops.matmul(in_proj));
+  }
+  {
+    ScopedTimer timer(profile_, &ForwardProfile::attention, ops);
+    backend::GatedDeltaNetArgs g;
+    g.layer = il;
+    g.n_k_heads = hp_.n_k_heads;
+    g.n_v_heads = hp_.n_v_heads;
+    g.head_k_dim = hp_.head_k_dim;
+    g.head_v_dim = hp_.head_v_dim;
+    g.conv_kernel = hp_.conv_kernel;
+    g.qkv = qkv;
+    g.b = beta;
+    g.a = alpha;
+    g.z = z;
+    g.out = z;
+    g.conv_weight = &l.ssm_conv1d;
+    g.a_neg = &l.ssm_a;
+    g.dt_bias = &l.ssm_dt;
+    g.norm = &l.ssm_norm;
+    g.norm_eps = hp_.rms_eps;
+    MOESERVE_RETURN_IF_ERROR(ops.gated_delta_net(g));
+  }
+  ScopedTimer timer(profile_, &ForwardProfile::attn_proj, ops);
+  const MatmulOp out_proj[] = {{&l.ssm_out, z, d.o.as<float>(), T}};
+  MOESERVE_RETURN_IF_ERROR(ops.matmul(out_proj));
+  return add_mixer_output(d, il, T);
+}
+
+// x += sigmoid(xn . w_gate) * down(silu(gate xn) * up xn).
+Status Qwen35Model::Forward::shared_expert(DeviceBuffers& d, int il, int64_t T) {
+  const Qwen35LayerWeights& l = w_.layers[size_t(il)];
+  Ops& ops = *d.ops;
+  float *xn = d.xn.as<float>(), *g = d.ff_gate.as<float>(), *u = d.ff_up.as<float>(), *o = d.o.as<float>();
+  float* scale = d.shared_scale.as<float>();
+  const MatmulOp gate_up[] = {
+      {&l.ffn_gate_shexp, xn, g, T}, {&l.ffn_up_shexp, xn, u, T}, {&l.ffn_gate_inp_shexp, xn, scale, T}};
+  MOESERVE_RETURN_IF_ERROR(ops.matmul(gate_up));
+  MOESERVE_RETURN_IF_ERROR(ops.swiglu(g, u, g, T, hp_.n_ff_shexp));
+  const MatmulOp down[] = {{&l.ffn_down_shexp, g, o, T}};
+  MOESERVE_RETURN_IF_ERROR(ops.matmul(down));
+  return ops.add_sigmoid_scaled(d.x.as<float>(), o, scale, T, hp_.n_embd);
+}
+
+Status Qwen35Model::Forward::moe_block(DeviceBuffers& d, int il, int64_t T) {
+  const Qwen35LayerWeights& l = w_.layers[size_t(il)];
+  Ops& ops = *d.ops;
+  float* router = d.router.as<float>();
+  {
+    ScopedTimer timer(profile_, &ForwardProfile::router, ops);
+    const MatmulOp gate_inp[] = {{&l.ffn_gate_inp, d.xn.as<float>(), router, T}};
+    MOESERVE_RETURN_IF_ERROR(ops.matmul(gate_inp));
+    MOESERVE_RETURN_IF_ERROR(
+        ops.route({.logits = router,
+                   .n_tokens = T,
+                   .n_expert = hp_.n_expert,
+                   .n_used = hp_.n_expert_used,
+                   .counts = expert_counts_.empty() ? nullptr : expert_counts_.data() + il * hp_.n_expert}));
+  }
+  ScopedTimer timer(profile_, &ForwardProfile::experts, ops);
+  // The shared expert first: the routed experts' call adds into x and may
+  // end with the next layer's norm of the finished sum.
+  if (hp_.n_ff_shexp > 0) MOESERVE_RETURN_IF_ERROR(shared_expert(d, il, T));
+  backend::ExpertFfnArgs e;
+  e.layer = il;
+  e.xn = d.xn.as<float>();
+  e.x = d.x.as<float>();
+  e.n_tokens = T;
+  e.n_embd = hp_.n_embd;
+  e.n_ff = hp_.n_ff_exp;
+  e.gate = &l.ffn_gate_exps;
+  e.up = &l.ffn_up_exps;
+  e.down = &l.ffn_down_exps;
+  e.split = placement_.expert_split(il);
+  if (const WeightView* next = next_attn_norm(il)) {
+    e.norm_w = next->f32(), e.norm_out = d.xn.as<float>(), e.norm_eps = hp_.rms_eps;
+    xn_ready_ = true;
+  }
+  return ops.expert_ffn(e);
+}
+
+Status Qwen35Model::Forward::dense_ffn_block(DeviceBuffers& d, int il, int64_t T) {
+  ScopedTimer timer(profile_, &ForwardProfile::dense_ffn, *d.ops);
+  const Qwen35LayerWeights& l = w_.layers[size_t(il)];
+  Ops& ops = *d.ops;
+  float *xn = d.xn.as<float>(), *g = d.ff_gate.as<float>(), *u = d.ff_up.as<float>(), *o = d.o.as<float>();
+  const MatmulOp gate_up[] = {{&l.ffn_gate, xn, g, T}, {&l.ffn_up, xn, u, T}};
+  MOESERVE_RETURN_IF_ERROR(ops.matmul(gate_up));
+  MOESERVE_RETURN_IF_ERROR(ops.swiglu(g, u, g, T, hp_.n_ff));
+  const MatmulOp down[] = {{&l.ffn_down, g, o, T}};
+  MOESERVE_RETURN_IF_ERROR(ops.matmul(down));
+  if (const WeightView* next = next_attn_norm(il)) {
+    xn_ready_ = true;
+    return ops.add_rms_norm({.x = d.x.as<float>(),
+                             .delta = o,
+                             .w = next->f32(),
+                             .out = xn,
+                             .n_rows = T,
+                             .n_cols = hp_.n_embd,
+                             .eps = hp_.rms_eps});
+  }
+  return ops.add(d.x.as<float>(), o, T, hp_.n_embd);
+}
+
+// ---- the model ------------------------------------------------------------
+
+Qwen35Model::Qwen35Model(Qwen35HParams hp, Qwen35Weights w, const Placement& placement)
+    : hp_(std::move(hp)), w_(std::move(w)), placement_(placement), info_(make_info(hp_, w_)) {}
+
+Result<std::unique_ptr<Qwen35Model>> Qwen35Model::create(Qwen35HParams hp, Qwen35Weights w,
+                                                         const Placement& placement) {
+  if (placement.io == nullptr ||
+      (!placement.layers.empty() && int64_t(placement.layers.size()) != hp.n_layer) ||
+      (!placement.expert_splits.empty() && int64_t(placement.expert_splits.size()) != hp.n_layer)) {
+    return make_error(StatusCode::kInvalidArgument,
+                      "{}: the placement names {} layers ({} expert splits), the model has {}", hp.arch_name,
+                      placement.layers.size(), placement.expert_splits.size(), hp.n_layer);
+  }
+  for (int64_t l = 0; l < hp.n_layer; ++l) {
+    if (!placement.layer(l)->supports_recurrent_layers()) {
+      return make_error(
+          StatusCode::kUnsupported,
+          "{}: {} cannot run this model's Gated DeltaNet and gated attention layers yet (layer {}); "
+          "run it with --device cpu",
+          hp.arch_name, placement.layer(l)->name(), l);
+    }
+  }
+  std::unique_ptr<Qwen35Model> m(new Qwen35Model(std::move(hp), std::move(w), placement));
+  MOESERVE_RETURN_IF_ERROR(m->place_weights());
+  return m;
+}
+
+Status Qwen35Model::place_weights() {
+  using backend::WeightUse;
+  WeightPlacement placement;
+  auto add = [&](Device* d, WeightView& v, WeightUse use, int64_t n_matrices = 1, bool shared = false,
+                 backend::ExpertSplit* split = nullptr) { placement.add(d, v, use, n_matrices, shared, split); };
+  for (int64_t il = 0; il < hp_.n_layer; ++il) {
+    Device* d = placement_.layer(il);
+    Qwen35LayerWeights& l = w_.layers[size_t(il)];
+    for (WeightView* v : {&l.attn_norm, &l.post_attention_norm, &l.attn_q_norm, &l.attn_k_norm, &l.ssm_conv1d,
+                          &l.ssm_dt, &l.ssm_a, &l.ssm_norm}) {
+      add(d, *v, WeightUse::kVector);
+    }
+    for (WeightView* v :
+         {&l.attn_q, &l.attn_k, &l.attn_v, &l.attn_output, &l.attn_qkv, &l.attn_gate, &l.ssm_beta,
+          &l.ssm_alpha, &l.ssm_out, &l.ffn_gate, &l.ffn_up, &l.ffn_down, &l.ffn_gate_inp,
+          &l.ffn_gate_inp_shexp, &l.ffn_gate_shexp, &l.ffn_up_shexp, &l.ffn_down_shexp}) {
+      add(d, *v, WeightUse::kMatrix);
+    }
+    backend::ExpertSplit* split = placement_.expert_split(il);
+    add(d, l.ffn_gate_exps, WeightUse::kExpertGate, hp_.n_expert, false, split);
+    add(d, l.ffn_up_exps, WeightUse::kExpertUp, hp_.n_expert, false, split);
+    add(d, l.ffn_down_exps, WeightUse::kExpertDown, hp_.n_expert, false, split);
+  }
+  const bool tied = w_.tied_output || w_.output.data == w_.token_embd.data;
+  add(placement_.io, w_.token_embd, WeightUse::kLookup, 1, tied);
+  add(placement_.io, w_.output_norm, WeightUse::kVector);
+  add(placement_.io, w_.output, WeightUse::kMatrix, 1, tied);
+  return placement.place();
+}
+
+Result<std::unique_ptr<Workspace>> Qwen35Model::create_workspace(int64_t max_tokens) {
+  auto ws = std::make_unique<Qwen35Workspace>();
+  for (Device* d : placement_devices(placement_, hp_.n_layer)) {
+    DeviceBuffers b;
+    b.device = d;
+    MOESERVE_ASSIGN_OR_RETURN(b.ops, d->create_ops());
+    MOESERVE_RETURN_IF_ERROR(ensure_buffers(b, hp_, std::max<int64_t>(max_tokens, 1)));
+    ws->devices.push_back(std::move(b));
+  }
+  return std::unique_ptr<Workspace>(std::move(ws));
+}
+
+Status Qwen35Model::forward(const ForwardBatch& batch, Workspace& ws, ForwardProfile* profile) {
+  auto* w = dynamic_cast<Qwen35Workspace*>(&ws);
+  if (w == nullptr)
+    return make_error(StatusCode::kInvalidArgument, "{}: a workspace of another model", hp_.arch_name);
+  return Forward(*this, *w, profile).run(batch);
+}
+
+Result<std::unique_ptr<LanguageModel>> create_qwen35(const GgufFile& file, const Placement& placement) {
+  MOESERVE_ASSIGN_OR_RETURN(Qwen35HParams hp, load_qwen35_hparams(file));
+  MOESERVE_ASSIGN_OR_RETURN(Qwen35Weights w, load_qwen35_weights(file, hp));
+  MOESERVE_ASSIGN_OR_RETURN(std::unique_ptr<Qwen35Model> m,
+                            Qwen35Model::create(std::move(hp), std::move(w), placement));
+  return std::unique_ptr<LanguageModel>(std::move(m));
+}
+
+}  // namespace moeserve::models
