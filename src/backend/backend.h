@@ -332,9 +332,12 @@ class Device {
   // copies its weights into the slot first). Only between forwards. The
   // CPU keeps whole stacks: only the split changes.
   virtual Status replace_local_expert(ExpertSplit& split, size_t slot, int32_t expert);
-  // Whether its ops compute recurrent (Gated DeltaNet) layers and gated
-  // attention; a model with such layers on a device without them does not load.
-  virtual bool supports_recurrent_layers() const { return true; }
+  // Whether its attention op handles heads of this size; a model whose
+  // attention layers it cannot run does not load there.
+  virtual bool supports_attention_head_dim(int64_t head_dim) const {
+    (void)head_dim;
+    return true;
+  }
   // Computes expert jobs whose rows are in host memory over stacks this
   // device placed (an expert worker's experts): the CPU's threads, or a
   // GPU's kernels with the rows copied up and back.

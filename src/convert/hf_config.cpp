@@ -7,6 +7,8 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "convert/hf_internal.h"
+#include "convert/hf_qwen35.h"
 #include "format/model_keys.h"
 
 namespace moeserve::convert {
@@ -19,63 +21,12 @@ struct ArchName {
   std::string_view hf;
   std::string_view gguf;
 };
-constexpr ArchName kArchitectures[] = {{"Qwen3MoeForCausalLM", "qwen3moe"}, {"Qwen3ForCausalLM", "qwen3"}};
-
-// Typed access to config.json with errors that name the file and key.
-class ConfigReader {
- public:
-  ConfigReader(const json& root, std::string_view name) : root_(root), name_(name) {}
-
-  bool has(const char* key) const { return root_.contains(key) && !root_[key].is_null(); }
-
-  Result<int64_t> positive_int(const char* key) const {
-    if (!has(key)) return make_error(StatusCode::kNotFound, "{}: '{}' is missing", name_, key);
-    const json& v = root_[key];
-    if (!v.is_number_integer() || v.get<int64_t>() <= 0 || v.get<int64_t>() > (int64_t(1) << 40)) {
-      return make_error(StatusCode::kInvalidFormat, "{}: '{}' must be a positive integer, got {}", name_, key, v.dump());
-    }
-    return v.get<int64_t>();
-  }
-
-  Result<int64_t> positive_int_or(const char* key, int64_t fallback) const {
-    return has(key) ? positive_int(key) : Result<int64_t>(fallback);
-  }
-
-  Result<double> positive_number(const json& obj, const char* key) const {
-    if (!obj.contains(key) || obj[key].is_null()) return make_error(StatusCode::kNotFound, "{}: '{}' is missing", name_, key);
-    const json& v = obj[key];
-    if (!v.is_number() || !(v.get<double>() > 0)) {
-      return make_error(StatusCode::kInvalidFormat, "{}: '{}' must be a positive number, got {}", name_, key, v.dump());
-    }
-    return v.get<double>();
-  }
-
-  Result<bool> boolean_or(const char* key, bool fallback) const {
-    if (!has(key)) return fallback;
-    if (!root_[key].is_boolean()) {
-      return make_error(StatusCode::kInvalidFormat, "{}: '{}' must be true or false, got {}", name_, key, root_[key].dump());
-    }
-    return root_[key].get<bool>();
-  }
-
-  std::optional<int64_t> optional_id(const char* key) const {
-    if (!has(key)) return std::nullopt;
-    const json& v = root_[key];
-    if (v.is_number_integer() && v.get<int64_t>() >= 0) return v.get<int64_t>();
-    if (v.is_array() && !v.empty() && v[0].is_number_integer() && v[0].get<int64_t>() >= 0) return v[0].get<int64_t>();
-    return std::nullopt;
-  }
-
-  Status unsupported(std::string_view what) const {
-    return make_error(StatusCode::kUnsupported, "{}: {} is not supported", name_, what);
-  }
-
-  const json& root() const { return root_; }
-
- private:
-  const json& root_;
-  std::string_view name_;
-};
+constexpr ArchName kArchitectures[] = {{"Qwen3MoeForCausalLM", "qwen3moe"},
+                                       {"Qwen3ForCausalLM", "qwen3"},
+                                       {"Qwen3_5MoeForCausalLM", "qwen35moe"},
+                                       {"Qwen3_5ForCausalLM", "qwen35"},
+                                       {"Qwen3_5MoeForConditionalGeneration", "qwen35moe"},
+                                       {"Qwen3_5ForConditionalGeneration", "qwen35"}};
 
 Result<std::string> read_architecture(const ConfigReader& r, std::string_view name, std::string& hf_arch) {
   const json& root = r.root();
@@ -138,21 +89,13 @@ Result<HfModelConfig> parse_checked(const json& root, std::string_view name) {
   HfModelConfig c;
   c.source = std::string(name);
   MOESERVE_ASSIGN_OR_RETURN(c.arch, read_architecture(r, name, c.hf_architecture));
-  MOESERVE_ASSIGN_OR_RETURN(c.hidden_size, r.positive_int("hidden_size"));
-  MOESERVE_ASSIGN_OR_RETURN(c.n_layer, r.positive_int("num_hidden_layers"));
-  MOESERVE_ASSIGN_OR_RETURN(c.n_head, r.positive_int("num_attention_heads"));
-  MOESERVE_ASSIGN_OR_RETURN(c.n_head_kv, r.positive_int_or("num_key_value_heads", c.n_head));
-  MOESERVE_ASSIGN_OR_RETURN(c.head_dim, r.positive_int_or("head_dim", c.hidden_size / c.n_head));
-  MOESERVE_ASSIGN_OR_RETURN(c.intermediate_size, r.positive_int("intermediate_size"));
-  MOESERVE_ASSIGN_OR_RETURN(c.vocab_size, r.positive_int("vocab_size"));
-  MOESERVE_ASSIGN_OR_RETURN(c.context_length, r.positive_int("max_position_embeddings"));
-  MOESERVE_ASSIGN_OR_RETURN(c.rms_eps, r.positive_number(root, "rms_norm_eps"));
-  MOESERVE_ASSIGN_OR_RETURN(c.rope_theta, read_rope_theta(r));
-  MOESERVE_ASSIGN_OR_RETURN(c.tie_word_embeddings, r.boolean_or("tie_word_embeddings", false));
-  if (c.n_head % c.n_head_kv != 0) {
-    return make_error(StatusCode::kInvalidFormat, "{}: num_attention_heads {} is not a multiple of num_key_value_heads {}", name,
-                      c.n_head, c.n_head_kv);
+  if (c.arch == "qwen35moe" || c.arch == "qwen35") {
+    MOESERVE_RETURN_IF_ERROR(parse_qwen35_config(root, name, c));
+    return c;
   }
+  MOESERVE_RETURN_IF_ERROR(read_common_hparams(r, c));
+  MOESERVE_ASSIGN_OR_RETURN(c.intermediate_size, r.positive_int("intermediate_size"));
+  MOESERVE_ASSIGN_OR_RETURN(c.rope_theta, read_rope_theta(r));
   if (c.arch == "qwen3moe") {
     // transformers 5 writes the expert count as num_local_experts; earlier
     // versions (and the published Qwen3-MoE configs) as num_experts.
@@ -166,12 +109,29 @@ Result<HfModelConfig> parse_checked(const json& root, std::string_view name) {
     }
   }
   MOESERVE_RETURN_IF_ERROR(check_unsupported_features(r, c));
-  c.bos_token_id = r.optional_id("bos_token_id");
-  c.eos_token_id = r.optional_id("eos_token_id");
   return c;
 }
 
 }  // namespace
+
+Status read_common_hparams(const ConfigReader& r, HfModelConfig& c) {
+  MOESERVE_ASSIGN_OR_RETURN(c.hidden_size, r.positive_int("hidden_size"));
+  MOESERVE_ASSIGN_OR_RETURN(c.n_layer, r.positive_int("num_hidden_layers"));
+  MOESERVE_ASSIGN_OR_RETURN(c.n_head, r.positive_int("num_attention_heads"));
+  MOESERVE_ASSIGN_OR_RETURN(c.n_head_kv, r.positive_int_or("num_key_value_heads", c.n_head));
+  MOESERVE_ASSIGN_OR_RETURN(c.head_dim, r.positive_int_or("head_dim", c.hidden_size / c.n_head));
+  MOESERVE_ASSIGN_OR_RETURN(c.vocab_size, r.positive_int("vocab_size"));
+  MOESERVE_ASSIGN_OR_RETURN(c.context_length, r.positive_int("max_position_embeddings"));
+  MOESERVE_ASSIGN_OR_RETURN(c.rms_eps, r.positive_number(r.root(), "rms_norm_eps"));
+  MOESERVE_ASSIGN_OR_RETURN(c.tie_word_embeddings, r.boolean_or("tie_word_embeddings", false));
+  if (c.n_head % c.n_head_kv != 0) {
+    return make_error(StatusCode::kInvalidFormat, "{}: num_attention_heads {} is not a multiple of num_key_value_heads {}",
+                      r.name(), c.n_head, c.n_head_kv);
+  }
+  c.bos_token_id = r.optional_id("bos_token_id");
+  c.eos_token_id = r.optional_id("eos_token_id");
+  return Status::ok();
+}
 
 std::string supported_hf_architectures() {
   std::string out;
@@ -202,6 +162,10 @@ Result<HfModelConfig> load_hf_config(const std::string& dir) {
 }
 
 void write_hf_hparams(const HfModelConfig& c, GgufWriter& w) {
+  if (c.hybrid) {
+    write_qwen35_hparams(c, w);
+    return;
+  }
   auto key = [&](std::string_view suffix) { return keys::arch_key(c.arch, suffix); };
   w.set_string(keys::kArchitecture, c.arch);
   w.set_u32(key(keys::kContextLength), uint32_t(c.context_length));

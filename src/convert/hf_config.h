@@ -1,18 +1,23 @@
 // Hugging Face config.json -> the hyperparameters of a GGUF file.
 //
 // Supported architectures: Qwen3MoeForCausalLM (-> qwen3moe) and
-// Qwen3ForCausalLM (-> qwen3). Features our engine (and llama.cpp's graph for
-// these architectures) does not implement are refused with an error naming
-// the key, never silently ignored: decoder_sparse_step != 1, non-empty
-// mlp_only_layers, rope scaling (rope_scaling / rope_parameters.rope_type
-// other than "default"), attention_bias, use_sliding_window, non-full
-// layer_types, and norm_topk_prob = false for qwen3moe (llama.cpp always
-// renormalises the top-k router weights for this architecture).
+// Qwen3ForCausalLM (-> qwen3); the Qwen3.5 / 3.6 hybrids
+// Qwen3_5MoeForCausalLM (-> qwen35moe) and Qwen3_5ForCausalLM (-> qwen35),
+// also as the released multimodal Qwen3_5[Moe]ForConditionalGeneration
+// (text model only), read by hf_qwen35.h. Features our engine (and
+// llama.cpp's graph for these architectures) does not implement are refused
+// with an error naming the key, never silently ignored: decoder_sparse_step
+// != 1, non-empty mlp_only_layers, rope scaling (rope_scaling /
+// rope_parameters.rope_type other than "default"), attention_bias,
+// use_sliding_window, non-full layer_types, and norm_topk_prob = false for
+// qwen3moe (llama.cpp always renormalises the top-k router weights for this
+// architecture).
 #pragma once
 #include <cstdint>
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "core/status.h"
 #include "format/gguf_writer.h"
@@ -39,10 +44,25 @@ struct HfModelConfig {
   int64_t n_expert_used = 0;
   int64_t expert_ff = 0;
   std::optional<int64_t> bos_token_id, eos_token_id;
+
+  // Qwen3.5 / 3.6 hybrids (qwen35moe, qwen35) only.
+  bool hybrid = false;
+  bool has_intermediate_size = true;  // feed_forward_length is written (qwen35moe: when config.json has it)
+  int64_t n_rot = 0;                  // rope.dimension_count = head_dim * partial_rotary_factor
+  std::vector<int32_t> rope_sections; // rope.dimension_sections: mrope_section + zeros, 4 entries
+  int64_t conv_kernel = 0;            // linear_conv_kernel_dim
+  int64_t n_k_heads = 0, n_v_heads = 0, head_k_dim = 0, head_v_dim = 0;  // linear_*
+  int64_t full_attention_interval = 0;
+  int64_t shared_expert_ff = 0;  // shared_expert_intermediate_size (qwen35moe)
+  // What the conversion leaves out on purpose (MTP layers, ...), one line each.
+  std::vector<std::string> notes;
+
   bool is_moe() const { return n_expert > 0; }
+  // A gated full-attention layer of a hybrid (else a Gated DeltaNet one).
+  bool is_full_attention_layer(int64_t layer) const { return (layer + 1) % full_attention_interval == 0; }
 };
 
-// "Qwen3MoeForCausalLM (qwen3moe), Qwen3ForCausalLM (qwen3)".
+// "Qwen3MoeForCausalLM (qwen3moe), Qwen3ForCausalLM (qwen3), ...".
 std::string supported_hf_architectures();
 
 Result<HfModelConfig> parse_hf_config(std::string_view json_text, std::string_view name);

@@ -8,6 +8,7 @@
 #include "convert/hf_config.h"
 #include "convert/hf_tensors.h"
 #include "convert/hf_tokenizer.h"
+#include "core/log.h"
 #include "core/thread_pool.h"
 #include "format/gguf_writer.h"
 #include "format/model_keys.h"
@@ -38,7 +39,8 @@ Result<ConvertSummary> convert_hf_model(const ConvertOptions& options) {
   MOESERVE_ASSIGN_OR_RETURN(HfModelConfig config, load_hf_config(options.hf_dir));
   auto job = std::make_shared<ConvertJob>();
   MOESERVE_ASSIGN_OR_RETURN(job->model, SafetensorsModel::open_dir(options.hf_dir));
-  MOESERVE_ASSIGN_OR_RETURN(job->plan, plan_hf_tensors(config, job->model));
+  std::vector<std::string> notes = config.notes;
+  MOESERVE_ASSIGN_OR_RETURN(job->plan, plan_hf_tensors(config, job->model, &notes));
   MOESERVE_ASSIGN_OR_RETURN(tok::VocabData vocab, load_hf_vocab(options.hf_dir, config));
 
   GgufWriter writer;
@@ -50,6 +52,8 @@ Result<ConvertSummary> convert_hf_model(const ConvertOptions& options) {
 
   ConvertSummary summary;
   summary.arch = config.arch;
+  summary.notes = std::move(notes);
+  for (const std::string& note : summary.notes) MOESERVE_LOG_INFO("convert: {}", note);
   summary.n_tokens = size_t(config.vocab_size);
   for (const PlannedTensor& t : job->plan) {
     const DType type = choose_tensor_type(options.file_type, {t.name, t.ne, int(config.n_layer), int(config.n_expert),

@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <map>
 #include <string>
+#include <vector>
 
 #include "convert/quant_mix.h"
 #include "convert/quantize_model.h"
@@ -31,6 +32,9 @@ struct ConvertSummary {
   size_t n_tokens = 0;  // vocabulary as written (padded)
   uint64_t bytes_after = 0;
   std::map<std::string, TypeTally> by_type;
+  // What was left out on purpose (MTP layers, a vision tower), one line each;
+  // also logged at info level.
+  std::vector<std::string> notes;
 };
 
 Result<ConvertSummary> convert_hf_model(const ConvertOptions& options);

@@ -20,6 +20,9 @@
 // Every source shape is checked against config.json, every expected tensor
 // must exist, and any tensor the plan does not use is an error naming it
 // (rotary_emb.inv_freq buffers, recomputed from rope_theta, are skipped).
+//
+// The Qwen3.5 / 3.6 hybrids (qwen35moe, qwen35) are planned by hf_qwen35.h;
+// their tensors add row / column permutations and value transforms to kDirect.
 #pragma once
 #include <cstdint>
 #include <string>
@@ -38,6 +41,13 @@ enum class SourceLayout {
   kFusedDown,      // sources[0] is down_proj stored transposed [E, I, H]
 };
 
+// Applied to every value after it is read (in f32).
+enum class ValueTransform {
+  kNone,
+  kPlusOne,  // w + 1: zero-centred RMSNorm weights (x̂·(1+w)) for a plain x̂·w
+  kNegExp,   // -exp(w): A_log -> ssm_a
+};
+
 struct PlannedTensor {
   std::string name;             // GGUF name
   std::vector<int64_t> ne;      // GGUF ne order
@@ -45,6 +55,11 @@ struct PlannedTensor {
   std::vector<const SafetensorsTensor*> sources;
   int fused_part = 0;
   bool transposed = false;      // kFusedGateUp stored as [E, H, 2I]
+  // kDirect only: GGUF row r is source row row_map[r], and element i of a
+  // row is element col_map[i] of that source row (empty: the identity).
+  std::vector<int64_t> row_map = {};
+  std::vector<int64_t> col_map = {};
+  ValueTransform transform = ValueTransform::kNone;
 
   int64_t n_rows() const;
   // Rows [begin, end) of the GGUF tensor (row = ne[0] elements) as f32.
@@ -53,6 +68,9 @@ struct PlannedTensor {
 
 // The GGUF tensors of the model in a llama.cpp-like order (globals, then
 // layer by layer), or an error naming the missing / mis-shaped / unused tensor.
-Result<std::vector<PlannedTensor>> plan_hf_tensors(const HfModelConfig& config, const SafetensorsModel& model);
+// Sources left out on purpose (vision tower, MTP layers) are summed up in
+// `notes`, one line each.
+Result<std::vector<PlannedTensor>> plan_hf_tensors(const HfModelConfig& config, const SafetensorsModel& model,
+                                                   std::vector<std::string>* notes = nullptr);
 
 }  // namespace moeserve::convert

@@ -134,6 +134,17 @@ Status WeightPlacement::place() {
   return Status::ok();
 }
 
+Status check_attention_devices(const Placement& p, int64_t n_layer, int64_t head_dim, std::string_view arch,
+                               const std::function<bool(int64_t)>& is_attention) {
+  for (int64_t l = 0; l < n_layer; ++l) {
+    if (is_attention(l) && !p.layer(l)->supports_attention_head_dim(head_dim)) {
+      return make_error(StatusCode::kUnsupported, "{}: {} has no attention kernel for heads of {} (layer {}); use --device cpu",
+                        arch, p.layer(l)->name(), head_dim, l);
+    }
+  }
+  return Status::ok();
+}
+
 std::vector<backend::Device*> placement_devices(const Placement& p, int64_t n_layer) {
   std::vector<backend::Device*> devices = {p.io};
   for (int64_t il = 0; il < n_layer; ++il) {

@@ -5,6 +5,8 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
+#include <string_view>
 #include <vector>
 
 #include "backend/backend.h"
@@ -83,6 +85,12 @@ class WeightPlacement {
  private:
   std::vector<std::pair<backend::Device*, std::vector<backend::WeightRef>>> per_device_;
 };
+
+// kUnsupported naming the device and layer when a layer with attention
+// (is_attention(l)) sits on a device without an attention kernel for heads
+// of head_dim.
+Status check_attention_devices(const Placement& p, int64_t n_layer, int64_t head_dim, std::string_view arch,
+                               const std::function<bool(int64_t)>& is_attention);
 
 // The placement's devices, each once: io first, then in layer order.
 std::vector<backend::Device*> placement_devices(const Placement& p, int64_t n_layer);

@@ -308,6 +308,8 @@ Result<std::unique_ptr<Qwen3Model>> Qwen3Model::create(Qwen3HParams hp, Qwen3Wei
                       "qwen3: the placement names {} layers ({} expert splits), the model has {}",
                       placement.layers.size(), placement.expert_splits.size(), hp.n_layer);
   }
+  MOESERVE_RETURN_IF_ERROR(
+      check_attention_devices(placement, hp.n_layer, hp.head_dim, hp.arch_name, [](int64_t) { return true; }));
   std::unique_ptr<Qwen3Model> m(new Qwen3Model(std::move(hp), std::move(w), placement));
   MOESERVE_RETURN_IF_ERROR(m->place_weights());
   return m;

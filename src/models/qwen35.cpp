@@ -382,15 +382,8 @@ Result<std::unique_ptr<Qwen35Model>> Qwen35Model::create(Qwen35HParams hp, Qwen3
                       "{}: the placement names {} layers ({} expert splits), the model has {}", hp.arch_name,
                       placement.layers.size(), placement.expert_splits.size(), hp.n_layer);
   }
-  for (int64_t l = 0; l < hp.n_layer; ++l) {
-    if (!placement.layer(l)->supports_recurrent_layers()) {
-      return make_error(
-          StatusCode::kUnsupported,
-          "{}: {} cannot run this model's Gated DeltaNet and gated attention layers yet (layer {}); "
-          "run it with --device cpu",
-          hp.arch_name, placement.layer(l)->name(), l);
-    }
-  }
+  MOESERVE_RETURN_IF_ERROR(check_attention_devices(placement, hp.n_layer, hp.head_dim, hp.arch_name,
+                                                   [&](int64_t l) { return !hp.recurrent[size_t(l)]; }));
   std::unique_ptr<Qwen35Model> m(new Qwen35Model(std::move(hp), std::move(w), placement));
   MOESERVE_RETURN_IF_ERROR(m->place_weights());
   return m;

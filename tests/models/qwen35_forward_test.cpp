@@ -17,6 +17,7 @@
 #include "runtime/model.h"
 #include "runtime/prefix_cache.h"
 #include "runtime/sequence.h"
+#include "test_device.h"
 
 namespace moeserve {
 namespace {
@@ -43,10 +44,10 @@ std::string tiny_path(ModelArch arch, const std::function<void(GgufWriter&)>& ed
   return path;
 }
 
-std::unique_ptr<runtime::Model> load(const std::string& path) {
+std::unique_ptr<runtime::Model> load(const std::string& path, const std::string& device = "cpu") {
   runtime::ModelLoadOptions o;
   o.n_threads = 2;
-  o.device = "cpu";
+  o.device = device;
   Result<std::unique_ptr<runtime::Model>> m = runtime::Model::load(path, o);
   EXPECT_TRUE(m.is_ok()) << m.status().message();
   return m.is_ok() ? std::move(m).value() : nullptr;
@@ -390,6 +391,26 @@ TEST_P(Qwen35Forward, PrefixCacheRestoresTheRecurrentState) {
   ASSERT_EQ(cache.restore(tokens, 29, hit), 20);
   const std::vector<float> rest = run_chunks(*m, std::span(tokens).subspan(20), 10, hit, 20);
   EXPECT_LT(rel_diff(std::span(want).subspan(20 * size_t(V)), rest), 1e-4);
+}
+
+// The same forward on a GPU (MOESERVE_TEST_DEVICE=cuda on the GPU machine):
+// prefill (several sequences in one batch) and decode steps against the CPU.
+TEST_P(Qwen35Forward, GpuEqualsCpu) {
+  if (testing::test_device() == "cpu") GTEST_SKIP() << "MOESERVE_TEST_DEVICE is not a GPU";
+  const std::string path = tiny_path(GetParam());
+  auto cpu = load(path), gpu = load(path, testing::test_device());
+  ASSERT_TRUE(cpu && gpu);
+  const std::vector<int32_t> tokens = random_tokens(40, cpu->info().n_vocab, 9);
+  runtime::KvCache kc = cpu->new_kv_cache(64).value(), kg = gpu->new_kv_cache(64).value();
+  const std::vector<float> want = run_chunks(*cpu, tokens, 17, kc);
+  const std::vector<float> got = run_chunks(*gpu, tokens, 17, kg);
+  const double prefill = rel_diff(want, got);
+  runtime::KvCache dc = cpu->new_kv_cache(64).value(), dg = gpu->new_kv_cache(64).value();
+  const double decode = rel_diff(run_chunks(*cpu, tokens, 1, dc), run_chunks(*gpu, tokens, 1, dg));
+  EXPECT_LT(prefill, 2e-3);
+  EXPECT_LT(decode, 2e-3);
+  std::printf("[ qwen35 gpu ] %s: GPU vs CPU max |dlogit| / max |logit|: prefill %.2e, decode %.2e\n",
+              std::string(convert::arch_name(GetParam())).c_str(), prefill, decode);
 }
 
 INSTANTIATE_TEST_SUITE_P(Archs, Qwen35Forward, ::testing::Values(ModelArch::kQwen35Moe, ModelArch::kQwen35),

@@ -12,6 +12,7 @@
 #include "convert/make_model.h"
 #include "runtime/batch_engine.h"
 #include "runtime/generator.h"
+#include "test_device.h"
 
 namespace moeserve::runtime {
 namespace {
@@ -28,7 +29,7 @@ std::unique_ptr<Model> load_tiny_qwen35moe() {
   o.seed = 11;
   o.n_threads = 2;
   EXPECT_TRUE(convert::make_model(o, path).is_ok());
-  auto m = Model::load(path, {.n_threads = 2, .device = "cpu"});
+  auto m = Model::load(path, {.n_threads = 2, .device = testing::test_device()});
   EXPECT_TRUE(m.is_ok()) << m.status().to_string();
   return m.is_ok() ? std::move(m).value() : nullptr;
 }

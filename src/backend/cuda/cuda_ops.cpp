@@ -70,7 +70,10 @@ Status CudaOps::begin_batch(const BatchLayout& layout) {
   const size_t rows_bytes = align_up(size_t(n_rows_) * sizeof(int32_t));
   const size_t table_bytes = align_up(size_t(n_seq_ * n_layer_) * sizeof(void*));
   const size_t block_bytes = align_up(blocks.size() * sizeof(cuda::QueryBlock));
-  const size_t forward_at = 4 * rows_bytes + 2 * table_bytes + block_bytes;
+  // After the blocks: the recurrent-state tables and each sequence's rows.
+  const size_t states_at = 4 * rows_bytes + 2 * table_bytes + block_bytes;
+  const size_t seq_rows_at = states_at + table_bytes;
+  const size_t forward_at = seq_rows_at + align_up(size_t(2 * n_seq_) * sizeof(int32_t));
   const size_t total = forward_at + sizeof(uint32_t);
   MOESERVE_ASSIGN_OR_RETURN(uint8_t * host, pinned(total));
   auto* tokens = reinterpret_cast<int32_t*>(host);
@@ -96,6 +99,14 @@ Status CudaOps::begin_batch(const BatchLayout& layout) {
       vt[s * n_layer_ + l] = layout.slices[size_t(s)].kv.layers[size_t(l)].v;
     }
   }
+  auto* st = reinterpret_cast<float**>(host + states_at);
+  auto* seq_rows = reinterpret_cast<int32_t*>(host + seq_rows_at);
+  for (int64_t s = 0; s < n_seq_; ++s) {
+    const SequenceSlice& slice = layout.slices[size_t(s)];
+    for (int64_t l = 0; l < n_layer_; ++l) st[s * n_layer_ + l] = slice.kv.layers[size_t(l)].state;
+    seq_rows[2 * s] = int32_t(slice.row0);
+    seq_rows[2 * s + 1] = int32_t(slice.n_tokens);
+  }
   std::memcpy(host + 4 * rows_bytes + 2 * table_bytes, blocks.data(),
               blocks.size() * sizeof(cuda::QueryBlock));
   std::memcpy(host + forward_at, &forward_, sizeof(forward_));
@@ -108,6 +119,8 @@ Status CudaOps::begin_batch(const BatchLayout& layout) {
   k_tables_ = reinterpret_cast<uint16_t* const*>(d + 4 * rows_bytes);
   v_tables_ = reinterpret_cast<uint16_t* const*>(d + 4 * rows_bytes + table_bytes);
   blocks_ = reinterpret_cast<const cuda::QueryBlock*>(d + 4 * rows_bytes + 2 * table_bytes);
+  state_tables_ = reinterpret_cast<float* const*>(d + states_at);
+  seq_rows_ = reinterpret_cast<const int32_t*>(d + seq_rows_at);
   forward_on_device_ = reinterpret_cast<const uint32_t*>(d + forward_at);
   rope_table_ = nullptr;
   float* table = nullptr;
@@ -313,6 +326,28 @@ Status CudaOps::matmul(std::span<const MatmulOp> group) {
     MOESERVE_RETURN_IF_ERROR(cuda::matmul(a, stream_));
   }
   return Status::ok();
+}
+
+Status CudaOps::gated_delta_net(const GatedDeltaNetArgs& a) {
+  if (replaying()) return Status::ok();
+  cuda::GdnArgs g;
+  g.batch = {seq_rows_, state_tables_, n_seq_, n_layer_, a.layer, n_rows_};
+  g.n_k_heads = a.n_k_heads;
+  g.n_v_heads = a.n_v_heads;
+  g.head_k_dim = a.head_k_dim;
+  g.head_v_dim = a.head_v_dim;
+  g.conv_kernel = a.conv_kernel;
+  g.qkv = a.qkv;
+  g.b = a.b;
+  g.a = a.a;
+  g.z = a.z;
+  g.out = a.out;
+  g.conv_weight = a.conv_weight->f32();
+  g.a_neg = a.a_neg->f32();
+  g.dt_bias = a.dt_bias->f32();
+  g.norm_w = a.norm->f32();
+  g.norm_eps = a.norm_eps;
+  return cuda::gated_delta_net(g, stream_);
 }
 
 Status CudaOps::qk_norm_rope_store(const QkNormRopeArgs& a) {

@@ -24,6 +24,7 @@
 #include "kernels/cuda/attention.h"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/elementwise.h"
+#include "kernels/cuda/gated_delta_net.h"
 #include "kernels/cuda/matmul.h"
 #include "kernels/cuda/moe.h"
 
@@ -108,17 +109,20 @@ class CudaOps final : public Ops {
     if (replaying()) return Status::ok();
     return cuda::add(y, x, n_rows * n_cols, stream_);
   }
-  // The hybrid (Qwen3.5) ops have no CUDA kernels yet: CudaDevice says so
-  // (supports_recurrent_layers) before a model is built, so these are not reached.
-  Status split_q_gate(const float*, float*, float*, int64_t, int64_t, int64_t) override { return hybrid_missing(); }
-  Status mul_sigmoid(float*, const float*, int64_t, int64_t) override { return hybrid_missing(); }
-  Status add_sigmoid_scaled(float*, const float*, const float*, int64_t, int64_t) override {
-    return hybrid_missing();
+  Status split_q_gate(const float* qg, float* q, float* gate, int64_t n_rows, int64_t n_head,
+                      int64_t head_dim) override {
+    if (replaying()) return Status::ok();
+    return cuda::split_q_gate(qg, q, gate, n_rows, n_head, head_dim, stream_);
   }
-  Status gated_delta_net(const GatedDeltaNetArgs&) override { return hybrid_missing(); }
-  static Status hybrid_missing() {
-    return make_error(StatusCode::kUnsupported, "the Gated DeltaNet and gated attention ops are not on CUDA yet");
+  Status mul_sigmoid(float* x, const float* gate, int64_t n_rows, int64_t n_cols) override {
+    if (replaying()) return Status::ok();
+    return cuda::mul_sigmoid(x, gate, n_rows * n_cols, stream_);
   }
+  Status add_sigmoid_scaled(float* y, const float* x, const float* s, int64_t n_rows, int64_t n_cols) override {
+    if (replaying()) return Status::ok();
+    return cuda::add_sigmoid_scaled(y, x, s, n_rows, n_cols, stream_);
+  }
+  Status gated_delta_net(const GatedDeltaNetArgs& a) override;
   Status route(const RouteOpArgs& a) override;
   Status argmax_rows(const float* x, int64_t n_rows, int64_t n_cols, int32_t* host_ids) override;
   Status expert_ffn(const ExpertFfnArgs& a) override;
@@ -206,6 +210,8 @@ class CudaOps final : public Ops {
   const int32_t* row_pos_ = nullptr;
   uint16_t* const* k_tables_ = nullptr;
   uint16_t* const* v_tables_ = nullptr;
+  float* const* state_tables_ = nullptr;  // [n_seq][n_layer] recurrent states (null for attention layers)
+  const int32_t* seq_rows_ = nullptr;     // [n_seq][2]: first row, rows
   const cuda::QueryBlock* blocks_ = nullptr;
   int64_t n_logit_rows_ = 0;
   const int32_t* logit_rows_ = nullptr;

@@ -1,0 +1,312 @@
+// The Gated DeltaNet mixer and the gated-attention gates on the GPU (see
+// gated_delta_net.h). Each sequence's recurrence is serial in its tokens, so
+// the parallelism is across channels (conv), heads (norms, delta rule) and
+// sequences; the delta rule keeps a head's 128x128 state in the registers of
+// one block for the whole sequence and reads it from and writes it to
+// global memory once.
+#include <cmath>
+#include <cstdint>
+
+#include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/gated_delta_net.h"
+#include "kernels/cuda/launch.cuh"
+
+namespace moeserve::cuda {
+namespace {
+
+constexpr int kWarp = 32;
+constexpr int kMaxConvKernel = 8;
+constexpr int kStatePerThread = 32;  // state entries a delta-rule thread holds (one column's slice of d_k)
+constexpr int kConvThreads = 128;
+constexpr int kFlatThreads = 256;
+
+Status launched(const char* what) {
+  const cudaError_t err = cudaGetLastError();
+  if (err != cudaSuccess) {
+    return make_error(StatusCode::kInternal, "{}: kernel launch failed: {}", what, cudaGetErrorString(err));
+  }
+  return Status::ok();
+}
+
+__device__ __forceinline__ float sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
+__device__ __forceinline__ float silu(float x) { return x * sigmoid(x); }
+// torch.nn.functional.softplus: identity above 20.
+__device__ __forceinline__ float softplus(float x) { return x > 20.0f ? x : log1pf(expf(x)); }
+
+__device__ __forceinline__ float warp_sum(float v) {
+  for (int o = kWarp / 2; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+
+// ---- causal depthwise conv + SiLU ------------------------------------------
+// One thread per (channel, sequence): a rolling window of the last K-1 raw
+// inputs, seeded from the conv state and written back to it at the end.
+__global__ void conv_silu_kernel(GdnBatch b, float* qkv, const float* weight, int conv_dim, int K) {
+  const int c = int(blockIdx.x) * kConvThreads + int(threadIdx.x);
+  const int s = int(blockIdx.y);
+  float w[kMaxConvKernel];
+  if (c < conv_dim) {
+#pragma unroll
+    for (int j = 0; j < kMaxConvKernel; ++j) w[j] = j < K ? weight[int64_t(c) * K + j] : 0.0f;
+  }
+  detail::grid_dependency_wait();
+  detail::allow_dependents();
+  if (c >= conv_dim) return;
+  float* state = b.state_tables[int64_t(s) * b.n_layer + b.layer];
+  const int row0 = b.seq_rows[2 * s], n = b.seq_rows[2 * s + 1];
+  float win[kMaxConvKernel];  // win[j], j < K-1: the raw input j+1-(K-1) steps back... oldest first
+#pragma unroll
+  for (int j = 0; j < kMaxConvKernel - 1; ++j) win[j] = j < K - 1 ? state[int64_t(j) * conv_dim + c] : 0.0f;
+  for (int t = 0; t < n; ++t) {
+    float* p = qkv + int64_t(row0 + t) * conv_dim + c;
+    const float x = *p;
+    float acc = 0.0f;
+#pragma unroll
+    for (int j = 0; j < kMaxConvKernel - 1; ++j) {
+      if (j < K - 1) acc += w[j] * win[j];
+    }
+    acc += w[K - 1] * x;
+#pragma unroll
+    for (int j = 0; j < kMaxConvKernel - 2; ++j) {
+      if (j < K - 2) win[j] = win[j + 1];
+    }
+    if (K > 1) win[K - 2] = x;
+    *p = silu(acc);
+  }
+#pragma unroll
+  for (int j = 0; j < kMaxConvKernel - 1; ++j) {
+    if (j < K - 1) state[int64_t(j) * conv_dim + c] = win[j];
+  }
+}
+
+// ---- L2 norm of the q and k heads, and the gates ---------------------------
+// One warp per (row, q or k head): x *= rsqrt(sum(x^2) + eps).
+__global__ void l2_norm_kernel(float* qkv, int conv_dim, int d, float eps) {
+  detail::grid_dependency_wait();
+  detail::allow_dependents();
+  const int64_t row = blockIdx.x;
+  float* x = qkv + row * conv_dim + int64_t(blockIdx.y) * d;
+  float ss = 0.0f;
+  for (int i = int(threadIdx.x); i < d; i += kWarp) ss += x[i] * x[i];
+  const float r = rsqrtf(warp_sum(ss) + eps);
+  for (int i = int(threadIdx.x); i < d; i += kWarp) x[i] *= r;
+}
+
+__global__ void gates_kernel(float* b, float* a, const float* a_neg, const float* dt_bias, int64_t n,
+                             int n_v) {
+  detail::grid_dependency_wait();
+  detail::allow_dependents();
+  const int64_t i = int64_t(blockIdx.x) * kFlatThreads + threadIdx.x;
+  if (i >= n) return;
+  const int h = int(i % n_v);
+  b[i] = sigmoid(b[i]);
+  a[i] = a_neg[h] * softplus(a[i] + dt_bias[h]);
+}
+
+// ---- the gated delta rule -------------------------------------------------
+// Block (V head h, sequence s), d_v * P threads (P = d_k / 32): thread
+// (v, p) holds S[p*32 .. p*32+31][v] of the head's state. Per token:
+//   S *= exp(g); kv = S^T k; delta = beta (v - kv); S += k delta^T;
+//   o = q_scale S^T q
+// with the two column sums reduced over the P lanes of a column (adjacent
+// lanes of one warp). k and q of the token go through shared memory; the
+// output replaces v in qkv.
+template <int P>
+__global__ void delta_rule_kernel(GdnBatch bt, float* qkv, const float* beta, const float* g,
+                                  int64_t ssm_offset, int conv_dim, int n_k, int n_v, int dk, int dv,
+                                  float q_scale) {
+  extern __shared__ float kq[];  // [2][dk]: k, then q
+  const int h = int(blockIdx.x), s = int(blockIdx.y);
+  const int tid = int(threadIdx.x), v = tid / P, p = tid % P;
+  const int kh = h % n_k, k0 = p * kStatePerThread;
+  detail::grid_dependency_wait();
+  detail::allow_dependents();
+  float* state = bt.state_tables[int64_t(s) * bt.n_layer + bt.layer] + ssm_offset + int64_t(h) * dk * dv;
+  const int row0 = bt.seq_rows[2 * s], n = bt.seq_rows[2 * s + 1];
+  float S[kStatePerThread];
+#pragma unroll
+  for (int i = 0; i < kStatePerThread; ++i) S[i] = state[int64_t(k0 + i) * dv + v];
+  const int qk_width = n_k * dk;
+  for (int t = 0; t < n; ++t) {
+    float* row = qkv + int64_t(row0 + t) * conv_dim;
+    __syncthreads();  // the last token's k and q are no longer read
+    for (int i = tid; i < dk; i += int(blockDim.x)) {
+      kq[i] = row[qk_width + kh * dk + i];
+      kq[dk + i] = row[kh * dk + i];
+    }
+    __syncthreads();
+    const int64_t gi = int64_t(row0 + t) * n_v + h;
+    const float decay = expf(g[gi]), b = beta[gi];
+    float* vp = row + 2 * qk_width + h * dv + v;
+    const float vt = *vp;
+    float kv = 0.0f;
+#pragma unroll
+    for (int i = 0; i < kStatePerThread; ++i) {
+      S[i] *= decay;
+      kv += S[i] * kq[k0 + i];
+    }
+#pragma unroll
+    for (int o = P / 2; o > 0; o >>= 1) kv += __shfl_xor_sync(0xffffffffu, kv, o);
+    const float delta = b * (vt - kv);
+    float o = 0.0f;
+#pragma unroll
+    for (int i = 0; i < kStatePerThread; ++i) {
+      S[i] += kq[k0 + i] * delta;
+      o += S[i] * kq[dk + k0 + i];
+    }
+#pragma unroll
+    for (int off = P / 2; off > 0; off >>= 1) o += __shfl_xor_sync(0xffffffffu, o, off);
+    if (p == 0) *vp = o * q_scale;  // after every lane of the column read vt (the shuffles above)
+  }
+#pragma unroll
+  for (int i = 0; i < kStatePerThread; ++i) state[int64_t(k0 + i) * dv + v] = S[i];
+}
+
+// ---- gated RMSNorm --------------------------------------------------------
+// One warp per (row, V head): out = w * o * rsqrt(mean(o^2) + eps) * silu(z).
+__global__ void gated_norm_kernel(const float* qkv, const float* z, float* out, const float* w, int conv_dim,
+                                  int v_offset, int n_v, int dv, float eps) {
+  detail::grid_dependency_wait();
+  detail::allow_dependents();
+  const int64_t row = blockIdx.x;
+  const int h = int(blockIdx.y);
+  const float* o = qkv + row * conv_dim + v_offset + h * dv;
+  float ss = 0.0f;
+  for (int i = int(threadIdx.x); i < dv; i += kWarp) ss += o[i] * o[i];
+  const float r = rsqrtf(warp_sum(ss) / float(dv) + eps);
+  const int64_t base = row * int64_t(n_v) * dv + int64_t(h) * dv;
+  for (int i = int(threadIdx.x); i < dv; i += kWarp) out[base + i] = w[i] * (o[i] * r) * silu(z[base + i]);
+}
+
+// ---- gates of gated attention and the shared expert ---------------------
+__global__ void split_q_gate_kernel(const float* qg, float* q, float* gate, int64_t n, int hd) {
+  detail::grid_dependency_wait();
+  detail::allow_dependents();
+  const int64_t i = int64_t(blockIdx.x) * kFlatThreads + threadIdx.x;  // index into q
+  if (i >= n) return;
+  const int64_t head = i / hd, c = i % hd;
+  q[i] = qg[head * 2 * hd + c];
+  gate[i] = qg[head * 2 * hd + hd + c];
+}
+
+__global__ void mul_sigmoid_kernel(float* x, const float* gate, int64_t n) {
+  detail::grid_dependency_wait();
+  detail::allow_dependents();
+  const int64_t i = int64_t(blockIdx.x) * kFlatThreads + threadIdx.x;
+  if (i < n) x[i] *= sigmoid(gate[i]);
+}
+
+__global__ void add_sigmoid_scaled_kernel(float* y, const float* x, const float* s, int64_t n,
+                                          int64_t n_cols) {
+  detail::grid_dependency_wait();
+  detail::allow_dependents();
+  const int64_t i = int64_t(blockIdx.x) * kFlatThreads + threadIdx.x;
+  if (i < n) y[i] += sigmoid(s[i / n_cols]) * x[i];
+}
+
+unsigned flat_blocks(int64_t n) { return unsigned((n + kFlatThreads - 1) / kFlatThreads); }
+
+Status check(const GdnArgs& a) {
+  const char* fn = "gated_delta_net";
+  if (a.n_k_heads < 1 || a.n_v_heads < 1 || a.n_v_heads % a.n_k_heads != 0) {
+    return make_error(StatusCode::kInvalidArgument, "{}: {} V heads are not a multiple of {} K heads", fn,
+                      a.n_v_heads, a.n_k_heads);
+  }
+  if (a.head_k_dim < kStatePerThread || a.head_k_dim % kStatePerThread != 0 || a.head_k_dim > 512 ||
+      a.head_v_dim < 1 || a.head_v_dim * (a.head_k_dim / kStatePerThread) > 1024 ||
+      a.head_v_dim * (a.head_k_dim / kStatePerThread) % kWarp != 0) {
+    return make_error(
+        StatusCode::kInvalidArgument,
+        "{}: head sizes d_k {} / d_v {} unsupported on the GPU (d_k a multiple of 32 up to 512, "
+        "d_v * d_k / 32 a multiple of 32 up to 1024)",
+        fn, a.head_k_dim, a.head_v_dim);
+  }
+  if (a.conv_kernel < 1 || a.conv_kernel > kMaxConvKernel) {
+    return make_error(StatusCode::kInvalidArgument, "{}: conv kernel {} outside 1..{}", fn, a.conv_kernel,
+                      kMaxConvKernel);
+  }
+  if (a.batch.n_seq < 0 || a.batch.n_seq > 65535 || a.batch.n_rows < 0 || a.batch.n_rows > INT32_MAX) {
+    return make_error(StatusCode::kInvalidArgument, "{}: {} sequences / {} rows out of range", fn,
+                      a.batch.n_seq, a.batch.n_rows);
+  }
+  return Status::ok();
+}
+
+template <int P>
+void launch_delta_rule(const GdnArgs& a, int64_t ssm_offset, int conv_dim, cudaStream_t stream) {
+  const dim3 grid(unsigned(a.n_v_heads), unsigned(a.batch.n_seq));
+  const int threads = int(a.head_v_dim) * P;
+  const size_t smem = size_t(2 * a.head_k_dim) * sizeof(float);
+  detail::launch(delta_rule_kernel<P>, grid, threads, smem, stream, a.batch, a.qkv, a.b, a.a, ssm_offset,
+                 conv_dim, int(a.n_k_heads), int(a.n_v_heads), int(a.head_k_dim), int(a.head_v_dim),
+                 1.0f / std::sqrt(float(a.head_k_dim)));
+}
+
+}  // namespace
+
+Status gated_delta_net(const GdnArgs& a, cudaStream_t stream) {
+  MOESERVE_RETURN_IF_ERROR(check(a));
+  if (a.batch.n_seq == 0 || a.batch.n_rows == 0) return Status::ok();
+  const int64_t qk = a.n_k_heads * a.head_k_dim;
+  const int conv_dim = int(2 * qk + a.n_v_heads * a.head_v_dim);
+  detail::launch(conv_silu_kernel,
+                 dim3(unsigned((conv_dim + kConvThreads - 1) / kConvThreads), unsigned(a.batch.n_seq)),
+                 kConvThreads, 0, stream, a.batch, a.qkv, a.conv_weight, conv_dim, a.conv_kernel);
+  MOESERVE_RETURN_IF_ERROR(launched("gated_delta_net (conv)"));
+  detail::launch(l2_norm_kernel, dim3(unsigned(a.batch.n_rows), unsigned(2 * a.n_k_heads)), kWarp, 0, stream,
+                 a.qkv, conv_dim, int(a.head_k_dim), a.l2_eps);
+  const int64_t n_gates = a.batch.n_rows * a.n_v_heads;
+  detail::launch(gates_kernel, flat_blocks(n_gates), kFlatThreads, 0, stream, a.b, a.a, a.a_neg, a.dt_bias,
+                 n_gates, int(a.n_v_heads));
+  MOESERVE_RETURN_IF_ERROR(launched("gated_delta_net (norms, gates)"));
+  const int64_t ssm_offset = int64_t(a.conv_kernel - 1) * conv_dim;
+  switch (a.head_k_dim / kStatePerThread) {
+    case 1:
+      launch_delta_rule<1>(a, ssm_offset, conv_dim, stream);
+      break;
+    case 2:
+      launch_delta_rule<2>(a, ssm_offset, conv_dim, stream);
+      break;
+    case 4:
+      launch_delta_rule<4>(a, ssm_offset, conv_dim, stream);
+      break;
+    case 8:
+      launch_delta_rule<8>(a, ssm_offset, conv_dim, stream);
+      break;
+    case 16:
+      launch_delta_rule<16>(a, ssm_offset, conv_dim, stream);
+      break;
+    default:
+      return make_error(StatusCode::kInvalidArgument, "gated_delta_net: d_k {} is not 32 x a power of two",
+                        a.head_k_dim);
+  }
+  MOESERVE_RETURN_IF_ERROR(launched("gated_delta_net (delta rule)"));
+  detail::launch(gated_norm_kernel, dim3(unsigned(a.batch.n_rows), unsigned(a.n_v_heads)), kWarp, 0, stream,
+                 a.qkv, a.z, a.out, a.norm_w, conv_dim, int(2 * qk), int(a.n_v_heads), int(a.head_v_dim),
+                 a.norm_eps);
+  return launched("gated_delta_net (gated norm)");
+}
+
+Status split_q_gate(const float* qg, float* q, float* gate, int64_t n_rows, int64_t n_head, int64_t head_dim,
+                    cudaStream_t stream) {
+  const int64_t n = n_rows * n_head * head_dim;
+  if (n == 0) return Status::ok();
+  detail::launch(split_q_gate_kernel, flat_blocks(n), kFlatThreads, 0, stream, qg, q, gate, n, int(head_dim));
+  return launched("split_q_gate");
+}
+
+Status mul_sigmoid(float* x, const float* gate, int64_t n, cudaStream_t stream) {
+  if (n == 0) return Status::ok();
+  detail::launch(mul_sigmoid_kernel, flat_blocks(n), kFlatThreads, 0, stream, x, gate, n);
+  return launched("mul_sigmoid");
+}
+
+Status add_sigmoid_scaled(float* y, const float* x, const float* s, int64_t n_rows, int64_t n_cols,
+                          cudaStream_t stream) {
+  const int64_t n = n_rows * n_cols;
+  if (n == 0) return Status::ok();
+  detail::launch(add_sigmoid_scaled_kernel, flat_blocks(n), kFlatThreads, 0, stream, y, x, s, n, n_cols);
+  return launched("add_sigmoid_scaled");
+}
+
+}  // namespace moeserve::cuda
