@@ -9,6 +9,7 @@
 #include "backend/devices.h"
 #include "backend/expert_split.h"
 #include "core/progress.h"
+#include "kernels/cuda/attention.h"
 #include "kernels/cuda/cuda_check.h"
 
 namespace moeserve::backend {
@@ -348,6 +349,10 @@ Result<std::unique_ptr<ExpertBackend>> CudaDevice::create_expert_backend() {
 Result<std::unique_ptr<Device>> open_cuda_device(int index) {
   MOESERVE_ASSIGN_OR_RETURN(std::unique_ptr<CudaDevice> d, CudaDevice::open(index));
   return std::unique_ptr<Device>(std::move(d));
+}
+
+bool CudaDevice::supports_attention_head_dim(int64_t head_dim) const {
+  return cuda::attention_supports_head_dim(head_dim);
 }
 
 }  // namespace moeserve::backend

@@ -37,7 +37,7 @@ class CudaDevice final : public Device {
   bool kernels_read_host(const uint8_t* p, size_t bytes) const;
   Status replace_local_expert(ExpertSplit& split, size_t slot, int32_t expert) override;
   Result<std::unique_ptr<ExpertBackend>> create_expert_backend() override;
-  bool supports_attention_head_dim(int64_t head_dim) const override { return head_dim == 64 || head_dim == 128; }
+  bool supports_attention_head_dim(int64_t head_dim) const override;
 
   int index() const { return index_; }
   // Some layer shares its experts with the host (a prefill chunk's forward

@@ -329,9 +329,11 @@ Status CudaOps::matmul(std::span<const MatmulOp> group) {
 }
 
 Status CudaOps::gated_delta_net(const GatedDeltaNetArgs& a) {
-  if (replaying()) return Status::ok();
   cuda::GdnArgs g;
-  g.batch = {seq_rows_, state_tables_, n_seq_, n_layer_, a.layer, n_rows_};
+  g.batch = {seq_rows_, row_seq_, state_tables_, n_seq_, n_layer_, a.layer, n_rows_};
+  const size_t scratch_bytes = size_t(n_rows_ * a.conv_dim()) * sizeof(float);
+  MOESERVE_ASSIGN_OR_RETURN(void* scratch, gdn_mem_.get(scratch_bytes, "workspace (DeltaNet)"));
+  g.scratch = static_cast<float*>(scratch);
   g.n_k_heads = a.n_k_heads;
   g.n_v_heads = a.n_v_heads;
   g.head_k_dim = a.head_k_dim;
@@ -347,6 +349,7 @@ Status CudaOps::gated_delta_net(const GatedDeltaNetArgs& a) {
   g.dt_bias = a.dt_bias->f32();
   g.norm_w = a.norm->f32();
   g.norm_eps = a.norm_eps;
+  if (replaying()) return Status::ok();  // (the scratch was sized above, as when captured)
   return cuda::gated_delta_net(g, stream_);
 }
 

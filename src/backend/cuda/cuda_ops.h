@@ -68,7 +68,8 @@ class CudaOps final : public Ops {
         q8_mem_(device, [this] { buffers_moved(); }),
         ids_mem_(device, [this] { buffers_moved(); }),
         local_groups_mem_(device, [this] { buffers_moved(); }),
-        copied_groups_mem_(device, [this] { buffers_moved(); }) {}
+        copied_groups_mem_(device, [this] { buffers_moved(); }),
+        gdn_mem_(device, [this] { buffers_moved(); }) {}
   ~CudaOps() override {
     if (mode_ != Mode::kEager) abandon_graph();
     if (stream_ != nullptr) cudaStreamSynchronize(stream_);
@@ -196,6 +197,7 @@ class CudaOps final : public Ops {
   Scratch ids_mem_;            // argmax_rows' ids before their download
   Scratch local_groups_mem_;   // a split layer's groups of its local experts
   Scratch copied_groups_mem_;  // ... and of the host's experts copied over for a prefill chunk
+  Scratch gdn_mem_;            // a DeltaNet layer's conv output and recurrence rows
   std::unique_ptr<HostExpertStage> host_stage_;       // a split layer's host experts (prefill chunks)
   std::unique_ptr<HostMailboxes> mailboxes_;          // ... and of small forwards (decode)
   bool use_mailboxes_ = false;                        // this forward's split layers use them

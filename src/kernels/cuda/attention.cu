@@ -504,8 +504,9 @@ Plan make_plan(const AttentionArgs& a, int sm_count) {
 
 Status validate(const AttentionArgs& a) {
   const char* fn = "attention";
-  if (a.head_dim != 64 && a.head_dim != 128) {
-    return make_error(StatusCode::kInvalidArgument, "{}: head_dim {} unsupported (64 or 128)", fn,
+  if (!attention_supports_head_dim(a.head_dim)) {
+    return make_error(StatusCode::kInvalidArgument,
+                      "{}: head_dim {} unsupported (64, 128, or 32, 96, 160, 192, 224, 256, 320, 384, 512)", fn,
                       a.head_dim);
   }
   if (a.n_head < 1 || a.n_head_kv < 1 || a.n_head % a.n_head_kv != 0 || a.n_head_kv > 65535) {
@@ -579,6 +580,7 @@ size_t attention_workspace_bytes(int64_t head_dim) {
 Status attention(const AttentionArgs& a, cudaStream_t stream) {
   MOESERVE_RETURN_IF_ERROR(validate(a));
   if (a.n_blocks == 0) return Status::ok();
+  if (a.head_dim != 64 && a.head_dim != 128) return attention_generic(a, stream);
   int sms = 1;
   MOESERVE_RETURN_IF_ERROR(device_sm_count(&sms));
   const Plan pl = make_plan(a, sms);

@@ -100,6 +100,13 @@ struct AttentionArgs {
 // untouched; a row whose row_pos or row_seq is negative gets zeros.
 Status attention(const AttentionArgs& a, cudaStream_t stream);
 
+// Head sizes attention() takes: 64 and 128 on the tensor-core kernel, and
+// 32, 96, 160, 192, 224, 256, 320, 384 and 512 on a simpler one
+// (attention_generic.cu; Qwen3.5's gated attention has heads of 256).
+bool attention_supports_head_dim(int64_t head_dim);
+// The simpler kernel's entry (called by attention() after its checks).
+Status attention_generic(const AttentionArgs& a, cudaStream_t stream);
+
 // Workspace bytes that let attention() split as much as it wants for any
 // batch on the current device: it depends only on head_dim and the GPU's SM
 // count (~9 MB for head_dim 128 on 132 SMs), so one allocation made before

@@ -39,11 +39,13 @@ __device__ __forceinline__ float warp_sum(float v) {
 }
 
 // ---- causal depthwise conv + SiLU ------------------------------------------
-// One thread per (channel, sequence): a rolling window of the last K-1 raw
-// inputs, seeded from the conv state and written back to it at the end.
-__global__ void conv_silu_kernel(GdnBatch b, float* qkv, const float* weight, int conv_dim, int K) {
-  const int c = int(blockIdx.x) * kConvThreads + int(threadIdx.x);
-  const int s = int(blockIdx.y);
+// One thread per (channel, row): y = silu(sum_j w[j] x[i - (K-1) + j]) with
+// x before the sequence's first row read from the conv state. Out of place,
+// so every row reads raw inputs and all rows run at once.
+__global__ void conv_silu_kernel(GdnBatch b, const float* qkv, float* y, const float* weight, int conv_dim,
+                                 int K) {
+  const int c = int(blockIdx.y) * kConvThreads + int(threadIdx.x);
+  const int64_t r = blockIdx.x;
   float w[kMaxConvKernel];
   if (c < conv_dim) {
 #pragma unroll
@@ -52,30 +54,42 @@ __global__ void conv_silu_kernel(GdnBatch b, float* qkv, const float* weight, in
   detail::grid_dependency_wait();
   detail::allow_dependents();
   if (c >= conv_dim) return;
+  const int s = b.row_seq[r], row0 = b.seq_rows[2 * s];
+  const int i = int(r) - row0;
+  const float* state = b.state_tables[int64_t(s) * b.n_layer + b.layer];
+  float acc = 0.0f;
+#pragma unroll
+  for (int j = 0; j < kMaxConvKernel; ++j) {
+    if (j < K) {
+      const int idx = i - (K - 1) + j;
+      acc += w[j] * (idx >= 0 ? qkv[int64_t(row0 + idx) * conv_dim + c]
+                              : state[int64_t(K - 1 + idx) * conv_dim + c]);
+    }
+  }
+  y[r * conv_dim + c] = silu(acc);
+}
+
+// One thread per (channel, sequence), after the conv has read the old state:
+// the new state is the last K-1 raw inputs of (old state ++ the sequence's rows).
+__global__ void conv_state_kernel(GdnBatch b, const float* qkv, int conv_dim, int K) {
+  const int c = int(blockIdx.x) * kConvThreads + int(threadIdx.x);
+  const int s = int(blockIdx.y);
+  detail::grid_dependency_wait();
+  detail::allow_dependents();
+  if (c >= conv_dim) return;
   float* state = b.state_tables[int64_t(s) * b.n_layer + b.layer];
   const int row0 = b.seq_rows[2 * s], n = b.seq_rows[2 * s + 1];
-  float win[kMaxConvKernel];  // win[j], j < K-1: the raw input j+1-(K-1) steps back... oldest first
+  float next[kMaxConvKernel];
 #pragma unroll
-  for (int j = 0; j < kMaxConvKernel - 1; ++j) win[j] = j < K - 1 ? state[int64_t(j) * conv_dim + c] : 0.0f;
-  for (int t = 0; t < n; ++t) {
-    float* p = qkv + int64_t(row0 + t) * conv_dim + c;
-    const float x = *p;
-    float acc = 0.0f;
-#pragma unroll
-    for (int j = 0; j < kMaxConvKernel - 1; ++j) {
-      if (j < K - 1) acc += w[j] * win[j];
-    }
-    acc += w[K - 1] * x;
-#pragma unroll
-    for (int j = 0; j < kMaxConvKernel - 2; ++j) {
-      if (j < K - 2) win[j] = win[j + 1];
-    }
-    if (K > 1) win[K - 2] = x;
-    *p = silu(acc);
+  for (int j = 0; j < kMaxConvKernel - 1; ++j) {
+    const int idx = n - (K - 1) + j;  // local row; < 0: still in the old state
+    if (j < K - 1)
+      next[j] =
+          idx >= 0 ? qkv[int64_t(row0 + idx) * conv_dim + c] : state[int64_t(K - 1 + idx) * conv_dim + c];
   }
 #pragma unroll
   for (int j = 0; j < kMaxConvKernel - 1; ++j) {
-    if (j < K - 1) state[int64_t(j) * conv_dim + c] = win[j];
+    if (j < K - 1) state[int64_t(j) * conv_dim + c] = next[j];
   }
 }
 
@@ -225,6 +239,9 @@ Status check(const GdnArgs& a) {
     return make_error(StatusCode::kInvalidArgument, "{}: conv kernel {} outside 1..{}", fn, a.conv_kernel,
                       kMaxConvKernel);
   }
+  if (a.batch.n_rows > 0 && (a.scratch == nullptr || a.batch.row_seq == nullptr || a.qkv == nullptr)) {
+    return make_error(StatusCode::kInvalidArgument, "{}: null qkv, scratch or row table", fn);
+  }
   if (a.batch.n_seq < 0 || a.batch.n_seq > 65535 || a.batch.n_rows < 0 || a.batch.n_rows > INT32_MAX) {
     return make_error(StatusCode::kInvalidArgument, "{}: {} sequences / {} rows out of range", fn,
                       a.batch.n_seq, a.batch.n_rows);
@@ -237,7 +254,7 @@ void launch_delta_rule(const GdnArgs& a, int64_t ssm_offset, int conv_dim, cudaS
   const dim3 grid(unsigned(a.n_v_heads), unsigned(a.batch.n_seq));
   const int threads = int(a.head_v_dim) * P;
   const size_t smem = size_t(2 * a.head_k_dim) * sizeof(float);
-  detail::launch(delta_rule_kernel<P>, grid, threads, smem, stream, a.batch, a.qkv, a.b, a.a, ssm_offset,
+  detail::launch(delta_rule_kernel<P>, grid, threads, smem, stream, a.batch, a.scratch, a.b, a.a, ssm_offset,
                  conv_dim, int(a.n_k_heads), int(a.n_v_heads), int(a.head_k_dim), int(a.head_v_dim),
                  1.0f / std::sqrt(float(a.head_k_dim)));
 }
@@ -249,12 +266,14 @@ Status gated_delta_net(const GdnArgs& a, cudaStream_t stream) {
   if (a.batch.n_seq == 0 || a.batch.n_rows == 0) return Status::ok();
   const int64_t qk = a.n_k_heads * a.head_k_dim;
   const int conv_dim = int(2 * qk + a.n_v_heads * a.head_v_dim);
-  detail::launch(conv_silu_kernel,
-                 dim3(unsigned((conv_dim + kConvThreads - 1) / kConvThreads), unsigned(a.batch.n_seq)),
-                 kConvThreads, 0, stream, a.batch, a.qkv, a.conv_weight, conv_dim, a.conv_kernel);
+  const unsigned channel_blocks = unsigned((conv_dim + kConvThreads - 1) / kConvThreads);
+  detail::launch(conv_silu_kernel, dim3(unsigned(a.batch.n_rows), channel_blocks), kConvThreads, 0, stream,
+                 a.batch, a.qkv, a.scratch, a.conv_weight, conv_dim, a.conv_kernel);
+  detail::launch(conv_state_kernel, dim3(channel_blocks, unsigned(a.batch.n_seq)), kConvThreads, 0, stream,
+                 a.batch, a.qkv, conv_dim, a.conv_kernel);
   MOESERVE_RETURN_IF_ERROR(launched("gated_delta_net (conv)"));
   detail::launch(l2_norm_kernel, dim3(unsigned(a.batch.n_rows), unsigned(2 * a.n_k_heads)), kWarp, 0, stream,
-                 a.qkv, conv_dim, int(a.head_k_dim), a.l2_eps);
+                 a.scratch, conv_dim, int(a.head_k_dim), a.l2_eps);
   const int64_t n_gates = a.batch.n_rows * a.n_v_heads;
   detail::launch(gates_kernel, flat_blocks(n_gates), kFlatThreads, 0, stream, a.b, a.a, a.a_neg, a.dt_bias,
                  n_gates, int(a.n_v_heads));
@@ -282,7 +301,7 @@ Status gated_delta_net(const GdnArgs& a, cudaStream_t stream) {
   }
   MOESERVE_RETURN_IF_ERROR(launched("gated_delta_net (delta rule)"));
   detail::launch(gated_norm_kernel, dim3(unsigned(a.batch.n_rows), unsigned(a.n_v_heads)), kWarp, 0, stream,
-                 a.qkv, a.z, a.out, a.norm_w, conv_dim, int(2 * qk), int(a.n_v_heads), int(a.head_v_dim),
+                 a.scratch, a.z, a.out, a.norm_w, conv_dim, int(2 * qk), int(a.n_v_heads), int(a.head_v_dim),
                  a.norm_eps);
   return launched("gated_delta_net (gated norm)");
 }

@@ -6,10 +6,10 @@
 // The mixer runs, per sequence s (rows seq_rows[s] of the batch) with its
 // state of this layer (state_tables[s * n_layer + layer]: conv state
 // [(K-1)][conv_dim] then SSM state [n_v][d_k][d_v], read and replaced):
-//   causal conv + SiLU in place on qkv, L2 norm of the q and k heads,
+//   causal conv + SiLU of qkv into scratch (rows in parallel), L2 norm of the q and k heads,
 //   beta = sigmoid(b), g = a_neg * softplus(a + dt_bias) in place of b and a,
 //   the gated delta rule token by token (its output replaces the v part of
-//   qkv), then out = norm_w * rmsnorm(o) * silu(z) per V head.
+//   scratch), then out = norm_w * rmsnorm(o) * silu(z) per V head.
 // V head h reads K head h % n_k (GGUF's tiled order). The delta rule keeps
 // each head's state in registers across the sequence's tokens (the
 // recurrent form, for decode and prefill alike; a chunked prefill is not
@@ -26,6 +26,7 @@ namespace moeserve::cuda {
 
 struct GdnBatch {
   const int32_t* seq_rows = nullptr;     // [n_seq][2] device: first row, rows
+  const int32_t* row_seq = nullptr;      // [n_rows] device: each row's sequence
   float* const* state_tables = nullptr;  // [n_seq][n_layer] device
   int64_t n_seq = 0, n_layer = 0;
   int layer = 0;
@@ -36,7 +37,8 @@ struct GdnArgs {
   GdnBatch batch;
   int64_t n_k_heads = 0, n_v_heads = 0, head_k_dim = 0, head_v_dim = 0;
   int conv_kernel = 4;
-  float* qkv = nullptr;                // [n_rows][conv_dim]
+  const float* qkv = nullptr;          // [n_rows][conv_dim], read only
+  float* scratch = nullptr;            // [n_rows][conv_dim]: the conv's output, then q, k and o
   float* b = nullptr;                  // [n_rows][n_v]
   float* a = nullptr;                  // [n_rows][n_v]
   const float* z = nullptr;            // [n_rows][n_v d_v]

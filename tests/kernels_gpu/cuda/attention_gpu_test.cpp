@@ -251,6 +251,15 @@ TEST(AttentionGpu, PrefillSmallBlocks) {
   run_case({32, 4, 128, 5, kPrefill, false}, 10);   // odd block size, no split
 }
 
+// Heads the tensor-core kernel does not take go through the simpler one
+// (attention_generic.cu): Qwen3.5's 256, and 96.
+TEST(AttentionGpu, OtherHeadSizes) {
+  MOESERVE_REQUIRE_GPU();
+  run_case({16, 2, 256, 1, kDecode}, 21);
+  run_case({16, 2, 256, 64, kPrefill}, 22);
+  run_case({4, 4, 96, 16, kPrefill}, 23);
+}
+
 // Captured once with an upper bound max_kv, replayed with other positions
 // written into the device array: the kernels must read them from there.
 TEST(AttentionGpu, GraphReplayReadsPositionsFromDevice) {
@@ -300,7 +309,7 @@ TEST(AttentionGpu, RejectsBadShapes) {
   a.max_kv = 10;
   auto code = [](const cuda::AttentionArgs& x) { return cuda::attention(x, nullptr).code(); };
   cuda::AttentionArgs b = a;
-  b.head_dim = 96;
+  b.head_dim = 100;
   EXPECT_EQ(code(b), StatusCode::kInvalidArgument);
   b = a;
   b.n_head_kv = 3;

@@ -68,18 +68,23 @@ void run_case(const Shape& sh, const std::vector<int32_t>& lengths, uint32_t see
   DeviceArray<float> d_qkv(qkv), d_b(b), d_a(a), d_z(z), d_out(static_cast<size_t>(T * vd)), d_conv(conv_w),
       d_aneg(a_neg), d_dt(dt_bias), d_norm(norm_w), d_states(states);
   DeviceArray<int32_t> d_rows(seq_rows);
+  std::vector<int32_t> row_seq;
+  for (int64_t s = 0; s < S; ++s) row_seq.insert(row_seq.end(), size_t(lengths[size_t(s)]), int32_t(s));
+  DeviceArray<int32_t> d_row_seq(row_seq);
+  DeviceArray<float> d_scratch(static_cast<size_t>(T * conv_dim));
   std::vector<float*> tables;
   for (int64_t s = 0; s < S; ++s) tables.push_back(d_states.get() + s * state_floats);
   DeviceArray<float*> d_tables(tables);
   d_out.poison();
   cuda::GdnArgs g;
-  g.batch = {d_rows.get(), d_tables.get(), S, 1, 0, T};
+  g.batch = {d_rows.get(), d_row_seq.get(), d_tables.get(), S, 1, 0, T};
   g.n_k_heads = sh.n_k;
   g.n_v_heads = sh.n_v;
   g.head_k_dim = sh.dk;
   g.head_v_dim = sh.dv;
   g.conv_kernel = sh.K;
   g.qkv = d_qkv.get();
+  g.scratch = d_scratch.get();
   g.b = d_b.get();
   g.a = d_a.get();
   g.z = d_z.get();
