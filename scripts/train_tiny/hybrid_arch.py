@@ -36,8 +36,12 @@ _NAMES = {
     "qwen35": ("qwen3_5", "Qwen3_5ForCausalLM", "Qwen3_5TextConfig"),
 }
 
-# make-model --preset tiny for qwen35moe / qwen35.
-HIDDEN = 256
+# Small enough to commit (a bf16 GGUF of ~5.8 MB for qwen35moe, ~3.8 MB for
+# qwen35; the repository must stay under what a GPU-machine call carries),
+# with every size the GPU kernels take: attention heads of 64 (the
+# tensor-core kernel), DeltaNet heads of 32 with 2 K / 4 V heads (the
+# tiled head order matters), a shared expert.
+HIDDEN = 128
 N_LAYER = 4
 FULL_ATTENTION_INTERVAL = 4
 LAYER_TYPES = ["linear_attention" if (i + 1) % FULL_ATTENTION_INTERVAL else "full_attention"
@@ -50,9 +54,9 @@ ROPE_THETA = 1e7
 # -> [2, 2, 4]; sums to 8 = ROTARY_DIMS / 2. Text-only positions are equal on
 # all three M-RoPE axes, so the sections do not change any number here.
 MROPE_SECTION = [2, 2, 4]
-LIN_K_HEADS, LIN_V_HEADS, LIN_K_DIM, LIN_V_DIM, CONV_KERNEL = 2, 4, 64, 64, 4
-N_EXPERT, N_EXPERT_USED, EXPERT_FF, SHARED_FF = 8, 2, 256, 256
-DENSE_FF = 512
+LIN_K_HEADS, LIN_V_HEADS, LIN_K_DIM, LIN_V_DIM, CONV_KERNEL = 2, 4, 32, 32, 4
+N_EXPERT, N_EXPERT_USED, EXPERT_FF, SHARED_FF = 8, 2, 128, 128
+DENSE_FF = 384
 
 GDN_FUNCS = ("torch_chunk_gated_delta_rule", "torch_recurrent_gated_delta_rule",
              "causal_conv1d_fn", "causal_conv1d_update")

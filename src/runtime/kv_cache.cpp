@@ -92,7 +92,8 @@ Status KvCache::zero_states() {
 
 int64_t KvCache::truncate(int64_t pos) {
   pos = std::clamp<int64_t>(pos, 0, used_);
-  if (recurrent() && pos < used_) {
+  // (At 0 always: a forward may have run without set_used.)
+  if (recurrent() && (pos < used_ || pos == 0)) {
     // A failure to clear leaves states that do not match position 0: the
     // cache is unusable from here on (status()).
     if (Status s = zero_states(); !s.is_ok()) status_ = s, capacity_ = 0;

@@ -84,4 +84,12 @@ inline std::optional<Fixture> load_fixture(const std::string& path) {
   return f;
 }
 
+// "fixtures_qwen35moe.json" -> "qwen35moe" (test names).
+inline std::string fixture_stem(const std::string& file) {
+  std::string s = file;
+  if (s.rfind("fixtures_", 0) == 0) s = s.substr(9);
+  if (s.size() > 5 && s.substr(s.size() - 5) == ".json") s.resize(s.size() - 5);
+  return s;
+}
+
 }  // namespace moeserve::testing

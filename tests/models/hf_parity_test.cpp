@@ -271,14 +271,23 @@ TEST_P(HfParity, DecodeChunkingAndThreadsAgree) {
 // (HF-side weights-only estimate for Q8_0: agreement >= 0.93, KL <= 0.005.
 // Q4_K_M is lossy on models this small; for scale, our Q6_K gives KL 0.014 /
 // 0.020, Q5_K_M 0.041 / 0.045, Q4_0 0.28 / 0.24 (dense / MoE).)
+// Measured (2026-11-27, the Qwen3.5 hybrids, converted by moeserve convert):
+//   qwen35moe: max |dlogit| 0.0111 (top-20), 0.0049 (last row); greedy 512/512 -> < 0.03
+//              Q8_0   agreement 0.963, KL top-20 0.0060, last 0.0170 -> >= 0.93, <= 0.03
+//              Q4_K_M agreement 0.952, KL top-20 0.0093, last 0.0186 -> >= 0.90, <= 0.05
+//   qwen35:    max |dlogit| 0.0117 (top-20), 0.0065 (last row); greedy 512/512 -> < 0.03
+//              Q8_0   agreement 0.968, KL top-20 0.0013, last 0.0009 -> >= 0.93, <= 0.006
+//              Q4_K_M agreement 0.954, KL top-20 0.0036, last 0.0020 -> >= 0.90, <= 0.02
 INSTANTIATE_TEST_SUITE_P(TinyTrained, HfParity,
                          ::testing::Values(ModelCase{"qwen3moe-tiny.bf16.gguf", "fixtures_qwen3moe.json", 0.03f, 0.93f,
                                                      0.010f, 0.78f, 0.20f},
                                            ModelCase{"qwen3-tiny.bf16.gguf", "fixtures_qwen3.json", 0.04f, 0.93f,
-                                                     0.006f, 0.74f, 0.25f}),
-                         [](const auto& info) { return std::string(info.param.fixture).find("moe") != std::string::npos
-                                                           ? std::string("qwen3moe")
-                                                           : std::string("qwen3"); });
+                                                     0.006f, 0.74f, 0.25f},
+                                           ModelCase{"qwen35moe-tiny.bf16.gguf", "fixtures_qwen35moe.json", 0.03f,
+                                                     0.93f, 0.03f, 0.90f, 0.05f},
+                                           ModelCase{"qwen35-tiny.bf16.gguf", "fixtures_qwen35.json", 0.03f, 0.93f,
+                                                     0.006f, 0.90f, 0.02f}),
+                         [](const auto& info) { return testing::fixture_stem(info.param.fixture); });
 
 }  // namespace
 }  // namespace moeserve::models

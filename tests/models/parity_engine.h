@@ -1,4 +1,5 @@
-// The engine as the parity tests drive it: a GGUF's network on one device
+// The engine as the parity tests drive it: a GGUF's network (any
+// architecture of the registry) on one device
 // (the CPU, or a GPU), its tokenizer, one sequence's f16 KV cache on that
 // device and a workspace; prefill in chunks, decode one token at a time.
 #pragma once
@@ -15,7 +16,7 @@
 #include "backend/cpu/cpu_device.h"
 #include "backend/devices.h"
 #include "format/gguf.h"
-#include "models/qwen3.h"
+#include "models/registry.h"
 #include "runtime/kv_cache.h"
 #include "tokenizer/tokenizer.h"
 #include "tokenizer/vocab_gguf.h"
@@ -27,7 +28,7 @@ inline constexpr int64_t kParityContext = 320;  // longest prompt (224) + 64 gen
 struct Engine {
   GgufFile file;
   std::unique_ptr<backend::Device> device;  // owns the weight copies (packed or uploaded)
-  std::unique_ptr<Qwen3Model> net;
+  std::unique_ptr<LanguageModel> net;
   std::unique_ptr<Workspace> ws;
   std::unique_ptr<tok::Tokenizer> tokenizer;
   runtime::KvCache kv;
@@ -41,12 +42,6 @@ struct Engine {
     EXPECT_TRUE(file.is_ok()) << path << ": " << file.status().to_string();
     if (!file.is_ok()) return nullptr;
     auto e = std::unique_ptr<Engine>(new Engine{std::move(file).value(), nullptr, nullptr, nullptr, nullptr, {}});
-    auto hp = load_qwen3_hparams(e->file);
-    EXPECT_TRUE(hp.is_ok()) << hp.status().to_string();
-    if (!hp.is_ok()) return nullptr;
-    auto w = load_qwen3_weights(e->file, hp.value());
-    EXPECT_TRUE(w.is_ok()) << w.status().to_string();
-    if (!w.is_ok()) return nullptr;
     auto vocab = tok::vocab_from_gguf(e->file);
     EXPECT_TRUE(vocab.is_ok()) << vocab.status().to_string();
     if (!vocab.is_ok()) return nullptr;
@@ -54,14 +49,13 @@ struct Engine {
     EXPECT_TRUE(tk.is_ok()) << tk.status().to_string();
     if (!tk.is_ok()) return nullptr;
     e->tokenizer = std::move(tk).value();
-    const Qwen3HParams& h = hp.value();
     if (gpu != nullptr) {
       e->device = std::move(gpu);
     } else {
       e->device = std::make_unique<backend::CpuDevice>(backend::CpuDeviceOptions{.pool = pool, .pack_weights = pack});
     }
     const Placement placement{.io = e->device.get(), .layers = {}};
-    auto net = Qwen3Model::create(h, std::move(w).value(), placement);
+    auto net = create_model(e->file, placement);  // the architecture from the registry
     EXPECT_TRUE(net.is_ok()) << net.status().to_string();
     if (!net.is_ok()) return nullptr;
     e->net = std::move(net).value();
@@ -73,11 +67,13 @@ struct Engine {
     return e;
   }
 
-  int64_t n_vocab() const { return net->hparams().n_vocab; }
+  int64_t n_vocab() const { return net->info().n_vocab; }
 
   // Runs tokens at positions pos0.. in chunks of n_batch; returns the logits
   // of every token ([n][n_vocab]).
+  // pos0 == 0 starts the sequence over (a recurrent model's states too).
   std::vector<float> forward(std::span<const int32_t> tokens, int64_t pos0, size_t n_batch) {
+    if (pos0 == 0) kv.clear();
     const size_t V = size_t(n_vocab());
     std::vector<float> logits(tokens.size() * V);
     for (size_t start = 0; start < tokens.size(); start += n_batch) {

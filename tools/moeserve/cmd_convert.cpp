@@ -1,5 +1,5 @@
 // moeserve convert HF_DIR -o FILE [--type T] [--threads N]: a Hugging Face
-// Qwen3 / Qwen3-MoE checkpoint (config.json, *.safetensors, tokenizer.json)
+// Qwen3 / Qwen3-MoE / Qwen3.5 (qwen35moe, qwen35) checkpoint (config.json, *.safetensors, tokenizer.json)
 // to a GGUF file llama.cpp and moeserve load.
 #include <fmt/format.h>
 
