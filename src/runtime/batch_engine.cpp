@@ -274,7 +274,12 @@ bool BatchEngine::step() {
   for (Slot* s : prefilling) {
     if (budget <= 0) break;
     const int64_t left = int64_t(s->req.prompt.size()) - s->prompt_done;
-    const int64_t n = std::min(left, budget);
+    int64_t n = std::min(left, budget);
+    // A recurrent model's cache can only be kept where its states are: the
+    // chunk stops one token short of the prompt's end, whose prefix is then
+    // stored (a repeated prompt reuses all but its last token), and the last
+    // token goes in the next step.
+    if (snapshot_prompts() && n == left && left > 1) n = left - 1;
     slices.push_back({int64_t(tokens.size()), n, s->seq.position(), s->seq.kv().view()});
     tokens.insert(tokens.end(), s->req.prompt.begin() + s->prompt_done,
                   s->req.prompt.begin() + s->prompt_done + n);
@@ -322,6 +327,9 @@ bool BatchEngine::step() {
                     : std::span<const int32_t>(s->req.prompt).subspan(size_t(s->prompt_done), size_t(n));
     s->seq.append(first);
     if (!s->decoding) s->prompt_done += n;
+    if (!s->decoding && snapshot_prompts() && s->prompt_done == int64_t(s->req.prompt.size()) - 1) {
+      prefix_.store(s->seq.tokens(), s->seq.kv());
+    }
   }
   for (size_t i = 0; i < row_owner.size(); ++i) {
     handle_logits(*row_owner[i], want_logits ? logits_.data() + i * size_t(n_vocab) : nullptr, greedy_[i]);

@@ -129,6 +129,9 @@ class BatchEngine {
   void run();
   void admit_waiting();
   bool step();
+  // The prefix cache is on and the model keeps recurrent states: prompts
+  // are stored one token before their end (see step()).
+  bool snapshot_prompts() const { return options_.prefix_cache_bytes > 0 && model_.info().recurrent(); }
   void maybe_promote(int64_t tokens);
   void finish(Slot& slot, const Status& status);
   // The slot's next token comes from its logits row, or (logits null) is

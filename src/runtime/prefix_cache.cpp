@@ -70,7 +70,9 @@ void PrefixCache::store(std::span<const int32_t> tokens, const KvCache& kv) {
       lru_.splice(lru_.begin(), lru_, it);
       return;
     }
-    if (same_kind && common == entry_n) {  // an entry we extend: drop it
+    // An entry we extend: drop it (a recurrent one stays: the new entry's
+    // states cannot serve its shorter prefix).
+    if (same_kind && common == entry_n && !kv.recurrent()) {
       bytes_ -= it->bytes();
       it = lru_.erase(it);
     } else {

@@ -1,7 +1,8 @@
 // The batch engine with a recurrent model (qwen35moe, make-model's tiny
 // preset): concurrent requests equal their solo runs, a chat's next turn
 // reuses the previous exchange's cache entry (recurrent states included)
-// and still gives the solo answer, and a partial prefix match is not reused.
+// and still gives the solo answer, a repeated prompt reuses the snapshot
+// taken one token before its end, and a partial prefix match is not reused.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -119,9 +120,20 @@ TEST(RecurrentEngine, ConcurrentRequestsEqualSoloAndAChatTurnReusesTheState) {
   EXPECT_EQ(next.stats.cached_tokens, int64_t(prompts[0].size() + cs[0]->tokens.size()) - 1);
   EXPECT_EQ(next.tokens, solo(*model, turn, 10));
 
+  // The same prompt again: its prefill stored the states one token before
+  // its end, so all but the last token come from the cache.
+  Collector again;
+  r = again.request(prompts[2], 6);
+  r.stop_at_eos = false;
+  ASSERT_TRUE(engine.submit(std::move(r)).is_ok());
+  again.wait();
+  EXPECT_EQ(again.stats.cached_tokens, int64_t(prompts[2].size()) - 1);
+  EXPECT_EQ(again.tokens, solo(*model, prompts[2], 6));
+
   // A prompt that shares only part of an entry cannot use its states.
-  std::vector<int32_t> partial(prompts[1].begin(), prompts[1].end() - 1);
-  partial.push_back(prompts[1].back() == 5 ? 6 : 5);
+  std::vector<int32_t> partial = prompts[1];
+  ASSERT_GT(partial.size(), 3u);
+  partial[1] = partial[1] == 5 ? 6 : 5;
   Collector other;
   r = other.request(partial, 4);
   r.stop_at_eos = false;

@@ -6,10 +6,10 @@ import { test, before, after, describe } from 'node:test';
 import assert from 'node:assert/strict';
 import Anthropic from '@anthropic-ai/sdk';
 import OpenAI from 'openai';
-import { startServer, postJSON } from './server.mjs';
+import { startServer, postJSON, MODEL_MOE_NAME } from './server.mjs';
 
 const KEY = 'e2e-anthropic-key';
-const MODEL = 'qwen3moe-tiny.bf16'; // the OpenAI side names the served model; Anthropic's may name any
+const MODEL = MODEL_MOE_NAME; // the served file's name without .gguf
 const SYSTEM = 'You write Python.';
 const USER = 'Write a function';
 

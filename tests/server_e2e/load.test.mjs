@@ -4,14 +4,12 @@
 // count exactly what was served.
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
-import {
-  startServer, fetchSSE, postJSON, parseMetrics, metricSum, vmRssKiB,
-} from './server.mjs';
+import { startServer, fetchSSE, postJSON, parseMetrics, metricSum, vmRssKiB, MODEL_MOE_NAME } from './server.mjs';
 
 const N = 16;
 const MAX_TOKENS = 64;
 const RSS_GROWTH_LIMIT_MIB = 64;
-const MODEL = 'qwen3moe-tiny.bf16';
+const MODEL = MODEL_MOE_NAME; // the served file's name without .gguf
 
 const TOPICS = [
   'reverse a linked list', 'parse a CSV file', 'compute a SHA-256 digest', 'walk a directory tree',

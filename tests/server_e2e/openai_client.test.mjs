@@ -4,12 +4,10 @@
 import { test, before, after, describe } from 'node:test';
 import assert from 'node:assert/strict';
 import OpenAI from 'openai';
-import {
-  startServer, postJSON, getURL, checkErrorBody, parseMetrics, metricSum,
-} from './server.mjs';
+import { startServer, postJSON, getURL, checkErrorBody, parseMetrics, metricSum, MODEL_MOE_NAME } from './server.mjs';
 
 const KEY = 'e2e-secret-key';
-const MODEL = 'qwen3moe-tiny.bf16'; // file name without .gguf
+const MODEL = MODEL_MOE_NAME; // the served file's name without .gguf
 const client = (srv, apiKey = KEY) => new OpenAI({ baseURL: srv.apiURL, apiKey, maxRetries: 0, timeout: 120_000 });
 
 // Collects a streamed chat completion: content, reasoning, tool calls (by index),

@@ -5,10 +5,10 @@
 import { test, before, after, describe } from 'node:test';
 import assert from 'node:assert/strict';
 import OpenAI from 'openai';
-import { startServer } from './server.mjs';
+import { startServer, MODEL_MOE_NAME } from './server.mjs';
 
 const KEY = 'e2e-responses-key';
-const MODEL = 'qwen3moe-tiny.bf16'; // file name without .gguf
+const MODEL = MODEL_MOE_NAME; // the served file's name without .gguf
 const INSTRUCTIONS = 'You write Python.';
 const USER = 'Write a function';
 

@@ -10,7 +10,7 @@ import fs from 'node:fs';
 import path from 'node:path';
 import Ajv2020 from 'ajv/dist/2020.js';
 import addFormats from 'ajv-formats';
-import { startServer, postJSON, MODEL_MOE, MODEL_DENSE, REPO_ROOT } from './server.mjs';
+import { startServer, postJSON, MODEL_MOE, MODEL_MOE_NAME, MODEL_DENSE, REPO_ROOT } from './server.mjs';
 
 const corpus = JSON.parse(fs.readFileSync(path.join(REPO_ROOT, 'tests/server_e2e/schemas/corpus.json'), 'utf8'));
 const ajv = new Ajv2020({ strict: true, allowUnionTypes: true, allErrors: true });
@@ -54,7 +54,7 @@ function checkResults(results) {
   return finished;
 }
 
-for (const [label, model] of [['qwen3moe-tiny', MODEL_MOE], ['qwen3-tiny', MODEL_DENSE]]) {
+for (const [label, model] of [[MODEL_MOE_NAME, MODEL_MOE], ['qwen3-tiny', MODEL_DENSE]]) {
   describe(`the schema corpus on ${label}`, () => {
     let srv;
     before(async () => { srv = await startServer({ model, args: ['--parallel', '4', '--ctx-size', '2048'] }); });

@@ -14,7 +14,13 @@ import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 
 export const REPO_ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..', '..');
-export const MODEL_MOE = path.join(REPO_ROOT, 'tests/data/models/qwen3moe-tiny.bf16.gguf');
+// MOESERVE_E2E_MODEL replaces the MoE model the suite serves (e.g.
+// tests/data/models/qwen35moe-tiny.bf16.gguf: the suite against a Gated
+// DeltaNet hybrid); requests name it by its file name without .gguf.
+export const MODEL_MOE = process.env.MOESERVE_E2E_MODEL
+  ? path.resolve(REPO_ROOT, process.env.MOESERVE_E2E_MODEL)
+  : path.join(REPO_ROOT, 'tests/data/models/qwen3moe-tiny.bf16.gguf');
+export const MODEL_MOE_NAME = path.basename(MODEL_MOE, '.gguf');
 export const MODEL_DENSE = path.join(REPO_ROOT, 'tests/data/models/qwen3-tiny.bf16.gguf');
 export const ARTIFACTS = path.resolve(REPO_ROOT, process.env.MOESERVE_ARTIFACTS || 'build/test-artifacts');
 

@@ -9,15 +9,13 @@
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import fs from 'node:fs';
-import {
-  startServer, fetchSSE, postJSON, getURL, parseMetrics, metricSum, vmRssKiB, sleep,
-} from './server.mjs';
+import { startServer, fetchSSE, postJSON, getURL, parseMetrics, metricSum, vmRssKiB, sleep, MODEL_MOE_NAME } from './server.mjs';
 
 const CLIENTS = 64;
 const SECONDS = Number(process.env.MOESERVE_SOAK_SECONDS || 180);
 const MAX_TOKENS = 12;
 const RSS_GROWTH_LIMIT_MIB = 96;
-const MODEL = 'qwen3moe-tiny.bf16';
+const MODEL = MODEL_MOE_NAME; // the served file's name without .gguf
 const PROMPTS = [
   'Sort a list in Python.', 'What is a hash map?', 'Write a haiku about rain.', 'Explain recursion briefly.',
   'Name three prime numbers.', 'How do I open a file?', 'What does HTTP 503 mean?', 'Reverse a string.',

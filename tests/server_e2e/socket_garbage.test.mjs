@@ -6,9 +6,9 @@ import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import net from 'node:net';
 import crypto from 'node:crypto';
-import { startServer, postJSON, sleep, vmRssKiB } from './server.mjs';
+import { startServer, postJSON, sleep, vmRssKiB, MODEL_MOE_NAME } from './server.mjs';
 
-const MODEL = 'qwen3moe-tiny.bf16';
+const MODEL = MODEL_MOE_NAME; // the served file's name without .gguf
 const IDLE_CLOSE_LIMIT_MS = 10_000;
 
 let srv;

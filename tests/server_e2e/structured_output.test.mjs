@@ -9,10 +9,10 @@ import assert from 'node:assert/strict';
 import OpenAI from 'openai';
 import { zodResponseFormat, zodTextFormat, zodFunction, zodResponsesFunction } from 'openai/helpers/zod';
 import { z } from 'zod';
-import { startServer, postJSON } from './server.mjs';
+import { startServer, postJSON, MODEL_MOE_NAME } from './server.mjs';
 
 const KEY = 'e2e-structured-key';
-const MODEL = 'qwen3moe-tiny.bf16'; // file name without .gguf
+const MODEL = MODEL_MOE_NAME; // the served file's name without .gguf
 
 const Verdict = z.object({
   answer: z.enum(['yes', 'no', 'maybe']),

@@ -6,11 +6,11 @@ import assert from 'node:assert/strict';
 import fs from 'node:fs';
 import path from 'node:path';
 import { chromium } from 'playwright-core';
-import { startServer, postJSON, parseMetrics, metricSum, sleep, ARTIFACTS } from './server.mjs';
+import { startServer, postJSON, parseMetrics, metricSum, sleep, ARTIFACTS, MODEL_MOE_NAME } from './server.mjs';
 
 const CHROMIUM = process.env.MOESERVE_CHROMIUM || '/usr/bin/chromium';
 const KEY = 'web-test-key';
-const MODEL = 'qwen3moe-tiny.bf16';
+const MODEL = MODEL_MOE_NAME; // the served file's name without .gguf
 
 let srv;
 let browser;
