@@ -16,6 +16,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <limits>
 #include <memory>
 #include <span>
 #include <string>
@@ -83,6 +84,36 @@ struct SequenceSlice {
   KvView kv;
 };
 
+// One RoPE configuration (NEOX rotation of the first n_rot dims of a head).
+// A forward may use several (Laguna: YaRN on full-attention layers, plain
+// RoPE on sliding-window ones); QkNormRopeArgs::rope picks one.
+struct RopeSpec {
+  int64_t n_rot = 0;  // 0: no rotation
+  double freq_base = 10000.0;
+  // YaRN (HF "yarn", yarn_factor > 1): dim pair i blends the interpolated
+  // frequency inv_i / factor and the extrapolated inv_i with weight
+  // e_i = 1 - clamp((i - ramp_low) / (ramp_high - ramp_low), 0, 1) on inv_i.
+  double yarn_factor = 1.0;
+  double yarn_ramp_low = 0.0, yarn_ramp_high = 0.0;
+  float attn_factor = 1.0f;  // cos and sin are scaled by it (YaRN's mscale)
+
+  // theta_i = pos * inv_freq(i), i < n_rot / 2.
+  double inv_freq(int64_t i) const;
+};
+
+// YaRN as transformers computes it (modeling_rope_utils, truncate on):
+// the ramp between the dims that turn beta_fast and beta_slow times over
+// original_ctx positions; attn_factor NaN means 0.1 ln(factor) + 1.
+struct YarnParams {
+  int64_t n_rot = 0;
+  double freq_base = 10000.0;
+  double factor = 1.0;
+  int64_t original_ctx = 4096;
+  double beta_fast = 32.0, beta_slow = 1.0;
+  double attn_factor = std::numeric_limits<double>::quiet_NaN();
+};
+RopeSpec yarn_rope(const YarnParams& p);
+
 // The rows of one forward, as the host knows them. Set once per forward
 // (Ops::begin_batch); the ops below read it (token ids, positions, caches).
 struct BatchLayout {
@@ -91,8 +122,9 @@ struct BatchLayout {
   std::span<const int32_t> row_slice;     // [rows] index into slices
   std::span<const int64_t> row_pos;       // [rows] position in its sequence
   std::span<const int64_t> logit_rows;    // rows whose logits the forward ends with
-  int64_t n_rot = 0;                      // RoPE dims (0: no RoPE)
-  double rope_freq_base = 10000.0;
+  // The forward's RoPE configurations (QkNormRopeArgs::rope indexes them);
+  // read in begin_batch, valid until the forward ends.
+  std::span<const RopeSpec> ropes;
   // The caller times each op (finish() between them): no captured graphs.
   bool profiling = false;
   // The forward ends with argmax_rows over the logits (a GPU records it in
@@ -177,6 +209,7 @@ struct QkNormRopeArgs {
   int64_t n_head = 0, n_head_kv = 0, head_dim = 0;
   float eps = 1e-6f;
   int layer = 0;
+  int rope = 0;  // index into BatchLayout::ropes (none: no rotation)
 };
 
 // Causal GQA attention of each row over its own sequence's cache.
@@ -186,12 +219,23 @@ struct AttentionOpArgs {
   int64_t n_head = 0, n_head_kv = 0, head_dim = 0;
   float scale = 1.0f;
   int layer = 0;
+  // > 0: sliding window, a query at position p sees keys j with p - j < window.
+  int64_t window = 0;
 };
 
-// Router probabilities -> top-k -> renormalised weights.
+enum class RouterGating { kSoftmax, kSigmoid };
+
+// Router probabilities -> top-k -> weights. Softmax (Qwen): the top-k of
+// softmax(logits), renormalised. Sigmoid (Laguna, DeepSeek-V3): s =
+// sigmoid(logits); the top-k of s + selection_bias are chosen and weighted by
+// their unbiased s (renormalised when `normalize`). Weights end x weight_scale.
 struct RouteOpArgs {
   const float* logits = nullptr;  // [n_tokens][n_expert], overwritten with probabilities
   int64_t n_tokens = 0, n_expert = 0, n_used = 0;
+  RouterGating gating = RouterGating::kSoftmax;
+  const float* selection_bias = nullptr;  // [n_expert] f32, device memory; null: none
+  bool normalize = true;
+  float weight_scale = 1.0f;
   // Optional, host memory [n_expert]: each selection of this call adds one
   // to its expert's count (routing statistics for `moeserve calibrate`; a
   // GPU reads the selections back for it, so this is not for the hot path).
@@ -269,6 +313,10 @@ class Ops {
                               int64_t head_dim) = 0;
   // x *= sigmoid(gate), elementwise over [n_rows][n_cols].
   virtual Status mul_sigmoid(float* x, const float* gate, int64_t n_rows, int64_t n_cols) = 0;
+  // x[t][g * group + i] *= softplus(gate[t][g]) for g < n_gates, i < group
+  // (Laguna's attention output gate: one value per head, or per element
+  // with group 1). softplus(v) = log(1 + exp(v)), v itself above 20.
+  virtual Status mul_softplus(float* x, const float* gate, int64_t n_rows, int64_t n_gates, int64_t group) = 0;
   // y[t] += sigmoid(s[t]) * x[t] (s: one scalar per row; a gated shared expert).
   virtual Status add_sigmoid_scaled(float* y, const float* x, const float* s, int64_t n_rows, int64_t n_cols) = 0;
   virtual Status gated_delta_net(const GatedDeltaNetArgs& a) = 0;

@@ -3,6 +3,7 @@
 // llama.cpp writes them so files move freely between the two.
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <string_view>
 
@@ -42,6 +43,25 @@ inline constexpr std::string_view kSsmInnerSize = "ssm.inner_size";        // V 
 inline constexpr std::string_view kFullAttentionInterval = "full_attention_interval";
 inline constexpr std::string_view kRopeDimensionSections = "rope.dimension_sections";  // i32[4]
 inline constexpr std::string_view kNextnPredictLayers = "nextn_predict_layers";       // MTP blocks in block_count
+
+// Laguna (model-and-format-specs.md §5; llama.cpp's spellings).
+inline constexpr std::string_view kLeadingDenseBlockCount = "leading_dense_block_count";
+inline constexpr std::string_view kSlidingWindow = "attention.sliding_window";
+inline constexpr std::string_view kSlidingWindowPattern = "attention.sliding_window_pattern";  // period, full first
+inline constexpr std::string_view kRopeFreqBaseSwa = "rope.freq_base_swa";
+inline constexpr std::string_view kRopeDimensionCountSwa = "rope.dimension_count_swa";
+inline constexpr std::string_view kRopeScalingType = "rope.scaling.type";  // "yarn"
+inline constexpr std::string_view kRopeScalingFactor = "rope.scaling.factor";
+inline constexpr std::string_view kRopeScalingOrigCtx = "rope.scaling.original_context_length";
+inline constexpr std::string_view kRopeScalingYarnBetaFast = "rope.scaling.yarn_beta_fast";
+inline constexpr std::string_view kRopeScalingYarnBetaSlow = "rope.scaling.yarn_beta_slow";
+inline constexpr std::string_view kRopeScalingYarnAttnFactor = "rope.scaling.yarn_attn_factor";
+inline constexpr std::string_view kExpertWeightsScale = "expert_weights_scale";  // routed sum x this
+inline constexpr std::string_view kExpertWeightsNorm = "expert_weights_norm";    // bool
+inline constexpr std::string_view kExpertGatingFunc = "expert_gating_func";      // 1 softmax, 2 sigmoid
+inline constexpr std::string_view kExpertSharedCount = "expert_shared_count";
+inline constexpr int64_t kExpertGatingSoftmax = 1;
+inline constexpr int64_t kExpertGatingSigmoid = 2;
 
 inline std::string arch_key(std::string_view arch, std::string_view suffix) {
   return fmt::format("{}.{}", arch, suffix);
@@ -96,6 +116,9 @@ inline constexpr std::string_view kFfnGateInpShexp = "ffn_gate_inp_shexp";  // {
 inline constexpr std::string_view kFfnGateShexp = "ffn_gate_shexp";
 inline constexpr std::string_view kFfnUpShexp = "ffn_up_shexp";
 inline constexpr std::string_view kFfnDownShexp = "ffn_down_shexp";
+// Laguna: the attention output gate is attn_gate {n_embd, n_head} (per head)
+// or {n_embd, n_head * head_dim} (per element); the router's selection bias:
+inline constexpr std::string_view kFfnExpProbsB = "exp_probs_b";  // suffix "bias", {n_expert}
 
 inline std::string blk(int layer, std::string_view tensor, std::string_view suffix = "weight") {
   return suffix.empty() ? fmt::format("blk.{}.{}", layer, tensor) : fmt::format("blk.{}.{}.{}", layer, tensor, suffix);

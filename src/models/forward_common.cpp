@@ -62,16 +62,15 @@ Status check_batch(const ForwardBatch& b, const BatchLimits& limits, BatchRows& 
   return Status::ok();
 }
 
-backend::BatchLayout batch_layout(const ForwardBatch& b, const BatchRows& rows, int64_t n_rot,
-                                  double rope_freq_base, bool profiling) {
+backend::BatchLayout batch_layout(const ForwardBatch& b, const BatchRows& rows,
+                                  std::span<const backend::RopeSpec> ropes, bool profiling) {
   backend::BatchLayout layout;
   layout.tokens = b.tokens;
   layout.slices = rows.slices;
   layout.row_slice = rows.row_slice;
   layout.row_pos = rows.row_pos;
   layout.logit_rows = b.logit_rows;
-  layout.n_rot = n_rot;
-  layout.rope_freq_base = rope_freq_base;
+  layout.ropes = ropes;
   layout.profiling = profiling;
   layout.argmax = b.greedy != nullptr && !b.logit_rows.empty();
   layout.count_experts = !b.expert_counts.empty();

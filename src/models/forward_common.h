@@ -6,6 +6,7 @@
 #include <chrono>
 #include <cstdint>
 #include <functional>
+#include <span>
 #include <string_view>
 #include <vector>
 
@@ -51,8 +52,9 @@ struct BatchLimits {
 Status check_batch(const ForwardBatch& b, const BatchLimits& limits, BatchRows& rows);
 
 // The layout every device of the forward gets in begin_batch.
-backend::BatchLayout batch_layout(const ForwardBatch& b, const BatchRows& rows, int64_t n_rot,
-                                  double rope_freq_base, bool profiling);
+// (`ropes` must outlive the forward.)
+backend::BatchLayout batch_layout(const ForwardBatch& b, const BatchRows& rows,
+                                  std::span<const backend::RopeSpec> ropes, bool profiling);
 
 // T hidden rows of `width` floats from one device's buffer to another's
 // (through host staging).

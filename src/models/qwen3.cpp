@@ -109,6 +109,7 @@ class Qwen3Model::Forward {
   DeviceBuffers* current_ = nullptr;  // where the hidden rows are
   bool xn_ready_ = false;             // xn already holds this layer's attention norm
   std::span<int64_t> expert_counts_;  // the batch's routing statistics (empty: none)
+  backend::RopeSpec rope_;             // the layout's one RoPE (lives through the forward)
 };
 
 const WeightView* Qwen3Model::Forward::next_attn_norm(int il) const {
@@ -124,8 +125,8 @@ Status Qwen3Model::Forward::check_slices(const ForwardBatch& b) {
 
 // Every device of the placement learns the batch's rows.
 Status Qwen3Model::Forward::begin(const ForwardBatch& b) {
-  const backend::BatchLayout layout =
-      batch_layout(b, ws_.rows, hp_.n_rot, hp_.rope_freq_base, profile_ != nullptr);
+  rope_ = {.n_rot = hp_.n_rot, .freq_base = hp_.rope_freq_base};
+  const backend::BatchLayout layout = batch_layout(b, ws_.rows, {&rope_, 1}, profile_ != nullptr);
   expert_counts_ = b.expert_counts;
   const int64_t T = int64_t(b.tokens.size());
   for (DeviceBuffers& d : ws_.devices) {

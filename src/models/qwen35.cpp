@@ -139,8 +139,8 @@ Status Qwen35Model::Forward::run(const ForwardBatch& b) {
   const int64_t T = int64_t(b.tokens.size());
   if (T == 0) return Status::ok();
   MOESERVE_RETURN_IF_ERROR(check_batch(b, {hp_.n_layer, hp_.n_vocab, hp_.moe ? hp_.n_expert : 0}, ws_.rows));
-  const backend::BatchLayout layout =
-      batch_layout(b, ws_.rows, hp_.n_rot, hp_.rope_freq_base, profile_ != nullptr);
+  const backend::RopeSpec rope{.n_rot = hp_.n_rot, .freq_base = hp_.rope_freq_base};
+  const backend::BatchLayout layout = batch_layout(b, ws_.rows, {&rope, 1}, profile_ != nullptr);
   expert_counts_ = b.expert_counts;
   for (DeviceBuffers& d : ws_.devices) {
     MOESERVE_RETURN_IF_ERROR(ensure_buffers(d, hp_, T));

@@ -54,12 +54,19 @@ class CpuOps final : public Ops {
 
   Status begin_batch(const BatchLayout& layout) override {
     layout_ = layout;
-    const int64_t T = int64_t(layout.tokens.size()), n_rot = layout.n_rot;
-    cos_sin_.resize(size_t(T * std::max<int64_t>(n_rot, 1)));
-    if (n_rot > 0) {
+    // The rotations depend only on the positions: one table per RoPE, once per forward.
+    const int64_t T = int64_t(layout.tokens.size());
+    ropes_.assign(layout.ropes.begin(), layout.ropes.end());
+    cos_sin_.resize(ropes_.size());
+    for (size_t r = 0; r < ropes_.size(); ++r) {
+      const RopeSpec& spec = ropes_[r];
+      if (spec.n_rot <= 0) continue;
+      inv_freq_.resize(size_t(spec.n_rot / 2));
+      for (int64_t i = 0; i < spec.n_rot / 2; ++i) inv_freq_[size_t(i)] = spec.inv_freq(i);
+      cos_sin_[r].resize(size_t(T * spec.n_rot));
       for (int64_t t = 0; t < T; ++t) {
-        cpu::rope_cos_sin(layout.row_pos[size_t(t)], n_rot, layout.rope_freq_base,
-                          cos_sin_.data() + t * n_rot);
+        cpu::rope_cos_sin(layout.row_pos[size_t(t)], spec.n_rot, inv_freq_.data(), spec.attn_factor,
+                          cos_sin_[r].data() + t * spec.n_rot);
       }
     }
     return Status::ok();
@@ -120,6 +127,7 @@ class CpuOps final : public Ops {
   Status split_q_gate(const float* qg, float* q, float* gate, int64_t n_rows, int64_t n_head,
                       int64_t head_dim) override;
   Status mul_sigmoid(float* x, const float* gate, int64_t n_rows, int64_t n_cols) override;
+  Status mul_softplus(float* x, const float* gate, int64_t n_rows, int64_t n_gates, int64_t group) override;
   Status add_sigmoid_scaled(float* y, const float* x, const float* s, int64_t n_rows, int64_t n_cols) override;
   Status gated_delta_net(const GatedDeltaNetArgs& a) override;
 
@@ -148,7 +156,10 @@ class CpuOps final : public Ops {
   ExpertBackend* experts_;
   std::unique_ptr<CpuExpertBackend> default_experts_;
   BatchLayout layout_;
-  std::vector<float> cos_sin_;
+  std::vector<RopeSpec> ropes_;
+  std::vector<std::vector<float>> cos_sin_;  // per RoPE: [T][n_rot]
+  std::vector<double> inv_freq_;
+  std::vector<float> route_scratch_;  // [T][E] biased scores
   std::vector<cpu::MatmulArgs> group_args_;
   // MoE: selections of the last route() and the grouped rows.
   int64_t n_used_ = 0, n_expert_ = 0;
@@ -168,13 +179,22 @@ class CpuOps final : public Ops {
 };
 
 Status CpuOps::qk_norm_rope_store(const QkNormRopeArgs& a) {
-  const int64_t T = int64_t(layout_.tokens.size()), hd = a.head_dim, n_rot = layout_.n_rot;
+  if (a.rope < 0 || (a.rope > 0 && size_t(a.rope) >= ropes_.size())) {
+    return make_error(StatusCode::kInvalidArgument, "qk_norm_rope_store: RoPE {} of {}", a.rope, ropes_.size());
+  }
+  const int64_t n_rot = ropes_.empty() ? 0 : ropes_[size_t(a.rope)].n_rot;
+  if (n_rot > a.head_dim || n_rot % 2 != 0) {
+    return make_error(StatusCode::kInvalidArgument, "qk_norm_rope_store: n_rot {} for heads of {}", n_rot,
+                      a.head_dim);
+  }
+  const int64_t T = int64_t(layout_.tokens.size()), hd = a.head_dim;
+  const float* table = n_rot > 0 ? cos_sin_[size_t(a.rope)].data() : nullptr;
   const int64_t qd = a.n_head * hd, kvd = a.n_head_kv * hd;
   for_each_index(pool_, T, [&](int64_t t) {
     const KvLayerView& cache =
         layout_.slices[size_t(layout_.row_slice[size_t(t)])].kv.layers[size_t(a.layer)];
     const int64_t pos = layout_.row_pos[size_t(t)];
-    const float* cs = cos_sin_.data() + t * n_rot;
+    const float* cs = table + t * n_rot;
     for (int64_t h = 0; h < a.n_head; ++h) {
       float* qh = a.q + t * qd + h * hd;
       if (a.q_norm != nullptr) k_.rms_norm(qh, a.q_norm->f32(), qh, hd, a.eps);
@@ -209,6 +229,18 @@ Status CpuOps::split_q_gate(const float* qg, float* q, float* gate, int64_t n_ro
 Status CpuOps::mul_sigmoid(float* x, const float* gate, int64_t n_rows, int64_t n_cols) {
   for_each_index(pool_, n_rows, [&](int64_t t) {
     for (int64_t c = t * n_cols; c < (t + 1) * n_cols; ++c) x[c] *= sigmoid(gate[c]);
+  });
+  return Status::ok();
+}
+
+Status CpuOps::mul_softplus(float* x, const float* gate, int64_t n_rows, int64_t n_gates, int64_t group) {
+  for_each_index(pool_, n_rows, [&](int64_t t) {
+    for (int64_t g = 0; g < n_gates; ++g) {
+      const float v = gate[t * n_gates + g];
+      const float s = v > 20.0f ? v : std::log1p(std::exp(v));  // torch's softplus threshold
+      float* row = x + (t * n_gates + g) * group;
+      for (int64_t i = 0; i < group; ++i) row[i] *= s;
+    }
   });
   return Status::ok();
 }
@@ -290,6 +322,7 @@ Status CpuOps::attention(const AttentionOpArgs& a) {
     c.head_dim = hd;
     c.q_pos0 = p0;
     c.scale = a.scale;
+    c.window = a.window;
     k_.attention(c);
   };
   if (pool_ != nullptr) {
@@ -307,15 +340,29 @@ Status CpuOps::route(const RouteOpArgs& a) {
   sel_.resize(size_t(T * K));
   sel_w_.resize(size_t(T * K));
   float* probs = const_cast<float*>(a.logits);
-  // softmax over all experts (f32) -> top-k -> renormalise to sum 1.
+  const bool sigmoid_gating = a.gating == RouterGating::kSigmoid;
+  // Probabilities (f32) -> top-k (of the biased scores when a bias is set)
+  // -> the unbiased probabilities, renormalised to sum 1 when asked, x scale.
+  if (a.selection_bias != nullptr) route_scratch_.resize(size_t(T * E));
   for_each_index(pool_, T, [&](int64_t t) {
     float* p = probs + t * E;
-    k_.softmax(p, E);
+    if (sigmoid_gating) {
+      for (int64_t e = 0; e < E; ++e) p[e] = sigmoid(p[e]);
+    } else {
+      k_.softmax(p, E);
+    }
     int32_t* ids = sel_.data() + t * K;
-    k_.top_k(p, E, K, ids);
+    if (a.selection_bias != nullptr) {
+      float* biased = route_scratch_.data() + t * E;
+      for (int64_t e = 0; e < E; ++e) biased[e] = p[e] + a.selection_bias[e];
+      k_.top_k(biased, E, K, ids);
+    } else {
+      k_.top_k(p, E, K, ids);
+    }
     float sum = 0.0f;
     for (int64_t j = 0; j < K; ++j) sum += p[ids[j]];
-    for (int64_t j = 0; j < K; ++j) sel_w_[size_t(t * K + j)] = p[ids[j]] / sum;
+    const float scale = a.weight_scale / (a.normalize && sum > 0.0f ? sum : 1.0f);
+    for (int64_t j = 0; j < K; ++j) sel_w_[size_t(t * K + j)] = p[ids[j]] * scale;
   });
   if (a.counts != nullptr) {
     for (int32_t id : sel_) a.counts[id] += 1;
