@@ -37,6 +37,12 @@ Status CudaOps::route(const RouteOpArgs& a) {
   r.n_tokens = T;
   r.n_expert = E;
   r.n_used = K;
+  r.sigmoid = a.gating == RouterGating::kSigmoid;
+  r.selection_bias = a.selection_bias;
+  r.normalize = a.normalize;
+  r.weight_scale = a.weight_scale;
+  // The probabilities replace the logits, as backend.h says (unbiased).
+  r.probs = const_cast<float*>(a.logits);
   r.selected = selected_;
   r.weights = weights_;
   r.pairs_by_expert = pairs_;

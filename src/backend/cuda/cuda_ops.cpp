@@ -52,8 +52,7 @@ Status CudaOps::begin_batch(const BatchLayout& layout) {
   next_mailbox_ = 0;
   capture_layers_.clear();
   if (++forward_ == 0) forward_ = 1;  // 0 is a fresh mailbox's "no forward"
-  rope_n_rot_ = layout.n_rot;
-  rope_freq_base_ = layout.rope_freq_base;
+  set_ropes(layout.ropes);
   n_seq_ = int64_t(layout.slices.size());
   n_layer_ = n_seq_ > 0 ? int64_t(layout.slices[0].kv.layers.size()) : 0;
   n_logit_rows_ = int64_t(layout.logit_rows.size());
@@ -122,14 +121,7 @@ Status CudaOps::begin_batch(const BatchLayout& layout) {
   state_tables_ = reinterpret_cast<float* const*>(d + states_at);
   seq_rows_ = reinterpret_cast<const int32_t*>(d + seq_rows_at);
   forward_on_device_ = reinterpret_cast<const uint32_t*>(d + forward_at);
-  rope_table_ = nullptr;
-  float* table = nullptr;
-  if (rope_n_rot_ > 0) {
-    const size_t rope_bytes = size_t(n_rows_ * rope_n_rot_) * sizeof(float);
-    MOESERVE_ASSIGN_OR_RETURN(void* t, rope_mem_.get(rope_bytes, "workspace (rope)"));
-    table = static_cast<float*>(t);
-    rope_table_ = table;
-  }
+  MOESERVE_RETURN_IF_ERROR(place_rope_tables());
   mode_ = Mode::kEager;
   // (A forward with host experts is captured when they go through mailboxes.)
   if (!layout.profiling && !layout.count_experts && (!device_.has_host_experts() || use_mailboxes_)) {
@@ -138,9 +130,51 @@ Status CudaOps::begin_batch(const BatchLayout& layout) {
   }
   if (mode_ == Mode::kReplay) return Status::ok();  // the graph holds the upload
   MOESERVE_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(dev, host, total, cudaMemcpyHostToDevice, stream_));
-  // The rotation depends only on the positions: once per forward.
-  if (table != nullptr)
-    return cuda::rope_table({row_pos_, n_rows_, rope_n_rot_, rope_freq_base_, table}, stream_);
+  return compute_rope_tables();
+}
+
+// Called with the stream idle (begin_batch synchronised it). A captured
+// graph holds its tables' kernels with the configurations of its capture,
+// so other configurations drop the graphs.
+void CudaOps::set_ropes(std::span<const RopeSpec> ropes) {
+  std::vector<cuda::RopeConfig> next;
+  for (const RopeSpec& r : ropes) {
+    next.push_back({r.n_rot, r.freq_base, r.yarn_factor, r.yarn_ramp_low, r.yarn_ramp_high, r.attn_factor});
+  }
+  auto same = [](const cuda::RopeConfig& a, const cuda::RopeConfig& b) {
+    return a.n_rot == b.n_rot && a.freq_base == b.freq_base && a.yarn_factor == b.yarn_factor &&
+           a.yarn_ramp_low == b.yarn_ramp_low && a.yarn_ramp_high == b.yarn_ramp_high &&
+           a.attn_factor == b.attn_factor;
+  };
+  if (!std::equal(next.begin(), next.end(), ropes_.begin(), ropes_.end(), same)) forget_graphs();
+  ropes_ = std::move(next);
+}
+
+// One scratch holds every rotation table of the forward (before any
+// capture starts, so a graph never sees it move).
+Status CudaOps::place_rope_tables() {
+  std::vector<size_t> at(ropes_.size(), 0);
+  size_t total = 0;
+  for (size_t r = 0; r < ropes_.size(); ++r) {
+    at[r] = total;
+    if (ropes_[r].n_rot > 0) total += align_up(size_t(n_rows_ * ropes_[r].n_rot) * sizeof(float));
+  }
+  rope_tables_.assign(ropes_.size(), nullptr);
+  if (total == 0) return Status::ok();
+  MOESERVE_ASSIGN_OR_RETURN(void* mem, rope_mem_.get(total, "workspace (rope)"));
+  for (size_t r = 0; r < ropes_.size(); ++r) {
+    if (ropes_[r].n_rot > 0) rope_tables_[r] = reinterpret_cast<float*>(static_cast<uint8_t*>(mem) + at[r]);
+  }
+  return Status::ok();
+}
+
+// The rotations depend only on the positions: once per forward and RoPE,
+// for every layer (after the layout upload: they read its positions).
+Status CudaOps::compute_rope_tables() {
+  for (size_t r = 0; r < ropes_.size(); ++r) {
+    if (rope_tables_[r] == nullptr) continue;
+    MOESERVE_RETURN_IF_ERROR(cuda::rope_table({row_pos_, n_rows_, ropes_[r], rope_tables_[r]}, stream_));
+  }
   return Status::ok();
 }
 
@@ -354,6 +388,11 @@ Status CudaOps::gated_delta_net(const GatedDeltaNetArgs& a) {
 }
 
 Status CudaOps::qk_norm_rope_store(const QkNormRopeArgs& a) {
+  // No RoPEs at all: rope 0 means no rotation (as on the CPU).
+  if (a.rope < 0 || (a.rope > 0 && size_t(a.rope) >= ropes_.size())) {
+    return make_error(StatusCode::kInvalidArgument, "qk_norm_rope_store: RoPE {} of {}", a.rope,
+                      ropes_.size());
+  }
   if (replaying()) return Status::ok();
   cuda::QkNormRopeStoreArgs c;
   c.q = a.q;
@@ -364,13 +403,14 @@ Status CudaOps::qk_norm_rope_store(const QkNormRopeArgs& a) {
   c.n_head = a.n_head;
   c.n_head_kv = a.n_head_kv;
   c.head_dim = a.head_dim;
-  c.n_rot = rope_n_rot_;
+  if (!ropes_.empty()) {
+    c.rope = ropes_[size_t(a.rope)];
+    c.cos_sin = rope_tables_[size_t(a.rope)];
+  }
   c.rms_eps = a.eps;
-  c.freq_base = rope_freq_base_;
   c.rows = {row_seq_, row_pos_, n_rows_};
   c.kv = {k_tables_, v_tables_, n_layer_};
   c.layer = a.layer;
-  c.cos_sin = rope_table_;
   return cuda::qk_norm_rope_store(c, stream_);
 }
 
@@ -390,6 +430,7 @@ Status CudaOps::attention(const AttentionOpArgs& a) {
   c.n_blocks = n_blocks_;
   c.max_block_rows = max_block_rows_;
   c.max_kv = max_kv_;
+  c.window = a.window;
   // Split-key partial results of decode (one wave of CTAs at most).
   const size_t ws_bytes = cuda::attention_workspace_bytes(a.head_dim);
   MOESERVE_ASSIGN_OR_RETURN(void* ws, attention_mem_.get(ws_bytes, "workspace (attention)"));

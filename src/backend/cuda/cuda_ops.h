@@ -119,6 +119,10 @@ class CudaOps final : public Ops {
     if (replaying()) return Status::ok();
     return cuda::mul_sigmoid(x, gate, n_rows * n_cols, stream_);
   }
+  Status mul_softplus(float* x, const float* gate, int64_t n_rows, int64_t n_gates, int64_t group) override {
+    if (replaying()) return Status::ok();
+    return cuda::mul_softplus(x, gate, n_rows, n_gates, group, stream_);
+  }
   Status add_sigmoid_scaled(float* y, const float* x, const float* s, int64_t n_rows, int64_t n_cols) override {
     if (replaying()) return Status::ok();
     return cuda::add_sigmoid_scaled(y, x, s, n_rows, n_cols, stream_);
@@ -187,6 +191,9 @@ class CudaOps final : public Ops {
   bool replaying() const { return mode_ == Mode::kReplay; }
 
   Result<uint8_t*> pinned(size_t bytes);
+  void set_ropes(std::span<const RopeSpec> ropes);
+  Status place_rope_tables();
+  Status compute_rope_tables();
 
   CudaDevice& device_;
   cudaStream_t stream_;
@@ -217,9 +224,11 @@ class CudaOps final : public Ops {
   const cuda::QueryBlock* blocks_ = nullptr;
   int64_t n_logit_rows_ = 0;
   const int32_t* logit_rows_ = nullptr;
-  int64_t rope_n_rot_ = 0;
-  double rope_freq_base_ = 10000.0;
-  const float* rope_table_ = nullptr;  // [n_rows][n_rot]: every layer's rotation
+  // The forward's RoPE configurations (BatchLayout::ropes, copied: the
+  // layout's span ends with the forward) and each one's rotation table
+  // [n_rows][n_rot] for every layer (null for n_rot 0).
+  std::vector<cuda::RopeConfig> ropes_;
+  std::vector<float*> rope_tables_;
   // The last route()'s selections and groups.
   int32_t *selected_ = nullptr, *pairs_ = nullptr, *offsets_ = nullptr;
   float* weights_ = nullptr;

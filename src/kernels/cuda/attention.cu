@@ -13,6 +13,10 @@
 // Decode (1 row per block) uses W = 1 and, when the batch alone cannot fill
 // the GPU, splits the key range over CTAs; a second kernel then merges the
 // partial (max, sum, unnormalised output) triples.
+// Sliding window. A CTA's keys start at the first key any of its rows sees,
+// rounded down to a key tile (so tiles keep the unwindowed alignment), and
+// its splits cut the range from there: a 512-key window over a long context
+// reads about 512 keys, spread over as many CTAs as without a window.
 //
 // Precision. K and V are exact in f16; q (f32) and the softmax weights p
 // (f32) are not. Each is split x = hi + lo with hi = f16(x), lo = f16(x - hi)
@@ -64,6 +68,8 @@ struct Params {
   int64_t n_layer, layer;
   int n_head, n_head_kv, group;
   int max_block_rows, q_tiles, splits, chunk, max_kv;
+  int window;        // > 0: sliding window
+  int key_tile;      // Tile::KT of the launched kernel (the combine finds split starts with it)
   int n_cta_x;       // n_blocks * q_tiles: gridDim.x
   int n_ctas;        // n_cta_x * n_head_kv: CTAs per split
   float scale_log2;  // scale * log2(e): softmax in exp2
@@ -132,17 +138,17 @@ struct Tile {
   static constexpr int CH = HD / 8;  // 16-byte chunks per key row
 };
 
-// Stage keys [key0, key0 + KT) of K and V into shared memory; keys at or
-// past kv_end are zero-filled (never read: they may be unallocated, and a
-// NaN there would poison 0 * V).
+// Stage keys [key0, key0 + KT) of K and V into shared memory; keys outside
+// [kv_begin, kv_end) are zero-filled (never read: they may be unallocated
+// or, before a window, stale, and a NaN there would poison 0 * V).
 template <int HD, int W>
 __device__ inline void load_kv_tile(uint16_t* sk, uint16_t* sv, const uint16_t* kbase, const uint16_t* vbase,
-                                    int64_t kv_stride, int key0, int kv_end) {
+                                    int64_t kv_stride, int key0, int kv_begin, int kv_end) {
   using T = Tile<HD, W>;
   for (int c = threadIdx.x; c < T::KT * T::CH; c += W * 32) {
     const int key = c / T::CH, ch = c % T::CH;
     const int j = key0 + key;
-    const bool ok = j < kv_end;
+    const bool ok = j >= kv_begin && j < kv_end;
     const int64_t off = ok ? int64_t(j) * kv_stride + ch * 8 : 0;
     cp_async16(sk + swz<HD>(key, ch), kbase + off, ok ? 16 : 0);
     cp_async16(sv + swz<HD>(key, ch), vbase + off, ok ? 16 : 0);
@@ -157,6 +163,7 @@ struct WarpState {
   float o[HD / 8][4];                       // unnormalised output accumulators
   float m[2], l[2];                         // running max (log2 units) and weight sum
   int pos[2];                               // positions (-1: padding row)
+  int lo[2];                                // first key seen (0 without a window)
 };
 
 // One K/V tile for one warp: S = q K^T, mask, online softmax, O += P V.
@@ -191,7 +198,7 @@ __device__ inline void attend_tile(WarpState<HD>& st, const uint16_t* sk, const 
 #pragma unroll
     for (int e = 0; e < 4; ++e) {
       const int r = e >> 1, key = key0 + j * 8 + 2 * tq + (e & 1);
-      const float v = key <= st.pos[r] ? s[j][e] * scale_log2 : -INFINITY;
+      const float v = key <= st.pos[r] && key >= st.lo[r] ? s[j][e] * scale_log2 : -INFINITY;
       s[j][e] = v;
       mx[r] = fmaxf(mx[r], v);
     }
@@ -264,6 +271,61 @@ __device__ inline QueryRow query_row(const Params& p, const QueryBlock& blk, int
   return r;
 }
 
+// A query row's position, clamped to the keys the grid was sized for; < 0:
+// the row sees no key (padding, or no valid sequence or position).
+__device__ inline int row_position(const Params& p, const QueryRow& qr, int seq) {
+  return qr.row >= 0 && seq >= 0 ? min(p.row_pos[qr.row], p.max_kv - 1) : -1;
+}
+
+// The first key a row at `pos` sees (may be negative early in a window).
+__device__ inline int first_key(int pos, int window) { return window > 0 ? pos - window + 1 : 0; }
+
+__device__ inline int warp_reduce_min(int v) {
+  for (int off = 16; off > 0; off >>= 1) v = min(v, __shfl_xor_sync(0xffffffffu, v, off));
+  return v;
+}
+
+// Where split 0 of CTA (block, tile) starts: the first key any of its query
+// rows sees, rounded down to a key tile. The attention kernel finds it with
+// shared atomics; the combine recomputes it per warp from the same rows.
+__device__ inline int split_base(int first_seen, int key_tile) {
+  return first_seen == INT_MAX ? 0 : first_seen / key_tile * key_tile;
+}
+__device__ inline int tile_split_base(const Params& p, const QueryBlock& blk, int nq, int kvh, int tile,
+                                      int qt, int seq, int lane) {
+  int first = INT_MAX;
+  for (int qi = tile * qt + lane; qi < min(nq, (tile + 1) * qt); qi += 32) {
+    const int pos = row_position(p, query_row(p, blk, nq, kvh, qi), seq);
+    if (pos >= 0) first = min(first, max(0, first_key(pos, p.window)));
+  }
+  return split_base(warp_reduce_min(first), p.key_tile);
+}
+
+// The keys some row of the CTA sees, [begin, end), and where its split 0
+// starts; per warp, the first and last keys its own rows see (tiles outside
+// them are skipped). my_min / my_max: this thread's rows' (INT_MAX / -1: none).
+struct KeyRange {
+  int begin, end, base, warp_min, warp_max;
+};
+template <int KT>
+__device__ inline KeyRange cta_key_range(int my_min, int my_max) {
+  __shared__ int s_begin, s_end;
+  if (threadIdx.x == 0) s_begin = INT_MAX, s_end = 0;
+  __syncthreads();
+  atomicMin(&s_begin, my_min);
+  atomicMax(&s_end, my_max + 1);
+  __syncthreads();
+  KeyRange r;
+  r.end = s_end;
+  r.begin = min(s_begin, r.end);
+  r.base = split_base(s_begin, KT);
+  r.warp_min = warp_reduce_min(my_min);
+  r.warp_max = my_max;
+  for (int off = 16; off > 0; off >>= 1)
+    r.warp_max = max(r.warp_max, __shfl_xor_sync(0xffffffffu, r.warp_max, off));
+  return r;
+}
+
 template <int HD>
 __device__ inline void load_q(WarpState<HD>& st, const Params& p, const QueryRow (&qr)[2], int tq) {
 #pragma unroll
@@ -286,7 +348,6 @@ __global__ void __launch_bounds__(W * 32) attention_kernel(const Params p) {
   using T = Tile<HD, W>;
   __shared__ __align__(128) uint16_t sk[T::STAGES][T::KT * HD];
   __shared__ __align__(128) uint16_t sv[T::STAGES][T::KT * HD];
-  __shared__ int s_kv_end;
 
   const int cta = blockIdx.x, kvh = blockIdx.y, z = blockIdx.z;
   int b, tile;
@@ -299,25 +360,23 @@ __global__ void __launch_bounds__(W * 32) attention_kernel(const Params p) {
 
   WarpState<HD> st;
   QueryRow qr[2];
-  int my_max = -1;
+  int my_max = -1, my_min = INT_MAX;  // this thread's rows: last and first key seen
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
     qr[r] = query_row(p, blk, nq, kvh, tile * T::QT + warp * 16 + gq + 8 * r);
-    st.pos[r] = qr[r].row >= 0 && seq >= 0 ? min(p.row_pos[qr[r].row], p.max_kv - 1) : -1;
+    st.pos[r] = row_position(p, qr[r], seq);
+    st.lo[r] = first_key(st.pos[r], p.window);
     st.m[r] = -INFINITY;
     st.l[r] = 0.0f;
-    my_max = max(my_max, st.pos[r]);
+    if (st.pos[r] >= 0) {
+      my_max = max(my_max, st.pos[r]);
+      my_min = min(my_min, max(st.lo[r], 0));
+    }
   }
-  if (threadIdx.x == 0) s_kv_end = 0;
-  __syncthreads();
-  atomicMax(&s_kv_end, my_max + 1);
-  __syncthreads();
-  const int kv_end = s_kv_end;  // keys 0..kv_end-1 are seen by some row of this tile
-  int warp_max = my_max;        // the warp skips tiles past all its rows
-  for (int off = 16; off > 0; off >>= 1)
-    warp_max = max(warp_max, __shfl_xor_sync(0xffffffffu, warp_max, off));
-
-  const int kb = z * p.chunk, ke = min(kb + p.chunk, kv_end);
+  const KeyRange kr = cta_key_range<T::KT>(my_min, my_max);
+  const int kv_begin = kr.begin, kv_end = kr.end;
+  // Split z: keys from base + z * chunk; the last split takes the rest.
+  const int kb = kr.base + z * p.chunk, ke = z == p.splits - 1 ? kv_end : min(kb + p.chunk, kv_end);
   if (p.splits > 1 && kb >= ke) return;  // the combine pass never reads this split for these rows
   const int n_tiles = ke > kb ? (ke - kb + T::KT - 1) / T::KT : 0;
 
@@ -337,7 +396,9 @@ __global__ void __launch_bounds__(W * 32) attention_kernel(const Params p) {
   // past the end) so that wait<STAGES-2> always means "tile t landed".
 #pragma unroll
   for (int t = 0; t < T::STAGES - 1; ++t) {
-    if (t < n_tiles) load_kv_tile<HD, W>(sk[t], sv[t], kbase, vbase, kv_stride, kb + t * T::KT, kv_end);
+    if (t < n_tiles) {
+      load_kv_tile<HD, W>(sk[t], sv[t], kbase, vbase, kv_stride, kb + t * T::KT, kv_begin, kv_end);
+    }
     cp_async_commit();
   }
   for (int t = 0; t < n_tiles; ++t) {
@@ -346,11 +407,11 @@ __global__ void __launch_bounds__(W * 32) attention_kernel(const Params p) {
     const int tn = t + T::STAGES - 1;
     if (tn < n_tiles) {
       load_kv_tile<HD, W>(sk[tn % T::STAGES], sv[tn % T::STAGES], kbase, vbase, kv_stride, kb + tn * T::KT,
-                          kv_end);
+                          kv_begin, kv_end);
     }
     cp_async_commit();
     const int key0 = kb + t * T::KT;
-    if (key0 <= warp_max)
+    if (key0 <= kr.warp_max && key0 + T::KT > kr.warp_min)
       attend_tile<HD, W>(st, sk[t % T::STAGES], sv[t % T::STAGES], key0, p.scale_log2, lane);
   }
   cp_async_wait<0>();  // no copy may outlive the CTA's shared memory
@@ -385,7 +446,8 @@ __global__ void __launch_bounds__(W * 32) attention_kernel(const Params p) {
 
 // Merges the splits of one query row per CTA: out = sum_z w_z O_z / sum_z
 // w_z l_z with w_z = 2^(m_z - max m). Only the splits that hold keys of the
-// row (z * chunk <= pos) were written for it. Lanes read the (m, l) pairs
+// row (base + z * chunk <= pos, and past its window's start) are read: all
+// of them were written for it. Lanes read the (m, l) pairs
 // 32 splits at a time; warps take every kCombineWarps-th split's output, so
 // the loads of many splits are in flight at once (a serial loop over 64
 // splits would cost 64 L2 round trips).
@@ -416,25 +478,30 @@ __global__ void __launch_bounds__(kCombineWarps * 32) combine_kernel(const Param
   const QueryRow qr = query_row(p, blk, nq, kvh, tile * qt + i);
   if (qr.row < 0) return;  // padding: uniform over the CTA
   const int seq = p.row_seq[blk.row0];
-  const int pos = seq >= 0 ? min(p.row_pos[qr.row], p.max_kv - 1) : -1;
-  const int nz = pos >= 0 ? min(p.splits, pos / p.chunk + 1) : 0;
+  const int pos = row_position(p, qr, seq);
+  int z0 = 0, nz = 0;  // the splits [z0, nz) hold the row's keys
+  if (pos >= 0) {
+    const int base = p.window > 0 ? tile_split_base(p, blk, nq, kvh, tile, qt, seq, lane) : 0;
+    nz = min(p.splits, (pos - base) / p.chunk + 1);
+    z0 = min(nz - 1, (max(0, first_key(pos, p.window)) - base) / p.chunk);
+  }
   auto slot = [&](int z) { return (int64_t(z) * p.n_ctas + cta_xy) * qt + i; };
   auto ml = [&](int z) { return *reinterpret_cast<const float2*>(p.ws_ml + slot(z) * 2); };
   // Every warp reduces the (m, l) pairs itself: no barrier needed for them.
   float mx = -INFINITY;
-  for (int z = lane; z < nz; z += 32) {
+  for (int z = z0 + lane; z < nz; z += 32) {
     const float2 v = ml(z);
     if (v.y > 0.0f) mx = fmaxf(mx, v.x);
   }
   mx = warp_reduce_max(mx);
   float lsum = 0.0f;
-  for (int z = lane; z < nz; z += 32) {
+  for (int z = z0 + lane; z < nz; z += 32) {
     const float2 v = ml(z);
     if (v.y > 0.0f) lsum += exp2f(v.x - mx) * v.y;
   }
   lsum = warp_reduce_sum(lsum);
   float acc[HD / 32] = {};
-  for (int z = warp; z < nz; z += kCombineWarps) {
+  for (int z = z0 + warp; z < nz; z += kCombineWarps) {
     const float2 v = ml(z);
     const float w = v.y > 0.0f ? exp2f(v.x - mx) : 0.0f;
     const float* o = p.ws_o + slot(z) * HD;
@@ -478,6 +545,11 @@ struct Plan {
 
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
+// The window the kernels apply: 0 (none) when it cannot cut a key off.
+int effective_window(const AttentionArgs& a) {
+  return a.window > 0 && a.window < a.max_kv ? int(a.window) : 0;
+}
+
 Plan make_plan(const AttentionArgs& a, int sm_count) {
   Plan pl;
   const int64_t group = a.n_head / a.n_head_kv, qrows = a.max_block_rows * group;
@@ -485,20 +557,24 @@ Plan make_plan(const AttentionArgs& a, int sm_count) {
   const int64_t qt = 16 * pl.warps, kt = key_tile(int(a.head_dim), pl.warps);
   pl.q_tiles = int(ceil_div(qrows, qt));
   pl.n_ctas = a.n_blocks * pl.q_tiles * a.n_head_kv;
+  // The most keys one CTA reads: all of them, or with a window, the window
+  // plus the block's other positions plus the rounding down to a tile.
+  const int64_t window = effective_window(a);
+  const int64_t span = window > 0 ? std::min(a.max_kv, window + a.max_block_rows - 1 + kt - 1) : a.max_kv;
   // Split the keys only when the batch leaves the GPU idle, into at most
   // one wave of CTAs, each split at least kMinTilesPerSplit key tiles.
   const int64_t want = int64_t(sm_count) * ctas_per_sm(pl.warps);
   int64_t splits = 1;
   if (pl.n_ctas < want) {
-    splits = std::min({want / pl.n_ctas, ceil_div(a.max_kv, kMinTilesPerSplit * kt), int64_t(kMaxSplits)});
+    splits = std::min({want / pl.n_ctas, ceil_div(span, kMinTilesPerSplit * kt), int64_t(kMaxSplits)});
     const int64_t per_split = pl.n_ctas * qt * (a.head_dim + 2) * int64_t(sizeof(float));
     const int64_t fit = a.workspace != nullptr ? int64_t(a.workspace_bytes) / per_split : 0;
     splits = std::min(splits, fit);
     if (splits < 2) splits = 1;
   }
-  const int64_t chunk = ceil_div(ceil_div(a.max_kv, splits), kt) * kt;
+  const int64_t chunk = ceil_div(ceil_div(span, splits), kt) * kt;
   pl.chunk = int(chunk);
-  pl.splits = int(ceil_div(a.max_kv, chunk));
+  pl.splits = int(ceil_div(span, chunk));
   return pl;
 }
 
@@ -518,6 +594,7 @@ Status validate(const AttentionArgs& a) {
     return make_error(StatusCode::kInvalidArgument, "{}: n_rows {} / n_blocks {} out of range", fn,
                       a.rows.n_rows, a.n_blocks);
   }
+  if (a.window < 0) return make_error(StatusCode::kInvalidArgument, "{}: negative window {}", fn, a.window);
   if (a.n_blocks == 0) return Status::ok();
   if (a.max_block_rows < 1 || a.max_block_rows * (a.n_head / a.n_head_kv) > INT_MAX / 2 ||
       a.n_blocks * ceil_div(a.max_block_rows * (a.n_head / a.n_head_kv), 16) > INT_MAX) {
@@ -605,6 +682,8 @@ Status attention(const AttentionArgs& a, cudaStream_t stream) {
   p.splits = pl.splits;
   p.chunk = pl.chunk;
   p.max_kv = int(a.max_kv);
+  p.window = effective_window(a);
+  p.key_tile = key_tile(int(a.head_dim), pl.warps);
   p.n_ctas = int(pl.n_ctas);
   p.n_cta_x = int(pl.n_ctas / a.n_head_kv);
   p.scale_log2 = a.scale * 1.4426950408889634f;

@@ -26,38 +26,52 @@ struct KvTables {
   int64_t n_layer = 0;
 };
 
+// One RoPE configuration (backend::RopeSpec's fields; kernels/cuda does not
+// see the backend): NEOX rotation of the first n_rot dims with
+// theta_i = pos * inv_freq(i), inv_freq(i) = freq_base^(-2i/n_rot) blended
+// by YaRN when yarn_factor > 1 (computed in double on the device exactly as
+// RopeSpec::inv_freq), cos and sin both times attn_factor.
+struct RopeConfig {
+  int64_t n_rot = 0;
+  double freq_base = 10000.0;
+  double yarn_factor = 1.0, yarn_ramp_low = 0.0, yarn_ramp_high = 0.0;
+  float attn_factor = 1.0f;
+};
+
 // In place per row: q heads and k heads each RMS-normed with their weight
-// (head_dim values), then NEOX RoPE over the first n_rot dims at the row's
-// position (theta_i = pos * freq_base^(-2i/n_rot), angles in double, as
-// kernels/cpu/rope_table.h); then K and V rows stored as f16 into the row's
-// cache at its position, layer `layer`.
+// (head_dim values), then NEOX RoPE over the first rope.n_rot dims at the
+// row's position (angles in double, as kernels/cpu/rope_table.h); then K
+// and V rows stored as f16 into the row's cache at its position, layer
+// `layer`.
 struct QkNormRopeStoreArgs {
   float* q = nullptr;             // [n_rows][n_head * head_dim]
   float* k = nullptr;             // [n_rows][n_head_kv * head_dim]
   const float* v = nullptr;       // [n_rows][n_head_kv * head_dim]
   const float* q_norm = nullptr;  // [head_dim] (null: no q/k norm)
   const float* k_norm = nullptr;  // [head_dim]
-  int64_t n_head = 0, n_head_kv = 0, head_dim = 0, n_rot = 0;
+  int64_t n_head = 0, n_head_kv = 0, head_dim = 0;
+  RopeConfig rope;  // n_rot 0: no rotation
   float rms_eps = 1e-6f;
-  double freq_base = 10000.0;
   RowLayout rows;
   KvTables kv;
   int64_t layer = 0;
-  // Optional: the rows' rotation table from rope_table() (it depends only
-  // on the positions, so a forward computes it once for all its layers).
-  // Null: each CTA computes its row's angles itself (same bits, slower).
-  const float* cos_sin = nullptr;  // [n_rows][n_rot]
+  // Optional: the rows' rotation table of `rope` from rope_table() (it
+  // depends only on the positions, so a forward computes it once for all
+  // its layers). Null: each CTA computes its row's angles itself (same
+  // bits, slower).
+  const float* cos_sin = nullptr;  // [n_rows][rope.n_rot]
 };
 Status qk_norm_rope_store(const QkNormRopeStoreArgs& a, cudaStream_t stream);
 
 // cos_sin[row][0..n_rot/2) = cos, [n_rot/2..n_rot) = sin of
-// pos(row) * freq_base^(-2i/n_rot), computed in double and rounded once
-// (as the CPU's rope_table.cpp). n_rot even, >= 2; row_pos on the device.
+// pos(row) * inv_freq(i) (RopeConfig), computed in double and rounded once,
+// then times attn_factor (as the CPU's rope_table.cpp). n_rot even, >= 2;
+// row_pos on the device.
 struct RopeTableArgs {
   const int32_t* row_pos = nullptr;
-  int64_t n_rows = 0, n_rot = 0;
-  double freq_base = 10000.0;
-  float* cos_sin = nullptr;  // [n_rows][n_rot]
+  int64_t n_rows = 0;
+  RopeConfig rope;
+  float* cos_sin = nullptr;  // [n_rows][rope.n_rot]
 };
 Status rope_table(const RopeTableArgs& a, cudaStream_t stream);
 
@@ -68,9 +82,10 @@ struct QueryBlock {
   int32_t n_rows = 0;
 };
 
-// out[row][h] = softmax(q[row][h] . K[0..pos(row)]^T * scale) V, causal by
-// position within the row's own sequence, GQA (n_head / n_head_kv query
-// heads share a KV head), f32 accumulation.
+// out[row][h] = softmax(q[row][h] . K[lo..pos(row)]^T * scale) V, causal by
+// position within the row's own sequence (lo = 0, or pos - window + 1 with
+// a sliding window), GQA (n_head / n_head_kv query heads share a KV head),
+// f32 accumulation.
 struct AttentionArgs {
   const float* q = nullptr;  // [n_rows][n_head * head_dim]
   float* out = nullptr;      // [n_rows][n_head * head_dim]
@@ -83,6 +98,9 @@ struct AttentionArgs {
   int64_t n_blocks = 0;
   int64_t max_block_rows = 0;  // the largest n_rows among the blocks
   int64_t max_kv = 0;          // upper bound of pos + 1 over the rows (grid sizing)
+  // > 0: sliding window, a row at position p sees keys j with p - j <
+  // window (keys before the window are never read, whole tiles skipped).
+  int64_t window = 0;
   // Scratch for splitting long key ranges over several CTAs when the batch
   // alone does not fill the GPU (decode of few sequences): partial results
   // and a combine pass. Null or too small: fewer splits (none at worst),
@@ -90,14 +108,15 @@ struct AttentionArgs {
   float* workspace = nullptr;  // device memory, 16-byte aligned
   size_t workspace_bytes = 0;
 };
-// The launcher rejects (kInvalidArgument) head_dim other than 64 or 128,
-// n_head not a multiple of n_head_kv, max_kv < 1, max_block_rows < 1, a bad
-// layer or null pointers. The caller promises: every block's rows are one
-// sequence (its first row's row_seq counts) with n_rows <= max_block_rows
-// (longer blocks are clipped); pos + 1 <= max_kv (keys past max_kv are never
-// read); cache rows 16-byte aligned; |q| < 65504 (q goes through the tensor
-// cores as two f16 halves). out may equal q. Rows in no block are left
-// untouched; a row whose row_pos or row_seq is negative gets zeros.
+// The launcher rejects (kInvalidArgument) head sizes attention_supports_head_dim
+// refuses, n_head not a multiple of n_head_kv, max_kv < 1, max_block_rows < 1,
+// a bad layer, a negative window or null pointers. The caller promises: every
+// block's rows are one sequence (its first row's row_seq counts) with
+// n_rows <= max_block_rows (longer blocks are clipped), their positions
+// consecutive; pos + 1 <= max_kv (keys past max_kv are never read); cache
+// rows 16-byte aligned; |q| < 65504 (q goes through the tensor cores as two
+// f16 halves). out may equal q. Rows in no block are left untouched; a row
+// whose row_pos or row_seq is negative gets zeros.
 Status attention(const AttentionArgs& a, cudaStream_t stream);
 
 // Head sizes attention() takes: 64 and 128 on the tensor-core kernel, and

@@ -5,7 +5,9 @@
 // tiles w, w + kWarps, ... of 32 keys; lane j scores key j of a tile
 // against the query (in shared memory), the warp keeps an online softmax
 // and its share of the output (dims lane, lane + 32, ...), and the warps'
-// partial results are combined through shared memory at the end.
+// partial results are combined through shared memory at the end. With a
+// sliding window the tiles start at the window's (keys before it are never
+// read).
 #include <cuda_fp16.h>
 
 #include <cfloat>
@@ -31,6 +33,7 @@ struct GenericParams {
   uint16_t* const* v_tab;
   int64_t n_layer;
   int layer, n_head, n_head_kv, head_dim;
+  int window;  // > 0: sliding window
   float scale_log2;
 };
 
@@ -48,19 +51,24 @@ __global__ void __launch_bounds__(kWarps* kWarp) generic_attention_kernel(Generi
   detail::allow_dependents();
   for (int d = int(threadIdx.x); d < hd; d += kWarps * kWarp) q_s[d] = p.q[(row * p.n_head + h) * hd + d];
   __syncthreads();
-  const int seq = p.row_seq[row], n_keys = p.row_pos[row] + 1;
+  const int seq = p.row_seq[row], pos = p.row_pos[row];
+  // Keys first..n_keys-1; none (zeros out) for a row without a sequence or position.
+  const int n_keys = seq >= 0 && pos >= 0 ? pos + 1 : 0;
+  const int first = p.window > 0 ? max(0, n_keys - p.window) : 0;
   const int kvh = h / (p.n_head / p.n_head_kv);
   const int64_t stride = int64_t(p.n_head_kv) * hd;
-  const uint16_t* k = p.k_tab[seq * p.n_layer + p.layer] + int64_t(kvh) * hd;
-  const uint16_t* v = p.v_tab[seq * p.n_layer + p.layer] + int64_t(kvh) * hd;
+  const int64_t slot = int64_t(seq) * p.n_layer + p.layer;
+  const uint16_t* k = n_keys > 0 ? p.k_tab[slot] + int64_t(kvh) * hd : nullptr;
+  const uint16_t* v = n_keys > 0 ? p.v_tab[slot] + int64_t(kvh) * hd : nullptr;
   float o[DPL];
 #pragma unroll
   for (int i = 0; i < DPL; ++i) o[i] = 0.0f;
   float m = -FLT_MAX, l = 0.0f;
-  for (int tile = warp; tile * kWarp < n_keys; tile += kWarps) {
+  for (int tile = first / kWarp + warp; tile * kWarp < n_keys; tile += kWarps) {
     const int key = tile * kWarp + lane;
+    const bool seen = key >= first && key < n_keys;
     float s = -FLT_MAX;
-    if (key < n_keys) {
+    if (seen) {
       const uint16_t* kr = k + int64_t(key) * stride;
       float acc = 0.0f;
       for (int d = 0; d < hd; ++d) acc += q_s[d] * half_to_float(kr[d]);
@@ -69,15 +77,16 @@ __global__ void __launch_bounds__(kWarps* kWarp) generic_attention_kernel(Generi
     float mt = s;
     for (int off = kWarp / 2; off > 0; off >>= 1) mt = fmaxf(mt, __shfl_xor_sync(0xffffffffu, mt, off));
     const float m_new = fmaxf(m, mt);
-    const float pr = key < n_keys ? exp2f(s - m_new) : 0.0f;
+    const float pr = seen ? exp2f(s - m_new) : 0.0f;
     const float corr = exp2f(m - m_new);
     float ps = pr;
     for (int off = kWarp / 2; off > 0; off >>= 1) ps += __shfl_xor_sync(0xffffffffu, ps, off);
     l = l * corr + ps;
 #pragma unroll
     for (int i = 0; i < DPL; ++i) o[i] *= corr;
-    const int in_tile = min(kWarp, n_keys - tile * kWarp);
-    for (int j = 0; j < in_tile; ++j) {
+    // Only the seen keys' V rows are read (those before the window may be stale).
+    const int j0 = max(0, first - tile * kWarp), in_tile = min(kWarp, n_keys - tile * kWarp);
+    for (int j = j0; j < in_tile; ++j) {
       const float pj = __shfl_sync(0xffffffffu, pr, j);
       const uint16_t* vr = v + int64_t(tile * kWarp + j) * stride;
 #pragma unroll
@@ -96,7 +105,7 @@ __global__ void __launch_bounds__(kWarps* kWarp) generic_attention_kernel(Generi
   for (int d = int(threadIdx.x); d < hd; d += kWarps * kWarp) {
     float acc = 0.0f;
     for (int w = 0; w < kWarps; ++w) acc += o_s[w][d] * exp2f(m_s[w] - M);
-    p.out[(row * p.n_head + h) * hd + d] = acc / L;
+    p.out[(row * p.n_head + h) * hd + d] = L > 0.0f ? acc / L : 0.0f;  // no key seen: zeros
   }
 }
 
@@ -144,6 +153,7 @@ Status attention_generic(const AttentionArgs& a, cudaStream_t stream) {
                   int(a.n_head),
                   int(a.n_head_kv),
                   int(a.head_dim),
+                  a.window > 0 && a.window < a.max_kv ? int(a.window) : 0,
                   a.scale * 1.4426950408889634f};
   switch (a.head_dim / kWarp) {
 #define MOESERVE_GENERIC_CASE(n)         \

@@ -1,5 +1,6 @@
 // Row-wise and element-wise kernels of a forward pass: RMSNorm (plain, over
-// gathered rows, fused with the residual add), SwiGLU, residual add, fill.
+// gathered rows, fused with the residual add), SwiGLU, residual add, the
+// softplus gate, fill.
 // All are memory-bound: the goal is coalesced (float4 where aligned) loads
 // and, for the norms, a reduction whose order is fixed by the row length so
 // results are deterministic and independent of the batch.
@@ -208,6 +209,18 @@ __global__ void fill_kernel(float* p, float value, int64_t n) {
   for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) p[i] = value;
 }
 
+// x[i] *= softplus(gate[i / group]): consecutive threads share a gate
+// (broadcast loads) and write consecutive x.
+__global__ void mul_softplus_kernel(float* x, const float* gate, int64_t n, int64_t group) {
+  detail::grid_dependency_wait();  // launch.cuh: before any activation access
+  detail::allow_dependents();
+  const int64_t stride = int64_t(gridDim.x) * blockDim.x;
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) {
+    const float v = gate[i / group];
+    x[i] *= v > 20.0f ? v : log1pf(expf(v));
+  }
+}
+
 constexpr int kFlatThreads = 256;
 constexpr int64_t kMaxFlatBlocks = 1 << 16;  // the grid-stride loops cover the rest
 
@@ -283,6 +296,21 @@ Status swiglu(const float* gate, const float* up, float* out, int64_t n, cudaStr
 
 Status add(float* y, const float* x, int64_t n, cudaStream_t stream) {
   return launch_binary<AddOp>(y, x, y, n, stream, "add");
+}
+
+Status mul_softplus(float* x, const float* gate, int64_t n_rows, int64_t n_gates, int64_t group,
+                    cudaStream_t stream) {
+  if (n_rows < 0 || n_gates < 0 || group < 0) {
+    return make_error(StatusCode::kInvalidArgument, "mul_softplus: bad shape {} rows x {} gates x {}", n_rows,
+                      n_gates, group);
+  }
+  const int64_t n = n_rows * n_gates * group;
+  if (n == 0) return Status::ok();
+  if (x == nullptr || gate == nullptr) {
+    return make_error(StatusCode::kInvalidArgument, "mul_softplus: null pointer");
+  }
+  detail::launch(mul_softplus_kernel, flat_blocks(n), kFlatThreads, 0, stream, x, gate, n, group);
+  return launched("mul_softplus");
 }
 
 Status fill_f32(float* p, float value, int64_t n, cudaStream_t stream) {

@@ -1,6 +1,6 @@
 // Row-wise and element-wise ops of a forward pass on the GPU: embedding
 // gather, RMSNorm (plain, fused with a residual add, and over chosen rows),
-// SwiGLU, residual add. f32 activations in device memory.
+// SwiGLU, residual add, the softplus gate. f32 activations in device memory.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -76,6 +76,12 @@ Status combine_rms_norm(const CombineRmsNormArgs& a, cudaStream_t stream);
 Status swiglu(const float* gate, const float* up, float* out, int64_t n, cudaStream_t stream);
 // y[i] += x[i], i < n.
 Status add(float* y, const float* x, int64_t n, cudaStream_t stream);
+// x[t][g * group + i] *= softplus(gate[t][g]) for t < n_rows, g < n_gates,
+// i < group (Laguna's attention output gate: one gate per head, or per
+// element with group 1). softplus(v) = log1p(exp(v)), v itself above 20
+// (torch's threshold).
+Status mul_softplus(float* x, const float* gate, int64_t n_rows, int64_t n_gates, int64_t group,
+                    cudaStream_t stream);
 // p[i] = value, i < n (initialising and poisoning buffers).
 Status fill_f32(float* p, float value, int64_t n, cudaStream_t stream);
 

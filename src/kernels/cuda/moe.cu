@@ -1,16 +1,17 @@
 // MoE routing and combine on the GPU.
 //
 // route_and_group: the tokens are cut into chunks of consecutive tokens.
-// Kernel 1 (one block per chunk, one warp per token) does softmax + top-k +
-// renormalisation, then counts the chunk's pairs per expert. With a single
-// chunk (decode) the same block also scans the counts and places the pairs:
-// one launch. Otherwise kernel 2 (one block) turns the per-chunk counts into
-// per-chunk bases and the expert offsets, and kernel 3 (one warp per chunk)
-// places the chunk's pairs. Placement walks the chunk's pairs in ascending
-// order, 32 at a time, a pair's rank among the equal experts of its round
-// coming from __match_any_sync: a stable counting sort, so pairs ascend
-// within each expert and nothing depends on the order of atomics (the only
-// atomics are integer counts, whose sums are order-free).
+// Kernel 1 (one block per chunk, one warp per token) does the probabilities
+// (softmax or sigmoid) + top-k (of p, or p + bias) + weights, then counts
+// the chunk's pairs per expert. With a single chunk (decode) the same block
+// also scans the counts and places the pairs: one launch. Otherwise kernel
+// 2 (one block) turns the per-chunk counts into per-chunk bases and the
+// expert offsets, and kernel 3 (one warp per chunk) places the chunk's
+// pairs. Placement walks the chunk's pairs in ascending order, 32 at a
+// time, a pair's rank among the equal experts of its round coming from
+// __match_any_sync: a stable counting sort, so pairs ascend within each
+// expert and nothing depends on the order of atomics (the only atomics are
+// integer counts, whose sums are order-free).
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -52,10 +53,12 @@ Status launched(const char* what) {
 
 // ---- routing ---------------------------------------------------------------
 
-// A top-k candidate; i < 0: none.
+// A top-k candidate: its ranking key (p, or p + bias), expert (i < 0:
+// none) and weight (the unbiased p).
 struct Cand {
   float v;
   int i;
+  float w;
 };
 
 // The CPU top_k order: larger first, ties to the lower index, NaN last;
@@ -70,23 +73,29 @@ __device__ __forceinline__ bool better(Cand a, Cand b) {
   return a.i < b.i;
 }
 
-// One token, one warp: lane l holds experts l, l + 32, ... (kPerLane of
-// them, in registers). Softmax as the CPU reference (max-subtracted, times
-// 1/sum); the sum is a fixed xor tree. n_used rounds of arg-max pick the
-// slots; slot j stays in lane j, the renormalising sum is accumulated in
-// slot order (as the CPU does) by every lane alike.
-// Returns lane j's slot expert (lanes past n_used: -1).
+// How a token's experts are chosen and weighted (RouteArgs).
+struct Gating {
+  bool sigmoid = false;
+  const float* bias = nullptr;  // [n_expert] or null
+  bool normalize = true;
+  float scale = 1.0f;
+};
+
+// The router probabilities of lane's experts lane, lane + 32, ...: sigmoid
+// per expert, or softmax as the CPU reference (max-subtracted, times
+// 1/sum; the sum a fixed xor tree). Experts past n_expert get -inf.
 template <int kPerLane>
-__device__ int route_token(const float* logits, int n_expert, int n_used, int32_t* sel, float* weights,
-                           int lane) {
-  float p[kPerLane];
+__device__ void router_probs(const float* logits, int n_expert, bool sigmoid, int lane,
+                             float (&p)[kPerLane]) {
   float mx = -INFINITY;
 #pragma unroll
   for (int k = 0; k < kPerLane; ++k) {
     const int e = lane + kWarp * k;
     p[k] = e < n_expert ? logits[e] : -INFINITY;
+    if (sigmoid && e < n_expert) p[k] = 1.0f / (1.0f + expf(-p[k]));
     mx = fmaxf(mx, p[k]);
   }
+  if (sigmoid) return;  // (uniform over the warp)
   for (int o = kWarp / 2; o > 0; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(kFull, mx, o));
   float sum = 0.0f;
 #pragma unroll
@@ -100,28 +109,49 @@ __device__ int route_token(const float* logits, int n_expert, int n_used, int32_
   const float inv = 1.0f / sum;
 #pragma unroll
   for (int k = 0; k < kPerLane; ++k) p[k] *= inv;
+}
 
+// One token, one warp: lane l holds experts l, l + 32, ... (kPerLane of
+// them, in registers). n_used rounds of arg-max over the ranking keys pick
+// the slots; slot j stays in lane j, the normalising sum of the unbiased
+// probabilities is accumulated in slot order (as the CPU does) by every
+// lane alike. probs (may be null, may be logits) gets the probabilities.
+// Returns lane j's slot expert (lanes past n_used: -1).
+template <int kPerLane>
+__device__ int route_token(const float* logits, float* probs, int n_expert, int n_used, const Gating& g,
+                           int32_t* sel, float* weights, int lane) {
+  float p[kPerLane], key[kPerLane];
+  router_probs<kPerLane>(logits, n_expert, g.sigmoid, lane, p);
+#pragma unroll
+  for (int k = 0; k < kPerLane; ++k) {
+    const int e = lane + kWarp * k;
+    key[k] = g.bias != nullptr && e < n_expert ? p[k] + g.bias[e] : p[k];
+    if (probs != nullptr && e < n_expert) probs[e] = p[k];  // each lane rewrites only what it read
+  }
   uint32_t taken = 0;
-  Cand slot{0.0f, -1};
+  Cand slot{0.0f, -1, 0.0f};
   float sel_sum = 0.0f;
   for (int j = 0; j < n_used; ++j) {
-    Cand best{0.0f, -1};
+    Cand best{0.0f, -1, 0.0f};
 #pragma unroll
     for (int k = 0; k < kPerLane; ++k) {
-      const Cand c{p[k], lane + kWarp * k};
+      const Cand c{key[k], lane + kWarp * k, p[k]};
       if (c.i < n_expert && !((taken >> k) & 1u) && better(c, best)) best = c;
     }
     for (int o = kWarp / 2; o > 0; o >>= 1) {
-      const Cand other{__shfl_xor_sync(kFull, best.v, o), __shfl_xor_sync(kFull, best.i, o)};
+      const Cand other{__shfl_xor_sync(kFull, best.v, o), __shfl_xor_sync(kFull, best.i, o),
+                       __shfl_xor_sync(kFull, best.w, o)};
       if (better(other, best)) best = other;
     }
     if (best.i >= 0 && best.i % kWarp == lane) taken |= 1u << (best.i / kWarp);
     if (lane == j) slot = best;
-    sel_sum += best.v;
+    sel_sum += best.w;
   }
   if (lane < n_used) {
+    // backend.h's order: scale / sum, then times each weight.
+    const float scale = g.scale / (g.normalize && sel_sum > 0.0f ? sel_sum : 1.0f);
     sel[lane] = slot.i;
-    weights[lane] = slot.v / sel_sum;
+    weights[lane] = slot.w * scale;
   }
   return lane < n_used ? slot.i : -1;
 }
@@ -172,6 +202,8 @@ __device__ void scatter_warp(const int32_t* sel, int begin, int end, int32_t* ru
 
 struct RouteParams {
   const float* logits = nullptr;
+  float* probs = nullptr;
+  Gating gating;
   int n_expert = 0, n_used = 0;
   int64_t n_tokens = 0, chunk_tokens = 0;
   int32_t* selected = nullptr;
@@ -189,7 +221,7 @@ struct RouteParams {
 template <int kPerLane>
 __device__ void route_one_token(const RouteParams& p, int lane) {
   const int E = p.n_expert, K = p.n_used;
-  const int mine = route_token<kPerLane>(p.logits, E, K, p.selected, p.weights, lane);
+  const int mine = route_token<kPerLane>(p.logits, p.probs, E, K, p.gating, p.selected, p.weights, lane);
   int below_mine = 0;
   int below[(kRouteMaxExperts + 1 + kWarp - 1) / kWarp] = {};  // [k]: chosen experts below lane + 32k
   for (int i = 0; i < K; ++i) {
@@ -222,7 +254,8 @@ __global__ void __launch_bounds__(kRouteThreads) route_chunk_kernel(RouteParams 
   const int E = p.n_expert, K = p.n_used;
   for (int e = threadIdx.x; e < E; e += blockDim.x) hist[e] = 0;
   for (int64_t t = t0 + warp; t < t1; t += kRouteWarps) {
-    route_token<kPerLane>(p.logits + t * E, E, K, p.selected + t * K, p.weights + t * K, lane);
+    route_token<kPerLane>(p.logits + t * E, p.probs != nullptr ? p.probs + t * E : nullptr, E, K, p.gating,
+                          p.selected + t * K, p.weights + t * K, lane);
   }
   __syncthreads();  // the block's selections (global memory) are visible to all its threads
   const int begin = int(t0 * K), end = int(t1 * K);
@@ -419,7 +452,8 @@ Status route_and_group(const RouteArgs& a, cudaStream_t stream) {
   }
   const ChunkPlan plan = plan_chunks(a.n_tokens);
   RouteParams p;
-  p.logits = a.logits, p.n_expert = int(a.n_expert), p.n_used = int(a.n_used);
+  p.logits = a.logits, p.probs = a.probs, p.n_expert = int(a.n_expert), p.n_used = int(a.n_used);
+  p.gating = {a.sigmoid, a.selection_bias, a.normalize, a.weight_scale};
   p.n_tokens = a.n_tokens, p.chunk_tokens = plan.chunk_tokens;
   p.selected = a.selected, p.weights = a.weights, p.pairs = a.pairs_by_expert, p.offsets = a.expert_offsets;
   p.chunk_counts = static_cast<int32_t*>(a.scratch);

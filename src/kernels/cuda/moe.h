@@ -13,14 +13,21 @@
 
 namespace moeserve::cuda {
 
-// Per token: softmax over the n_expert router logits (f32), the n_used
-// largest (ties: lower index first, as the CPU top_k), their probabilities
-// renormalised to sum 1. Then every (token, slot) pair grouped by expert:
-// expert_offsets (n_expert + 1 entries, exclusive prefix sums of the
-// counts) and pairs_by_expert, pairs ascending within an expert.
+// Per token: probabilities p over the n_expert router logits (f32),
+// softmax or sigmoid; the n_used largest of p + selection_bias (p without
+// a bias; ties: lower index first, as the CPU top_k); their weights the
+// unbiased p, divided by their sum when `normalize`, times weight_scale
+// (as backend.h's RouteOpArgs). Then every (token, slot) pair grouped by
+// expert: expert_offsets (n_expert + 1 entries, exclusive prefix sums of
+// the counts) and pairs_by_expert, pairs ascending within an expert.
 struct RouteArgs {
   const float* logits = nullptr;  // [n_tokens][n_expert]
   int64_t n_tokens = 0, n_expert = 0, n_used = 0;
+  bool sigmoid = false;                   // gating: sigmoid(logits), else softmax
+  const float* selection_bias = nullptr;  // [n_expert] device, or null
+  bool normalize = true;
+  float weight_scale = 1.0f;
+  float* probs = nullptr;              // optional [n_tokens][n_expert]: p (may be logits)
   int32_t* selected = nullptr;         // [n_tokens][n_used] expert ids
   float* weights = nullptr;            // [n_tokens][n_used]
   int32_t* pairs_by_expert = nullptr;  // [n_tokens * n_used]

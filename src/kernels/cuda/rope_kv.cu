@@ -4,10 +4,11 @@
 //
 // It follows the CPU reference step for step (kernels/cpu/ref/ops_ref.cpp,
 // rope_table.cpp, compiled there without FMA): the sum of squares in double,
-// the angles in double rounded once to float, and explicit _rn arithmetic so
-// nvcc does not contract the rotation into FMAs. The results then match the
-// CPU bit for bit except where GPU and libm pow/sincos differ in a last
-// double bit that survives the rounding to float (rare).
+// the angles in double rounded once to float (then times YaRN's
+// attn_factor), and explicit _rn arithmetic so nvcc does not contract the
+// rotation into FMAs. The results then match the CPU bit for bit except
+// where GPU and libm pow/sincos differ in a last double bit that survives
+// the rounding to float (rare).
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
@@ -66,23 +67,35 @@ __device__ void norm_rope_head(float* x, const float* w, int hd, int n_rot, floa
   }
 }
 
-// theta_i = pos * base^(-2i/n_rot) in double, rounded once (rope_table.cpp).
-__device__ __forceinline__ void rope_angle(int32_t pos, int i, int n_rot, double freq_base, float* cos_sin) {
-  const int half = n_rot / 2;
-  const double inv_freq = pow(freq_base, -2.0 * double(i) / double(n_rot));
+// RopeSpec::inv_freq (backend.cpp) step for step in double: the plain
+// frequency, blended by YaRN between interpolation (inv / factor) and
+// extrapolation (inv) along the ramp.
+__device__ __forceinline__ double rope_inv_freq(const RopeConfig& r, int i) {
+  const double inv = pow(r.freq_base, -2.0 * double(i) / double(r.n_rot));
+  if (!(r.yarn_factor > 1.0)) return inv;
+  const double high = r.yarn_ramp_high == r.yarn_ramp_low ? r.yarn_ramp_high + 0.001 : r.yarn_ramp_high;
+  const double ramp = fmin(fmax((double(i) - r.yarn_ramp_low) / (high - r.yarn_ramp_low), 0.0), 1.0);
+  const double extrapolated = 1.0 - ramp;
+  return inv * ((1.0 - extrapolated) / r.yarn_factor + extrapolated);
+}
+
+// theta_i = pos * inv_freq(i) in double, rounded once, then times
+// attn_factor in float (rope_table.cpp's order).
+__device__ __forceinline__ void rope_angle(int32_t pos, int i, const RopeConfig& r, float* cos_sin) {
+  const int half = int(r.n_rot) / 2;
   double s, c;
-  sincos(double(pos) * inv_freq, &s, &c);
-  cos_sin[i] = float(c);
-  cos_sin[half + i] = float(s);
+  sincos(double(pos) * rope_inv_freq(r, i), &s, &c);
+  cos_sin[i] = __fmul_rn(float(c), r.attn_factor);
+  cos_sin[half + i] = __fmul_rn(float(s), r.attn_factor);
 }
 
 __global__ void __launch_bounds__(kThreads) rope_table_kernel(const RopeTableArgs a) {
   detail::grid_dependency_wait();  // launch.cuh: before any activation access
   detail::allow_dependents();
   const int64_t row = blockIdx.x;
-  const int n_rot = int(a.n_rot);
+  const int n_rot = int(a.rope.n_rot);
   for (int i = threadIdx.x; i < n_rot / 2; i += kThreads) {
-    rope_angle(a.row_pos[row], i, n_rot, a.freq_base, a.cos_sin + row * a.n_rot);
+    rope_angle(a.row_pos[row], i, a.rope, a.cos_sin + row * n_rot);
   }
 }
 
@@ -95,13 +108,13 @@ __global__ void __launch_bounds__(kThreads) qk_norm_rope_store_kernel(const QkNo
   const int64_t row = blockIdx.x;
   const int32_t seq = a.rows.row_seq[row];
   const int32_t pos = a.rows.row_pos[row];
-  const int hd = int(a.head_dim), n_rot = int(a.n_rot), half = n_rot / 2;
+  const int hd = int(a.head_dim), n_rot = int(a.rope.n_rot), half = n_rot / 2;
   for (int i = threadIdx.x; i < half; i += kThreads) {
     if (a.cos_sin != nullptr) {
       cos_sin[i] = a.cos_sin[row * n_rot + i];
       cos_sin[half + i] = a.cos_sin[row * n_rot + half + i];
     } else {
-      rope_angle(pos, i, n_rot, a.freq_base, cos_sin);
+      rope_angle(pos, i, a.rope, cos_sin);
     }
   }
   __syncthreads();
@@ -143,14 +156,14 @@ Status validate(const QkNormRopeStoreArgs& a) {
                       "qk_norm_rope_store: n_head {}, n_head_kv {}, head_dim {} (need >= 1, head_dim <= {})",
                       a.n_head, a.n_head_kv, a.head_dim, kMaxHeadDim);
   }
-  if (a.n_rot < 0 || a.n_rot > a.head_dim || a.n_rot % 2 != 0) {
+  if (a.rope.n_rot < 0 || a.rope.n_rot > a.head_dim || a.rope.n_rot % 2 != 0) {
     return make_error(StatusCode::kInvalidArgument,
-                      "qk_norm_rope_store: n_rot {} must be even and within 0..head_dim ({})", a.n_rot,
+                      "qk_norm_rope_store: n_rot {} must be even and within 0..head_dim ({})", a.rope.n_rot,
                       a.head_dim);
   }
-  if (a.n_rot > 0 && !(a.freq_base > 0.0)) {
+  if (a.rope.n_rot > 0 && !(a.rope.freq_base > 0.0)) {
     return make_error(StatusCode::kInvalidArgument, "qk_norm_rope_store: freq_base {} must be > 0",
-                      a.freq_base);
+                      a.rope.freq_base);
   }
   if (a.kv.n_layer < 1 || a.layer < 0 || a.layer >= a.kv.n_layer) {
     return make_error(StatusCode::kInvalidArgument, "qk_norm_rope_store: layer {} outside 0..{}", a.layer,
@@ -169,17 +182,18 @@ Status validate(const QkNormRopeStoreArgs& a) {
 Status qk_norm_rope_store(const QkNormRopeStoreArgs& a, cudaStream_t stream) {
   MOESERVE_RETURN_IF_ERROR(validate(a));
   if (a.rows.n_rows == 0) return Status::ok();
-  const size_t smem = size_t(a.n_rot) * sizeof(float);
+  const size_t smem = size_t(a.rope.n_rot) * sizeof(float);
   const dim3 grid(unsigned(a.rows.n_rows), unsigned((a.n_head + a.n_head_kv + kWarps - 1) / kWarps));
   MOESERVE_CUDA_RETURN_IF_ERROR(detail::launch(qk_norm_rope_store_kernel, grid, kThreads, smem, stream, a));
   return Status::ok();
 }
 
 Status rope_table(const RopeTableArgs& a, cudaStream_t stream) {
-  if (a.n_rows < 0 || a.n_rows > INT_MAX || a.n_rot < 2 || a.n_rot % 2 != 0 || a.n_rot > kMaxHeadDim ||
-      !(a.freq_base > 0.0)) {
+  const RopeConfig& r = a.rope;
+  if (a.n_rows < 0 || a.n_rows > INT_MAX || r.n_rot < 2 || r.n_rot % 2 != 0 || r.n_rot > kMaxHeadDim ||
+      !(r.freq_base > 0.0)) {
     return make_error(StatusCode::kInvalidArgument, "rope_table: {} rows, n_rot {}, freq_base {}", a.n_rows,
-                      a.n_rot, a.freq_base);
+                      r.n_rot, r.freq_base);
   }
   if (a.n_rows == 0) return Status::ok();
   if (a.row_pos == nullptr || a.cos_sin == nullptr) {

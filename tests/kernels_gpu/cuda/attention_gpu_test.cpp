@@ -2,9 +2,11 @@
 // decode (contexts 1..3000, with and without the split-K workspace), prefill
 // (blocks of 1..64 rows, several sequences per batch, rows starting at
 // pos0 > 0 after cached rows), head_dim 64 and 128, GQA ratios 1, 2 and 8,
-// every CTA shape; a replayed CUDA graph with new positions. Outputs are
-// poisoned, cache rows past each sequence's end and other layers' caches are
-// f16 NaN (any read of them would show). Timings (no assertions) run when
+// every CTA shape; a replayed CUDA graph with new positions; sliding windows
+// (16, 7, 1 and wider than the context) over contexts up to 3000, on both
+// kernels. Outputs are poisoned, cache rows past each sequence's end, before
+// its earliest window and other layers' caches are f16 NaN (any read of
+// them would show). Timings (no assertions) run when
 // MOESERVE_GPU_TIMING=1.
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
@@ -41,6 +43,7 @@ struct Case {
   int64_t n_head, n_head_kv, head_dim, block_rows;
   std::vector<Seq> seqs;
   bool workspace = true;
+  int64_t window = 0;  // > 0: sliding window
 };
 
 // Host data and device copies of one attention problem.
@@ -57,12 +60,14 @@ class Problem {
     uint32_t s_seed = seed;
     for (const Seq& s : c.seqs) {
       // Keys 0..pos0+n_new-1 hold data (the new rows' K/V are already
-      // stored, as qk_norm_rope_store leaves them); 5 more rows are NaN.
+      // stored, as qk_norm_rope_store leaves them); 5 more rows are NaN, and
+      // with a window the rows no query of the sequence sees.
       const int64_t used = s.pos0 + s.n_new, cap = used + 5;
+      const int64_t seen_from = c.window > 0 ? std::max<int64_t>(0, s.pos0 - c.window + 1) : 0;
       auto fill = [&](uint32_t sd) {
         std::vector<uint16_t> h(size_t(cap * kvd_), kNaN16);
         const std::vector<float> r = random_floats(size_t(used * kvd_), sd);
-        for (size_t i = 0; i < r.size(); ++i) h[i] = fp32_to_fp16(r[i]);
+        for (size_t i = size_t(seen_from * kvd_); i < r.size(); ++i) h[i] = fp32_to_fp16(r[i]);
         return h;
       };
       slot_k_[size_t(s.slot)] = fill(++s_seed);
@@ -112,6 +117,7 @@ class Problem {
     a.n_blocks = int64_t(blocks_.size());
     a.max_block_rows = max_block_rows_;
     a.max_kv = max_kv;
+    a.window = c_.window;
     if (ws_ != nullptr) {
       a.workspace = ws_->get();
       a.workspace_bytes = ws_bytes_;
@@ -123,7 +129,8 @@ class Problem {
   DeviceArray<int32_t>& positions() { return *dpos_; }
   std::vector<int32_t>& host_positions() { return row_pos_; }
 
-  // softmax(q . K^T * scale) V in double over keys 0..pos of the row's slot.
+  // softmax(q . K^T * scale) V in double over keys lo..pos of the row's slot
+  // (lo = 0, or pos - window + 1 with a window).
   std::vector<float> reference(float scale) const {
     const int64_t hd = c_.head_dim, group = c_.n_head / c_.n_head_kv;
     std::vector<float> out(q_.size());
@@ -132,12 +139,13 @@ class Problem {
       const std::vector<uint16_t>& K = slot_k_[size_t(row_seq_[size_t(r)])];
       const std::vector<uint16_t>& V = slot_v_[size_t(row_seq_[size_t(r)])];
       const int64_t n_keys = row_pos_[size_t(r)] + 1;
-      w.resize(size_t(n_keys));
+      const int64_t lo = c_.window > 0 ? std::max<int64_t>(0, n_keys - c_.window) : 0;
+      w.assign(size_t(n_keys), -INFINITY);  // keys before lo weigh exp(-inf) = 0
       for (int64_t h = 0; h < c_.n_head; ++h) {
         const float* q = q_.data() + (r * c_.n_head + h) * hd;
         const int64_t koff = (h / group) * hd;
         double mx = -INFINITY, sum = 0.0;
-        for (int64_t j = 0; j < n_keys; ++j) {
+        for (int64_t j = lo; j < n_keys; ++j) {
           double dot = 0.0;
           for (int64_t d = 0; d < hd; ++d) dot += double(q[d]) * fp16_to_fp32(K[size_t(j * kvd_ + koff + d)]);
           w[size_t(j)] = dot * double(scale);
@@ -146,7 +154,9 @@ class Problem {
         for (double& x : w) sum += (x = std::exp(x - mx));
         for (int64_t d = 0; d < hd; ++d) {
           double acc = 0.0;
-          for (int64_t j = 0; j < n_keys; ++j) acc += w[size_t(j)] * fp16_to_fp32(V[size_t(j * kvd_ + koff + d)]);
+          for (int64_t j = lo; j < n_keys; ++j) {
+            acc += w[size_t(j)] * fp16_to_fp32(V[size_t(j * kvd_ + koff + d)]);
+          }
           out[size_t((r * c_.n_head + h) * hd + d)] = float(acc / sum);
         }
       }
@@ -260,6 +270,57 @@ TEST(AttentionGpu, OtherHeadSizes) {
   run_case({4, 4, 96, 16, kPrefill}, 23);
 }
 
+// ---- sliding window ----
+
+// Decode rows over contexts up to 3000 (700: a few key tiles past any
+// 16-key window, so whole tiles and splits before it are skipped).
+const std::vector<Seq> kDecodeLong = {{3, 0, 1},   {0, 1, 1},   {4, 16, 1},
+                                      {1, 299, 1}, {5, 699, 1}, {2, 2999, 1}};
+// Prefill blocks whose rows' windows start in different key tiles.
+const std::vector<Seq> kPrefillLong = {{1, 0, 64}, {0, 37, 100}, {2, 5, 1}, {3, 640, 60}};
+
+TEST(AttentionGpu, WindowDecodeHd128Gqa8) {
+  MOESERVE_REQUIRE_GPU();
+  run_case({32, 4, 128, 1, kDecodeLong, true, 16}, 31);  // the keys split over CTAs from the window on
+  run_case({32, 4, 128, 1, kDecodeLong, true, 7}, 32);
+  run_case({32, 4, 128, 1, kDecodeLong, false, 16}, 33);  // one CTA per row
+}
+
+TEST(AttentionGpu, WindowDecodeHd64Gqa1) {
+  MOESERVE_REQUIRE_GPU();
+  run_case({16, 16, 64, 1, kDecodeLong, true, 16}, 34);
+  run_case({16, 16, 64, 1, kDecodeLong, true, 7}, 35, /*max_kv_slack=*/300);
+}
+
+TEST(AttentionGpu, WindowPrefill) {
+  MOESERVE_REQUIRE_GPU();
+  run_case({32, 4, 128, 64, kPrefillLong, true, 16}, 36);  // 4-warp CTAs
+  run_case({4, 2, 64, 64, kPrefillLong, true, 7}, 37);
+  run_case({16, 16, 128, 64, kPrefillLong, true, 16}, 38);  // few CTAs: split from the window on
+  run_case({16, 16, 64, 16, kPrefillLong, true, 7}, 39);    // 1-warp CTAs
+  run_case({8, 4, 128, 16, kPrefillLong, false, 16}, 40);   // 2-warp CTAs, no split
+}
+
+// The simpler kernel (attention_generic.cu): tiles from the window's on.
+TEST(AttentionGpu, WindowOtherHeadSizes) {
+  MOESERVE_REQUIRE_GPU();
+  run_case({16, 2, 256, 1, kDecodeLong, true, 16}, 41);
+  run_case({16, 2, 256, 64, kPrefillLong, true, 7}, 42);
+  run_case({8, 4, 32, 1, kDecodeLong, true, 7}, 43);
+  run_case({8, 4, 32, 16, kPrefillLong, true, 16}, 44);
+}
+
+// Window 1: each row sees only its own key (out = its V row); a window
+// wider than every context is no window.
+TEST(AttentionGpu, WindowEdges) {
+  MOESERVE_REQUIRE_GPU();
+  run_case({32, 4, 128, 1, kDecodeLong, true, 1}, 45);
+  run_case({4, 2, 64, 64, kPrefillLong, true, 1}, 46);
+  run_case({16, 2, 256, 64, kPrefillLong, true, 1}, 47);
+  run_case({32, 4, 128, 1, kDecodeLong, true, 5000}, 48);
+  run_case({4, 2, 64, 64, kPrefillLong, true, 650}, 49);  // cuts the last sequence's later rows only
+}
+
 // Captured once with an upper bound max_kv, replayed with other positions
 // written into the device array: the kernels must read them from there.
 TEST(AttentionGpu, GraphReplayReadsPositionsFromDevice) {
@@ -325,6 +386,9 @@ TEST(AttentionGpu, RejectsBadShapes) {
   EXPECT_EQ(code(b), StatusCode::kInvalidArgument);
   b = a;
   b.blocks = nullptr;
+  EXPECT_EQ(code(b), StatusCode::kInvalidArgument);
+  b = a;
+  b.window = -1;
   EXPECT_EQ(code(b), StatusCode::kInvalidArgument);
   b = a;
   b.n_blocks = 0;  // nothing to do

@@ -1,7 +1,8 @@
 // The CUDA row-wise and element-wise ops (kernels/cuda/elementwise.h) vs the
 // plain CPU reference: RMSNorm (plain, in place, gathered rows, fused add),
-// SwiGLU, add, fill, and the embedding gather of every weight type. Odd
-// sizes, random data, outputs poisoned so every element must be written.
+// SwiGLU, add, fill, the softplus gate, and the embedding gather of every
+// weight type. Odd sizes, random data, outputs poisoned so every element
+// must be written.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -211,6 +212,45 @@ TEST_P(FlatOpsGpu, AddAndFillAreExact) {
 INSTANTIATE_TEST_SUITE_P(Sizes, FlatOpsGpu,
                          ::testing::Combine(::testing::Values(1, 5, 6, 7, 4096, 100003),
                                             ::testing::Values(0, 1)));
+
+// ---- softplus gate -------------------------------------------------------------
+
+// x[t][g * group + i] *= softplus(gate[t][g]) in double, torch's threshold.
+std::vector<float> mul_softplus_ref(std::vector<float> x, const std::vector<float>& gate, int64_t group) {
+  for (size_t i = 0; i < x.size(); ++i) {
+    const double v = gate[i / size_t(group)];
+    x[i] = float(double(x[i]) * (v > 20.0 ? v : std::log1p(std::exp(v))));
+  }
+  return x;
+}
+
+// Laguna's attention output gate: one gate per head (group = head_dim) or
+// per element (group 1). Gates over -30..30 and exactly at the threshold.
+TEST(MulSoftplusGpu, PerHeadAndPerElement) {
+  MOESERVE_REQUIRE_GPU();
+  struct Shape {
+    int64_t n_rows, n_gates, group;
+  };
+  for (const Shape sh : {Shape{5, 4, 128}, Shape{3, 16, 64}, Shape{7, 333, 1}, Shape{1, 1, 1}}) {
+    const int64_t n = sh.n_rows * sh.n_gates * sh.group;
+    std::vector<float> gate = random_floats(size_t(sh.n_rows * sh.n_gates), 71, 12.0f);
+    gate[0] = 20.0f;  // the threshold itself: log1p(exp(20))
+    if (gate.size() > 2) gate[1] = 20.5f, gate[2] = -30.0f;
+    const std::vector<float> x = random_floats(size_t(n), 72);
+    DeviceArray<float> dx(x), dgate(gate);
+    ASSERT_TRUE(cuda::mul_softplus(dx.get(), dgate.get(), sh.n_rows, sh.n_gates, sh.group, nullptr).is_ok());
+    // expf / log1pf within 2 ulp each (the reference exact to double), one product.
+    expect_close_rel(dx.download(), mul_softplus_ref(x, gate, sh.group), 1e-6f,
+                     "mul_softplus group " + std::to_string(sh.group));
+  }
+}
+
+TEST(MulSoftplusGpu, RejectsBadArguments) {
+  float v = 0.0f;
+  EXPECT_EQ(cuda::mul_softplus(&v, &v, -1, 1, 1, nullptr).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(cuda::mul_softplus(nullptr, &v, 1, 1, 1, nullptr).code(), StatusCode::kInvalidArgument);
+  EXPECT_TRUE(cuda::mul_softplus(nullptr, nullptr, 0, 4, 128, nullptr).is_ok());  // nothing to do
+}
 
 // ---- embedding ---------------------------------------------------------------
 

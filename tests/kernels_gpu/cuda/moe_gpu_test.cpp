@@ -1,8 +1,10 @@
 // The CUDA MoE routing and combine (kernels/cuda/moe.h) vs the plain CPU
 // reference: softmax_ref + top_k_ref + renormalisation (as qwen3.cpp's
-// moe_block) and a counting sort of the (token, slot) pairs by expert.
-// Decode (one launch) and prefill sizes (chunked), odd expert counts, exact
-// ties, masked (-inf) experts, a NaN row; outputs and scratch poisoned.
+// moe_block), or sigmoid gating with a selection bias, with and without
+// renormalisation, times a weight scale (as backend.h's RouteOpArgs), and a
+// counting sort of the (token, slot) pairs by expert. Decode (one launch)
+// and prefill sizes (chunked), odd expert counts, exact ties, masked (-inf)
+// experts, a NaN row; outputs (the probabilities too) and scratch poisoned.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -62,22 +64,54 @@ struct RouteResult {
   std::vector<int32_t> selected;
   std::vector<float> weights;
   std::vector<int32_t> pairs, offsets;
+  std::vector<float> probs;
 };
 
-RouteResult route_ref(const RouteCase& c, const std::vector<float>& logits) {
+// How experts are chosen and weighted (cuda::RouteArgs' gating fields).
+struct Gating {
+  bool sigmoid = false;
+  std::vector<float> bias;  // [n_expert]; empty: none
+  bool normalize = true;
+  float scale = 1.0f;
+};
+
+// Laguna-like: sigmoid, a bias of -0.5, 0 or 0.5 per expert (coarse, so the
+// biased scores keep the logits' spacing and their exact ties), weights x 2.5.
+Gating sigmoid_gating(int64_t n_expert, bool normalize) {
+  Gating g{true, {}, normalize, 2.5f};
+  for (int64_t e = 0; e < n_expert; ++e) g.bias.push_back(0.5f * float((e * 7) % 3) - 0.5f);
+  return g;
+}
+
+std::vector<float> probabilities(const RouteCase& c, std::vector<float> p, const Gating& g) {
+  for (int64_t t = 0; t < c.n_tokens; ++t) {
+    float* row = p.data() + t * c.n_expert;
+    if (g.sigmoid) {
+      for (int64_t e = 0; e < c.n_expert; ++e) row[e] = 1.0f / (1.0f + std::exp(-row[e]));
+    } else {
+      ref().softmax(row, c.n_expert);
+    }
+  }
+  return p;
+}
+
+// Top-k of the probabilities (+ bias), their weights, the groups.
+RouteResult route_from_probs(const RouteCase& c, std::vector<float> probs, const Gating& g) {
   const int64_t T = c.n_tokens, E = c.n_expert, K = c.n_used;
   RouteResult r;
   r.selected.resize(size_t(T * K));
   r.weights.resize(size_t(T * K));
-  std::vector<float> p(static_cast<size_t>(E));
+  r.probs = std::move(probs);
+  std::vector<float> key(static_cast<size_t>(E));
   for (int64_t t = 0; t < T; ++t) {
-    std::copy_n(logits.data() + t * E, E, p.data());
-    ref().softmax(p.data(), E);
+    const float* p = r.probs.data() + t * E;
+    for (int64_t e = 0; e < E; ++e) key[size_t(e)] = g.bias.empty() ? p[e] : p[e] + g.bias[size_t(e)];
     int32_t* ids = r.selected.data() + t * K;
-    ref().top_k(p.data(), E, K, ids);
+    ref().top_k(key.data(), E, K, ids);
     float sum = 0.0f;
-    for (int64_t j = 0; j < K; ++j) sum += p[size_t(ids[j])];
-    for (int64_t j = 0; j < K; ++j) r.weights[size_t(t * K + j)] = p[size_t(ids[j])] / sum;
+    for (int64_t j = 0; j < K; ++j) sum += p[ids[j]];
+    const float scale = g.scale / (g.normalize && sum > 0.0f ? sum : 1.0f);
+    for (int64_t j = 0; j < K; ++j) r.weights[size_t(t * K + j)] = p[ids[j]] * scale;
   }
   // Counting sort of the pair ids by expert, ascending within an expert.
   r.offsets.assign(size_t(E + 1), 0);
@@ -89,21 +123,56 @@ RouteResult route_ref(const RouteCase& c, const std::vector<float>& logits) {
   return r;
 }
 
-RouteResult route_gpu(const RouteCase& c, const std::vector<float>& logits) {
+RouteResult route_ref(const RouteCase& c, const std::vector<float>& logits, const Gating& g = {}) {
+  return route_from_probs(c, probabilities(c, logits, g), g);
+}
+
+// probs_in_place: the probabilities overwrite the logits (as CudaOps::route
+// asks), else they go to a poisoned buffer of their own.
+RouteResult route_gpu(const RouteCase& c, const std::vector<float>& logits, const Gating& g = {},
+                      bool probs_in_place = false) {
   const int64_t T = c.n_tokens, E = c.n_expert, K = c.n_used;
-  DeviceArray<float> dlogits(logits), dweights(size_t(T * K));
+  DeviceArray<float> dlogits(logits), dweights(size_t(T * K)), dprobs(logits.size()), dbias(g.bias);
   DeviceArray<int32_t> dsel(size_t(T * K)), dpairs(size_t(T * K)), doffsets(size_t(E + 1));
   DeviceArray<uint8_t> scratch(std::max<size_t>(1, cuda::route_scratch_bytes(T, E)));
   for (auto* d : {&dsel, &dpairs, &doffsets}) d->poison();
   dweights.poison();
+  dprobs.poison();
   scratch.poison();  // the kernels must not count on zeroed scratch
   cuda::RouteArgs a;
   a.logits = dlogits.get(), a.n_tokens = T, a.n_expert = E, a.n_used = K;
+  a.sigmoid = g.sigmoid, a.selection_bias = g.bias.empty() ? nullptr : dbias.get();
+  a.normalize = g.normalize, a.weight_scale = g.scale;
+  a.probs = probs_in_place ? dlogits.get() : dprobs.get();
   a.selected = dsel.get(), a.weights = dweights.get(), a.pairs_by_expert = dpairs.get();
   a.expert_offsets = doffsets.get(), a.scratch = scratch.get();
   const Status st = cuda::route_and_group(a, nullptr);
   EXPECT_TRUE(st.is_ok()) << st.to_string();
-  return {dsel.download(), dweights.download(), dpairs.download(), doffsets.download()};
+  return {dsel.download(), dweights.download(), dpairs.download(), doffsets.download(),
+          probs_in_place ? dlogits.download() : dprobs.download()};
+}
+
+// Selections and groups exactly; weights and probabilities within a few ulp
+// of their size (expf, the softmax sum's order); NaN where the reference has NaN.
+void expect_route_matches(const RouteCase& c, const RouteResult& got, const RouteResult& want) {
+  for (size_t i = 0; i < want.selected.size(); ++i) {
+    ASSERT_EQ(got.selected[i], want.selected[i])
+        << "token " << i / size_t(c.n_used) << " slot " << i % size_t(c.n_used);
+  }
+  auto close = [](const std::vector<float>& g, const std::vector<float>& w, const char* what) {
+    ASSERT_EQ(g.size(), w.size());
+    for (size_t i = 0; i < w.size(); ++i) {
+      if (std::isnan(w[i])) {
+        ASSERT_TRUE(std::isnan(g[i])) << what << " " << i;
+      } else {
+        ASSERT_NEAR(g[i], w[i], 1e-6f * std::max(1.0f, std::abs(w[i]))) << what << " " << i;
+      }
+    }
+  };
+  close(got.weights, want.weights, "weight");
+  close(got.probs, want.probs, "probability");
+  ASSERT_EQ(got.offsets, want.offsets);
+  ASSERT_EQ(got.pairs, want.pairs);
 }
 
 class RouteGpu : public ::testing::TestWithParam<RouteCase> {};
@@ -113,33 +182,56 @@ TEST_P(RouteGpu, MatchesReference) {
   const RouteCase c = GetParam();
   const auto logits = router_logits(c, uint32_t(1000 + c.n_tokens + c.n_expert));
   const RouteResult want = route_ref(c, logits);
-  const RouteResult got = route_gpu(c, logits);
-  for (size_t i = 0; i < want.selected.size(); ++i) {
-    ASSERT_EQ(got.selected[i], want.selected[i])
-        << "token " << i / size_t(c.n_used) << " slot " << i % size_t(c.n_used);
-  }
-  for (size_t i = 0; i < want.weights.size(); ++i) {
-    if (std::isnan(want.weights[i])) {
-      ASSERT_TRUE(std::isnan(got.weights[i])) << "weight " << i;
+  expect_route_matches(c, route_gpu(c, logits), want);
+}
+
+// Sigmoid gating: top-k of sigmoid + bias, weighted by the unbiased
+// sigmoid, renormalised or not, x 2.5; the probabilities replace the logits.
+// The probabilities match the CPU's to a few ulp; the selections and weights
+// are checked against the reference run on the GPU's own probabilities, as
+// a last-ulp difference of expf could flip a near tie of biased scores of
+// different bias classes (the softmax test's logits rule those out; a
+// per-expert bias cannot).
+void check_sigmoid(const RouteCase& c, const std::vector<float>& logits, const Gating& g, bool in_place) {
+  const RouteResult got = route_gpu(c, logits, g, in_place);
+  const std::vector<float> want_probs = probabilities(c, logits, g);
+  ASSERT_EQ(got.probs.size(), want_probs.size());
+  for (size_t i = 0; i < want_probs.size(); ++i) {
+    if (std::isnan(want_probs[i])) {
+      ASSERT_TRUE(std::isnan(got.probs[i])) << "probability " << i;
     } else {
-      // Weights are in [0, 1]; softmax differs by a few ulp (expf, sum order).
-      ASSERT_NEAR(got.weights[i], want.weights[i], 1e-6f) << "weight " << i;
+      ASSERT_NEAR(got.probs[i], want_probs[i], 1e-6f) << "probability " << i;
     }
   }
-  ASSERT_EQ(got.offsets, want.offsets);
-  ASSERT_EQ(got.pairs, want.pairs);
+  expect_route_matches(c, got, route_from_probs(c, got.probs, g));
+}
+
+TEST_P(RouteGpu, SigmoidWithBiasAndScale) {
+  MOESERVE_REQUIRE_GPU();
+  const RouteCase c = GetParam();
+  const auto logits = router_logits(c, uint32_t(2000 + c.n_tokens + c.n_expert));
+  for (bool normalize : {true, false}) {
+    SCOPED_TRACE(normalize ? "normalized" : "not normalized");
+    check_sigmoid(c, logits, sigmoid_gating(c.n_expert, normalize), /*in_place=*/true);
+  }
+  Gating no_bias = sigmoid_gating(c.n_expert, true);
+  no_bias.bias.clear();
+  SCOPED_TRACE("no bias");
+  check_sigmoid(c, logits, no_bias, /*in_place=*/false);
 }
 
 TEST_P(RouteGpu, IsDeterministic) {
   MOESERVE_REQUIRE_GPU();
   const RouteCase c = GetParam();
   const auto logits = router_logits(c, 77);
-  const RouteResult a = route_gpu(c, logits), b = route_gpu(c, logits);
-  EXPECT_EQ(a.selected, b.selected);
-  EXPECT_EQ(a.pairs, b.pairs);
-  EXPECT_EQ(a.offsets, b.offsets);
-  ASSERT_EQ(a.weights.size(), b.weights.size());
-  EXPECT_EQ(0, std::memcmp(a.weights.data(), b.weights.data(), a.weights.size() * sizeof(float)));
+  for (const Gating& g : {Gating{}, sigmoid_gating(c.n_expert, true)}) {
+    const RouteResult a = route_gpu(c, logits, g), b = route_gpu(c, logits, g);
+    EXPECT_EQ(a.selected, b.selected);
+    EXPECT_EQ(a.pairs, b.pairs);
+    EXPECT_EQ(a.offsets, b.offsets);
+    ASSERT_EQ(a.weights.size(), b.weights.size());
+    EXPECT_EQ(0, std::memcmp(a.weights.data(), b.weights.data(), a.weights.size() * sizeof(float)));
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(

@@ -1,10 +1,13 @@
 // cuda::qk_norm_rope_store vs the CPU reference ops (rms_norm, rope_neox with
 // cpu::rope_cos_sin, F16 rounding of core/half.h): several sequences and
 // layers, positions up to ~100000, partial rotary dims, no-norm and no-RoPE
-// variants, poisoned caches (only the rows' own cache rows may change).
+// variants, YaRN (frequencies blended along the ramp, cos/sin scaled by
+// attn_factor) with one forward's two rope_table()s side by side, poisoned
+// caches (only the rows' own cache rows may change).
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <map>
 #include <vector>
@@ -14,18 +17,26 @@
 #include "kernels/cpu/rope_table.h"
 #include "kernels/cuda/attention.h"
 #include "kernels_gpu/cuda/gpu_test_util.h"
+#include "kernels_gpu/cuda/rope_reference.h"
 
 namespace moeserve {
 namespace {
 
 using testing::DeviceArray;
 using testing::random_floats;
+using testing::reference_cos_sin;
 using testing::relative_error;
 
 struct RopeCase {
-  int64_t n_head, n_head_kv, head_dim, n_rot;
+  int64_t n_head, n_head_kv, head_dim;
+  cuda::RopeConfig rope;
   bool norm;
 };
+
+cuda::RopeConfig plain_rope(int64_t n_rot) { return {n_rot, 1000000.0}; }
+
+// Laguna-like YaRN: factor 4, ramp over dim pairs 3..12, mscale 1.14.
+cuda::RopeConfig yarn_rope(int64_t n_rot) { return {n_rot, 500000.0, 4.0, 3.0, 12.0, 1.14f}; }
 
 struct RowSpec {
   int32_t seq;
@@ -39,11 +50,34 @@ const std::vector<RowSpec> kRows = {{0, 0},      {0, 1},      {0, 2}, {2, 37}, {
 constexpr int64_t kLayers = 3, kLayer = 1, kSeqs = 3;
 constexpr uint16_t kPoison = 0xFFFF;  // an f16 NaN: what cudaMemset(0xFF) leaves
 
+// Each table row against the reference angles: a last double bit of pow,
+// sincos (or of transformers' form of the YaRN blend) may survive the
+// rounding to float, a float ulp or two.
+void check_tables(const std::vector<float>& tables, const std::vector<int32_t>& row_pos,
+                  const std::vector<cuda::RopeConfig>& ropes) {
+  const int64_t n_rows = int64_t(row_pos.size());
+  size_t at = 0;
+  for (size_t r = 0; r < ropes.size(); ++r) {
+    const int64_t n_rot = ropes[r].n_rot;
+    for (int64_t t = 0; t < n_rows; ++t, at += size_t(n_rot)) {
+      const std::vector<float> want = reference_cos_sin(ropes[r], row_pos[size_t(t)]);
+      for (int64_t i = 0; i < n_rot; ++i) {
+        ASSERT_NEAR(tables[at + size_t(i)], want[size_t(i)], 4e-7 * ropes[r].attn_factor)
+            << "table " << r << " row " << t << " (pos " << row_pos[size_t(t)] << ") entry " << i;
+      }
+    }
+  }
+  ASSERT_EQ(at, tables.size());
+}
+
 // table: the rotation comes from rope_table() (as the CUDA backend runs it,
-// once per forward) instead of being computed in the kernel; both must give
-// the same bits, which the caller checks through the returned q.
+// once per forward and RoPE) instead of being computed in the kernel; both
+// must give the same bits, which the caller checks through the returned q.
+// The table used is the second of two computed into one buffer (a forward's
+// tables of a plain RoPE and of c.rope), so neither may spill into the other.
 std::vector<float> run_case(const RopeCase& c, uint32_t seed, bool table = false) {
   const int64_t n_rows = int64_t(kRows.size()), hd = c.head_dim, qd = c.n_head * hd, kvd = c.n_head_kv * hd;
+  const int64_t n_rot = c.rope.n_rot;
   std::vector<float> q = random_floats(size_t(n_rows * qd), seed, 1.5f);
   std::vector<float> k = random_floats(size_t(n_rows * kvd), seed + 1, 1.5f);
   const std::vector<float> v = random_floats(size_t(n_rows * kvd), seed + 2, 1.5f);
@@ -88,33 +122,36 @@ std::vector<float> run_case(const RopeCase& c, uint32_t seed, bool table = false
   a.n_head = c.n_head;
   a.n_head_kv = c.n_head_kv;
   a.head_dim = hd;
-  a.n_rot = c.n_rot;
+  a.rope = c.rope;
   a.rms_eps = 1e-6f;
-  a.freq_base = 1000000.0;
   a.rows = {dseq.get(), dpos.get(), n_rows};
   a.kv = {dk_tab.get(), dv_tab.get(), kLayers};
   a.layer = kLayer;
-  DeviceArray<float> dtable(size_t(std::max<int64_t>(n_rows * c.n_rot, 1)));
-  if (table && c.n_rot > 0) {
-    const Status st = cuda::rope_table({dpos.get(), n_rows, c.n_rot, a.freq_base, dtable.get()}, nullptr);
+  const cuda::RopeConfig first = plain_rope(hd);
+  DeviceArray<float> dtable(size_t(n_rows * (first.n_rot + n_rot)));
+  dtable.poison();
+  if (table && n_rot > 0) {
+    Status st = cuda::rope_table({dpos.get(), n_rows, first, dtable.get()}, nullptr);
     EXPECT_TRUE(st.is_ok()) << st.to_string();
-    a.cos_sin = dtable.get();
+    a.cos_sin = dtable.get() + n_rows * first.n_rot;
+    st = cuda::rope_table({dpos.get(), n_rows, c.rope, dtable.get() + n_rows * first.n_rot}, nullptr);
+    EXPECT_TRUE(st.is_ok()) << st.to_string();
   }
   const Status st = cuda::qk_norm_rope_store(a, nullptr);
   EXPECT_TRUE(st.is_ok()) << st.to_string();
   if (!st.is_ok()) return {};
   const std::vector<float> gq = dq.download(), gk = dk.download();
+  if (table && n_rot > 0) check_tables(dtable.download(), row_pos, {first, c.rope});
 
   // The checks run in a lambda so that ASSERT stops at the first mismatch.
   [&] {
     // CPU reference, as models/qwen3.cpp runs it.
     const cpu::CpuKernels& ref = *cpu::cpu_kernels_for(cpu::SimdLevel::kReference);
-    std::vector<float> cos_sin(size_t(std::max<int64_t>(c.n_rot, 1)));
     for (int64_t t = 0; t < n_rows; ++t) {
-      if (c.n_rot > 0) cpu::rope_cos_sin(row_pos[size_t(t)], c.n_rot, a.freq_base, cos_sin.data());
+      const std::vector<float> cos_sin = reference_cos_sin(c.rope, row_pos[size_t(t)]);
       auto head = [&](float* x, const float* w) {
         if (c.norm) ref.rms_norm(x, w, x, hd, a.rms_eps);
-        if (c.n_rot > 0) ref.rope_neox(x, c.n_rot, cos_sin.data());
+        if (n_rot > 0) ref.rope_neox(x, n_rot, cos_sin.data());
       };
       for (int64_t h = 0; h < c.n_head; ++h) head(q.data() + t * qd + h * hd, q_norm.data());
       for (int64_t h = 0; h < c.n_head_kv; ++h) head(k.data() + t * kvd + h * hd, k_norm.data());
@@ -173,22 +210,37 @@ void run_both(const RopeCase& c, uint32_t seed) {
 
 TEST(QkNormRopeStoreGpu, FullRotaryGqa) {
   MOESERVE_REQUIRE_GPU();
-  run_both({6, 2, 128, 128, true}, 11);
+  run_both({6, 2, 128, plain_rope(128), true}, 11);
 }
 
 TEST(QkNormRopeStoreGpu, PartialRotaryHeadDim64) {
   MOESERVE_REQUIRE_GPU();
-  run_both({4, 4, 64, 32, true}, 22);
+  run_both({4, 4, 64, plain_rope(32), true}, 22);
 }
 
 TEST(QkNormRopeStoreGpu, OddHeadDimWithoutNorm) {
   MOESERVE_REQUIRE_GPU();
-  run_both({8, 2, 80, 64, false}, 33);
+  run_both({8, 2, 80, plain_rope(64), false}, 33);
 }
 
 TEST(QkNormRopeStoreGpu, NormWithoutRope) {
   MOESERVE_REQUIRE_GPU();
-  run_both({5, 1, 128, 0, true}, 44);
+  run_both({5, 1, 128, plain_rope(0), true}, 44);
+}
+
+// A Laguna full-attention layer: YaRN on part of the head (64 of 128 dims,
+// so the ramp 3..12 covers pairs on both sides), the second of the
+// forward's two tables.
+TEST(QkNormRopeStoreGpu, YarnPartialRotaryFromSecondTable) {
+  MOESERVE_REQUIRE_GPU();
+  run_both({8, 2, 128, yarn_rope(64), true}, 55);
+}
+
+TEST(QkNormRopeStoreGpu, YarnFullRotaryWithoutNorm) {
+  MOESERVE_REQUIRE_GPU();
+  cuda::RopeConfig r = yarn_rope(128);
+  r.yarn_ramp_low = r.yarn_ramp_high = 7.0;  // a step, not a ramp (the 0.001 guard of RopeSpec::inv_freq)
+  run_both({4, 4, 128, r, false}, 66);
 }
 
 TEST(QkNormRopeStoreGpu, RejectsBadShapes) {
@@ -202,16 +254,16 @@ TEST(QkNormRopeStoreGpu, RejectsBadShapes) {
   a.n_head = 4;
   a.n_head_kv = 2;
   a.head_dim = 64;
-  a.n_rot = 64;
+  a.rope = plain_rope(64);
   a.rows = {&idx, &idx, 1};
   a.kv = {tab, tab, 2};
   a.layer = 1;
   auto code = [](const cuda::QkNormRopeStoreArgs& x) { return cuda::qk_norm_rope_store(x, nullptr).code(); };
   cuda::QkNormRopeStoreArgs b = a;
-  b.n_rot = 63;
+  b.rope.n_rot = 63;
   EXPECT_EQ(code(b), StatusCode::kInvalidArgument);
   b = a;
-  b.n_rot = 66;
+  b.rope.n_rot = 66;
   EXPECT_EQ(code(b), StatusCode::kInvalidArgument);
   b = a;
   b.layer = 2;
@@ -223,8 +275,14 @@ TEST(QkNormRopeStoreGpu, RejectsBadShapes) {
   b.q = nullptr;
   EXPECT_EQ(code(b), StatusCode::kInvalidArgument);
   b = a;
+  b.rope.freq_base = 0.0;
+  EXPECT_EQ(code(b), StatusCode::kInvalidArgument);
+  b = a;
   b.rows.n_rows = 0;  // nothing to do: no launch, ok even without a GPU
   EXPECT_TRUE(cuda::qk_norm_rope_store(b, nullptr).is_ok());
+  float table = 0.0f;
+  EXPECT_EQ(cuda::rope_table({&idx, 1, plain_rope(3), &table}, nullptr).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(cuda::rope_table({&idx, 1, plain_rope(0), &table}, nullptr).code(), StatusCode::kInvalidArgument);
 }
 
 }  // namespace
