@@ -1,14 +1,18 @@
 // The Gated DeltaNet mixer and the gated-attention gates on the GPU (see
 // gated_delta_net.h). Each sequence's recurrence is serial in its tokens, so
 // the parallelism is across channels (conv), heads (norms, delta rule) and
-// sequences; the delta rule keeps a head's 128x128 state in the registers of
-// one block for the whole sequence and reads it from and writes it to
-// global memory once.
+// sequences; the recurrent delta rule keeps a head's 128x128 state in the
+// registers of one block for the whole sequence and reads it from and writes
+// it to global memory once. Sequences of kChunkedMinTokens or more go to the
+// chunked form instead (gated_delta_net_chunked.cu), which works on 64 tokens
+// at a time rather than one.
+#include <climits>
 #include <cmath>
 #include <cstdint>
 
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/gated_delta_net.h"
+#include "kernels/cuda/gated_delta_net_chunked.h"
 #include "kernels/cuda/launch.cuh"
 
 namespace moeserve::cuda {
@@ -19,6 +23,11 @@ constexpr int kMaxConvKernel = 8;
 constexpr int kStatePerThread = 32;  // state entries a delta-rule thread holds (one column's slice of d_k)
 constexpr int kConvThreads = 128;
 constexpr int kFlatThreads = 256;
+// Sequences of at least one chunk run the chunked delta rule: its cost is a
+// chunk's matrices whatever the number of tokens in it, the recurrent
+// kernel's one serial step a token. (Not measured yet; the crossover may lie
+// lower.)
+constexpr int kChunkedMinTokens = kGdnChunk;
 
 Status launched(const char* what) {
   const cudaError_t err = cudaGetLastError();
@@ -124,11 +133,12 @@ __global__ void gates_kernel(float* b, float* a, const float* a_neg, const float
 //   o = q_scale S^T q
 // with the two column sums reduced over the P lanes of a column (adjacent
 // lanes of one warp). k and q of the token go through shared memory; the
-// output replaces v in qkv.
+// output replaces v in qkv. Sequences of skip_from tokens or more are left
+// to the chunked kernel.
 template <int P>
 __global__ void delta_rule_kernel(GdnBatch bt, float* qkv, const float* beta, const float* g,
                                   int64_t ssm_offset, int conv_dim, int n_k, int n_v, int dk, int dv,
-                                  float q_scale) {
+                                  float q_scale, int skip_from) {
   extern __shared__ float kq[];  // [2][dk]: k, then q
   const int h = int(blockIdx.x), s = int(blockIdx.y);
   const int tid = int(threadIdx.x), v = tid / P, p = tid % P;
@@ -137,6 +147,7 @@ __global__ void delta_rule_kernel(GdnBatch bt, float* qkv, const float* beta, co
   detail::allow_dependents();
   float* state = bt.state_tables[int64_t(s) * bt.n_layer + bt.layer] + ssm_offset + int64_t(h) * dk * dv;
   const int row0 = bt.seq_rows[2 * s], n = bt.seq_rows[2 * s + 1];
+  if (n >= skip_from) return;  // the whole block: n is the sequence's
   float S[kStatePerThread];
 #pragma unroll
   for (int i = 0; i < kStatePerThread; ++i) S[i] = state[int64_t(k0 + i) * dv + v];
@@ -250,13 +261,56 @@ Status check(const GdnArgs& a) {
 }
 
 template <int P>
-void launch_delta_rule(const GdnArgs& a, int64_t ssm_offset, int conv_dim, cudaStream_t stream) {
+void launch_delta_rule(const GdnArgs& a, int64_t ssm_offset, int conv_dim, int skip_from,
+                       cudaStream_t stream) {
   const dim3 grid(unsigned(a.n_v_heads), unsigned(a.batch.n_seq));
   const int threads = int(a.head_v_dim) * P;
   const size_t smem = size_t(2 * a.head_k_dim) * sizeof(float);
   detail::launch(delta_rule_kernel<P>, grid, threads, smem, stream, a.batch, a.scratch, a.b, a.a, ssm_offset,
                  conv_dim, int(a.n_k_heads), int(a.n_v_heads), int(a.head_k_dim), int(a.head_v_dim),
-                 1.0f / std::sqrt(float(a.head_k_dim)));
+                 1.0f / std::sqrt(float(a.head_k_dim)), skip_from);
+}
+
+// The recurrent kernel for sequences shorter than skip_from tokens.
+Status recurrent_delta_rule(const GdnArgs& a, int64_t ssm_offset, int conv_dim, int skip_from,
+                            cudaStream_t stream) {
+  switch (a.head_k_dim / kStatePerThread) {
+    case 1:
+      launch_delta_rule<1>(a, ssm_offset, conv_dim, skip_from, stream);
+      break;
+    case 2:
+      launch_delta_rule<2>(a, ssm_offset, conv_dim, skip_from, stream);
+      break;
+    case 4:
+      launch_delta_rule<4>(a, ssm_offset, conv_dim, skip_from, stream);
+      break;
+    case 8:
+      launch_delta_rule<8>(a, ssm_offset, conv_dim, skip_from, stream);
+      break;
+    case 16:
+      launch_delta_rule<16>(a, ssm_offset, conv_dim, skip_from, stream);
+      break;
+    default:
+      return make_error(StatusCode::kInvalidArgument, "gated_delta_net: d_k {} is not 32 x a power of two",
+                        a.head_k_dim);
+  }
+  return launched("gated_delta_net (delta rule)");
+}
+
+// Per call, from the batch: when it has a chunk's worth of rows (some
+// sequence may be a prefill) and the shapes suit the chunked kernel, that
+// kernel takes the sequences of kChunkedMinTokens or more and the recurrent
+// one the rest (decode rows); the recurrent launch is left out when the
+// batch's only sequence is long. The host does not know the sequence
+// lengths (they are in device memory), so each kernel skips the others'.
+Status delta_rule(const GdnArgs& a, int64_t ssm_offset, int conv_dim, cudaStream_t stream) {
+  const bool chunked = a.batch.n_rows >= kChunkedMinTokens && delta_rule_chunked_supported(a);
+  if (!chunked || a.batch.n_seq > 1) {
+    MOESERVE_RETURN_IF_ERROR(
+        recurrent_delta_rule(a, ssm_offset, conv_dim, chunked ? kChunkedMinTokens : INT_MAX, stream));
+  }
+  if (!chunked) return Status::ok();
+  return delta_rule_chunked(a, ssm_offset, conv_dim, kChunkedMinTokens, stream);
 }
 
 }  // namespace
@@ -279,27 +333,7 @@ Status gated_delta_net(const GdnArgs& a, cudaStream_t stream) {
                  n_gates, int(a.n_v_heads));
   MOESERVE_RETURN_IF_ERROR(launched("gated_delta_net (norms, gates)"));
   const int64_t ssm_offset = int64_t(a.conv_kernel - 1) * conv_dim;
-  switch (a.head_k_dim / kStatePerThread) {
-    case 1:
-      launch_delta_rule<1>(a, ssm_offset, conv_dim, stream);
-      break;
-    case 2:
-      launch_delta_rule<2>(a, ssm_offset, conv_dim, stream);
-      break;
-    case 4:
-      launch_delta_rule<4>(a, ssm_offset, conv_dim, stream);
-      break;
-    case 8:
-      launch_delta_rule<8>(a, ssm_offset, conv_dim, stream);
-      break;
-    case 16:
-      launch_delta_rule<16>(a, ssm_offset, conv_dim, stream);
-      break;
-    default:
-      return make_error(StatusCode::kInvalidArgument, "gated_delta_net: d_k {} is not 32 x a power of two",
-                        a.head_k_dim);
-  }
-  MOESERVE_RETURN_IF_ERROR(launched("gated_delta_net (delta rule)"));
+  MOESERVE_RETURN_IF_ERROR(delta_rule(a, ssm_offset, conv_dim, stream));
   detail::launch(gated_norm_kernel, dim3(unsigned(a.batch.n_rows), unsigned(a.n_v_heads)), kWarp, 0, stream,
                  a.scratch, a.z, a.out, a.norm_w, conv_dim, int(2 * qk), int(a.n_v_heads), int(a.head_v_dim),
                  a.norm_eps);

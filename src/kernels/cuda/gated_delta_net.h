@@ -8,12 +8,13 @@
 // [(K-1)][conv_dim] then SSM state [n_v][d_k][d_v], read and replaced):
 //   causal conv + SiLU of qkv into scratch (rows in parallel), L2 norm of the q and k heads,
 //   beta = sigmoid(b), g = a_neg * softplus(a + dt_bias) in place of b and a,
-//   the gated delta rule token by token (its output replaces the v part of
-//   scratch), then out = norm_w * rmsnorm(o) * silu(z) per V head.
-// V head h reads K head h % n_k (GGUF's tiled order). The delta rule keeps
-// each head's state in registers across the sequence's tokens (the
-// recurrent form, for decode and prefill alike; a chunked prefill is not
-// written yet).
+//   the gated delta rule (its output replaces the v part of scratch), then
+//   out = norm_w * rmsnorm(o) * silu(z) per V head.
+// V head h reads K head h % n_k (GGUF's tiled order). The delta rule runs
+// token by token for short sequences (decode; each head's state in
+// registers) and in chunks of 64 tokens for sequences of 64 or more when
+// d_k is 32, 64 or 128 and d_v a multiple of 32 (prefill; the CPU's chunked
+// form, gated_delta_net_chunked.h). Neither needs memory beyond scratch.
 #pragma once
 
 #include <cuda_runtime.h>

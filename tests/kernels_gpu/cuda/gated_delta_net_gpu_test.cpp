@@ -2,7 +2,11 @@
 // against the CPU kernels (kernels/cpu/gated_delta_net.h, themselves tested
 // against a double-precision reference): several sequences of different
 // lengths in one batch, each from its own non-zero state, for the tiny
-// test shapes and the 35B model's; outputs and final states.
+// test shapes and the 35B and 27B models'; outputs and final states.
+// Sequences of 64 tokens or more run the GPU's chunked delta rule, and are
+// compared with the CPU's chunked form (its numerical model); shorter ones
+// run the recurrent kernel, compared with the CPU's recurrent form. The two
+// CPU forms agree to ~4e-7 on these inputs, far inside the tolerance.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -23,7 +27,12 @@ struct Shape {
   int K;
 };
 
-void run_case(const Shape& sh, const std::vector<int32_t>& lengths, uint32_t seed) {
+// Sequences the GPU runs in chunks (gated_delta_net.cu: kChunkedMinTokens).
+constexpr int32_t kChunkedMinTokens = 64;
+
+// a_offset < 0 weakens the decays (g = a_neg softplus(a + a_offset + dt)):
+// the state then carries over many chunks.
+void run_case(const Shape& sh, const std::vector<int32_t>& lengths, uint32_t seed, float a_offset = 0.0f) {
   const int64_t conv_dim = 2 * sh.n_k * sh.dk + sh.n_v * sh.dv, vd = sh.n_v * sh.dv;
   const int64_t state_floats = (sh.K - 1) * conv_dim + sh.n_v * sh.dk * sh.dv;
   int64_t T = 0;
@@ -33,6 +42,7 @@ void run_case(const Shape& sh, const std::vector<int32_t>& lengths, uint32_t see
   std::vector<float> qkv = random_floats(size_t(T * conv_dim), seed);
   std::vector<float> b = random_floats(size_t(T * sh.n_v), seed + 1);
   std::vector<float> a = random_floats(size_t(T * sh.n_v), seed + 2);
+  for (float& x : a) x += a_offset;
   std::vector<float> z = random_floats(size_t(T * vd), seed + 3);
   std::vector<float> conv_w = random_floats(size_t(conv_dim * sh.K), seed + 4, 0.5f);
   std::vector<float> a_neg = random_floats(size_t(sh.n_v), seed + 5);
@@ -61,7 +71,8 @@ void run_case(const Shape& sh, const std::vector<int32_t>& lengths, uint32_t see
     m.out = cpu_out.data() + r0 * vd;
     m.conv_state = cpu_states.data() + s * state_floats;
     m.ssm_state = m.conv_state + (sh.K - 1) * conv_dim;
-    m.form = cpu::GdnForm::kRecurrent;
+    m.form = lengths[size_t(s)] >= kChunkedMinTokens ? cpu::GdnForm::kChunked : cpu::GdnForm::kRecurrent;
+    m.chunk_size = 64;
     ASSERT_TRUE(cpu::gdn_mixer_core(m).is_ok());
   }
 
@@ -95,10 +106,16 @@ void run_case(const Shape& sh, const std::vector<int32_t>& lengths, uint32_t see
   g.norm_w = d_norm.get();
   ASSERT_TRUE(cuda::gated_delta_net(g, nullptr).is_ok());
   const std::vector<float> out = d_out.download(), st = d_states.download();
-  const double out_err = testing::relative_error(out.data(), cpu_out.data(), out.size());
-  const double state_err = testing::relative_error(st.data(), cpu_states.data(), st.size());
-  EXPECT_LT(out_err, 1e-5) << "outputs";
-  EXPECT_LT(state_err, 1e-5) << "final states";
+  // Per sequence: a wrong decode row must not hide under a long prompt's norm.
+  for (int64_t s = 0; s < S; ++s) {
+    const size_t r0 = size_t(seq_rows[size_t(2 * s)]), n = size_t(lengths[size_t(s)]);
+    const double out_err = testing::relative_error(out.data() + r0 * size_t(vd),
+                                                   cpu_out.data() + r0 * size_t(vd), n * size_t(vd));
+    const double state_err = testing::relative_error(
+        st.data() + s * state_floats, cpu_states.data() + s * state_floats, size_t(state_floats));
+    EXPECT_LT(out_err, 1e-5) << "outputs of sequence " << s << " (" << n << " tokens)";
+    EXPECT_LT(state_err, 1e-5) << "final state of sequence " << s << " (" << n << " tokens)";
+  }
 }
 
 TEST(GatedDeltaNetGpu, MatchesTheCpuMixerPerSequence) {
@@ -107,6 +124,23 @@ TEST(GatedDeltaNetGpu, MatchesTheCpuMixerPerSequence) {
   run_case({2, 2, 32, 32, 3}, {7}, 2);               // one sequence, n_v == n_k, another kernel size
   run_case({16, 32, 128, 128, 4}, {3, 1, 19}, 3);    // Qwen3.6-35B-A3B
   run_case({16, 48, 128, 128, 4}, {1, 1, 1, 1}, 4);  // Qwen3.6-27B, a decode step of four sequences
+}
+
+TEST(GatedDeltaNetGpu, ChunkedPrefillMatchesTheCpuMixer) {
+  MOESERVE_REQUIRE_GPU();
+  // Tiny shapes: exactly one chunk, a decode row, partial last chunks.
+  run_case({2, 4, 64, 64, 4}, {64, 1, 130, 700}, 21);
+  run_case({2, 2, 32, 32, 3}, {100}, 22);     // the only sequence: no recurrent launch
+  run_case({2, 4, 64, 64, 4}, {30, 40}, 23);  // 70 rows, yet every sequence is short: recurrent only
+  run_case({1, 2, 64, 96, 4}, {200, 3}, 24);  // d_v of three 32-column slices
+  // Qwen3.6-35B-A3B: a 512-token prefill beside a decode row and a short prompt.
+  run_case({16, 32, 128, 128, 4}, {512, 1, 77}, 25);
+  // Weak decays: the state carries through all 11 chunks of a 700-token prompt.
+  run_case({16, 32, 128, 128, 4}, {700}, 26, -6.0f);
+  // Qwen3.6-27B: two decode rows around two prefills.
+  run_case({16, 48, 128, 128, 4}, {1, 65, 300, 1}, 27);
+  // d_k 256 has no chunked kernel: a long sequence stays on the recurrent one.
+  run_case({1, 2, 256, 128, 4}, {80}, 28);
 }
 
 TEST(GatedDeltaNetGpu, RefusesShapesItCannotRun) {
