@@ -8,6 +8,7 @@
 #include <sstream>
 
 #include "convert/hf_internal.h"
+#include "convert/hf_laguna.h"
 #include "convert/hf_qwen35.h"
 #include "format/model_keys.h"
 
@@ -26,7 +27,8 @@ constexpr ArchName kArchitectures[] = {{"Qwen3MoeForCausalLM", "qwen3moe"},
                                        {"Qwen3_5MoeForCausalLM", "qwen35moe"},
                                        {"Qwen3_5ForCausalLM", "qwen35"},
                                        {"Qwen3_5MoeForConditionalGeneration", "qwen35moe"},
-                                       {"Qwen3_5ForConditionalGeneration", "qwen35"}};
+                                       {"Qwen3_5ForConditionalGeneration", "qwen35"},
+                                       {"LagunaForCausalLM", "laguna"}};
 
 Result<std::string> read_architecture(const ConfigReader& r, std::string_view name, std::string& hf_arch) {
   const json& root = r.root();
@@ -91,6 +93,10 @@ Result<HfModelConfig> parse_checked(const json& root, std::string_view name) {
   MOESERVE_ASSIGN_OR_RETURN(c.arch, read_architecture(r, name, c.hf_architecture));
   if (c.arch == "qwen35moe" || c.arch == "qwen35") {
     MOESERVE_RETURN_IF_ERROR(parse_qwen35_config(root, name, c));
+    return c;
+  }
+  if (c.arch == "laguna") {
+    MOESERVE_RETURN_IF_ERROR(parse_laguna_config(root, name, c));
     return c;
   }
   MOESERVE_RETURN_IF_ERROR(read_common_hparams(r, c));
@@ -164,6 +170,10 @@ Result<HfModelConfig> load_hf_config(const std::string& dir) {
 void write_hf_hparams(const HfModelConfig& c, GgufWriter& w) {
   if (c.hybrid) {
     write_qwen35_hparams(c, w);
+    return;
+  }
+  if (c.arch == "laguna") {
+    write_laguna_hparams(c.laguna, w);
     return;
   }
   auto key = [&](std::string_view suffix) { return keys::arch_key(c.arch, suffix); };

@@ -4,7 +4,8 @@
 // Qwen3ForCausalLM (-> qwen3); the Qwen3.5 / 3.6 hybrids
 // Qwen3_5MoeForCausalLM (-> qwen35moe) and Qwen3_5ForCausalLM (-> qwen35),
 // also as the released multimodal Qwen3_5[Moe]ForConditionalGeneration
-// (text model only), read by hf_qwen35.h. Features our engine (and
+// (text model only), read by hf_qwen35.h; LagunaForCausalLM (-> laguna), read
+// by hf_laguna.h. Features our engine (and
 // llama.cpp's graph for these architectures) does not implement are refused
 // with an error naming the key, never silently ignored: decoder_sparse_step
 // != 1, non-empty mlp_only_layers, rope scaling (rope_scaling /
@@ -19,6 +20,7 @@
 #include <string_view>
 #include <vector>
 
+#include "convert/laguna_gguf.h"
 #include "core/status.h"
 #include "format/gguf_writer.h"
 
@@ -27,7 +29,7 @@ namespace moeserve::convert {
 struct HfModelConfig {
   std::string source;           // path, for messages
   std::string hf_architecture;  // "Qwen3MoeForCausalLM"
-  std::string arch;             // "qwen3moe" | "qwen3"
+  std::string arch;             // "qwen3moe" | "qwen3" | "qwen35moe" | "qwen35" | "laguna"
   int64_t hidden_size = 0;
   int64_t n_layer = 0;
   int64_t n_head = 0;
@@ -53,7 +55,15 @@ struct HfModelConfig {
   int64_t conv_kernel = 0;            // linear_conv_kernel_dim
   int64_t n_k_heads = 0, n_v_heads = 0, head_k_dim = 0, head_v_dim = 0;  // linear_*
   int64_t full_attention_interval = 0;
-  int64_t shared_expert_ff = 0;  // shared_expert_intermediate_size (qwen35moe)
+  int64_t shared_expert_ff = 0;  // shared_expert_intermediate_size (qwen35moe, laguna)
+
+  // Laguna only (hf_laguna.h): every laguna.* key, the output gate's kind per
+  // layer (true: per element, g_proj {H, n_head * head_dim}; false: per head)
+  // and config.json's eos_token_id list (its extra entry becomes eot).
+  LagunaGgufParams laguna;
+  std::vector<bool> gate_per_element;
+  std::vector<int64_t> eos_token_ids;
+
   // What the conversion leaves out on purpose (MTP layers, ...), one line each.
   std::vector<std::string> notes;
 

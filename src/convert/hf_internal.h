@@ -1,5 +1,5 @@
 // Pieces the Hugging Face converter's files share (hf_config.cpp,
-// hf_tensors.cpp, hf_qwen35.cpp): typed reads of config.json and the tensor
+// hf_tensors.cpp, hf_qwen35.cpp, hf_laguna*.cpp): typed reads of config.json and the tensor
 // planner. Not an API: convert_hf_model (hf_convert.h) is.
 #pragma once
 #include <fmt/format.h>

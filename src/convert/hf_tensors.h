@@ -23,6 +23,7 @@
 //
 // The Qwen3.5 / 3.6 hybrids (qwen35moe, qwen35) are planned by hf_qwen35.h;
 // their tensors add row / column permutations and value transforms to kDirect.
+// Laguna is planned by hf_laguna.h (names only, no transforms).
 #pragma once
 #include <cstdint>
 #include <string>

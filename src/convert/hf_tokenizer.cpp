@@ -8,6 +8,7 @@
 #include <optional>
 #include <sstream>
 
+#include "convert/hf_laguna.h"
 #include "format/model_keys.h"
 
 namespace moeserve::convert {
@@ -98,6 +99,7 @@ Result<tok::VocabData> load_hf_vocab(const std::string& dir, const HfModelConfig
     vocab.eos_id = int32_t(*config.eos_token_id);
   if (!vocab.bos_id && config.bos_token_id && *config.bos_token_id < int64_t(n))
     vocab.bos_id = int32_t(*config.bos_token_id);
+  if (config.arch == "laguna") apply_laguna_vocab(config, vocab);
   return vocab;
 }
 

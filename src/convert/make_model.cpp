@@ -5,6 +5,7 @@
 #include <memory>
 #include <vector>
 
+#include "convert/laguna_gguf.h"
 #include "convert/synthetic_vocab.h"
 #include "core/thread_pool.h"
 #include "format/model_keys.h"
@@ -12,6 +13,29 @@
 
 namespace moeserve::convert {
 namespace {
+
+Status check_laguna(const ModelShape& s) {
+  if (s.n_head_swa <= 0 || s.n_head_swa % s.n_head_kv != 0) {
+    return make_error(
+        StatusCode::kInvalidArgument,
+        "model shape '{}': sliding-window head count {} is not a multiple of the KV head count {}", s.preset,
+        s.n_head_swa, s.n_head_kv);
+  }
+  if (s.n_ff_shexp <= 0 || (s.n_dense_lead > 0 && s.n_ff <= 0) || s.n_dense_lead < 0) {
+    return make_error(StatusCode::kInvalidArgument, "model shape '{}': bad FFN widths", s.preset);
+  }
+  if (s.n_rot_swa <= 0 || s.n_rot_swa > s.head_dim || s.n_rot_swa % 2 != 0 || !(s.rope_theta_swa > 0)) {
+    return make_error(StatusCode::kInvalidArgument,
+                      "model shape '{}': sliding-window rope dimension {} must be even and <= {}", s.preset,
+                      s.n_rot_swa, s.head_dim);
+  }
+  if (s.sliding_window < 0 || (s.sliding_window > 0 && s.swa_period <= 0) ||
+      (s.yarn_factor > 0 && s.yarn_orig_ctx <= 0) || !(s.expert_weights_scale > 0)) {
+    return make_error(StatusCode::kInvalidArgument, "model shape '{}': bad window, YaRN or expert scale",
+                      s.preset);
+  }
+  return Status::ok();
+}
 
 Status check_options(const MakeModelOptions& o) {
   const ModelShape& s = o.shape;
@@ -54,18 +78,34 @@ Status check_options(const MakeModelOptions& o) {
       return make_error(StatusCode::kInvalidArgument, "model shape '{}': no shared expert width", s.preset);
     }
   }
-  return Status::ok();
+  return s.is_laguna() ? check_laguna(s) : Status::ok();
 }
 
-void set_hparams(const MakeModelOptions& o, GgufWriter& w) {
-  const ModelShape& s = o.shape;
-  const std::string_view arch = arch_name(s.arch);
-  auto k = [&](std::string_view suffix) { return keys::arch_key(arch, suffix); };
-  w.set_string(keys::kArchitecture, std::string(arch));
-  w.set_string(keys::kName, s.model_name);
-  w.set_u32(keys::kAlignment, 32);
-  w.set_u32(keys::kFileType, uint32_t(o.file_type));
-  if (file_type_is_quantized(o.file_type)) w.set_u32(keys::kQuantizationVersion, 2);
+LagunaGgufParams laguna_params(const ModelShape& s) {
+  LagunaGgufParams p;
+  p.context_length = s.n_ctx, p.embedding_length = s.n_embd, p.block_count = s.n_layer;
+  p.feed_forward_length = s.n_ff;
+  for (int64_t il = 0; il < s.n_layer; ++il) p.head_count.push_back(s.n_head_layer(il));
+  p.head_count_kv = s.n_head_kv, p.head_dim = s.head_dim, p.rms_eps = s.rms_eps, p.vocab_size = s.n_vocab;
+  p.rope_theta = s.rope_theta, p.n_rot = s.rope_dim();
+  if (s.yarn_factor > 0) {
+    p.yarn_factor = s.yarn_factor, p.yarn_orig_ctx = s.yarn_orig_ctx;
+    p.yarn_beta_fast = s.yarn_beta_fast, p.yarn_beta_slow = s.yarn_beta_slow;
+  }
+  p.has_swa_rope = true, p.rope_theta_swa = s.rope_theta_swa, p.n_rot_swa = s.n_rot_swa;
+  if (s.sliding_window > 0 && s.swa_period > 0) {
+    p.sliding_window = s.sliding_window, p.sliding_window_pattern = s.swa_period;
+  }
+  p.leading_dense = s.n_dense_lead;
+  p.n_expert = s.n_expert, p.n_expert_used = s.n_expert_used;
+  p.expert_ff = s.n_ff_exp, p.shared_expert_ff = s.n_ff_shexp;
+  p.expert_weights_scale = s.expert_weights_scale;
+  return p;
+}
+
+// The qwen3moe / qwen3 / qwen35moe / qwen35 keys.
+void set_qwen_hparams(const ModelShape& s, GgufWriter& w) {
+  auto k = [&](std::string_view suffix) { return keys::arch_key(arch_name(s.arch), suffix); };
   w.set_u32(k(keys::kContextLength), uint32_t(s.n_ctx));
   w.set_u32(k(keys::kEmbeddingLength), uint32_t(s.n_embd));
   w.set_u32(k(keys::kBlockCount), uint32_t(s.n_layer));
@@ -91,6 +131,21 @@ void set_hparams(const MakeModelOptions& o, GgufWriter& w) {
     w.set_u32(k(keys::kExpertUsedCount), uint32_t(s.n_expert_used));
     w.set_u32(k(keys::kExpertFeedForwardLength), uint32_t(s.n_ff_exp));
     if (s.has_shared_expert()) w.set_u32(k(keys::kExpertSharedFeedForwardLength), uint32_t(s.n_ff_shexp));
+  }
+}
+
+void set_hparams(const MakeModelOptions& o, GgufWriter& w) {
+  const ModelShape& s = o.shape;
+  const std::string_view arch = arch_name(s.arch);
+  w.set_string(keys::kArchitecture, std::string(arch));
+  w.set_string(keys::kName, s.model_name);
+  w.set_u32(keys::kAlignment, 32);
+  w.set_u32(keys::kFileType, uint32_t(o.file_type));
+  if (file_type_is_quantized(o.file_type)) w.set_u32(keys::kQuantizationVersion, 2);
+  if (s.is_laguna()) {
+    write_laguna_hparams(laguna_params(s), w);
+  } else {
+    set_qwen_hparams(s, w);
   }
   // Provenance, so a synthetic file is never mistaken for a trained one.
   w.set_u64("moeserve.synthetic.seed", o.seed);

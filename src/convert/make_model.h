@@ -1,5 +1,5 @@
-// make-model: deterministic synthetic Qwen3 / Qwen3-MoE and Qwen3.5/3.6
-// (qwen35 / qwen35moe: hybrid Gated DeltaNet) GGUF files.
+// make-model: deterministic synthetic Qwen3 / Qwen3-MoE, Qwen3.5/3.6
+// (qwen35 / qwen35moe: hybrid Gated DeltaNet) and Laguna GGUF files.
 //
 // The file has the standard llama.cpp tensor names and keys (model_keys.h), an
 // embedded byte-level BPE vocabulary (synthetic_vocab.h) and weights from a

@@ -115,6 +115,37 @@ void plan_hybrid_layer(PlanBuilder& b, const ModelShape& s, int il) {
   }
 }
 
+// One layer of laguna: attention with its output gate, then the dense FFN
+// (leading layers) or the experts with their selection bias and shared expert.
+void plan_laguna_layer(PlanBuilder& b, const ModelShape& s, int il) {
+  using namespace keys;
+  const int64_t H = s.n_embd, q = s.n_head_layer(il) * s.head_dim;
+  b.norm(blk(il, kAttnNorm), H, il);
+  b.proj(blk(il, kAttnQ), {H, q}, il);
+  b.proj(blk(il, kAttnK), {H, s.kv_dim()}, il);
+  b.proj(blk(il, kAttnV), {H, s.kv_dim()}, il);
+  b.out_proj(blk(il, kAttnOutput), {q, H}, il);
+  b.norm(blk(il, kAttnQNorm), s.head_dim, il);
+  b.norm(blk(il, kAttnKNorm), s.head_dim, il);
+  b.proj(blk(il, kAttnGate), {H, s.n_head_layer(il)}, il);  // one softplus gate per head
+  b.norm(blk(il, kFfnNorm), H, il);
+  if (s.is_dense_layer(il)) {
+    b.proj(blk(il, kFfnGate), {H, s.n_ff}, il);
+    b.proj(blk(il, kFfnUp), {H, s.n_ff}, il);
+    b.out_proj(blk(il, kFfnDown), {s.n_ff, H}, il);
+    return;
+  }
+  b.proj(blk(il, kFfnGateInp), {H, s.n_expert}, il, /*router=*/true);
+  // Added to the sigmoid scores (in (0, 1)) for the selection only.
+  b.add(blk(il, kFfnExpProbsB, "bias"), {s.n_expert}, WeightKind::kGaussian, 0.1f, il);
+  b.proj(blk(il, kFfnGateExps), {H, s.n_ff_exp, s.n_expert}, il);
+  b.proj(blk(il, kFfnUpExps), {H, s.n_ff_exp, s.n_expert}, il);
+  b.out_proj(blk(il, kFfnDownExps), {s.n_ff_exp, H, s.n_expert}, il);
+  b.proj(blk(il, kFfnGateShexp), {H, s.n_ff_shexp}, il);
+  b.proj(blk(il, kFfnUpShexp), {H, s.n_ff_shexp}, il);
+  b.out_proj(blk(il, kFfnDownShexp), {s.n_ff_shexp, H}, il);
+}
+
 }  // namespace
 
 std::vector<SyntheticTensor> plan_tensors(const ModelShape& s, FileType file_type) {
@@ -125,6 +156,10 @@ std::vector<SyntheticTensor> plan_tensors(const ModelShape& s, FileType file_typ
     using namespace keys;
     if (s.is_hybrid()) {
       plan_hybrid_layer(b, s, il);
+      continue;
+    }
+    if (s.is_laguna()) {
+      plan_laguna_layer(b, s, il);
       continue;
     }
     b.norm(blk(il, kAttnNorm), H, il);

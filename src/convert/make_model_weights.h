@@ -12,7 +12,8 @@
 //     q/k/ssm/output)                     zero-centred norms with the +1 applied)
 //   attn_q/k/v, ffn_gate/up(_exps),     N(0, 1/fan_in), fan_in = ne[0]
 //   ffn_gate_inp (router), output,
-//   attn_qkv, attn_gate, ssm_alpha,
+//   attn_qkv, attn_gate (also laguna's
+//   output gate), ssm_alpha,
 //   ssm_beta, ssm_conv1d (fan_in = the
 //   kernel), ffn_gate/up_shexp,
 //   ffn_gate_inp_shexp ({H}: 1/H)
@@ -20,6 +21,8 @@
 //   ffn_down(_exps, _shexp)               residual-branch outputs are damped
 //       (GPT-2 style) so the residual stream keeps a bounded magnitude through
 //       deep stacks.
+//   exp_probs_b.bias (laguna's router   0.1 N(0, 1): the sigmoid scores are in
+//     selection bias)                     (0, 1), so the bias changes the top-k
 //   ssm_dt.bias                         0.5 N(0, 1)
 //   ssm_a                               -exp(0.3 N(0, 1)): negative, as the
 //                                         -exp(A_log) the real files store

@@ -17,13 +17,15 @@ std::string_view arch_name(ModelArch arch) {
       return "qwen35moe";
     case ModelArch::kQwen35:
       return "qwen35";
+    case ModelArch::kLaguna:
+      return "laguna";
   }
   return "qwen3moe";
 }
 
 std::optional<ModelArch> arch_from_name(std::string_view name) {
-  for (ModelArch arch :
-       {ModelArch::kQwen3Moe, ModelArch::kQwen3, ModelArch::kQwen35Moe, ModelArch::kQwen35}) {
+  for (ModelArch arch : {ModelArch::kQwen3Moe, ModelArch::kQwen3, ModelArch::kQwen35Moe, ModelArch::kQwen35,
+                         ModelArch::kLaguna}) {
     if (name == arch_name(arch)) return arch;
   }
   return std::nullopt;
@@ -35,8 +37,28 @@ std::vector<int32_t> ModelShape::rope_sections() const {
   return {int32_t(s), int32_t(s), int32_t(half - 2 * s), 0};
 }
 
+namespace {
+
+// attn_norm, q/k/v/output, q/k norms, attn_gate, ffn_norm, then the dense FFN
+// or router, selection bias, experts and shared expert.
+int64_t laguna_layer_params(const ModelShape& s, int64_t il) {
+  const int64_t H = s.n_embd, q = s.n_head_layer(il) * s.head_dim;
+  const int64_t attn = H * q * 2 + H * s.kv_dim() * 2 + 2 * s.head_dim + H * s.n_head_layer(il);
+  const int64_t ffn = s.is_dense_layer(il) ? 3 * H * s.n_ff
+                                           : H * s.n_expert + s.n_expert + 3 * H * s.n_ff_exp * s.n_expert +
+                                                 3 * H * s.n_ff_shexp;
+  return 2 * H + attn + ffn;
+}
+
+}  // namespace
+
 int64_t ModelShape::n_params() const {
   const int64_t H = n_embd;
+  if (is_laguna()) {
+    int64_t total = 2 * n_vocab * H + H;  // token_embd, output, output_norm
+    for (int64_t il = 0; il < n_layer; ++il) total += laguna_layer_params(*this, il);
+    return total;
+  }
   if (!is_hybrid()) {
     const int64_t attn = H * q_dim() * 2 + H * kv_dim() * 2 + 2 * head_dim;
     const int64_t ffn = is_moe() ? H * n_expert + 3 * H * n_ff_exp * n_expert : 3 * H * n_ff;
@@ -61,7 +83,7 @@ int64_t ModelShape::n_params() const {
 }
 
 const std::vector<std::string>& preset_names() {
-  static const std::vector<std::string> kNames = {"tiny", "small", "30b-a3b", "35b-a3b", "27b"};
+  static const std::vector<std::string> kNames = {"tiny", "small", "30b-a3b", "35b-a3b", "27b", "laguna-xs"};
   return kNames;
 }
 
@@ -69,6 +91,7 @@ const std::vector<std::string>& preset_names(ModelArch arch) {
   static const std::vector<std::string> kQwen3 = {"tiny", "small", "30b-a3b"};
   static const std::vector<std::string> kQwen35Moe = {"tiny", "small", "35b-a3b"};
   static const std::vector<std::string> kQwen35 = {"tiny", "small", "27b"};
+  static const std::vector<std::string> kLaguna = {"tiny", "small", "laguna-xs"};
   switch (arch) {
     case ModelArch::kQwen3Moe:
     case ModelArch::kQwen3:
@@ -77,6 +100,8 @@ const std::vector<std::string>& preset_names(ModelArch arch) {
       return kQwen35Moe;
     case ModelArch::kQwen35:
       return kQwen35;
+    case ModelArch::kLaguna:
+      return kLaguna;
   }
   return kQwen3;
 }
@@ -149,6 +174,33 @@ ModelShape hybrid_shape(ModelArch arch, std::string_view preset) {
   return s;
 }
 
+// Laguna; `preset` is one of preset_names(kLaguna).
+ModelShape laguna_shape(std::string_view preset) {
+  ModelShape s;
+  s.arch = ModelArch::kLaguna;
+  s.preset = std::string(preset);
+  s.rms_eps = 1e-6, s.rope_theta = 500000.0, s.rope_theta_swa = 10000.0;
+  s.swa_period = 4, s.n_dense_lead = 1, s.expert_weights_scale = 2.5;
+  s.yarn_beta_fast = 64.0, s.yarn_beta_slow = 1.0;
+  if (preset == "tiny") {
+    s.n_layer = 4, s.n_embd = 256, s.head_dim = 64, s.n_head = 4, s.n_head_swa = 6, s.n_head_kv = 2;
+    s.n_rot = 32, s.n_rot_swa = 64, s.sliding_window = 16, s.yarn_factor = 4.0, s.yarn_orig_ctx = 64;
+    s.n_expert = 8, s.n_expert_used = 2, s.n_ff_exp = 128, s.n_ff_shexp = 128, s.n_ff = 512;
+    s.n_vocab = 2048, s.n_ctx = 2048;
+  } else if (preset == "small") {
+    s.n_layer = 8, s.n_embd = 1024, s.head_dim = 128, s.n_head = 8, s.n_head_swa = 16, s.n_head_kv = 4;
+    s.n_rot = 64, s.n_rot_swa = 128, s.sliding_window = 128, s.yarn_factor = 8.0, s.yarn_orig_ctx = 4096;
+    s.n_expert = 64, s.n_expert_used = 8, s.n_ff_exp = 512, s.n_ff_shexp = 512, s.n_ff = 2048;
+    s.n_vocab = 151936, s.n_ctx = 32768;
+  } else {  // laguna-xs: Laguna-XS.2
+    s.n_layer = 40, s.n_embd = 2048, s.head_dim = 128, s.n_head = 48, s.n_head_swa = 64, s.n_head_kv = 8;
+    s.n_rot = 64, s.n_rot_swa = 128, s.sliding_window = 512, s.yarn_factor = 32.0, s.yarn_orig_ctx = 4096;
+    s.n_expert = 256, s.n_expert_used = 8, s.n_ff_exp = 512, s.n_ff_shexp = 512, s.n_ff = 8192;
+    s.n_vocab = 100352, s.n_ctx = 131072;
+  }
+  return s;
+}
+
 }  // namespace
 
 Result<ModelShape> model_preset(ModelArch arch, std::string_view preset) {
@@ -162,7 +214,9 @@ Result<ModelShape> model_preset(ModelArch arch, std::string_view preset) {
                       arch_name(arch), arch_name(arch), preset_names_string(arch));
   }
   ModelShape s;
-  if (arch == ModelArch::kQwen35Moe || arch == ModelArch::kQwen35) {
+  if (arch == ModelArch::kLaguna) {
+    s = laguna_shape(preset);
+  } else if (arch == ModelArch::kQwen35Moe || arch == ModelArch::kQwen35) {
     s = hybrid_shape(arch, preset);
   } else {
     s = moe_shape(preset);

@@ -21,7 +21,10 @@
 // except ffn_gate_inp and ssm_conv1d, which stay F32 like the norms.
 // The hybrid models' other matrices follow the rules above: ffn_down_shexp like
 // ffn_down; attn_qkv, attn_gate, ssm_alpha/beta, ssm_out and the shared
-// expert's gate/up the default type.
+// expert's gate/up the default type. Laguna's likewise: its output gate
+// attn_gate {n_embd, n_head} takes the default type like attn_q, the shared
+// expert as qwen35moe's, and the router's selection bias exp_probs_b.bias
+// (1-D) stays F32.
 #pragma once
 #include <cstdint>
 #include <optional>

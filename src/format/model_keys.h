@@ -60,6 +60,7 @@ inline constexpr std::string_view kExpertWeightsScale = "expert_weights_scale"; 
 inline constexpr std::string_view kExpertWeightsNorm = "expert_weights_norm";    // bool
 inline constexpr std::string_view kExpertGatingFunc = "expert_gating_func";      // 1 softmax, 2 sigmoid
 inline constexpr std::string_view kExpertSharedCount = "expert_shared_count";
+inline constexpr std::string_view kVocabSize = "vocab_size";  // laguna writes it (the embedding's rows)
 inline constexpr int64_t kExpertGatingSoftmax = 1;
 inline constexpr int64_t kExpertGatingSigmoid = 2;
 

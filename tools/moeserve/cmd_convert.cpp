@@ -1,6 +1,6 @@
 // moeserve convert HF_DIR -o FILE [--type T] [--threads N]: a Hugging Face
-// Qwen3 / Qwen3-MoE / Qwen3.5 (qwen35moe, qwen35) checkpoint (config.json, *.safetensors, tokenizer.json)
-// to a GGUF file llama.cpp and moeserve load.
+// Qwen3 / Qwen3-MoE / Qwen3.5 (qwen35moe, qwen35) / Laguna checkpoint (config.json, *.safetensors,
+// tokenizer.json) to a GGUF file llama.cpp and moeserve load.
 #include <fmt/format.h>
 
 #include <memory>

@@ -1,5 +1,5 @@
-// moeserve make-model: write a deterministic synthetic Qwen3 / Qwen3-MoE or
-// Qwen3.5/3.6 (hybrid Gated DeltaNet, dense or MoE) GGUF (convert/make_model.h)
+// moeserve make-model: write a deterministic synthetic Qwen3 / Qwen3-MoE,
+// Qwen3.5/3.6 (hybrid Gated DeltaNet, dense or MoE) or Laguna GGUF (convert/make_model.h)
 // for tests, benchmarks and expert-placement studies.
 #include <fmt/format.h>
 
@@ -106,17 +106,21 @@ void register_make_model(CLI::App& app) {
   auto cli = std::make_shared<MakeModelCliOptions>();
   CLI::App* cmd = app.add_subcommand(
       "make-model",
-      "Write a synthetic Qwen3-MoE, dense Qwen3, or Qwen3.5/3.6 hybrid Gated DeltaNet model (MoE\n"
-      "qwen35moe or dense qwen35): standard llama.cpp tensor names and keys, an embedded byte-level\n"
-      "BPE vocabulary (gpt2; pre-tokenizer qwen2, or qwen35 for the hybrids; Qwen's special tokens,\n"
-      "Qwen3's chat template) and random weights that are a pure function of --seed (the same file\n"
-      "for any --threads). Weights are generated and quantized while the file is written, so memory\n"
-      "stays small even for 30b-a3b (~17 GiB in q4_k_m). The model computes nonsense, but at the real cost.");
-  cmd->add_option("--arch", cli->arch,
-                  "qwen3moe (default), qwen3 (dense), qwen35moe (Qwen3.5/3.6 MoE: every 4th layer gated\n"
-                  "full attention, the others Gated DeltaNet; routed + shared experts) or qwen35 (the same\n"
-                  "layers with a dense FFN). Presets: qwen3moe and qwen3: tiny, small, 30b-a3b; qwen35moe:\n"
-                  "tiny, small, 35b-a3b; qwen35: tiny, small, 27b");
+      "Write a synthetic Qwen3-MoE, dense Qwen3, Qwen3.5/3.6 hybrid Gated DeltaNet (MoE qwen35moe or\n"
+      "dense qwen35) or Poolside Laguna (laguna) model: standard llama.cpp tensor names and keys, an\n"
+      "embedded byte-level BPE vocabulary (gpt2; pre-tokenizer qwen2, or qwen35 for the hybrids;\n"
+      "Qwen's special tokens, Qwen3's chat template) and random weights that are a pure function of\n"
+      "--seed (the same file for any --threads). Weights are generated and quantized while the file\n"
+      "is written, so memory stays small even for 30b-a3b (~17 GiB in q4_k_m). The model computes\n"
+      "nonsense, but at the real cost.");
+  cmd->add_option(
+      "--arch", cli->arch,
+      "qwen3moe (default), qwen3 (dense), qwen35moe (Qwen3.5/3.6 MoE: every 4th layer gated\n"
+      "full attention, the others Gated DeltaNet; routed + shared experts), qwen35 (the same\n"
+      "layers with a dense FFN) or laguna (Laguna: every 4th layer full attention, the others\n"
+      "sliding-window; layer 0 dense, then sigmoid-routed + shared experts). Presets: qwen3moe and\n"
+      "qwen3: tiny, small, 30b-a3b; qwen35moe: tiny, small, 35b-a3b; qwen35: tiny, small, 27b;\n"
+      "laguna: tiny, small, laguna-xs");
   cmd->add_option(
       "--preset", cli->preset,
       "tiny (default; 2 layers, hidden 256, 4/2 heads of 64, 8 experts top-2 of FF 256, dense FF\n"
@@ -130,7 +134,12 @@ void register_make_model(CLI::App& app) {
       "FF 512 or dense FF 3072, vocab 151936), 35b-a3b (qwen35moe only, Qwen3.6-35B-A3B: 40 layers,\n"
       "hidden 2048, 16/2 heads of 256, DeltaNet 16/32 heads of 128, 256 experts top-8 of FF 512,\n"
       "vocab 248320), 27b (qwen35 only, Qwen3.6-27B: 64 layers, hidden 5120, 24/4 heads of 256,\n"
-      "DeltaNet 16/48 heads of 128, FF 17408, vocab 248320)");
+      "DeltaNet 16/48 heads of 128, FF 17408, vocab 248320). For laguna: tiny (4 layers, hidden 256,\n"
+      "heads [4, 6, 6, 6] of 64 / 2 KV, window 16, 8 experts top-2 of FF 128 + shared 128, dense FF\n"
+      "512, vocab 2048), small (8 layers, hidden 1024, heads [8, 16, 16, 16] of 128 / 4 KV, window 128,\n"
+      "64 experts top-8 of FF 512 + shared 512, dense FF 2048, vocab 151936), laguna-xs (Laguna-XS.2:\n"
+      "40 layers, hidden 2048, heads [48, 64, 64, 64] of 128 / 8 KV, window 512, 256 experts top-8 of\n"
+      "FF 512 + shared 512, dense FF 8192, vocab 100352, YaRN x32)");
   cmd->add_option(
       "--type", cli->type,
       "Weight type: q4_k_m (default; llama.cpp's mix: Q4_K, Q6_K output and some attn_v/ffn_down),\n"
@@ -138,7 +147,8 @@ void register_make_model(CLI::App& app) {
   cmd->add_option("--layers", cli->layers,
                   "Number of layers (default: the preset's). The per-layer shapes stay the preset's, so a\n"
                   "few-layer 30b-a3b is a quick stand-in for timing its kernels. In qwen35moe/qwen35 the\n"
-                  "layers il with (il + 1) % 4 == 0 stay full attention, so keep 4 or more to have one");
+                  "layers il with (il + 1) % 4 == 0 stay full attention, so keep 4 or more to have one;\n"
+                  "in laguna the layers il with il % 4 == 0 (layer 0 keeps the dense FFN)");
   cmd->add_option("--seed", cli->seed,
                   "Seed of the weights (default 0); equal seeds give byte-identical files");
   cmd->add_option(
