@@ -171,7 +171,8 @@ const std::string* GgufValue::as_string() const {
 }
 
 std::optional<std::vector<int64_t>> GgufValue::as_int_array() const {
-  if (!is_array() || !gguf_is_integer(elem_type_)) return std::nullopt;
+  // (Bool arrays read as 0 / 1: llama.cpp writes per-layer flags either way.)
+  if (!is_array() || !(gguf_is_integer(elem_type_) || elem_type_ == GgufType::kBool)) return std::nullopt;
   std::optional<std::vector<int64_t>> out;
   std::visit(
       [&](const auto& vec) {

@@ -1,6 +1,7 @@
 #include "models/registry.h"
 
 #include "format/model_keys.h"
+#include "models/laguna.h"
 #include "models/qwen3.h"
 #include "models/qwen35.h"
 
@@ -12,6 +13,7 @@ constexpr Architecture kArchitectures[] = {
     {"qwen3", create_qwen3},
     {"qwen35moe", create_qwen35},
     {"qwen35", create_qwen35},
+    {"laguna", create_laguna},
 };
 }  // namespace
 

@@ -23,8 +23,10 @@ Result<std::unique_ptr<Model>> Model::from_gguf(GgufFile file, const ModelLoadOp
   m->device_reason_ = choice.reason;
   m->pool_ = std::make_unique<ThreadPool>(options.n_threads);
   const bool on_cpu = choice.spec.kind == backend::DeviceKind::kCpu;
-  m->cpu_ = std::make_unique<backend::CpuDevice>(backend::CpuDeviceOptions{
-      .pool = m->pool_.get(), .pack_weights = options.pack_weights && on_cpu, .release_source = m->file_.file_backed()});
+  m->cpu_ = std::make_unique<backend::CpuDevice>(
+      backend::CpuDeviceOptions{.pool = m->pool_.get(),
+                                .pack_weights = options.pack_weights && on_cpu,
+                                .release_source = m->file_.file_backed()});
   models::Placement placement;
   placement.io = m->cpu_.get();
   if (!on_cpu) {
@@ -58,14 +60,16 @@ Result<std::unique_ptr<Model>> Model::from_gguf(GgufFile file, const ModelLoadOp
   MOESERVE_ASSIGN_OR_RETURN(m->net_, std::move(net));
   if (!m->splits_.empty() && m->gpu_ != nullptr) m->pin_for_expert_copies();
   if (m->packed().tensors > 0) {
-    MOESERVE_LOG_INFO("packed {} weight tensors ({:.2f} GiB) for the {} kernels in {:.2f} s", m->packed().tensors,
-                      double(m->packed().bytes) / double(1 << 30), cpu::simd_level_name(cpu::cpu_kernels().level),
+    MOESERVE_LOG_INFO("packed {} weight tensors ({:.2f} GiB) for the {} kernels in {:.2f} s",
+                      m->packed().tensors, double(m->packed().bytes) / double(1 << 30),
+                      cpu::simd_level_name(cpu::cpu_kernels().level),
                       std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
   }
   MOESERVE_ASSIGN_OR_RETURN(tok::VocabData vocab, tok::vocab_from_gguf(m->file_));
   if (int64_t(vocab.tokens.size()) > m->info().n_vocab) {
-    return make_error(StatusCode::kInvalidFormat, "{}: the tokenizer has {} tokens but token_embd only {} rows",
-                      m->file_.name(), vocab.tokens.size(), m->info().n_vocab);
+    return make_error(StatusCode::kInvalidFormat,
+                      "{}: the tokenizer has {} tokens but token_embd only {} rows", m->file_.name(),
+                      vocab.tokens.size(), m->info().n_vocab);
   }
   MOESERVE_ASSIGN_OR_RETURN(m->tokenizer_, tok::Tokenizer::create(std::move(vocab)));
   return m;
@@ -78,8 +82,8 @@ Status Model::split_experts(const ModelLoadOptions& options, models::Placement& 
   const int64_t n_expert = file_.get_int(file_.arch_key(keys::kExpertCount)).value_or(0);
   const int64_t n_layer = file_.get_int(file_.arch_key(keys::kBlockCount)).value_or(0);
   if (n_expert <= 0) {
-    return make_error(StatusCode::kInvalidArgument, "{}: experts placed on the GPU, but the model has no experts",
-                      file_.name());
+    return make_error(StatusCode::kInvalidArgument,
+                      "{}: experts placed on the GPU, but the model has no experts", file_.name());
   }
   if (int64_t(gpu_experts.size()) > n_layer) {
     return make_error(StatusCode::kInvalidArgument, "{}: an expert placement for {} layers, the model has {}",
@@ -99,12 +103,13 @@ Status Model::split_experts(const ModelLoadOptions& options, models::Placement& 
   // (about 50 GFLOP/s a thread with the integer dot products) and refined
   // from the host calls; PCIe once the file is pinned (after placement).
   backend::ExpertCostInputs in;
-  if (Result<double> dram = measure_read_bandwidth({.pool = pool_.get()}); dram.is_ok()) in.dram_bytes_per_s = *dram * 1e9;
+  if (Result<double> dram = measure_read_bandwidth({.pool = pool_.get()}); dram.is_ok())
+    in.dram_bytes_per_s = *dram * 1e9;
   in.cpu_flops_per_s = 50e9 * double(pool_->size());
   auto policy = [](const char* env) {
     const char* v = std::getenv(env);
     const std::string p = v == nullptr ? "" : v;
-    return p == "never" ? backend::ExpertCopyPolicy::kNever
+    return p == "never"    ? backend::ExpertCopyPolicy::kNever
            : p == "always" ? backend::ExpertCopyPolicy::kAlways
                            : backend::ExpertCopyPolicy::kAuto;
   };
@@ -117,19 +122,27 @@ Status Model::split_experts(const ModelLoadOptions& options, models::Placement& 
   // 2% with every expert on the CPU and cost 10% where few experts are
   // cold (docs/BENCHMARKS.md); the CPU's reads slow down while the GPU's run.
   const char* stream_env = std::getenv("MOESERVE_EXPERT_STREAM");
-  in.stream_policy = stream_env != nullptr && (std::string(stream_env) == "auto" || std::string(stream_env) == "always")
-                         ? policy("MOESERVE_EXPERT_STREAM")
-                         : backend::ExpertCopyPolicy::kNever;
+  in.stream_policy =
+      stream_env != nullptr && (std::string(stream_env) == "auto" || std::string(stream_env) == "always")
+          ? policy("MOESERVE_EXPERT_STREAM")
+          : backend::ExpertCopyPolicy::kNever;
   expert_cost_ = std::make_unique<backend::ExpertCostModel>(in);
   splits_.resize(size_t(n_layer));
   placement.expert_splits.assign(size_t(n_layer), nullptr);
   for (int64_t l = 0; l < n_layer; ++l) {
     const std::vector<int32_t> none;
-    const std::vector<int32_t>& ids = size_t(l) < gpu_experts.size() ? gpu_experts[size_t(l)] : none;
+    std::vector<int32_t>
+        every;  // a layer without experts (Laguna's dense first layer): nothing leaves the GPU
+    if (file_.find_tensor(keys::blk(int(l), keys::kFfnGateExps)) == nullptr) {
+      for (int32_t e = 0; e < int32_t(n_expert); ++e) every.push_back(e);
+    }
+    const std::vector<int32_t>& ids = !every.empty()                   ? every
+                                      : size_t(l) < gpu_experts.size() ? gpu_experts[size_t(l)]
+                                                                       : none;
     for (int32_t e : ids) {
       if (e < 0 || e >= n_expert) {
-        return make_error(StatusCode::kInvalidArgument, "{}: layer {}: expert {} is outside 0..{}", file_.name(), l,
-                          e, n_expert - 1);
+        return make_error(StatusCode::kInvalidArgument, "{}: layer {}: expert {} is outside 0..{}",
+                          file_.name(), l, e, n_expert - 1);
       }
     }
     splits_[size_t(l)] = std::make_unique<backend::ExpertSplit>(n_expert, ids, host);
@@ -185,8 +198,9 @@ void Model::pin_for_expert_copies() {
   const auto t0 = std::chrono::steady_clock::now();
   Result<double> pcie = gpu_->pin_host_memory(file_.bytes());
   if (!pcie.is_ok() || *pcie <= 0.0) {
-    MOESERVE_LOG_INFO("cold experts are computed on the CPU at every batch size: {}",
-                      pcie.is_ok() ? std::string("the GPU does not copy from host memory") : pcie.status().message());
+    MOESERVE_LOG_INFO(
+        "cold experts are computed on the CPU at every batch size: {}",
+        pcie.is_ok() ? std::string("the GPU does not copy from host memory") : pcie.status().message());
     return;
   }
   expert_cost_->set_pcie(*pcie);
@@ -194,15 +208,17 @@ void Model::pin_for_expert_copies() {
   // engines' rate (H100 host: 47-50 against 55 GB/s).
   if (gpu_->reads_pinned_host_memory()) expert_cost_->set_stream(0.9 * *pcie);
   const backend::ExpertCostInputs in = expert_cost_->inputs();
-  MOESERVE_LOG_INFO("cold experts: the file pinned in {:.1f} s; PCIe {:.1f} GB/s, DRAM {:.1f} GB/s, CPU ~{:.0f} GFLOP/s "
-                    "(refined as it runs): a chunk copies a layer's cold experts to the GPU when that is quicker "
-                    "than the CPU computing them{}",
-                    std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), *pcie / 1e9,
-                    in.dram_bytes_per_s / 1e9, in.cpu_flops_per_s / 1e9,
-                    in.stream_bytes_per_s > 0.0 && in.stream_policy != backend::ExpertCopyPolicy::kNever
-                        ? "; a decode step's GPU streams some cold experts from host memory while the CPU computes the rest "
-                          "(MOESERVE_EXPERT_STREAM)"
-                        : "");
+  MOESERVE_LOG_INFO(
+      "cold experts: the file pinned in {:.1f} s; PCIe {:.1f} GB/s, DRAM {:.1f} GB/s, CPU ~{:.0f} GFLOP/s "
+      "(refined as it runs): a chunk copies a layer's cold experts to the GPU when that is quicker "
+      "than the CPU computing them{}",
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), *pcie / 1e9,
+      in.dram_bytes_per_s / 1e9, in.cpu_flops_per_s / 1e9,
+      in.stream_bytes_per_s > 0.0 && in.stream_policy != backend::ExpertCopyPolicy::kNever
+          ? "; a decode step's GPU streams some cold experts from host memory while the CPU computes the "
+            "rest "
+            "(MOESERVE_EXPERT_STREAM)"
+          : "");
 }
 
 Result<std::vector<ExpertSwap>> Model::promote_experts(const PromotionOptions& options) {
@@ -217,9 +233,10 @@ Result<std::vector<ExpertSwap>> Model::promote_experts(const PromotionOptions& o
     split.start_window();
   }
   if (!done.empty()) {
-    MOESERVE_LOG_INFO("promoted {} experts to the GPU (e.g. layer {}: expert {}, {} selections, for expert {}, {})",
-                      done.size(), done[0].layer, done[0].expert_in, done[0].selections_in, done[0].expert_out,
-                      done[0].selections_out);
+    MOESERVE_LOG_INFO(
+        "promoted {} experts to the GPU (e.g. layer {}: expert {}, {} selections, for expert {}, {})",
+        done.size(), done[0].layer, done[0].expert_in, done[0].selections_in, done[0].expert_out,
+        done[0].selections_out);
   }
   return done;
 }

@@ -46,7 +46,7 @@ const std::array<KnownPattern, 2>& known_patterns() {
 }
 
 std::optional<std::string> pattern_for_pre(std::string_view pre) {
-  if (pre == "qwen2") return qwen_pattern(R"(\p{L})", R"(\p{L}\p{N})");
+  if (pre == "qwen2" || pre == "laguna") return qwen_pattern(R"(\p{L})", R"(\p{L}\p{N})");
   if (pre == "qwen35") return qwen_pattern(R"([\p{L}\p{M}])", R"(\p{L}\p{M}\p{N})");
   return std::nullopt;
 }
@@ -86,18 +86,19 @@ Result<std::unique_ptr<PreTokenizer>> PreTokenizer::create(std::string_view pre)
   const std::optional<std::string> pattern = pattern_for_pre(pre);
   if (!pattern) {
     return make_error(StatusCode::kUnsupported,
-                      "pre-tokenizer '{}' is not supported (supported: qwen2, qwen35)", pre);
+                      "pre-tokenizer '{}' is not supported (supported: qwen2, qwen35, laguna)", pre);
   }
   auto compiled = std::make_unique<Compiled>();
   int error_code = 0;
   PCRE2_SIZE error_offset = 0;
-  compiled->code = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(pattern->data()), pattern->size(),
-                                 PCRE2_UTF | PCRE2_UCP | PCRE2_NO_UTF_CHECK, &error_code, &error_offset, nullptr);
+  compiled->code =
+      pcre2_compile(reinterpret_cast<PCRE2_SPTR>(pattern->data()), pattern->size(),
+                    PCRE2_UTF | PCRE2_UCP | PCRE2_NO_UTF_CHECK, &error_code, &error_offset, nullptr);
   if (compiled->code == nullptr) {
     std::array<PCRE2_UCHAR, 256> message{};
     pcre2_get_error_message(error_code, message.data(), message.size());
-    return make_error(StatusCode::kInternal, "pre-tokenizer '{}': regex does not compile at offset {}: {}", pre,
-                      error_offset, reinterpret_cast<const char*>(message.data()));
+    return make_error(StatusCode::kInternal, "pre-tokenizer '{}': regex does not compile at offset {}: {}",
+                      pre, error_offset, reinterpret_cast<const char*>(message.data()));
   }
   // JIT is an optimisation only: without it (not built in, or no executable
   // memory) the interpreter gives the same matches.
@@ -106,6 +107,20 @@ Result<std::unique_ptr<PreTokenizer>> PreTokenizer::create(std::string_view pre)
 }
 
 void PreTokenizer::split(std::string_view text, std::vector<std::string_view>& pieces) const {
+  if (pre_ != "laguna") return split_regex(text, pieces);
+  // Laguna (llama.cpp's LLAMA_VOCAB_PRE_TYPE_LAGUNA): runs of newlines and
+  // runs of anything else first, then the Qwen2 pattern inside each run.
+  size_t start = 0;
+  while (start < text.size()) {
+    const bool newline = text[start] == '\n';
+    size_t end = start;
+    while (end < text.size() && (text[end] == '\n') == newline) ++end;
+    split_regex(text.substr(start, end - start), pieces);
+    start = end;
+  }
+}
+
+void PreTokenizer::split_regex(std::string_view text, std::vector<std::string_view>& pieces) const {
   if (text.empty()) return;
   std::unique_ptr<pcre2_match_data, MatchDataDeleter> match(
       pcre2_match_data_create_from_pattern(compiled_->code, nullptr));

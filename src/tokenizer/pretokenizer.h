@@ -5,6 +5,7 @@
 // Supported kinds (the `tokenizer.ggml.pre` names):
 //   qwen2  — Qwen2/Qwen3/Qwen3-MoE/Qwen3-Next
 //   qwen35 — Qwen3.5: combining marks (\p{M}) stay with their letters
+//   laguna — Laguna: newline runs split off first, then the qwen2 pattern
 // Both patterns are compiled with PCRE2 in UTF + UCP mode (JIT when present).
 // `\s` is spelled out as the Unicode White_Space property, which is what the
 // Rust `tokenizers` crate (Oniguruma) matches; PCRE2's and JavaScript's own
@@ -39,6 +40,7 @@ class PreTokenizer {
  private:
   struct Compiled;
   PreTokenizer(std::string pre, std::unique_ptr<Compiled> compiled);
+  void split_regex(std::string_view valid_utf8, std::vector<std::string_view>& pieces) const;
   std::string pre_;
   std::unique_ptr<Compiled> compiled_;
 };

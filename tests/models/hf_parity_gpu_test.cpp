@@ -170,7 +170,8 @@ INSTANTIATE_TEST_SUITE_P(TinyModels, HfParityGpu,
                          ::testing::Values(GpuCase{"qwen3moe-tiny.bf16.gguf", "fixtures_qwen3moe.json", 0.03f},
                                            GpuCase{"qwen3-tiny.bf16.gguf", "fixtures_qwen3.json", 0.04f},
                                            GpuCase{"qwen35moe-tiny.bf16.gguf", "fixtures_qwen35moe.json", 0.04f},
-                                           GpuCase{"qwen35-tiny.bf16.gguf", "fixtures_qwen35.json", 0.04f}),
+                                           GpuCase{"qwen35-tiny.bf16.gguf", "fixtures_qwen35.json", 0.04f},
+                                           GpuCase{"laguna-tiny.bf16.gguf", "fixtures_laguna.json", 0.04f}),
                          [](const auto& info) { return testing::fixture_stem(info.param.fixture); });
 
 }  // namespace

@@ -108,6 +108,18 @@ TEST_F(PreTokenizerTest, PiecesCoverTheInput) {
   EXPECT_TRUE(split(*qwen2_, "").empty());
 }
 
+// Laguna splits newline runs off first: whitespace before a newline stays
+// apart from it, where the Qwen pattern's \s*[\r\n]+ joins them.
+TEST_F(PreTokenizerTest, LagunaSplitsNewlineRunsFirst) {
+  auto laguna = PreTokenizer::create("laguna");
+  ASSERT_TRUE(laguna.is_ok()) << laguna.status().to_string();
+  EXPECT_EQ(split(*qwen2_, "a  \nfoo\n\nbar"), (Pieces{"a", "  \n", "foo", "\n\n", "bar"}));
+  EXPECT_EQ(split(**laguna, "a  \nfoo\n\nbar"), (Pieces{"a", "  ", "\n", "foo", "\n\n", "bar"}));
+  EXPECT_EQ(split(**laguna, "Hello world 12"), (Pieces{"Hello", " world", " ", "1", "2"}));
+  EXPECT_EQ(split(**laguna, "x.\r\n"), (Pieces{"x", ".\r", "\n"}));
+  EXPECT_TRUE(split(**laguna, "").empty());
+}
+
 TEST(PreTokenizer, UnknownNamesAreUnsupported) {
   auto r = PreTokenizer::create("gpt4o");
   EXPECT_EQ(r.status().code(), StatusCode::kUnsupported);

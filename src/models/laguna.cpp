@@ -1,0 +1,383 @@
+#include "models/laguna.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "models/forward_common.h"
+
+namespace moeserve::models {
+namespace {
+
+using backend::Device;
+using backend::DeviceMemory;
+using backend::MatmulOp;
+using backend::Ops;
+
+// One device's share of a workspace: its op queue and activation buffers
+// (attention buffers sized by the widest layer).
+struct DeviceBuffers {
+  Device* device = nullptr;
+  std::unique_ptr<Ops> ops;
+  int64_t capacity = 0;  // rows
+  DeviceMemory x, xn, o, q, k, v, gate, attn;
+  DeviceMemory router, ff_gate, ff_up;
+  DeviceMemory final_rows, logits;
+};
+
+class LagunaWorkspace final : public Workspace {
+ public:
+  std::vector<DeviceBuffers> devices;
+  BatchRows rows;
+  std::vector<float> staging;
+
+  DeviceBuffers* find(const Device* d) {
+    for (DeviceBuffers& b : devices) {
+      if (b.device == d) return &b;
+    }
+    return nullptr;
+  }
+};
+
+int64_t ffn_width(const LagunaHParams& hp) { return std::max(hp.n_ff, hp.n_ff_shexp); }
+int64_t gate_width(const LagunaHParams& hp) { return hp.gate_per_element ? hp.max_q_dim() : hp.max_head(); }
+
+int64_t floats_per_row(const LagunaHParams& hp) {
+  return 3 * hp.n_embd + 2 * hp.max_q_dim() + 2 * hp.kv_dim() + gate_width(hp) + hp.n_expert +
+         2 * ffn_width(hp);
+}
+
+Status ensure_buffers(DeviceBuffers& b, const LagunaHParams& hp, int64_t rows) {
+  if (b.capacity >= rows) return Status::ok();
+  const size_t t = size_t(rows);
+  auto alloc = [&](DeviceMemory& m, int64_t width, const char* what) -> Status {
+    m.reset();
+    if (width == 0) return Status::ok();
+    MOESERVE_ASSIGN_OR_RETURN(m, b.device->allocate(t * size_t(width) * sizeof(float), what));
+    return Status::ok();
+  };
+  const int64_t H = hp.n_embd;
+  MOESERVE_RETURN_IF_ERROR(alloc(b.x, H, "workspace (hidden rows)"));
+  MOESERVE_RETURN_IF_ERROR(alloc(b.xn, H, "workspace (normed rows)"));
+  MOESERVE_RETURN_IF_ERROR(alloc(b.o, H, "workspace (output rows)"));
+  MOESERVE_RETURN_IF_ERROR(alloc(b.q, hp.max_q_dim(), "workspace (q)"));
+  MOESERVE_RETURN_IF_ERROR(alloc(b.attn, hp.max_q_dim(), "workspace (attention)"));
+  MOESERVE_RETURN_IF_ERROR(alloc(b.k, hp.kv_dim(), "workspace (k)"));
+  MOESERVE_RETURN_IF_ERROR(alloc(b.v, hp.kv_dim(), "workspace (v)"));
+  MOESERVE_RETURN_IF_ERROR(alloc(b.gate, gate_width(hp), "workspace (attention gate)"));
+  MOESERVE_RETURN_IF_ERROR(alloc(b.router, hp.n_expert, "workspace (router)"));
+  MOESERVE_RETURN_IF_ERROR(alloc(b.ff_gate, ffn_width(hp), "workspace (ffn gate)"));
+  MOESERVE_RETURN_IF_ERROR(alloc(b.ff_up, ffn_width(hp), "workspace (ffn up)"));
+  b.capacity = rows;
+  b.ops->buffers_moved();
+  return Status::ok();
+}
+
+ModelInfo make_info(const LagunaHParams& hp, const LagunaWeights& w) {
+  ModelInfo i;
+  i.arch = hp.arch_name;
+  i.n_layer = hp.n_layer;
+  i.n_vocab = hp.n_vocab;
+  i.n_embd = hp.n_embd;
+  i.n_ctx_train = hp.n_ctx_train;
+  i.kv_dim = hp.kv_dim();
+  i.n_expert = hp.n_expert;
+  i.n_expert_used = hp.n_expert_used;
+  i.n_params = w.n_params;
+  i.n_bytes = w.n_bytes;
+  i.active_bytes_per_token = w.active_bytes_per_token;
+  i.workspace_floats_per_row = floats_per_row(hp);
+  return i;
+}
+
+}  // namespace
+
+class LagunaModel::Forward {
+ public:
+  Forward(const LagunaModel& m, LagunaWorkspace& ws, ForwardProfile* profile)
+      : hp_(m.hp_), w_(m.w_), placement_(m.placement_), ws_(ws), profile_(profile) {}
+
+  Status run(const ForwardBatch& b);
+
+ private:
+  Status attention_block(DeviceBuffers& d, int il, int64_t T);
+  Status moe_block(DeviceBuffers& d, int il, int64_t T);
+  Status shared_expert(DeviceBuffers& d, int il, int64_t T);
+  Status dense_ffn_block(DeviceBuffers& d, int il, int64_t T);
+  // out = down(silu(gate xn) * up xn) for a dense layer or the shared expert.
+  Status swiglu_ffn(DeviceBuffers& d, const WeightView& gate, const WeightView& up, const WeightView& down,
+                    int64_t n_ff, float* out, int64_t T);
+  // The next layer's input norm when it runs on the same device (the FFN
+  // block writes it along with the residual; attention_block then skips it).
+  const WeightView* next_attn_norm(int il) const {
+    if (il + 1 >= int(hp_.n_layer) || placement_.layer(il + 1) != placement_.layer(il)) return nullptr;
+    return &w_.layers[size_t(il + 1)].attn_norm;
+  }
+
+  const LagunaHParams& hp_;
+  const LagunaWeights& w_;
+  const Placement& placement_;
+  LagunaWorkspace& ws_;
+  ForwardProfile* profile_;
+  DeviceBuffers* current_ = nullptr;
+  bool xn_ready_ = false;
+  std::span<int64_t> expert_counts_;
+};
+
+Status LagunaModel::Forward::run(const ForwardBatch& b) {
+  const int64_t T = int64_t(b.tokens.size());
+  if (T == 0) return Status::ok();
+  MOESERVE_RETURN_IF_ERROR(check_batch(b, {hp_.n_layer, hp_.n_vocab, hp_.n_expert}, ws_.rows));
+  const backend::RopeSpec ropes[] = {hp_.rope_full, hp_.rope_swa};  // LagunaHParams::rope_index
+  const backend::BatchLayout layout = batch_layout(b, ws_.rows, ropes, profile_ != nullptr);
+  expert_counts_ = b.expert_counts;
+  for (DeviceBuffers& d : ws_.devices) {
+    MOESERVE_RETURN_IF_ERROR(ensure_buffers(d, hp_, T));
+    MOESERVE_RETURN_IF_ERROR(d.ops->begin_batch(layout));
+  }
+  DeviceBuffers& io = *ws_.find(placement_.io);
+  {
+    ScopedTimer timer(profile_, &ForwardProfile::embed, *io.ops);
+    MOESERVE_RETURN_IF_ERROR(io.ops->embed(w_.token_embd, io.x.as<float>()));
+  }
+  current_ = &io;
+  for (int il = 0; il < int(hp_.n_layer); ++il) {
+    DeviceBuffers& d = *ws_.find(placement_.layer(il));
+    if (current_ != &d) {
+      MOESERVE_RETURN_IF_ERROR(move_rows(*current_->ops, current_->x.as<float>(), *d.ops, d.x.as<float>(), T,
+                                         hp_.n_embd, ws_.staging));
+      current_ = &d;
+      xn_ready_ = false;
+    }
+    MOESERVE_RETURN_IF_ERROR(attention_block(d, il, T));
+    MOESERVE_RETURN_IF_ERROR(hp_.moe_layer(il) ? moe_block(d, il, T) : dense_ffn_block(d, il, T));
+  }
+  if (current_ != &io) {
+    MOESERVE_RETURN_IF_ERROR(move_rows(*current_->ops, current_->x.as<float>(), *io.ops, io.x.as<float>(), T,
+                                       hp_.n_embd, ws_.staging));
+  }
+  ScopedTimer timer(profile_, &ForwardProfile::lm_head, *io.ops);
+  return output_head({.device = io.device,
+                      .ops = io.ops.get(),
+                      .x = io.x.as<float>(),
+                      .final_rows = &io.final_rows,
+                      .logits = &io.logits,
+                      .norm = &w_.output_norm,
+                      .output = &w_.output,
+                      .n_embd = hp_.n_embd,
+                      .n_vocab = hp_.n_vocab,
+                      .eps = hp_.rms_eps},
+                     b);
+}
+
+// Attention with the layer's head count, RoPE and window; the output is
+// scaled by softplus(g_proj(xn)) per head (or per element) before o_proj;
+// then x += o and xn = the FFN's input norm of x.
+Status LagunaModel::Forward::attention_block(DeviceBuffers& d, int il, int64_t T) {
+  const LagunaLayerWeights& l = w_.layers[size_t(il)];
+  Ops& ops = *d.ops;
+  const int64_t n_head = hp_.n_head[size_t(il)];
+  float *xn = d.xn.as<float>(), *q = d.q.as<float>(), *gate = d.gate.as<float>();
+  float *k = d.k.as<float>(), *v = d.v.as<float>(), *attn = d.attn.as<float>();
+  {
+    ScopedTimer timer(profile_, &ForwardProfile::attn_proj, ops);
+    if (!xn_ready_) {
+      MOESERVE_RETURN_IF_ERROR(ops.rms_norm({.x = d.x.as<float>(),
+                                             .w = l.attn_norm.f32(),
+                                             .out = xn,
+                                             .n_rows = T,
+                                             .n_cols = hp_.n_embd,
+                                             .eps = hp_.rms_eps,
+                                             .rows = {}}));
+    }
+    xn_ready_ = false;
+    const MatmulOp proj[] = {
+        {&l.attn_q, xn, q, T}, {&l.attn_k, xn, k, T}, {&l.attn_v, xn, v, T}, {&l.attn_gate, xn, gate, T}};
+    MOESERVE_RETURN_IF_ERROR(ops.matmul(proj));
+    backend::QkNormRopeArgs r;
+    r.q = q, r.k = k, r.v = v;
+    r.q_norm = &l.attn_q_norm, r.k_norm = &l.attn_k_norm;
+    r.n_head = n_head, r.n_head_kv = hp_.n_head_kv, r.head_dim = hp_.head_dim;
+    r.eps = hp_.rms_eps;
+    r.layer = il;
+    r.rope = hp_.rope_index(il);
+    MOESERVE_RETURN_IF_ERROR(ops.qk_norm_rope_store(r));
+  }
+  {
+    ScopedTimer timer(profile_, &ForwardProfile::attention, ops);
+    backend::AttentionOpArgs a;
+    a.q = q, a.out = attn;
+    a.n_head = n_head, a.n_head_kv = hp_.n_head_kv, a.head_dim = hp_.head_dim;
+    a.scale = 1.0f / std::sqrt(float(hp_.head_dim));
+    a.layer = il;
+    a.window = hp_.sliding[size_t(il)] ? hp_.window : 0;
+    MOESERVE_RETURN_IF_ERROR(ops.attention(a));
+  }
+  ScopedTimer timer(profile_, &ForwardProfile::attn_proj, ops);
+  if (hp_.gate_per_element) {
+    MOESERVE_RETURN_IF_ERROR(ops.mul_softplus(attn, gate, T, n_head * hp_.head_dim, 1));
+  } else {
+    MOESERVE_RETURN_IF_ERROR(ops.mul_softplus(attn, gate, T, n_head, hp_.head_dim));
+  }
+  const MatmulOp out_proj[] = {{&l.attn_output, attn, d.o.as<float>(), T}};
+  MOESERVE_RETURN_IF_ERROR(ops.matmul(out_proj));
+  return ops.add_rms_norm({.x = d.x.as<float>(),
+                           .delta = d.o.as<float>(),
+                           .w = l.ffn_norm.f32(),
+                           .out = xn,
+                           .n_rows = T,
+                           .n_cols = hp_.n_embd,
+                           .eps = hp_.rms_eps});
+}
+
+Status LagunaModel::Forward::swiglu_ffn(DeviceBuffers& d, const WeightView& gate, const WeightView& up,
+                                        const WeightView& down, int64_t n_ff, float* out, int64_t T) {
+  Ops& ops = *d.ops;
+  float *xn = d.xn.as<float>(), *g = d.ff_gate.as<float>(), *u = d.ff_up.as<float>();
+  const MatmulOp gate_up[] = {{&gate, xn, g, T}, {&up, xn, u, T}};
+  MOESERVE_RETURN_IF_ERROR(ops.matmul(gate_up));
+  MOESERVE_RETURN_IF_ERROR(ops.swiglu(g, u, g, T, n_ff));
+  const MatmulOp down_proj[] = {{&down, g, out, T}};
+  return ops.matmul(down_proj);
+}
+
+// x += down(silu(gate xn) * up xn): always on, no gate of its own.
+Status LagunaModel::Forward::shared_expert(DeviceBuffers& d, int il, int64_t T) {
+  const LagunaLayerWeights& l = w_.layers[size_t(il)];
+  MOESERVE_RETURN_IF_ERROR(
+      swiglu_ffn(d, l.ffn_gate_shexp, l.ffn_up_shexp, l.ffn_down_shexp, hp_.n_ff_shexp, d.o.as<float>(), T));
+  return d.ops->add(d.x.as<float>(), d.o.as<float>(), T, hp_.n_embd);
+}
+
+Status LagunaModel::Forward::moe_block(DeviceBuffers& d, int il, int64_t T) {
+  const LagunaLayerWeights& l = w_.layers[size_t(il)];
+  Ops& ops = *d.ops;
+  float* router = d.router.as<float>();
+  {
+    ScopedTimer timer(profile_, &ForwardProfile::router, ops);
+    const MatmulOp gate_inp[] = {{&l.ffn_gate_inp, d.xn.as<float>(), router, T}};
+    MOESERVE_RETURN_IF_ERROR(ops.matmul(gate_inp));
+    backend::RouteOpArgs r;
+    r.logits = router;
+    r.n_tokens = T, r.n_expert = hp_.n_expert, r.n_used = hp_.n_expert_used;
+    r.counts = expert_counts_.empty() ? nullptr : expert_counts_.data() + il * hp_.n_expert;
+    r.gating = hp_.sigmoid_gating ? backend::RouterGating::kSigmoid : backend::RouterGating::kSoftmax;
+    r.selection_bias = l.ffn_exp_probs_b.present() ? l.ffn_exp_probs_b.f32() : nullptr;
+    r.normalize = hp_.normalize_weights;
+    r.weight_scale = hp_.expert_weights_scale;
+    MOESERVE_RETURN_IF_ERROR(ops.route(r));
+  }
+  ScopedTimer timer(profile_, &ForwardProfile::experts, ops);
+  // The shared expert first: the routed experts' call adds into x and may
+  // end with the next layer's norm of the finished sum.
+  if (hp_.n_ff_shexp > 0) MOESERVE_RETURN_IF_ERROR(shared_expert(d, il, T));
+  backend::ExpertFfnArgs e;
+  e.layer = il;
+  e.xn = d.xn.as<float>();
+  e.x = d.x.as<float>();
+  e.n_tokens = T;
+  e.n_embd = hp_.n_embd;
+  e.n_ff = hp_.n_ff_exp;
+  e.gate = &l.ffn_gate_exps;
+  e.up = &l.ffn_up_exps;
+  e.down = &l.ffn_down_exps;
+  e.split = placement_.expert_split(il);
+  if (const WeightView* next = next_attn_norm(il)) {
+    e.norm_w = next->f32(), e.norm_out = d.xn.as<float>(), e.norm_eps = hp_.rms_eps;
+    xn_ready_ = true;
+  }
+  return ops.expert_ffn(e);
+}
+
+Status LagunaModel::Forward::dense_ffn_block(DeviceBuffers& d, int il, int64_t T) {
+  ScopedTimer timer(profile_, &ForwardProfile::dense_ffn, *d.ops);
+  const LagunaLayerWeights& l = w_.layers[size_t(il)];
+  float* o = d.o.as<float>();
+  MOESERVE_RETURN_IF_ERROR(swiglu_ffn(d, l.ffn_gate, l.ffn_up, l.ffn_down, hp_.n_ff, o, T));
+  if (const WeightView* next = next_attn_norm(il)) {
+    xn_ready_ = true;
+    return d.ops->add_rms_norm({.x = d.x.as<float>(),
+                                .delta = o,
+                                .w = next->f32(),
+                                .out = d.xn.as<float>(),
+                                .n_rows = T,
+                                .n_cols = hp_.n_embd,
+                                .eps = hp_.rms_eps});
+  }
+  return d.ops->add(d.x.as<float>(), o, T, hp_.n_embd);
+}
+
+// ---- the model ------------------------------------------------------------
+
+LagunaModel::LagunaModel(LagunaHParams hp, LagunaWeights w, const Placement& placement)
+    : hp_(std::move(hp)), w_(std::move(w)), placement_(placement), info_(make_info(hp_, w_)) {}
+
+Result<std::unique_ptr<LagunaModel>> LagunaModel::create(LagunaHParams hp, LagunaWeights w,
+                                                         const Placement& placement) {
+  if (placement.io == nullptr ||
+      (!placement.layers.empty() && int64_t(placement.layers.size()) != hp.n_layer) ||
+      (!placement.expert_splits.empty() && int64_t(placement.expert_splits.size()) != hp.n_layer)) {
+    return make_error(StatusCode::kInvalidArgument,
+                      "{}: the placement names {} layers ({} expert splits), the model has {}", hp.arch_name,
+                      placement.layers.size(), placement.expert_splits.size(), hp.n_layer);
+  }
+  MOESERVE_RETURN_IF_ERROR(check_attention_devices(placement, hp.n_layer, hp.head_dim, hp.arch_name,
+                                                   [](int64_t) { return true; }));
+  std::unique_ptr<LagunaModel> m(new LagunaModel(std::move(hp), std::move(w), placement));
+  MOESERVE_RETURN_IF_ERROR(m->place_weights());
+  return m;
+}
+
+Status LagunaModel::place_weights() {
+  using backend::WeightUse;
+  WeightPlacement placement;
+  for (int64_t il = 0; il < hp_.n_layer; ++il) {
+    Device* d = placement_.layer(il);
+    LagunaLayerWeights& l = w_.layers[size_t(il)];
+    for (WeightView* v : {&l.attn_norm, &l.ffn_norm, &l.attn_q_norm, &l.attn_k_norm, &l.ffn_exp_probs_b}) {
+      placement.add(d, *v, WeightUse::kVector);
+    }
+    for (WeightView* v :
+         {&l.attn_q, &l.attn_k, &l.attn_v, &l.attn_output, &l.attn_gate, &l.ffn_gate, &l.ffn_up, &l.ffn_down,
+          &l.ffn_gate_inp, &l.ffn_gate_shexp, &l.ffn_up_shexp, &l.ffn_down_shexp}) {
+      placement.add(d, *v, WeightUse::kMatrix);
+    }
+    backend::ExpertSplit* split = placement_.expert_split(il);
+    placement.add(d, l.ffn_gate_exps, WeightUse::kExpertGate, hp_.n_expert, false, split);
+    placement.add(d, l.ffn_up_exps, WeightUse::kExpertUp, hp_.n_expert, false, split);
+    placement.add(d, l.ffn_down_exps, WeightUse::kExpertDown, hp_.n_expert, false, split);
+  }
+  const bool tied = w_.tied_output || w_.output.data == w_.token_embd.data;
+  placement.add(placement_.io, w_.token_embd, WeightUse::kLookup, 1, tied);
+  placement.add(placement_.io, w_.output_norm, WeightUse::kVector);
+  placement.add(placement_.io, w_.output, WeightUse::kMatrix, 1, tied);
+  return placement.place();
+}
+
+Result<std::unique_ptr<Workspace>> LagunaModel::create_workspace(int64_t max_tokens) {
+  auto ws = std::make_unique<LagunaWorkspace>();
+  for (Device* d : placement_devices(placement_, hp_.n_layer)) {
+    DeviceBuffers b;
+    b.device = d;
+    MOESERVE_ASSIGN_OR_RETURN(b.ops, d->create_ops());
+    MOESERVE_RETURN_IF_ERROR(ensure_buffers(b, hp_, std::max<int64_t>(max_tokens, 1)));
+    ws->devices.push_back(std::move(b));
+  }
+  return std::unique_ptr<Workspace>(std::move(ws));
+}
+
+Status LagunaModel::forward(const ForwardBatch& batch, Workspace& ws, ForwardProfile* profile) {
+  auto* w = dynamic_cast<LagunaWorkspace*>(&ws);
+  if (w == nullptr)
+    return make_error(StatusCode::kInvalidArgument, "{}: a workspace of another model", hp_.arch_name);
+  return Forward(*this, *w, profile).run(batch);
+}
+
+Result<std::unique_ptr<LanguageModel>> create_laguna(const GgufFile& file, const Placement& placement) {
+  MOESERVE_ASSIGN_OR_RETURN(LagunaHParams hp, load_laguna_hparams(file));
+  MOESERVE_ASSIGN_OR_RETURN(LagunaWeights w, load_laguna_weights(file, hp));
+  MOESERVE_ASSIGN_OR_RETURN(std::unique_ptr<LagunaModel> m,
+                            LagunaModel::create(std::move(hp), std::move(w), placement));
+  return std::unique_ptr<LanguageModel>(std::move(m));
+}
+
+}  // namespace moeserve::models
