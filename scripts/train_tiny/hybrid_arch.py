@@ -29,7 +29,8 @@ import inspect
 import torch
 
 HYBRID_ARCHES = ("qwen35moe", "qwen35")
-MOE_ARCHES = ("qwen3moe", "qwen35moe")
+# Every MoE arch of train_model.py / make_fixtures.py (laguna: laguna_arch.py).
+MOE_ARCHES = ("qwen3moe", "qwen35moe", "laguna")
 
 _NAMES = {
     "qwen35moe": ("qwen3_5_moe", "Qwen3_5MoeForCausalLM", "Qwen3_5MoeTextConfig"),

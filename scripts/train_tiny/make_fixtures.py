@@ -16,6 +16,14 @@ layers, i.e. the recurrent decode path), and is cross-checked against the
 argmax of a full recompute without cache at every step (greedy_nocache_*);
 the f64 reference runs the delta rule token by token in float64; the f16 KV
 estimate rounds only the full-attention layer's K and V.
+
+laguna (see laguna_arch.py): as qwen3moe (greedy by full recompute, checked
+against generate() with its KV cache), with eager attention whose sliding
+window is checked from the attention probabilities of the long prompt
+(attention_window_check); router_topk holds only the sparse layers
+(router_topk_layers) and the experts the router selected (top-k of
+sigmoid(logit) + e_score_correction_bias, in that order), with how many of
+them the bias changed; the saved biases are checked against the loaded model.
 """
 import argparse
 import base64
@@ -30,6 +38,7 @@ import torch.nn.functional as F
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import hybrid_arch  # noqa: E402
+import laguna_arch  # noqa: E402
 from prompts import PROMPTS, TOKENIZER_CASES  # noqa: E402
 
 GREEDY_TOKENS = 64
@@ -37,7 +46,9 @@ TOP_N = 20
 
 
 def load(arch, model_dir):
-    if hybrid_arch.is_hybrid(arch):
+    if laguna_arch.is_laguna(arch):
+        cls = laguna_arch.model_class()
+    elif hybrid_arch.is_hybrid(arch):
         cls = hybrid_arch.model_class(arch)
     else:
         from transformers import Qwen3ForCausalLM, Qwen3MoeForCausalLM
@@ -84,10 +95,20 @@ def hf_ids(hf_tok, text):
         return repr(e)
 
 
-def router_hooks(model, store):
-    """Record the router's top-k experts (by logit) for every token."""
+def router_hooks(model, store, arch=None):
+    """Record the router's top-k experts (by logit) for every token. laguna:
+    the experts its router selected (top-k of sigmoid + selection bias, in
+    that order), the k-th minus (k+1)-th selection score, and how many
+    tokens' selected sets differ from the unbiased top-k; sparse layers only."""
     hooks = []
     k = model.config.num_experts_per_tok
+    if laguna_arch.is_laguna(arch):
+        for li, gate in laguna_arch.moe_layers(model):
+            def fwd_hook(mod, inputs, output, li=li):
+                sel, margin, _, changed = laguna_arch.router_choice(mod, output, k)
+                store.setdefault(li, []).append((sel.tolist(), margin.tolist(), int(changed.sum())))
+            hooks.append(gate.register_forward_hook(fwd_hook))
+        return hooks
     for li, layer in enumerate(model.model.layers):
         def pre_hook(mod, inputs, li=li):
             h = inputs[0].reshape(-1, inputs[0].shape[-1])
@@ -235,10 +256,10 @@ def hybrid_greedy(fx, model, ids, eos_ids, tok):
 
 
 def prompt_fixture(p, text, ids, model, variants, tok, hf_tok, eos_ids, is_moe, notes,
-                   hybrid=False):
+                   hybrid=False, arch=None):
     x = torch.tensor([ids])
     routes = {}
-    hooks = router_hooks(model, routes) if is_moe else []
+    hooks = router_hooks(model, routes, arch) if is_moe else []
     with torch.no_grad():
         logits = model(input_ids=x).logits[0]
     for h in hooks:
@@ -279,6 +300,8 @@ def prompt_fixture(p, text, ids, model, variants, tok, hf_tok, eos_ids, is_moe, 
     if is_moe:
         fx["router_topk"] = [routes[li][0][0] for li in sorted(routes)]
         fx["router_min_kth_margin"] = round(min(min(routes[li][0][1]) for li in routes), 6)
+        if laguna_arch.is_laguna(arch):
+            fx["router_bias_changed_selections"] = sum(routes[li][0][2] for li in routes)
     for vname, vmodel in variants.items():
         with torch.no_grad():
             other = vmodel(input_ids=x).logits[0]
@@ -332,7 +355,7 @@ def tolerances(fixtures, hybrid=False):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__)
-    ap.add_argument("--arch", choices=("qwen3moe", "qwen3", "qwen35moe", "qwen35"), required=True)
+    ap.add_argument("--arch", choices=("qwen3moe", "qwen3", "qwen35moe", "qwen35", "laguna"), required=True)
     ap.add_argument("--model-dir", required=True)
     ap.add_argument("--name", required=True, help="model name recorded in the fixture")
     ap.add_argument("--template", required=True)
@@ -364,6 +387,20 @@ def main():
     notes.append(f"attn_implementation {getattr(model.config, '_attn_implementation', '?')}, "
                  f"experts_implementation {getattr(model.config, '_experts_implementation', 'n/a')}")
     is_moe = hybrid_arch.is_moe(args.arch)
+    laguna = laguna_arch.is_laguna(args.arch)
+    laguna_doc = {}
+    if laguna:
+        # The loaded model is the intended one (config, shapes, RoPE), holds
+        # the saved selection biases, and its eager attention honours the
+        # window (the long prompt: 224 tokens, 7 windows). All fatal.
+        laguna_doc["rope"] = laguna_arch.check_shape(model, model.config)
+        laguna_doc["router_bias"] = {str(k): v for k, v in
+                                     laguna_arch.verify_router_biases(model, args.model_dir).items()}
+        long_text = next(p["text"] for p in PROMPTS if p["name"] == "long_code")
+        long_ids = torch.tensor([tok.encode(long_text, add_special_tokens=False).ids])
+        laguna_doc["attention_window_check"] = laguna_arch.attention_window_check(model, long_ids)
+        notes.append(f"laguna: sliding-window check on long_code ({long_ids.shape[1]} tokens, window "
+                     f"{model.config.sliding_window}) passed; router biases match the saved tensors")
     eos_ids = {tok.token_to_id("<|im_end|>"), tok.token_to_id("<|endoftext|>")}
     variants = {"f64": copy.deepcopy(model).double(), "q8_0": q8_0_model(model)}
     kv_model = copy.deepcopy(model)
@@ -374,7 +411,7 @@ def main():
         text = prompt_text(p, hf_tok, template, notes)
         ids = tok.encode(text, add_special_tokens=False).ids
         fixtures.append(prompt_fixture(p, text, ids, model, variants, tok, hf_tok, eos_ids,
-                                       is_moe, notes, hybrid))
+                                       is_moe, notes, hybrid, args.arch))
         print(f"[{args.name}] {p['name']}: {len(ids)} tokens, greedy "
               f"{fixtures[-1]['greedy_text'][:60]!r}", flush=True)
     cfg = json.load(open(os.path.join(args.model_dir, "config.json")))
@@ -409,6 +446,23 @@ def main():
         "router_topk_layout": "[layer][position][k] expert ids, ordered by router logit, prompt positions only",
         "tolerances": tolerances(fixtures, hybrid), "notes": notes, "prompts": fixtures,
     }
+    if laguna:
+        doc["compute"] += ("; sliding-window layers masked by transformers' sliding-window causal mask "
+                           "(checked: attention_window_check)")
+        doc["router_topk_layers"] = sorted(li for li, _ in laguna_arch.moe_layers(model))
+        doc["router_topk_layout"] = (
+            "[i][position][k]: expert ids selected by the router of layer router_topk_layers[i] "
+            "(the sparse layers; the dense layer 0 has no router), ordered by selection score "
+            "sigmoid(logit) + e_score_correction_bias, prompt positions only; router_min_kth_margin is "
+            "the smallest k-th minus (k+1)-th selection score; router_bias_changed_selections counts "
+            "(layer, position) pairs whose selected set differs from the top-k of sigmoid(logit) alone")
+        doc["router_bias_changed_selections_total"] = sum(f["router_bias_changed_selections"]
+                                                          for f in fixtures)
+        doc["laguna"] = laguna_doc
+        doc["tolerances"]["note"] += (
+            " Laguna: the f16 KV figure rounds K (after k_norm, before RoPE) and V of all 4 layers; "
+            "the routers select with a non-zero e_score_correction_bias, so an engine that ignores "
+            "it differs on the (layer, position) pairs counted in router_bias_changed_selections.")
     with open(args.out, "w", encoding="utf-8") as f:
         json.dump(doc, f, ensure_ascii=False, separators=(",", ":"))
     print(f"[{args.name}] tolerances {json.dumps(doc['tolerances'])}")

@@ -8,10 +8,12 @@
 # Usage: scripts/train_tiny/run_all.sh [OUTDIR] [MOE_SECONDS] [DENSE_SECONDS] [ARCHES]
 # ARCHES (4th argument, else the ARCHES environment variable, default
 # "qwen3moe qwen3") lists the archs to train, in order, from qwen3moe, qwen3,
-# qwen35moe, qwen35; *moe archs train for MOE_SECONDS, the others for
-# DENSE_SECONDS. Each arch's fixtures run on the CPU while the next arch
-# trains; the last arch's fixtures also write tokenizer_cases.json.
+# qwen35moe, qwen35, laguna; the MoE archs (*moe and laguna) train for
+# MOE_SECONDS, the others for DENSE_SECONDS. Each arch's fixtures run on the
+# CPU while the next arch trains; the last arch's fixtures also write
+# tokenizer_cases.json.
 #   ARCHES="qwen35moe qwen35" scripts/train_tiny/run_all.sh /tmp/tt 150 150
+#   ARCHES=laguna scripts/train_tiny/run_all.sh /tmp/tt 150 150
 set -u -o pipefail
 HERE="$(cd "$(dirname "$0")" && pwd)"
 REPO="$(cd "$HERE/../.." && pwd)"
@@ -22,8 +24,8 @@ read -r -a ARCH_LIST <<< "${4:-${ARCHES:-qwen3moe qwen3}}"
 if [ "${#ARCH_LIST[@]}" -eq 0 ]; then echo "no archs given"; exit 2; fi
 for arch in "${ARCH_LIST[@]}"; do
   case "$arch" in
-    qwen3moe|qwen3|qwen35moe|qwen35) ;;
-    *) echo "unknown arch '$arch' (known: qwen3moe qwen3 qwen35moe qwen35)"; exit 2 ;;
+    qwen3moe|qwen3|qwen35moe|qwen35|laguna) ;;
+    *) echo "unknown arch '$arch' (known: qwen3moe qwen3 qwen35moe qwen35 laguna)"; exit 2 ;;
   esac
 done
 TEMPLATE="$REPO/tests/reference/templates/qwen3.jinja"
@@ -56,7 +58,7 @@ bg_archs=()
 last=$(( ${#ARCH_LIST[@]} - 1 ))
 for i in "${!ARCH_LIST[@]}"; do
   arch="${ARCH_LIST[$i]}"
-  case "$arch" in *moe) seconds="$MOE_SECONDS" ;; *) seconds="$DENSE_SECONDS" ;; esac
+  case "$arch" in *moe|laguna) seconds="$MOE_SECONDS" ;; *) seconds="$DENSE_SECONDS" ;; esac
   train "$arch" "$arch-tiny" "$seconds" || { echo "$arch training failed"; status=1; }
   if [ "$i" -lt "$last" ]; then
     fixtures "$arch" "$arch-tiny" --threads 8 &

@@ -1,5 +1,5 @@
-"""Train one tiny Qwen3 (dense), Qwen3-MoE, Qwen3.5 (dense) or Qwen3.5-MoE
-model on the prepared corpus.
+"""Train one tiny Qwen3 (dense), Qwen3-MoE, Qwen3.5 (dense), Qwen3.5-MoE or
+Laguna model on the prepared corpus.
 
 fp32 master weights with bf16 autocast, AdamW, linear warm-up then cosine
 decay. The number of steps is fixed after a short timing run so training
@@ -13,6 +13,14 @@ qwen35moe / qwen35 (hybrid Gated DeltaNet) are built by hybrid_arch.py, which
 also makes their Gated DeltaNet layers run transformers' torch reference
 functions (no fla / causal_conv1d kernels) with the delta rule in fp32 inside
 the bf16 autocast region (--gdn-autocast runs it under autocast instead).
+
+laguna (sliding-window + YaRN attention, sigmoid-routed MoE) is built by
+laguna_arch.py; before training, the sliding-window masking is checked from
+eager attention probabilities and the default (sdpa) attention is compared
+with eager. After training and bf16 rounding, every router's
+e_score_correction_bias is set to fixed pseudo-random bf16 values (it is not
+trained: transformers keeps it frozen), so the biased expert selection
+differs from the unbiased one on some tokens; the summary records them.
 """
 import argparse
 import copy
@@ -29,11 +37,14 @@ import torch.nn.functional as F
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import hybrid_arch  # noqa: E402
+import laguna_arch  # noqa: E402
 
-ARCHES = ("qwen3moe", "qwen3", "qwen35moe", "qwen35")
+ARCHES = ("qwen3moe", "qwen3", "qwen35moe", "qwen35", "laguna")
 
 
 def build_config(arch, vocab_size, ids):
+    if laguna_arch.is_laguna(arch):
+        return laguna_arch.build_config(vocab_size, ids)
     if hybrid_arch.is_hybrid(arch):
         return hybrid_arch.build_config(arch, vocab_size, ids)
     from transformers import Qwen3Config, Qwen3MoeConfig
@@ -63,6 +74,8 @@ def build_config(arch, vocab_size, ids):
 
 
 def model_class(arch):
+    if laguna_arch.is_laguna(arch):
+        return laguna_arch.model_class()
     if hybrid_arch.is_hybrid(arch):
         return hybrid_arch.model_class(arch)
     from transformers import Qwen3ForCausalLM, Qwen3MoeForCausalLM
@@ -71,6 +84,8 @@ def model_class(arch):
 
 def check_model_shape(model, cfg, arch="qwen3"):
     """Fail early if the config did not produce the intended architecture."""
+    if laguna_arch.is_laguna(arch):
+        return laguna_arch.check_shape(model, cfg)
     if hybrid_arch.is_hybrid(arch):
         return hybrid_arch.check_shape(model, cfg, arch)
     attn = model.model.layers[0].self_attn
@@ -183,21 +198,37 @@ def round_to_bf16(model):
 
 
 @torch.no_grad()
-def routing_stats(model, ids, seq, device, n_windows=64):
-    """Per-layer top-k expert selection counts on held-out text."""
+def routing_stats(model, ids, seq, device, n_windows=64, arch=None):
+    """Per-layer top-k expert selection counts on held-out text. laguna: the
+    experts its router selected (top-k of sigmoid score + selection bias),
+    the counts without the bias, and the share of tokens whose selected set
+    the bias changed; its dense layer has no router and is left out."""
     layers = model.model.layers
     k = model.config.num_experts_per_tok
     n_exp = model.config.num_experts
-    counts = [torch.zeros(n_exp, dtype=torch.long, device=device) for _ in layers]
+    laguna = laguna_arch.is_laguna(arch)
+    if laguna:
+        routers = laguna_arch.moe_layers(model)
+    else:
+        routers = [(li, layer.mlp.gate) for li, layer in enumerate(layers)]
+    counts = {li: torch.zeros(n_exp, dtype=torch.long, device=device) for li, _ in routers}
+    unbiased = {li: torch.zeros(n_exp, dtype=torch.long, device=device) for li, _ in routers}
+    changed = {li: torch.zeros((), dtype=torch.long, device=device) for li, _ in routers}
     hooks = []
-    for li, layer in enumerate(layers):
-        gate = layer.mlp.gate
-
-        def pre_hook(mod, inputs, li=li):
-            h = inputs[0].reshape(-1, inputs[0].shape[-1]).float()
-            top = torch.topk(F.linear(h, mod.weight.float()), k, dim=-1).indices
-            counts[li] += torch.bincount(top.reshape(-1), minlength=n_exp)
-        hooks.append(gate.register_forward_pre_hook(pre_hook))
+    for li, gate in routers:
+        if laguna:
+            def fwd_hook(mod, inputs, output, li=li):
+                sel, _, unb, chg = laguna_arch.router_choice(mod, output, k)
+                counts[li] += torch.bincount(sel.reshape(-1), minlength=n_exp)
+                unbiased[li] += torch.bincount(unb.reshape(-1), minlength=n_exp)
+                changed[li] += chg.sum()
+            hooks.append(gate.register_forward_hook(fwd_hook))
+        else:
+            def pre_hook(mod, inputs, li=li):
+                h = inputs[0].reshape(-1, inputs[0].shape[-1]).float()
+                top = torch.topk(F.linear(h, mod.weight.float()), k, dim=-1).indices
+                counts[li] += torch.bincount(top.reshape(-1), minlength=n_exp)
+            hooks.append(gate.register_forward_pre_hook(pre_hook))
     try:
         n = min(n_windows, (ids.size - 1) // seq)
         data = torch.from_numpy(ids[: n * seq].astype(np.int64)).to(device).reshape(n, seq)
@@ -207,18 +238,28 @@ def routing_stats(model, ids, seq, device, n_windows=64):
         for h in hooks:
             h.remove()
     out = []
-    for li, c in enumerate(counts):
+    for li, _ in routers:
+        c = counts[li]
         share = (c.double() / c.sum()).cpu()
         srt = torch.sort(share, descending=True).values
         nz = share[share > 0]
         entropy = float(-(nz * nz.log()).sum())
-        out.append({"layer": li, "counts": c.cpu().tolist(),
-                    "top25pct_share": round(float(srt[: max(1, n_exp // 4)].sum()), 4),
-                    "max_share": round(float(srt[0]), 4), "min_share": round(float(srt[-1]), 4),
-                    "unused_experts": int((c == 0).sum()),
-                    "entropy_norm": round(entropy / math.log(n_exp), 4)})
-    return {"tokens": int(n * seq), "top_k": k, "experts": n_exp, "uniform_top25pct_share": 0.25,
-            "layers": out}
+        entry = {"layer": li, "counts": c.cpu().tolist(),
+                 "top25pct_share": round(float(srt[: max(1, n_exp // 4)].sum()), 4),
+                 "max_share": round(float(srt[0]), 4), "min_share": round(float(srt[-1]), 4),
+                 "unused_experts": int((c == 0).sum()),
+                 "entropy_norm": round(entropy / math.log(n_exp), 4)}
+        if laguna:
+            entry["counts_without_bias"] = unbiased[li].cpu().tolist()
+            entry["tokens_selection_changed_by_bias"] = int(changed[li])
+            entry["share_selection_changed_by_bias"] = round(int(changed[li]) / max(1, n * seq), 4)
+        out.append(entry)
+    res = {"tokens": int(n * seq), "top_k": k, "experts": n_exp, "uniform_top25pct_share": 0.25,
+           "layers": out}
+    if laguna:
+        res["selection"] = ("experts selected by LagunaTopKRouter: top-k of sigmoid(logit) + "
+                            "e_score_correction_bias; counts_without_bias: top-k of sigmoid(logit)")
+    return res
 
 
 def saved_tensor_names(out_dir):
@@ -283,7 +324,16 @@ def save_model(model, cfg, arch, out_dir, ids, tok_dir, log):
         shutil.copy(os.path.join(tok_dir, f), os.path.join(out_dir, f))
     names = saved_tensor_names(out_dir)
     fused = [k for k in names if k.endswith("experts.gate_up_proj") or k.endswith("experts.down_proj")]
-    if fused and hybrid_arch.is_hybrid(arch):
+    if laguna_arch.is_laguna(arch):
+        # Kept as transformers wrote them (fused or per expert), as for the
+        # hybrids; the reload check reads them back.
+        per_expert = [k for k in names if ".mlp.experts.0." in k]
+        log(f"saved expert tensors as written by save_pretrained: "
+            + (f"fused ({len(fused)}), e.g. {fused[0]} {names[fused[0]][1]}" if fused else
+               f"per expert, e.g. {per_expert[:3]}"))
+        biases = sorted(k for k in names if k.endswith("mlp.gate.e_score_correction_bias"))
+        log(f"saved router selection biases: {biases}")
+    elif fused and hybrid_arch.is_hybrid(arch):
         # Kept as transformers wrote them: from_pretrained must read the files
         # back (the reload check), and whether this transformers re-fuses
         # per-expert tensors of this model type on load is not known here.
@@ -349,7 +399,30 @@ def main():
         for name, desc in gdn_info.items():
             log(f"gated delta net: {name}: {desc['was']} -> {desc['now']}")
     model = model_class(args.arch)(cfg).to("cuda")
-    check_model_shape(model, cfg, args.arch)
+    shape_info = check_model_shape(model, cfg, args.arch)
+    laguna_info = None
+    if laguna_arch.is_laguna(args.arch):
+        # Sliding-window masking, before any training time is spent: the eager
+        # attention probabilities (fatal if wrong) and the training attention
+        # (sdpa by default) against eager, in f32 without TF32, on 160 tokens
+        # (5 windows) of fixed text.
+        torch.backends.cuda.matmul.allow_tf32 = False
+        x = torch.from_numpy(train_ids[: 2 * 160].astype(np.int64)).to("cuda").view(2, 160)
+        model.eval()
+        probe = laguna_arch.compare_with_eager(model, x)
+        model.train()
+        torch.backends.cuda.matmul.allow_tf32 = True
+        log(f"attention probe before training: {probe['attn_implementation']} vs eager max |logit diff| "
+            f"{probe['max_abs_logit_diff_vs_eager']:.3g}; eager window check "
+            f"{json.dumps(probe['eager_window_check']['layers'])}")
+        if not probe["eager_window_check"]["ok"]:
+            raise RuntimeError(f"laguna sliding-window check failed: {probe['eager_window_check']['errors']}")
+        if not probe["max_abs_logit_diff_vs_eager"] < 1e-3:
+            raise RuntimeError(f"laguna: the {probe['attn_implementation']} attention differs from eager by "
+                               f"{probe['max_abs_logit_diff_vs_eager']} in logits (f32): it does not mask the "
+                               f"same way (sliding window?)")
+        laguna_info = {"rope": shape_info, "attention_probe_before_training": probe}
+        log(f"rotary: {json.dumps(shape_info)}")
     if gdn_info is not None:
         # One forward+backward under autocast through the patched torch path,
         # on fixed tokens (the training batches' RNG is not touched).
@@ -379,6 +452,19 @@ def main():
     round_to_bf16(model)
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
+    if laguna_info is not None:
+        loss0, _ = eval_loss(model, held_ids, args.seq, "cuda")
+        biases = laguna_arch.set_router_bias(model)
+        log(f"heldout loss before the router selection biases {loss0:.4f}; biases set "
+            f"(N(0,1) x {laguna_arch.ROUTER_BIAS_STD}, seed {laguna_arch.ROUTER_BIAS_SEED}, bf16): {biases}")
+        laguna_info["router_bias"] = {
+            "what": "mlp.gate.e_score_correction_bias of every sparse layer, not trained (frozen in "
+                    "transformers, zero during training), set after training and bf16 rounding to "
+                    "N(0,1) x std from a seeded CPU generator, rounded to bf16, so the biased top-k "
+                    "selection differs from the unbiased one on some tokens; saved in the checkpoint",
+            "std": laguna_arch.ROUTER_BIAS_STD, "seed": laguna_arch.ROUTER_BIAS_SEED,
+            "values": {str(k): v for k, v in biases.items()},
+            "heldout_loss_before_bias": round(loss0, 4)}
     held_loss, held_tokens = eval_loss(model, held_ids, args.seq, "cuda")
     train_loss, _ = eval_loss(model, train_ids[: held_ids.size * 4], args.seq, "cuda")
     log(f"after bf16 rounding (f32 eval): heldout loss {held_loss:.4f} ({held_tokens} tokens), "
@@ -401,19 +487,47 @@ def main():
         summary["layer_types"] = list(cfg.layer_types)
         summary["rope_parameters"] = dict(cfg.rope_parameters)
         summary["router_aux_loss"] = args.aux_coef
+    if laguna_info is not None:
+        x = torch.from_numpy(held_ids[: 2 * 160].astype(np.int64)).to("cuda").view(2, 160)
+        probe = laguna_arch.compare_with_eager(model, x)
+        log(f"attention probe after training: {probe['attn_implementation']} vs eager max |logit diff| "
+            f"{probe['max_abs_logit_diff_vs_eager']:.3g}; window check ok {probe['eager_window_check']['ok']}")
+        if not probe["eager_window_check"]["ok"]:
+            log(f"WARNING: sliding-window check after training: {probe['eager_window_check']['errors']}")
+        laguna_info["attention_probe_after_training"] = probe
+        summary["laguna"] = laguna_info
+        summary["layer_types"] = list(cfg.layer_types)
+        summary["mlp_layer_types"] = list(cfg.mlp_layer_types)
+        summary["num_attention_heads_per_layer"] = list(cfg.num_attention_heads_per_layer)
+        summary["sliding_window"] = cfg.sliding_window
+        summary["rope_parameters"] = json.loads(json.dumps(cfg.rope_parameters))
+        summary["router_aux_loss"] = args.aux_coef
     if hybrid_arch.is_moe(args.arch):
         try:
-            summary["routing"] = routing_stats(model, held_ids, args.seq, "cuda")
+            summary["routing"] = routing_stats(model, held_ids, args.seq, "cuda", arch=args.arch)
             for layer in summary["routing"]["layers"]:
                 log(f"routing layer {layer['layer']}: top25% share {layer['top25pct_share']} "
                     f"entropy {layer['entropy_norm']} unused {layer['unused_experts']} "
-                    f"max {layer['max_share']} min {layer['min_share']}")
+                    f"max {layer['max_share']} min {layer['min_share']}"
+                    + (f" selection changed by bias {layer['share_selection_changed_by_bias']}"
+                       if "share_selection_changed_by_bias" in layer else ""))
+                if layer.get("tokens_selection_changed_by_bias") == 0:
+                    log(f"WARNING: layer {layer['layer']}: the router bias changed no selection")
         except Exception as e:  # keep the run going: the model is still useful
             log(f"routing stats failed: {e!r}")
     names, files = save_model(model, cfg, args.arch, args.out, ids,
                               os.path.join(args.data, "tokenizer"), log)
     summary["saved_files"] = files
     summary["saved_tensors"] = {k: v[1] for k, v in sorted(names.items())}
+    if laguna_info is not None:
+        fused = any(k.endswith("experts.gate_up_proj") for k in names)
+        summary["expert_tensor_layout"] = (
+            "fused (mlp.experts.gate_up_proj [E, 2F, H] = [gate; up] rows, mlp.experts.down_proj [E, H, F]), "
+            "as save_pretrained wrote them" if fused else
+            "per expert (mlp.experts.E.{gate,up,down}_proj.weight), as save_pretrained wrote them")
+        # Fatal: a checkpoint without the biases would not be the model the fixtures describe.
+        laguna_arch.verify_router_biases(model, args.out)
+        log(f"expert tensors: {summary['expert_tensor_layout']}; router biases saved and verified")
     try:
         summary["reload_max_abs_logit_diff"] = check_reload(args.arch, args.out, model,
                                                             batcher.next()[:4, :-1], log)
