@@ -57,7 +57,8 @@ void DeviceMemory::reset() {
 Status Device::replace_local_expert(ExpertSplit& split, size_t slot, int32_t expert) {
   if (slot >= split.local().size() || expert < 0 || expert >= split.n_expert() || split.is_local(expert)) {
     return make_error(StatusCode::kInvalidArgument, "promotion: slot {} of {}, expert {} (local: {})", slot,
-                      split.local().size(), expert, expert >= 0 && expert < split.n_expert() && split.is_local(expert));
+                      split.local().size(), expert,
+                      expert >= 0 && expert < split.n_expert() && split.is_local(expert));
   }
   split.replace_local(slot, expert);
   return Status::ok();
