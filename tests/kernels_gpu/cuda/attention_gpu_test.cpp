@@ -140,8 +140,8 @@ class Problem {
       const std::vector<uint16_t>& V = slot_v_[size_t(row_seq_[size_t(r)])];
       const int64_t n_keys = row_pos_[size_t(r)] + 1;
       const int64_t lo = c_.window > 0 ? std::max<int64_t>(0, n_keys - c_.window) : 0;
-      w.assign(size_t(n_keys), -INFINITY);  // keys before lo weigh exp(-inf) = 0
       for (int64_t h = 0; h < c_.n_head; ++h) {
+        w.assign(size_t(n_keys), -INFINITY);  // keys before lo weigh exp(-inf) = 0 (every head afresh)
         const float* q = q_.data() + (r * c_.n_head + h) * hd;
         const int64_t koff = (h / group) * hd;
         double mx = -INFINITY, sum = 0.0;

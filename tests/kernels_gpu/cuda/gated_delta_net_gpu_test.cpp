@@ -104,7 +104,8 @@ void run_case(const Shape& sh, const std::vector<int32_t>& lengths, uint32_t see
   g.a_neg = d_aneg.get();
   g.dt_bias = d_dt.get();
   g.norm_w = d_norm.get();
-  ASSERT_TRUE(cuda::gated_delta_net(g, nullptr).is_ok());
+  const Status run = cuda::gated_delta_net(g, nullptr);
+  ASSERT_TRUE(run.is_ok()) << run.message();
   const std::vector<float> out = d_out.download(), st = d_states.download();
   // Per sequence: a wrong decode row must not hide under a long prompt's norm.
   for (int64_t s = 0; s < S; ++s) {
