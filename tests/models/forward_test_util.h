@@ -20,8 +20,8 @@
 
 namespace moeserve::testing {
 
-inline std::string tiny_model_path(convert::ModelArch arch,
-                                   const std::function<void(GgufWriter&)>& edit = {}) {
+inline std::string tiny_model_path(convert::ModelArch arch, const std::function<void(GgufWriter&)>& edit = {},
+                                   convert::FileType type = convert::FileType::kF32) {
   namespace fs = std::filesystem;
   const fs::path dir = fs::temp_directory_path() / ("forward_test_" + std::to_string(getpid()));
   fs::create_directories(dir);
@@ -30,7 +30,7 @@ inline std::string tiny_model_path(convert::ModelArch arch,
       (dir / (std::string(convert::arch_name(arch)) + std::to_string(counter++) + ".gguf")).string();
   convert::MakeModelOptions o;
   o.shape = convert::model_preset(arch, "tiny").value();
-  o.file_type = convert::FileType::kF32;
+  o.file_type = type;
   o.seed = 7;
   o.n_threads = 2;
   GgufWriter w;

@@ -292,9 +292,19 @@ TEST(LagunaForward, BatchedSequencesEqualSolo) {
 }
 
 // The same forward on a GPU (MOESERVE_TEST_DEVICE=cuda on the GPU machine).
-TEST(LagunaForward, GpuEqualsCpu) {
+// Weights in f32 and bf16 (their GPU matrix kernels differ); the variants
+// without the window and without YaRN say which part differs, if one does.
+class LagunaGpu : public ::testing::TestWithParam<std::tuple<convert::FileType, int>> {};
+
+TEST_P(LagunaGpu, GpuEqualsCpu) {
   if (testing::test_device() == "cpu") GTEST_SKIP() << "MOESERVE_TEST_DEVICE is not a GPU";
-  const std::string path = tiny_path();
+  const auto [type, variant] = GetParam();
+  const std::function<void(GgufWriter&)> edits[] = {
+      {},
+      [](GgufWriter& w) { w.erase("laguna.attention.sliding_window"); },
+      [](GgufWriter& w) { w.erase("laguna.rope.scaling.type"); },
+  };
+  const std::string path = testing::tiny_model_path(ModelArch::kLaguna, edits[variant], type);
   auto cpu = testing::load_model(path), gpu = testing::load_model(path, testing::test_device());
   ASSERT_TRUE(cpu && gpu);
   const std::vector<int32_t> tokens = random_tokens(60, cpu->info().n_vocab, 9);
@@ -307,9 +317,14 @@ TEST(LagunaForward, GpuEqualsCpu) {
   EXPECT_LT(one_chunk, 2e-3);
   EXPECT_LT(chunks, 2e-3);
   EXPECT_LT(decode, 2e-3);
-  std::printf("[ laguna gpu ] GPU vs CPU max |dlogit| / max |logit|: prefill %.2e, chunks of 17 %.2e, decode %.2e\n",
-              one_chunk, chunks, decode);
+  std::printf("[ laguna gpu ] type %u variant %d: GPU vs CPU max |dlogit| / max |logit|: prefill %.2e, chunks of 17 "
+              "%.2e, decode %.2e\n",
+              unsigned(type), variant, one_chunk, chunks, decode);
 }
+
+INSTANTIATE_TEST_SUITE_P(TypesAndVariants, LagunaGpu,
+                         ::testing::Combine(::testing::Values(convert::FileType::kF32, convert::FileType::kBF16),
+                                            ::testing::Values(0, 1, 2)));
 
 // Laguna-XS.2's full-layer RoPE: transformers' YaRN ramp and attention factor.
 TEST(LagunaRope, YarnMatchesTransformers) {

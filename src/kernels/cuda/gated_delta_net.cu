@@ -12,6 +12,9 @@
 
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/gated_delta_net.h"
+
+#include <cstdlib>
+#include <string_view>
 #include "kernels/cuda/gated_delta_net_chunked.h"
 #include "kernels/cuda/launch.cuh"
 
@@ -303,8 +306,19 @@ Status recurrent_delta_rule(const GdnArgs& a, int64_t ssm_offset, int conv_dim, 
 // one the rest (decode rows); the recurrent launch is left out when the
 // batch's only sequence is long. The host does not know the sequence
 // lengths (they are in device memory), so each kernel skips the others'.
+// MOESERVE_GDN_CHUNKED=0 keeps every sequence on the recurrent kernel (for
+// comparisons).
+bool chunked_enabled() {
+  static const bool on = [] {
+    const char* v = std::getenv("MOESERVE_GDN_CHUNKED");
+    return v == nullptr || std::string_view(v) != "0";
+  }();
+  return on;
+}
+
 Status delta_rule(const GdnArgs& a, int64_t ssm_offset, int conv_dim, cudaStream_t stream) {
-  const bool chunked = a.batch.n_rows >= kChunkedMinTokens && delta_rule_chunked_supported(a);
+  const bool chunked =
+      chunked_enabled() && a.batch.n_rows >= kChunkedMinTokens && delta_rule_chunked_supported(a);
   if (!chunked || a.batch.n_seq > 1) {
     MOESERVE_RETURN_IF_ERROR(
         recurrent_delta_rule(a, ssm_offset, conv_dim, chunked ? kChunkedMinTokens : INT_MAX, stream));
