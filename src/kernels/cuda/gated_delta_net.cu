@@ -9,12 +9,11 @@
 #include <climits>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
+#include <string_view>
 
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/gated_delta_net.h"
-
-#include <cstdlib>
-#include <string_view>
 #include "kernels/cuda/gated_delta_net_chunked.h"
 #include "kernels/cuda/launch.cuh"
 
