@@ -128,6 +128,21 @@ void WeightPlacement::add(backend::Device* d, WeightView& v, backend::WeightUse 
   it->second.push_back({&v, n_matrices, use, shared, split});
 }
 
+void WeightPlacement::add_experts(backend::Device* d, WeightView& gate, WeightView& up, WeightView& down,
+                                  int64_t n_expert, backend::ExpertSplit* split) {
+  add(d, gate, backend::WeightUse::kExpertGate, n_expert, false, split);
+  add(d, up, backend::WeightUse::kExpertUp, n_expert, false, split);
+  add(d, down, backend::WeightUse::kExpertDown, n_expert, false, split);
+}
+
+void WeightPlacement::add_io(backend::Device* io, WeightView& token_embd, WeightView& output_norm,
+                             WeightView& output, bool tied_output) {
+  const bool tied = tied_output || output.data == token_embd.data;
+  add(io, token_embd, backend::WeightUse::kLookup, 1, tied);
+  add(io, output_norm, backend::WeightUse::kVector);
+  add(io, output, backend::WeightUse::kMatrix, 1, tied);
+}
+
 Status WeightPlacement::place() {
   for (auto& [device, refs] : per_device_) MOESERVE_RETURN_IF_ERROR(device->place_weights(refs).status());
   return Status::ok();
@@ -137,8 +152,9 @@ Status check_attention_devices(const Placement& p, int64_t n_layer, int64_t head
                                const std::function<bool(int64_t)>& is_attention) {
   for (int64_t l = 0; l < n_layer; ++l) {
     if (is_attention(l) && !p.layer(l)->supports_attention_head_dim(head_dim)) {
-      return make_error(StatusCode::kUnsupported, "{}: {} has no attention kernel for heads of {} (layer {}); use --device cpu",
-                        arch, p.layer(l)->name(), head_dim, l);
+      return make_error(StatusCode::kUnsupported,
+                        "{}: {} has no attention kernel for heads of {} (layer {}); use --device cpu", arch,
+                        p.layer(l)->name(), head_dim, l);
     }
   }
   return Status::ok();

@@ -3,9 +3,11 @@
 // output head. Math-free glue, so each model file keeps only its math.
 #pragma once
 
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <span>
 #include <string_view>
 #include <vector>
@@ -76,12 +78,62 @@ struct OutputHeadArgs {
 };
 Status output_head(const OutputHeadArgs& a, const ForwardBatch& b);
 
+// The placement's devices, each once: io first, then in layer order.
+std::vector<backend::Device*> placement_devices(const Placement& p, int64_t n_layer);
+
+// A forward's workspace: per device of the placement, its op queue and the
+// architecture's activation buffers (`Buffers` has `device`, `ops` and a
+// row `capacity`; `ensure(buffers, rows)` sizes them).
+template <typename Buffers>
+class DeviceWorkspace final : public Workspace {
+ public:
+  std::vector<Buffers> devices;
+  BatchRows rows;              // the batch as the host sees it
+  std::vector<float> staging;  // hidden rows crossing devices
+
+  Buffers* find(const backend::Device* d) {
+    for (Buffers& b : devices) {
+      if (b.device == d) return &b;
+    }
+    return nullptr;
+  }
+
+  template <typename Ensure>
+  static Result<std::unique_ptr<Workspace>> create(const Placement& p, int64_t n_layer, int64_t max_tokens,
+                                                   Ensure&& ensure) {
+    auto ws = std::make_unique<DeviceWorkspace>();
+    for (backend::Device* d : placement_devices(p, n_layer)) {
+      Buffers b;
+      b.device = d;
+      MOESERVE_ASSIGN_OR_RETURN(b.ops, d->create_ops());
+      MOESERVE_RETURN_IF_ERROR(ensure(b, std::max<int64_t>(max_tokens, 1)));
+      ws->devices.push_back(std::move(b));
+    }
+    return std::unique_ptr<Workspace>(std::move(ws));
+  }
+
+  // `ws` as this kind of workspace; kInvalidArgument for another model's.
+  static Result<DeviceWorkspace*> of(Workspace& ws, std::string_view arch) {
+    auto* w = dynamic_cast<DeviceWorkspace*>(&ws);
+    if (w == nullptr)
+      return make_error(StatusCode::kInvalidArgument, "{}: a workspace of another model", arch);
+    return w;
+  }
+};
+
 // Weights grouped by the device that gets them; place() hands each device
 // its group in one call (one progress bar, one pass).
 class WeightPlacement {
  public:
   void add(backend::Device* d, WeightView& v, backend::WeightUse use, int64_t n_matrices = 1,
            bool shared = false, backend::ExpertSplit* split = nullptr);
+  // A layer's expert stacks; `split` (null: all on d) shares them with the host.
+  void add_experts(backend::Device* d, WeightView& gate, WeightView& up, WeightView& down, int64_t n_expert,
+                   backend::ExpertSplit* split);
+  // The embedding, final norm and output head on `io`. A tied output's rows
+  // are also read by embedding lookups (the device must keep them).
+  void add_io(backend::Device* io, WeightView& token_embd, WeightView& output_norm, WeightView& output,
+              bool tied_output);
   Status place();
 
  private:
@@ -93,8 +145,5 @@ class WeightPlacement {
 // of head_dim.
 Status check_attention_devices(const Placement& p, int64_t n_layer, int64_t head_dim, std::string_view arch,
                                const std::function<bool(int64_t)>& is_attention);
-
-// The placement's devices, each once: io first, then in layer order.
-std::vector<backend::Device*> placement_devices(const Placement& p, int64_t n_layer);
 
 }  // namespace moeserve::models

@@ -24,19 +24,7 @@ struct DeviceBuffers {
   DeviceMemory final_rows, logits;
 };
 
-class LagunaWorkspace final : public Workspace {
- public:
-  std::vector<DeviceBuffers> devices;
-  BatchRows rows;
-  std::vector<float> staging;
-
-  DeviceBuffers* find(const Device* d) {
-    for (DeviceBuffers& b : devices) {
-      if (b.device == d) return &b;
-    }
-    return nullptr;
-  }
-};
+using LagunaWorkspace = DeviceWorkspace<DeviceBuffers>;
 
 int64_t ffn_width(const LagunaHParams& hp) { return std::max(hp.n_ff, hp.n_ff_shexp); }
 int64_t gate_width(const LagunaHParams& hp) { return hp.gate_per_element ? hp.max_q_dim() : hp.max_head(); }
@@ -341,34 +329,21 @@ Status LagunaModel::place_weights() {
           &l.ffn_gate_inp, &l.ffn_gate_shexp, &l.ffn_up_shexp, &l.ffn_down_shexp}) {
       placement.add(d, *v, WeightUse::kMatrix);
     }
-    backend::ExpertSplit* split = placement_.expert_split(il);
-    placement.add(d, l.ffn_gate_exps, WeightUse::kExpertGate, hp_.n_expert, false, split);
-    placement.add(d, l.ffn_up_exps, WeightUse::kExpertUp, hp_.n_expert, false, split);
-    placement.add(d, l.ffn_down_exps, WeightUse::kExpertDown, hp_.n_expert, false, split);
+    placement.add_experts(d, l.ffn_gate_exps, l.ffn_up_exps, l.ffn_down_exps, hp_.n_expert,
+                          placement_.expert_split(il));
   }
-  const bool tied = w_.tied_output || w_.output.data == w_.token_embd.data;
-  placement.add(placement_.io, w_.token_embd, WeightUse::kLookup, 1, tied);
-  placement.add(placement_.io, w_.output_norm, WeightUse::kVector);
-  placement.add(placement_.io, w_.output, WeightUse::kMatrix, 1, tied);
+  placement.add_io(placement_.io, w_.token_embd, w_.output_norm, w_.output, w_.tied_output);
   return placement.place();
 }
 
 Result<std::unique_ptr<Workspace>> LagunaModel::create_workspace(int64_t max_tokens) {
-  auto ws = std::make_unique<LagunaWorkspace>();
-  for (Device* d : placement_devices(placement_, hp_.n_layer)) {
-    DeviceBuffers b;
-    b.device = d;
-    MOESERVE_ASSIGN_OR_RETURN(b.ops, d->create_ops());
-    MOESERVE_RETURN_IF_ERROR(ensure_buffers(b, hp_, std::max<int64_t>(max_tokens, 1)));
-    ws->devices.push_back(std::move(b));
-  }
-  return std::unique_ptr<Workspace>(std::move(ws));
+  return LagunaWorkspace::create(placement_, hp_.n_layer, max_tokens, [&](DeviceBuffers& b, int64_t rows) {
+    return ensure_buffers(b, hp_, rows);
+  });
 }
 
 Status LagunaModel::forward(const ForwardBatch& batch, Workspace& ws, ForwardProfile* profile) {
-  auto* w = dynamic_cast<LagunaWorkspace*>(&ws);
-  if (w == nullptr)
-    return make_error(StatusCode::kInvalidArgument, "{}: a workspace of another model", hp_.arch_name);
+  MOESERVE_ASSIGN_OR_RETURN(LagunaWorkspace * w, LagunaWorkspace::of(ws, hp_.arch_name));
   return Forward(*this, *w, profile).run(batch);
 }
 

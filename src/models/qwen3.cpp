@@ -1,9 +1,9 @@
 #include "models/qwen3.h"
 
-#include "models/forward_common.h"
-
 #include <algorithm>
 #include <cmath>
+
+#include "models/forward_common.h"
 
 namespace moeserve::models {
 namespace {
@@ -20,19 +20,7 @@ struct DeviceBuffers {
   DeviceMemory x, xn, q, k, v, attn, o, router, ff_gate, ff_up, final_rows, logits;
 };
 
-class Qwen3Workspace final : public Workspace {
- public:
-  std::vector<DeviceBuffers> devices;
-  BatchRows rows;               // the batch as the host sees it
-  std::vector<float> staging;  // hidden rows crossing devices  // hidden rows crossing devices
-
-  DeviceBuffers* find(const Device* d) {
-    for (DeviceBuffers& b : devices) {
-      if (b.device == d) return &b;
-    }
-    return nullptr;
-  }
-};
+using Qwen3Workspace = DeviceWorkspace<DeviceBuffers>;
 
 // Buffers for `rows` rows (kept when already large enough).
 Status ensure_buffers(DeviceBuffers& b, const Qwen3HParams& hp, int64_t rows) {
@@ -109,7 +97,7 @@ class Qwen3Model::Forward {
   DeviceBuffers* current_ = nullptr;  // where the hidden rows are
   bool xn_ready_ = false;             // xn already holds this layer's attention norm
   std::span<int64_t> expert_counts_;  // the batch's routing statistics (empty: none)
-  backend::RopeSpec rope_;             // the layout's one RoPE (lives through the forward)
+  backend::RopeSpec rope_;            // the layout's one RoPE (lives through the forward)
 };
 
 const WeightView* Qwen3Model::Forward::next_attn_norm(int il) const {
@@ -140,8 +128,8 @@ Status Qwen3Model::Forward::begin(const ForwardBatch& b) {
 // the same device).
 Status Qwen3Model::Forward::move_hidden_to(DeviceBuffers& to, int64_t T) {
   if (current_ == &to) return Status::ok();
-  MOESERVE_RETURN_IF_ERROR(
-      move_rows(*current_->ops, current_->x.as<float>(), *to.ops, to.x.as<float>(), T, hp_.n_embd, ws_.staging));
+  MOESERVE_RETURN_IF_ERROR(move_rows(*current_->ops, current_->x.as<float>(), *to.ops, to.x.as<float>(), T,
+                                     hp_.n_embd, ws_.staging));
   current_ = &to;
   return Status::ok();
 }
@@ -309,8 +297,8 @@ Result<std::unique_ptr<Qwen3Model>> Qwen3Model::create(Qwen3HParams hp, Qwen3Wei
                       "qwen3: the placement names {} layers ({} expert splits), the model has {}",
                       placement.layers.size(), placement.expert_splits.size(), hp.n_layer);
   }
-  MOESERVE_RETURN_IF_ERROR(
-      check_attention_devices(placement, hp.n_layer, hp.head_dim, hp.arch_name, [](int64_t) { return true; }));
+  MOESERVE_RETURN_IF_ERROR(check_attention_devices(placement, hp.n_layer, hp.head_dim, hp.arch_name,
+                                                   [](int64_t) { return true; }));
   std::unique_ptr<Qwen3Model> m(new Qwen3Model(std::move(hp), std::move(w), placement));
   MOESERVE_RETURN_IF_ERROR(m->place_weights());
   return m;
@@ -321,8 +309,7 @@ Result<std::unique_ptr<Qwen3Model>> Qwen3Model::create(Qwen3HParams hp, Qwen3Wei
 Status Qwen3Model::place_weights() {
   using backend::WeightUse;
   WeightPlacement placement;
-  auto add = [&](Device* d, WeightView& v, WeightUse use, int64_t n_matrices = 1, bool shared = false,
-                 backend::ExpertSplit* split = nullptr) { placement.add(d, v, use, n_matrices, shared, split); };
+  auto add = [&](Device* d, WeightView& v, WeightUse use) { placement.add(d, v, use); };
   for (int64_t il = 0; il < hp_.n_layer; ++il) {
     Device* d = placement_.layer(il);
     Qwen3LayerWeights& l = w_.layers[size_t(il)];
@@ -332,34 +319,20 @@ Status Qwen3Model::place_weights() {
                           &l.ffn_down, &l.ffn_gate_inp}) {
       add(d, *v, WeightUse::kMatrix);
     }
-    backend::ExpertSplit* split = placement_.expert_split(il);
-    add(d, l.ffn_gate_exps, WeightUse::kExpertGate, hp_.n_expert, false, split);
-    add(d, l.ffn_up_exps, WeightUse::kExpertUp, hp_.n_expert, false, split);
-    add(d, l.ffn_down_exps, WeightUse::kExpertDown, hp_.n_expert, false, split);
+    placement.add_experts(d, l.ffn_gate_exps, l.ffn_up_exps, l.ffn_down_exps, hp_.n_expert,
+                          placement_.expert_split(il));
   }
-  // A tied output's rows are also read by embedding lookups.
-  const bool tied = w_.tied_output || w_.output.data == w_.token_embd.data;
-  add(placement_.io, w_.token_embd, WeightUse::kLookup, 1, tied);
-  add(placement_.io, w_.output_norm, WeightUse::kVector);
-  add(placement_.io, w_.output, WeightUse::kMatrix, 1, tied);
+  placement.add_io(placement_.io, w_.token_embd, w_.output_norm, w_.output, w_.tied_output);
   return placement.place();
 }
 
 Result<std::unique_ptr<Workspace>> Qwen3Model::create_workspace(int64_t max_tokens) {
-  auto ws = std::make_unique<Qwen3Workspace>();
-  for (Device* d : placement_devices(placement_, hp_.n_layer)) {
-    DeviceBuffers b;
-    b.device = d;
-    MOESERVE_ASSIGN_OR_RETURN(b.ops, d->create_ops());
-    MOESERVE_RETURN_IF_ERROR(ensure_buffers(b, hp_, std::max<int64_t>(max_tokens, 1)));
-    ws->devices.push_back(std::move(b));
-  }
-  return std::unique_ptr<Workspace>(std::move(ws));
+  return Qwen3Workspace::create(placement_, hp_.n_layer, max_tokens,
+                                [&](DeviceBuffers& b, int64_t rows) { return ensure_buffers(b, hp_, rows); });
 }
 
 Status Qwen3Model::forward(const ForwardBatch& batch, Workspace& ws, ForwardProfile* profile) {
-  auto* w = dynamic_cast<Qwen3Workspace*>(&ws);
-  if (w == nullptr) return make_error(StatusCode::kInvalidArgument, "qwen3: a workspace of another model");
+  MOESERVE_ASSIGN_OR_RETURN(Qwen3Workspace * w, Qwen3Workspace::of(ws, hp_.arch_name));
   return Forward(*this, *w, profile).run(batch);
 }
 

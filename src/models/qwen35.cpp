@@ -25,19 +25,7 @@ struct DeviceBuffers {
   DeviceMemory final_rows, logits;
 };
 
-class Qwen35Workspace final : public Workspace {
- public:
-  std::vector<DeviceBuffers> devices;
-  BatchRows rows;
-  std::vector<float> staging;
-
-  DeviceBuffers* find(const Device* d) {
-    for (DeviceBuffers& b : devices) {
-      if (b.device == d) return &b;
-    }
-    return nullptr;
-  }
-};
+using Qwen35Workspace = DeviceWorkspace<DeviceBuffers>;
 
 // FFN width the buffers hold: the dense FFN or the shared expert.
 int64_t ffn_width(const Qwen35HParams& hp) { return hp.moe ? hp.n_ff_shexp : hp.n_ff; }
@@ -392,8 +380,7 @@ Result<std::unique_ptr<Qwen35Model>> Qwen35Model::create(Qwen35HParams hp, Qwen3
 Status Qwen35Model::place_weights() {
   using backend::WeightUse;
   WeightPlacement placement;
-  auto add = [&](Device* d, WeightView& v, WeightUse use, int64_t n_matrices = 1, bool shared = false,
-                 backend::ExpertSplit* split = nullptr) { placement.add(d, v, use, n_matrices, shared, split); };
+  auto add = [&](Device* d, WeightView& v, WeightUse use) { placement.add(d, v, use); };
   for (int64_t il = 0; il < hp_.n_layer; ++il) {
     Device* d = placement_.layer(il);
     Qwen35LayerWeights& l = w_.layers[size_t(il)];
@@ -407,34 +394,21 @@ Status Qwen35Model::place_weights() {
           &l.ffn_gate_inp_shexp, &l.ffn_gate_shexp, &l.ffn_up_shexp, &l.ffn_down_shexp}) {
       add(d, *v, WeightUse::kMatrix);
     }
-    backend::ExpertSplit* split = placement_.expert_split(il);
-    add(d, l.ffn_gate_exps, WeightUse::kExpertGate, hp_.n_expert, false, split);
-    add(d, l.ffn_up_exps, WeightUse::kExpertUp, hp_.n_expert, false, split);
-    add(d, l.ffn_down_exps, WeightUse::kExpertDown, hp_.n_expert, false, split);
+    placement.add_experts(d, l.ffn_gate_exps, l.ffn_up_exps, l.ffn_down_exps, hp_.n_expert,
+                          placement_.expert_split(il));
   }
-  const bool tied = w_.tied_output || w_.output.data == w_.token_embd.data;
-  add(placement_.io, w_.token_embd, WeightUse::kLookup, 1, tied);
-  add(placement_.io, w_.output_norm, WeightUse::kVector);
-  add(placement_.io, w_.output, WeightUse::kMatrix, 1, tied);
+  placement.add_io(placement_.io, w_.token_embd, w_.output_norm, w_.output, w_.tied_output);
   return placement.place();
 }
 
 Result<std::unique_ptr<Workspace>> Qwen35Model::create_workspace(int64_t max_tokens) {
-  auto ws = std::make_unique<Qwen35Workspace>();
-  for (Device* d : placement_devices(placement_, hp_.n_layer)) {
-    DeviceBuffers b;
-    b.device = d;
-    MOESERVE_ASSIGN_OR_RETURN(b.ops, d->create_ops());
-    MOESERVE_RETURN_IF_ERROR(ensure_buffers(b, hp_, std::max<int64_t>(max_tokens, 1)));
-    ws->devices.push_back(std::move(b));
-  }
-  return std::unique_ptr<Workspace>(std::move(ws));
+  return Qwen35Workspace::create(placement_, hp_.n_layer, max_tokens, [&](DeviceBuffers& b, int64_t rows) {
+    return ensure_buffers(b, hp_, rows);
+  });
 }
 
 Status Qwen35Model::forward(const ForwardBatch& batch, Workspace& ws, ForwardProfile* profile) {
-  auto* w = dynamic_cast<Qwen35Workspace*>(&ws);
-  if (w == nullptr)
-    return make_error(StatusCode::kInvalidArgument, "{}: a workspace of another model", hp_.arch_name);
+  MOESERVE_ASSIGN_OR_RETURN(Qwen35Workspace * w, Qwen35Workspace::of(ws, hp_.arch_name));
   return Forward(*this, *w, profile).run(batch);
 }
 
