@@ -87,13 +87,14 @@ Status KvCache::zero_states() {
   for (backend::DeviceMemory& s : state_) {
     if (s.data() != nullptr) MOESERVE_RETURN_IF_ERROR(s.device()->fill_zero(s.data(), s.bytes()));
   }
+  states_written_ = false;
   return Status::ok();
 }
 
 int64_t KvCache::truncate(int64_t pos) {
   pos = std::clamp<int64_t>(pos, 0, used_);
-  // (At 0 always: a forward may have run without set_used.)
-  if (recurrent() && (pos < used_ || pos == 0)) {
+  // (At 0 whenever a forward may have run without set_used.)
+  if (recurrent() && (pos < used_ || (pos == 0 && states_written_))) {
     // A failure to clear leaves states that do not match position 0: the
     // cache is unusable from here on (status()).
     if (Status s = zero_states(); !s.is_ok()) status_ = s, capacity_ = 0;
@@ -138,6 +139,7 @@ Status KvCache::restore(const CacheSnapshot& snap) {
                       snap.states.size(), snap.position, state_floats_, capacity_);
   }
   const float* in = snap.states.data();
+  states_written_ = true;
   for (backend::DeviceMemory& s : state_) {
     if (s.data() == nullptr) continue;
     MOESERVE_RETURN_IF_ERROR(s.device()->copy_to_device(s.data(), in, s.bytes()));

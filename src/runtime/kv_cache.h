@@ -57,8 +57,12 @@ class KvCache {
   int64_t truncate(int64_t pos);
   void clear() { (void)truncate(0); }
 
-  // The view the model writes into (device pointers).
-  models::KvView view() const { return {views_, capacity_}; }
+  // The view the model writes into (device pointers). Handing it out marks
+  // the recurrent states as possibly written (a forward may not set_used).
+  models::KvView view() const {
+    states_written_ = true;
+    return {views_, capacity_};
+  }
   // Layer l's layout: K/V rows or a state.
   const models::LayerCache& layer(int64_t l) const { return layers_[size_t(l)]; }
   // Rows [0, n) of attention layer l to or from host memory (the prefix cache).
@@ -76,6 +80,10 @@ class KvCache {
   Status zero_states();
 
   int64_t kv_dim_ = 0, capacity_ = 0, used_ = 0, state_floats_ = 0;
+  // The states may differ from zeros (a view was handed out or a snapshot
+  // restored since they were last zeroed): clearing a cleared cache twice,
+  // as a request's finish and the next admission do, zeroes them once.
+  mutable bool states_written_ = false;
   Status status_;
   std::vector<models::LayerCache> layers_;
   std::vector<backend::DeviceMemory> k_, v_, state_;
