@@ -27,7 +27,13 @@ const std::map<std::string, std::string, std::less<>> kPrimitives = {
     {"value", R"(object | array | string | number | boolean | null)"},
     {"object", R"("{" ws (string ws ":" ws value ws ("," ws string ws ":" ws value ws)*)? "}")"},
     {"array", R"("[" ws (value ws ("," ws value ws)*)? "]")"},
-    {"date", R"([0-9]{4} "-" ("0" [1-9] | "1" [0-2]) "-" ("0" [1-9] | [1-2] [0-9] | "3" [0-1]))"},
+    // RFC 3339 full-date as validators check it (Ajv's "date"): each month's
+    // days, and Feb 29 only in leap years (divisible by 4, centuries by 400).
+    {"date",
+     R"g([0-9]{4} "-" (("0" [13578] | "1" [02]) "-" ("0" [1-9] | [12] [0-9] | "3" [01])))g"
+     R"g( | [0-9]{4} "-" ("0" [469] | "11") "-" ("0" [1-9] | [12] [0-9] | "30"))g"
+     R"g( | [0-9]{4} "-02-" ("0" [1-9] | "1" [0-9] | "2" [0-8]))g"
+     R"g( | ([0-9]{2} ("0" [48] | [2468] [048] | [13579] [26]) | ("0" [48] | [2468] [048] | [13579] [26] | "00") "00") "-02-29")g"},
     {"time",
      R"(([01] [0-9] | "2" [0-3]) ":" [0-5] [0-9] ":" [0-5] [0-9] ("." [0-9]{1,6})? ("Z" | [+-] ([01] [0-9] | "2" [0-3]) ":" [0-5] [0-9]))"},
     {"hex", R"([0-9a-fA-F])"},
