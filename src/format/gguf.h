@@ -104,6 +104,7 @@ class GgufFile {
   const std::vector<std::string>* get_string_array(std::string_view key) const;
   std::optional<std::vector<int64_t>> get_int_array(std::string_view key) const;
   std::optional<std::vector<double>> get_float_array(std::string_view key) const;
+  std::optional<std::vector<bool>> get_bool_array(std::string_view key) const;
 
   // Like get_*, but say why: kNotFound "file: key 'k' is missing", or
   // kInvalidFormat "file: key 'k' has type string, expected an integer".

@@ -59,6 +59,11 @@ std::optional<std::vector<int64_t>> GgufFile::get_int_array(std::string_view key
   return v ? v->as_int_array() : std::nullopt;
 }
 
+std::optional<std::vector<bool>> GgufFile::get_bool_array(std::string_view key) const {
+  const GgufValue* v = find(key);
+  return v ? v->as_bool_array() : std::nullopt;
+}
+
 std::optional<std::vector<double>> GgufFile::get_float_array(std::string_view key) const {
   const GgufValue* v = find(key);
   return v ? v->as_float_array() : std::nullopt;
@@ -89,8 +94,8 @@ Result<uint64_t> GgufFile::require_uint(std::string_view key) const {
   MOESERVE_ASSIGN_OR_RETURN(const GgufValue* v, require(key));
   if (auto u = v->as_uint()) return *u;
   if (gguf_is_integer(v->type())) {
-    return make_error(StatusCode::kOutOfRange, "{}: key '{}' = {} is negative, expected an unsigned value", name_,
-                      key, v->to_display());
+    return make_error(StatusCode::kOutOfRange, "{}: key '{}' = {} is negative, expected an unsigned value",
+                      name_, key, v->to_display());
   }
   return wrong_type(key, *v, "an unsigned integer");
 }
@@ -123,7 +128,8 @@ Result<std::vector<int64_t>> GgufFile::require_int_array(std::string_view key) c
   MOESERVE_ASSIGN_OR_RETURN(const GgufValue* v, require(key));
   if (auto a = v->as_int_array()) return std::move(*a);
   if (v->is_array() && gguf_is_integer(v->elem_type())) {
-    return make_error(StatusCode::kOutOfRange, "{}: key '{}' has u64 elements that do not fit in int64", name_, key);
+    return make_error(StatusCode::kOutOfRange, "{}: key '{}' has u64 elements that do not fit in int64",
+                      name_, key);
   }
   return wrong_type(key, *v, "an integer array");
 }

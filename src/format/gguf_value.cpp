@@ -17,18 +17,30 @@ bool storage_holds(const GgufArrayStorage& s) {
 bool storage_matches(GgufType elem, const GgufArrayStorage& s) {
   switch (elem) {
     case GgufType::kU8:
-    case GgufType::kBool: return storage_holds<uint8_t>(s);
-    case GgufType::kI8: return storage_holds<int8_t>(s);
-    case GgufType::kU16: return storage_holds<uint16_t>(s);
-    case GgufType::kI16: return storage_holds<int16_t>(s);
-    case GgufType::kU32: return storage_holds<uint32_t>(s);
-    case GgufType::kI32: return storage_holds<int32_t>(s);
-    case GgufType::kF32: return storage_holds<float>(s);
-    case GgufType::kU64: return storage_holds<uint64_t>(s);
-    case GgufType::kI64: return storage_holds<int64_t>(s);
-    case GgufType::kF64: return storage_holds<double>(s);
-    case GgufType::kString: return storage_holds<std::string>(s);
-    case GgufType::kArray: return false;
+    case GgufType::kBool:
+      return storage_holds<uint8_t>(s);
+    case GgufType::kI8:
+      return storage_holds<int8_t>(s);
+    case GgufType::kU16:
+      return storage_holds<uint16_t>(s);
+    case GgufType::kI16:
+      return storage_holds<int16_t>(s);
+    case GgufType::kU32:
+      return storage_holds<uint32_t>(s);
+    case GgufType::kI32:
+      return storage_holds<int32_t>(s);
+    case GgufType::kF32:
+      return storage_holds<float>(s);
+    case GgufType::kU64:
+      return storage_holds<uint64_t>(s);
+    case GgufType::kI64:
+      return storage_holds<int64_t>(s);
+    case GgufType::kF64:
+      return storage_holds<double>(s);
+    case GgufType::kString:
+      return storage_holds<std::string>(s);
+    case GgufType::kArray:
+      return false;
   }
   return false;
 }
@@ -62,19 +74,32 @@ std::optional<GgufType> gguf_type_from_id(uint32_t id) {
 
 std::string_view gguf_type_name(GgufType type) {
   switch (type) {
-    case GgufType::kU8: return "u8";
-    case GgufType::kI8: return "i8";
-    case GgufType::kU16: return "u16";
-    case GgufType::kI16: return "i16";
-    case GgufType::kU32: return "u32";
-    case GgufType::kI32: return "i32";
-    case GgufType::kF32: return "f32";
-    case GgufType::kBool: return "bool";
-    case GgufType::kString: return "string";
-    case GgufType::kArray: return "array";
-    case GgufType::kU64: return "u64";
-    case GgufType::kI64: return "i64";
-    case GgufType::kF64: return "f64";
+    case GgufType::kU8:
+      return "u8";
+    case GgufType::kI8:
+      return "i8";
+    case GgufType::kU16:
+      return "u16";
+    case GgufType::kI16:
+      return "i16";
+    case GgufType::kU32:
+      return "u32";
+    case GgufType::kI32:
+      return "i32";
+    case GgufType::kF32:
+      return "f32";
+    case GgufType::kBool:
+      return "bool";
+    case GgufType::kString:
+      return "string";
+    case GgufType::kArray:
+      return "array";
+    case GgufType::kU64:
+      return "u64";
+    case GgufType::kI64:
+      return "i64";
+    case GgufType::kF64:
+      return "f64";
   }
   return "unknown";
 }
@@ -83,17 +108,22 @@ size_t gguf_fixed_size(GgufType type) {
   switch (type) {
     case GgufType::kU8:
     case GgufType::kI8:
-    case GgufType::kBool: return 1;
+    case GgufType::kBool:
+      return 1;
     case GgufType::kU16:
-    case GgufType::kI16: return 2;
+    case GgufType::kI16:
+      return 2;
     case GgufType::kU32:
     case GgufType::kI32:
-    case GgufType::kF32: return 4;
+    case GgufType::kF32:
+      return 4;
     case GgufType::kU64:
     case GgufType::kI64:
-    case GgufType::kF64: return 8;
+    case GgufType::kF64:
+      return 8;
     case GgufType::kString:
-    case GgufType::kArray: return 0;
+    case GgufType::kArray:
+      return 0;
   }
   return 0;
 }
@@ -107,8 +137,10 @@ bool gguf_is_integer(GgufType type) {
     case GgufType::kU32:
     case GgufType::kI32:
     case GgufType::kU64:
-    case GgufType::kI64: return true;
-    default: return false;
+    case GgufType::kI64:
+      return true;
+    default:
+      return false;
   }
 }
 
@@ -171,8 +203,7 @@ const std::string* GgufValue::as_string() const {
 }
 
 std::optional<std::vector<int64_t>> GgufValue::as_int_array() const {
-  // (Bool arrays read as 0 / 1: llama.cpp writes per-layer flags either way.)
-  if (!is_array() || !(gguf_is_integer(elem_type_) || elem_type_ == GgufType::kBool)) return std::nullopt;
+  if (!is_array() || !gguf_is_integer(elem_type_)) return std::nullopt;
   std::optional<std::vector<int64_t>> out;
   std::visit(
       [&](const auto& vec) {
@@ -193,6 +224,13 @@ std::optional<std::vector<int64_t>> GgufValue::as_int_array() const {
   return out;
 }
 
+std::optional<std::vector<bool>> GgufValue::as_bool_array() const {
+  if (!is_array() || elem_type_ != GgufType::kBool) return std::nullopt;
+  const auto* b = array_data<uint8_t>();
+  if (b == nullptr) return std::nullopt;
+  return std::vector<bool>(b->begin(), b->end());
+}
+
 std::optional<std::vector<double>> GgufValue::as_float_array() const {
   if (!is_array()) return std::nullopt;
   if (const auto* f = array_data<float>()) return std::vector<double>(f->begin(), f->end());
@@ -203,11 +241,15 @@ std::optional<std::vector<double>> GgufValue::as_float_array() const {
 std::string GgufValue::to_display(const GgufDisplayOptions& options) const {
   if (!is_array()) {
     switch (type_) {
-      case GgufType::kString: return gguf_escape(*as_string(), options.max_string_bytes);
-      case GgufType::kBool: return *as_bool() ? "true" : "false";
+      case GgufType::kString:
+        return gguf_escape(*as_string(), options.max_string_bytes);
+      case GgufType::kBool:
+        return *as_bool() ? "true" : "false";
       case GgufType::kF32:
-      case GgufType::kF64: return display_float(*as_float(), type_ == GgufType::kF32);
-      default: break;
+      case GgufType::kF64:
+        return display_float(*as_float(), type_ == GgufType::kF32);
+      default:
+        break;
     }
     if (const auto* s = std::get_if<int64_t>(&data_)) return fmt::format("{}", *s);
     return fmt::format("{}", std::get<uint64_t>(data_));
@@ -234,14 +276,23 @@ std::string gguf_escape(std::string_view text, size_t max_bytes, char quote) {
   std::string out(1, quote);
   size_t shown = text.size() > max_bytes ? max_bytes : text.size();
   // Cut on a UTF-8 character boundary (not inside a multi-byte sequence).
-  while (shown > 0 && shown < text.size() && (static_cast<unsigned char>(text[shown]) & 0xC0) == 0x80) --shown;
+  while (shown > 0 && shown < text.size() && (static_cast<unsigned char>(text[shown]) & 0xC0) == 0x80)
+    --shown;
   for (size_t i = 0; i < shown; ++i) {
     const unsigned char c = static_cast<unsigned char>(text[i]);
     switch (c) {
-      case '\n': out += "\\n"; break;
-      case '\t': out += "\\t"; break;
-      case '\r': out += "\\r"; break;
-      case '\\': out += "\\\\"; break;
+      case '\n':
+        out += "\\n";
+        break;
+      case '\t':
+        out += "\\t";
+        break;
+      case '\r':
+        out += "\\r";
+        break;
+      case '\\':
+        out += "\\\\";
+        break;
       default:
         if (c == static_cast<unsigned char>(quote)) {
           out += '\\';

@@ -109,6 +109,7 @@ class GgufValue {
   const std::vector<std::string>* as_string_array() const { return array_data<std::string>(); }
   std::optional<std::vector<int64_t>> as_int_array() const;  // integer elems that fit int64
   std::optional<std::vector<double>> as_float_array() const;  // f32/f64 elems
+  std::optional<std::vector<bool>> as_bool_array() const;     // bool elems
 
   // Human-readable value: 151643, 1e-06, "qwen3moe", [11, 11, 10, 0],
   // "[151936 strings]". Control characters in strings are escaped.

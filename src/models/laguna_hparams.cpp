@@ -45,9 +45,7 @@ Status read_sliding_layers(const GgufFile& f, LagunaHParams& h) {
   if (h.window == 0) return Status::ok();
   const std::string key = f.arch_key(keys::kSlidingWindowPattern);
   std::optional<std::vector<int64_t>> flags = f.get_int_array(key);
-  if (!flags && f.has(key)) {
-    if (auto b = f.get_bool(key)) flags = std::vector<int64_t>(size_t(h.n_layer), *b ? 1 : 0);
-  }
+  if (auto b = f.get_bool_array(key)) flags = std::vector<int64_t>(b->begin(), b->end());
   if (flags) {
     if (int64_t(flags->size()) != h.n_layer) {
       return inconsistent_hparams(

@@ -48,6 +48,8 @@ TEST(GgufValue, ArrayConversions) {
   EXPECT_EQ(floats.as_float_array(), (std::vector<double>{0.25, -2.0}));
   EXPECT_EQ(floats.as_int_array(), std::nullopt);
   EXPECT_EQ(GgufValue::bool_array({true, false}).as_int_array(), std::nullopt);
+  EXPECT_EQ(GgufValue::bool_array({true, false}).as_bool_array(), (std::vector<bool>{true, false}));
+  EXPECT_EQ(ints.as_bool_array(), std::nullopt);
   EXPECT_EQ(GgufValue::u32(3).as_int_array(), std::nullopt);
   EXPECT_EQ(GgufValue::u32(3).array_size(), 0u);
 }

@@ -351,6 +351,25 @@ TEST(LagunaRope, YarnMatchesTransformers) {
   EXPECT_DOUBLE_EQ(plain.inv_freq(3), std::pow(10000.0, -6.0 / 128.0));
 }
 
+// attention.sliding_window_pattern as per-layer flags (bool or integer
+// arrays, as llama.cpp writes for some models) means the same as the period.
+TEST(LagunaLoad, SlidingPatternAsFlags) {
+  auto period = testing::load_model(tiny_path());
+  auto flags = testing::load_model(tiny_path([](GgufWriter& w) {
+    w.set_bool_array("laguna.attention.sliding_window_pattern", {false, true, true, true});
+  }));
+  auto ints = testing::load_model(tiny_path([](GgufWriter& w) {
+    w.set_i32_array("laguna.attention.sliding_window_pattern", {0, 1, 1, 1});
+  }));
+  ASSERT_TRUE(period && flags && ints);
+  const std::vector<int32_t> tokens = random_tokens(30, period->info().n_vocab, 5);
+  runtime::KvCache a = period->new_kv_cache(32).value(), b = flags->new_kv_cache(32).value(),
+                   c = ints->new_kv_cache(32).value();
+  const std::vector<float> want = run_chunks(*period, tokens, 30, a);
+  EXPECT_EQ(run_chunks(*flags, tokens, 30, b), want);
+  EXPECT_EQ(run_chunks(*ints, tokens, 30, c), want);
+}
+
 // Hostile metadata: a clear error naming the key or tensor, no model.
 TEST(LagunaLoad, BadMetadataFailsCleanly) {
   const std::string a = "laguna.";
