@@ -41,6 +41,9 @@ inline constexpr std::string_view kSsmGroupCount = "ssm.group_count";      // K 
 inline constexpr std::string_view kSsmTimeStepRank = "ssm.time_step_rank"; // V heads
 inline constexpr std::string_view kSsmInnerSize = "ssm.inner_size";        // V heads * head_v_dim
 inline constexpr std::string_view kFullAttentionInterval = "full_attention_interval";
+// Optional per-layer flags (bool or integer array over block_count): a
+// recurrent layer; overrides the interval.
+inline constexpr std::string_view kRecurrentLayers = "attention.recurrent_layers";
 inline constexpr std::string_view kRopeDimensionSections = "rope.dimension_sections";  // i32[4]
 inline constexpr std::string_view kNextnPredictLayers = "nextn_predict_layers";       // MTP blocks in block_count
 

@@ -1,6 +1,9 @@
 #include "models/qwen35_hparams.h"
 
 #include <cmath>
+#include <optional>
+#include <string>
+#include <vector>
 
 #include "format/model_keys.h"
 #include "models/model_loading.h"
@@ -41,6 +44,22 @@ Status read_attention(const GgufFile& f, Qwen35HParams& h) {
   return Status::ok();
 }
 
+// attention.recurrent_layers, when present, says per layer (over
+// block_count, the MTP blocks included) which layers are DeltaNet ones.
+Status read_recurrent_flags(const GgufFile& f, Qwen35HParams& h) {
+  const std::string key = f.arch_key(keys::kRecurrentLayers);
+  if (!f.has(key)) return Status::ok();
+  std::optional<std::vector<int64_t>> flags = f.get_int_array(key);
+  if (auto b = f.get_bool_array(key)) flags = std::vector<int64_t>(b->begin(), b->end());
+  if (!flags || int64_t(flags->size()) != h.n_layer + h.n_nextn) {
+    return inconsistent_hparams(
+        f, fmt::format("'{}' must be {} flags (block_count), got {}", key, h.n_layer + h.n_nextn,
+                       flags ? std::to_string(flags->size()) : std::string("another type")));
+  }
+  for (int64_t l = 0; l < h.n_layer; ++l) h.recurrent[size_t(l)] = (*flags)[size_t(l)] != 0;
+  return Status::ok();
+}
+
 Status read_delta_net(const GgufFile& f, Qwen35HParams& h) {
   MOESERVE_ASSIGN_OR_RETURN(int64_t kernel, read_hparam_int(f, keys::kSsmConvKernel, 1));
   MOESERVE_ASSIGN_OR_RETURN(h.head_k_dim, read_hparam_int(f, keys::kSsmStateSize, 1));
@@ -67,7 +86,7 @@ Status read_delta_net(const GgufFile& f, Qwen35HParams& h) {
   }
   h.recurrent.resize(size_t(h.n_layer));
   for (int64_t l = 0; l < h.n_layer; ++l) h.recurrent[size_t(l)] = (l + 1) % h.full_attention_interval != 0;
-  return Status::ok();
+  return read_recurrent_flags(f, h);
 }
 
 Status read_ffn(const GgufFile& f, Qwen35HParams& h) {

@@ -13,11 +13,11 @@
 #include "convert/make_model.h"
 #include "core/half.h"
 #include "format/model_keys.h"
+#include "forward_test_util.h"
 #include "kernels/cpu/gated_delta_net_reference.h"
 #include "runtime/model.h"
 #include "runtime/prefix_cache.h"
 #include "runtime/sequence.h"
-#include "forward_test_util.h"
 #include "test_device.h"
 
 namespace moeserve {
@@ -28,8 +28,8 @@ using convert::ModelArch;
 using Vec = std::vector<double>;
 
 using testing::max_abs;
-using testing::rel_diff;
 using testing::random_tokens;
+using testing::rel_diff;
 using testing::run_chunks;
 
 std::string tiny_path(ModelArch arch, const std::function<void(GgufWriter&)>& edit = {}) {
@@ -359,6 +359,19 @@ TEST_P(Qwen35Forward, GpuEqualsCpu) {
 INSTANTIATE_TEST_SUITE_P(Archs, Qwen35Forward, ::testing::Values(ModelArch::kQwen35Moe, ModelArch::kQwen35),
                          [](const auto& info) { return std::string(convert::arch_name(info.param)); });
 
+// attention.recurrent_layers (llama.cpp's per-layer flags) that agree with
+// the interval give the same model.
+TEST(Qwen35Load, RecurrentLayerFlagsOverrideTheInterval) {
+  auto interval = load(tiny_path(ModelArch::kQwen35Moe));
+  auto flags = load(tiny_path(ModelArch::kQwen35Moe, [](GgufWriter& w) {
+    w.set_bool_array("qwen35moe.attention.recurrent_layers", {true, true, true, false});
+  }));
+  ASSERT_TRUE(interval && flags);
+  const std::vector<int32_t> tokens = random_tokens(12, interval->info().n_vocab, 3);
+  runtime::KvCache a = interval->new_kv_cache(16).value(), b = flags->new_kv_cache(16).value();
+  EXPECT_EQ(run_chunks(*interval, tokens, 12, a), run_chunks(*flags, tokens, 12, b));
+}
+
 // Hostile metadata: a clear error naming the key or tensor, no model.
 TEST(Qwen35Load, BadMetadataFailsCleanly) {
   const std::string a = "qwen35moe.";
@@ -375,6 +388,14 @@ TEST(Qwen35Load, BadMetadataFailsCleanly) {
       {[&](GgufWriter& w) { w.set_u32(a + "nextn_predict_layers", 4); }, "nextn_predict_layers"},
       {[&](GgufWriter& w) { w.set_u32(a + "full_attention_interval", 2); }, "blk.1.attn_q.weight"},
       {[&](GgufWriter& w) { w.set_u32(a + "rope.dimension_count", 66); }, "rope.dimension_count"},
+      {[&](GgufWriter& w) {
+         w.set_bool_array(a + "attention.recurrent_layers", {true, true, true});
+       },
+       "attention.recurrent_layers"},
+      {[&](GgufWriter& w) {
+         w.set_bool_array(a + "attention.recurrent_layers", {true, true, false, false});
+       },
+       "blk.2.attn_q.weight"},
   };
   for (const Case& c : cases) {
     const std::string path = tiny_path(ModelArch::kQwen35Moe, c.edit);
