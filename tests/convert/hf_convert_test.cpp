@@ -18,6 +18,7 @@
 #include "format/safetensors.h"
 #include "tensor/quantize.h"
 #include "tokenizer/byte_level.h"
+#include "gguf_values.h"
 
 namespace moeserve::convert {
 namespace {
@@ -233,13 +234,7 @@ class HfConvert : public ::testing::Test {
   fs::path dir_;
 };
 
-std::vector<float> gguf_values(const GgufTensorInfo& t) {
-  std::vector<float> out(size_t(t.n_elements()));
-  for (int64_t r = 0; r < t.n_rows(); ++r) {
-    dequantize_row(t.type, t.data + size_t(r) * t.row_bytes(), out.data() + r * t.ne[0], t.ne[0]);
-  }
-  return out;
-}
+using testing::gguf_values;
 
 std::vector<float> concat_experts(std::map<std::string, Weights>& truth, int layer, const char* part) {
   std::vector<float> out;

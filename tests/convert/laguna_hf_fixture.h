@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "core/half.h"
+#include "gguf_values.h"
 #include "format/gguf.h"
 #include "format/safetensors.h"
 #include "tensor/quantize.h"
@@ -259,13 +260,6 @@ class TinyLaguna {
   std::mt19937 rng_{2468};
 };
 
-// Every element of a GGUF tensor as f32.
-inline std::vector<float> gguf_values(const GgufTensorInfo& t) {
-  std::vector<float> out(size_t(t.n_elements()));
-  for (int64_t r = 0; r < t.n_rows(); ++r) {
-    dequantize_row(t.type, t.data + size_t(r) * t.row_bytes(), out.data() + r * t.ne[0], t.ne[0]);
-  }
-  return out;
-}
+using testing::gguf_values;
 
 }  // namespace moeserve::convert::laguna_test
