@@ -128,6 +128,16 @@ void WeightPlacement::add(backend::Device* d, WeightView& v, backend::WeightUse 
   it->second.push_back({&v, n_matrices, use, shared, split});
 }
 
+Status check_placement(const Placement& p, int64_t n_layer, std::string_view arch) {
+  if (p.io == nullptr || (!p.layers.empty() && int64_t(p.layers.size()) != n_layer) ||
+      (!p.expert_splits.empty() && int64_t(p.expert_splits.size()) != n_layer)) {
+    return make_error(StatusCode::kInvalidArgument,
+                      "{}: the placement names {} layers ({} expert splits), the model has {}", arch,
+                      p.layers.size(), p.expert_splits.size(), n_layer);
+  }
+  return Status::ok();
+}
+
 void WeightPlacement::add_experts(backend::Device* d, WeightView& gate, WeightView& up, WeightView& down,
                                   int64_t n_expert, backend::ExpertSplit* split) {
   add(d, gate, backend::WeightUse::kExpertGate, n_expert, false, split);

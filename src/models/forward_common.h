@@ -140,6 +140,10 @@ class WeightPlacement {
   std::vector<std::pair<backend::Device*, std::vector<backend::WeightRef>>> per_device_;
 };
 
+// kInvalidArgument when the placement's per-layer lists (devices, expert
+// splits) are given but do not cover the model's n_layer layers, or io is unset.
+Status check_placement(const Placement& p, int64_t n_layer, std::string_view arch);
+
 // kUnsupported naming the device and layer when a layer with attention
 // (is_attention(l)) sits on a device without an attention kernel for heads
 // of head_dim.

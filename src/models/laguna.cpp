@@ -301,13 +301,7 @@ LagunaModel::LagunaModel(LagunaHParams hp, LagunaWeights w, const Placement& pla
 
 Result<std::unique_ptr<LagunaModel>> LagunaModel::create(LagunaHParams hp, LagunaWeights w,
                                                          const Placement& placement) {
-  if (placement.io == nullptr ||
-      (!placement.layers.empty() && int64_t(placement.layers.size()) != hp.n_layer) ||
-      (!placement.expert_splits.empty() && int64_t(placement.expert_splits.size()) != hp.n_layer)) {
-    return make_error(StatusCode::kInvalidArgument,
-                      "{}: the placement names {} layers ({} expert splits), the model has {}", hp.arch_name,
-                      placement.layers.size(), placement.expert_splits.size(), hp.n_layer);
-  }
+  MOESERVE_RETURN_IF_ERROR(check_placement(placement, hp.n_layer, hp.arch_name));
   MOESERVE_RETURN_IF_ERROR(check_attention_devices(placement, hp.n_layer, hp.head_dim, hp.arch_name,
                                                    [](int64_t) { return true; }));
   std::unique_ptr<LagunaModel> m(new LagunaModel(std::move(hp), std::move(w), placement));

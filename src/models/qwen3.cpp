@@ -290,13 +290,7 @@ Qwen3Model::Qwen3Model(Qwen3HParams hp, Qwen3Weights w, const Placement& placeme
 
 Result<std::unique_ptr<Qwen3Model>> Qwen3Model::create(Qwen3HParams hp, Qwen3Weights w,
                                                        const Placement& placement) {
-  if (placement.io == nullptr ||
-      (!placement.layers.empty() && int64_t(placement.layers.size()) != hp.n_layer) ||
-      (!placement.expert_splits.empty() && int64_t(placement.expert_splits.size()) != hp.n_layer)) {
-    return make_error(StatusCode::kInvalidArgument,
-                      "qwen3: the placement names {} layers ({} expert splits), the model has {}",
-                      placement.layers.size(), placement.expert_splits.size(), hp.n_layer);
-  }
+  MOESERVE_RETURN_IF_ERROR(check_placement(placement, hp.n_layer, hp.arch_name));
   MOESERVE_RETURN_IF_ERROR(check_attention_devices(placement, hp.n_layer, hp.head_dim, hp.arch_name,
                                                    [](int64_t) { return true; }));
   std::unique_ptr<Qwen3Model> m(new Qwen3Model(std::move(hp), std::move(w), placement));

@@ -363,13 +363,7 @@ Qwen35Model::Qwen35Model(Qwen35HParams hp, Qwen35Weights w, const Placement& pla
 
 Result<std::unique_ptr<Qwen35Model>> Qwen35Model::create(Qwen35HParams hp, Qwen35Weights w,
                                                          const Placement& placement) {
-  if (placement.io == nullptr ||
-      (!placement.layers.empty() && int64_t(placement.layers.size()) != hp.n_layer) ||
-      (!placement.expert_splits.empty() && int64_t(placement.expert_splits.size()) != hp.n_layer)) {
-    return make_error(StatusCode::kInvalidArgument,
-                      "{}: the placement names {} layers ({} expert splits), the model has {}", hp.arch_name,
-                      placement.layers.size(), placement.expert_splits.size(), hp.n_layer);
-  }
+  MOESERVE_RETURN_IF_ERROR(check_placement(placement, hp.n_layer, hp.arch_name));
   MOESERVE_RETURN_IF_ERROR(check_attention_devices(placement, hp.n_layer, hp.head_dim, hp.arch_name,
                                                    [&](int64_t l) { return !hp.recurrent[size_t(l)]; }));
   std::unique_ptr<Qwen35Model> m(new Qwen35Model(std::move(hp), std::move(w), placement));
