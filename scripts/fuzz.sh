@@ -13,19 +13,26 @@
 # non-zero when a fuzzer finds a crash, leak, timeout or sanitizer report; the input that triggered it is left in
 # build-fuzz/fuzz-artifacts/. The grown corpora are kept in
 # build-fuzz/fuzz-corpus/{gguf,safetensors,server_api,http_parser,grammar,ipc} for the next run.
-# FUZZ_JOBS sets the build parallelism (default: nproc).
+# FUZZ_JOBS sets the build parallelism (default: nproc). FUZZ_BUILD_DIR uses
+# an existing clang build configured with -DMOESERVE_BUILD_FUZZ=ON instead.
 set -euo pipefail
 
 seconds=${1:-60}
 targets=6
 per_target=$(( seconds / targets > 0 ? seconds / targets : 1 ))
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-build=$root/build-fuzz
 jobs=${FUZZ_JOBS:-$(nproc)}
 
-CC=clang CXX=clang++ cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
-  -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g1 -DNDEBUG" -DCMAKE_C_FLAGS_RELWITHDEBINFO="-O1 -g1 -DNDEBUG" \
-  -DMOESERVE_BUILD_FUZZ=ON -DMOESERVE_BUILD_TESTS=OFF -DMOESERVE_BUILD_BENCH=OFF -DMOESERVE_CUDA=OFF >/dev/null
+if [ -n "${FUZZ_BUILD_DIR:-}" ]; then
+  # A build dir configured with clang and -DMOESERVE_BUILD_FUZZ=ON already
+  # (scripts/test.sh's sanitizer build).
+  build=$(cd "$FUZZ_BUILD_DIR" && pwd)
+else
+  build=$root/build-fuzz
+  CC=clang CXX=clang++ cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+    -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g1 -DNDEBUG" -DCMAKE_C_FLAGS_RELWITHDEBINFO="-O1 -g1 -DNDEBUG" \
+    -DMOESERVE_BUILD_FUZZ=ON -DMOESERVE_BUILD_TESTS=OFF -DMOESERVE_BUILD_BENCH=OFF -DMOESERVE_CUDA=OFF >/dev/null
+fi
 ninja -C "$build" -j"$jobs" fuzz_gguf fuzz_gguf_seeds fuzz_safetensors fuzz_server_api fuzz_http_parser fuzz_grammar \
   fuzz_ipc_frames fuzz_ipc_seeds
 
