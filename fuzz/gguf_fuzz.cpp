@@ -15,6 +15,7 @@ using namespace moeserve;
 
 // Keeps the optimizer from discarding reads.
 volatile uint64_t g_sink = 0;
+void sink(uint64_t v) { g_sink = g_sink + v; }
 
 void check(bool ok) {
   if (!ok) std::abort();
@@ -22,20 +23,20 @@ void check(bool ok) {
 
 void touch_value(const GgufFile& file, const GgufKV& kv) {
   const GgufValue& v = kv.value;
-  g_sink += v.type_name().size() + v.to_display().size() + v.array_size();
-  g_sink += v.as_int().value_or(0) + v.as_uint().value_or(0) + uint64_t(v.as_bool().value_or(false));
-  if (auto f = v.as_float()) g_sink += uint64_t(*f == *f);
-  if (const std::string* s = v.as_string()) g_sink += s->size();
+  sink(v.type_name().size() + v.to_display().size() + v.array_size());
+  sink(v.as_int().value_or(0) + v.as_uint().value_or(0) + uint64_t(v.as_bool().value_or(false)));
+  if (auto f = v.as_float()) sink(uint64_t(*f == *f));
+  if (const std::string* s = v.as_string()) sink(s->size());
   if (const auto* strings = v.as_string_array()) {
-    for (const std::string& s : *strings) g_sink += s.size();
+    for (const std::string& s : *strings) sink(s.size());
   }
-  if (auto ints = v.as_int_array()) g_sink += ints->size();
-  if (auto floats = v.as_float_array()) g_sink += floats->size();
+  if (auto ints = v.as_int_array()) sink(ints->size());
+  if (auto floats = v.as_float_array()) sink(floats->size());
   check(file.find(kv.key) == &v);  // keys are unique
-  g_sink += file.get_int(kv.key).value_or(0) + file.get_uint(kv.key).value_or(0);
-  g_sink += file.get_string(kv.key).value_or("").size();
-  g_sink += file.require_int(kv.key).is_ok() + file.require_float(kv.key).is_ok() +
-            file.require_string_array(kv.key).is_ok() + file.require_bool(kv.key).is_ok();
+  sink(file.get_int(kv.key).value_or(0) + file.get_uint(kv.key).value_or(0));
+  sink(file.get_string(kv.key).value_or("").size());
+  sink(file.require_int(kv.key).is_ok() + file.require_float(kv.key).is_ok() +
+       file.require_string_array(kv.key).is_ok() + file.require_bool(kv.key).is_ok());
 }
 
 void touch_tensor(const GgufFile& file, const GgufTensorInfo& t) {
@@ -44,9 +45,9 @@ void touch_tensor(const GgufFile& file, const GgufTensorInfo& t) {
   check(t.offset % file.alignment() == 0 && t.offset >= file.data_offset());
   check(t.offset + t.nbytes <= file.size() && t.data == file.bytes().data() + t.offset);
   check(t.row_bytes() * size_t(t.n_rows()) == t.nbytes);
-  g_sink += uint64_t(t.n_elements()) + t.shape_string().size();
+  sink(uint64_t(t.n_elements()) + t.shape_string().size());
   // First and last byte: out-of-bounds data pointers would trip ASan here.
-  g_sink += t.data[0] + t.data[t.nbytes - 1];
+  sink(t.data[0] + t.data[t.nbytes - 1]);
 }
 
 // Write the parsed file back and parse it again: same keys, values, tensors.
@@ -90,8 +91,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     return 0;
   }
   const GgufFile& f = *file;
-  g_sink += f.version() + f.alignment() + f.data_offset() + f.architecture().size() + f.arch_key("x").size();
-  for (const std::string& w : f.warnings()) g_sink += w.size();
+  sink(f.version() + f.alignment() + f.data_offset() + f.architecture().size() + f.arch_key("x").size());
+  for (const std::string& w : f.warnings()) sink(w.size());
   for (const GgufKV& kv : f.kvs()) touch_value(f, kv);
   for (const GgufTensorInfo& t : f.tensors()) touch_tensor(f, t);
   check_round_trip(f);

@@ -146,32 +146,65 @@ Status read_normalizer(std::string_view name, const json& root, VocabData& vocab
   return unsupported(name, "normalizer " + short_dump(*n) + " (only NFC is supported)");
 }
 
+// A Split(Regex, Isolated, not inverted) step's regex, or nullptr.
+const json* isolated_split_regex(const json& step) {
+  const bool ok = step.is_object() && step.value("type", json()) == "Split" &&
+                  step.value("behavior", json()) == "Isolated" &&
+                  step.value("invert", json(false)) == false && step.contains("pattern") &&
+                  step["pattern"].is_object() && step["pattern"].contains("Regex") &&
+                  step["pattern"]["Regex"].is_string();
+  return ok ? &step["pattern"]["Regex"] : nullptr;
+}
+
+// The newline split Laguna's tokenizer applies before the Qwen2 pattern
+// (llama.cpp's "laguna" pre-type: runs of newlines and runs of anything
+// else), as a regex string with "\n" escapes or raw newline characters.
+bool is_newline_run_split(std::string regex) {
+  for (size_t at = regex.find('\n'); at != std::string::npos; at = regex.find('\n', at + 2))
+    regex.replace(at, 1, "\\n");
+  return regex == R"([^\n]+|[\n]+)" || regex == R"([^\n]+|\n+)" || regex == R"([\n]+|[^\n]+)" ||
+         regex == R"(\n+|[^\n]+)";
+}
+
 // Accepts exactly: Sequence[Split(Regex, Isolated, not inverted), ByteLevel
-// without its own regex] — the byte-level pre-tokenizers of the Qwen family.
+// without its own regex] — the byte-level pre-tokenizers of the Qwen family —
+// and Laguna's Sequence[Split(newline runs), Split(Qwen2 pattern), ByteLevel].
 Status read_pre_tokenizer(std::string_view name, const json& root, VocabData& vocab) {
-  const std::string expected = "pre_tokenizer must be Sequence[Split(Regex), ByteLevel(use_regex=false)]";
+  const std::string expected =
+      "pre_tokenizer must be Sequence[Split(Regex), ByteLevel(use_regex=false)] (or Laguna's newline split "
+      "first)";
   if (!root.contains("pre_tokenizer") || !root["pre_tokenizer"].is_object()) {
     return format_error(name, "pre_tokenizer is missing; " + expected);
   }
   const json& pre = root["pre_tokenizer"];
   const json* steps = pre.contains("pretokenizers") ? &pre["pretokenizers"] : nullptr;
-  if (pre.value("type", json()) != "Sequence" || steps == nullptr || !steps->is_array() || steps->size() != 2) {
+  if (pre.value("type", json()) != "Sequence" || steps == nullptr || !steps->is_array() ||
+      (steps->size() != 2 && steps->size() != 3)) {
     return unsupported(name, expected + ", got " + short_dump(pre));
   }
-  const json& split = (*steps)[0];
-  const json& byte_level = (*steps)[1];
-  const bool split_ok = split.is_object() && split.value("type", json()) == "Split" &&
-                        split.value("behavior", json()) == "Isolated" && split.value("invert", json(false)) == false &&
-                        split.contains("pattern") && split["pattern"].is_object() &&
-                        split["pattern"].contains("Regex") && split["pattern"]["Regex"].is_string();
+  const bool newline_first = steps->size() == 3;
+  const json* newline = newline_first ? isolated_split_regex((*steps)[0]) : nullptr;
+  const json* split = isolated_split_regex((*steps)[newline_first ? 1 : 0]);
+  const json& byte_level = steps->back();
   const bool byte_level_ok = byte_level.is_object() && byte_level.value("type", json()) == "ByteLevel" &&
                              byte_level.value("use_regex", json(true)) == false &&
                              byte_level.value("add_prefix_space", json(false)) == false;
-  if (!split_ok || !byte_level_ok) return unsupported(name, expected + ", got " + short_dump(pre));
-  const std::string regex = split["pattern"]["Regex"].get<std::string>();
+  if (split == nullptr || (newline_first && newline == nullptr) || !byte_level_ok) {
+    return unsupported(name, expected + ", got " + short_dump(pre));
+  }
+  const std::string regex = split->get<std::string>();
   std::optional<std::string> pre_name = pre_name_for_hf_regex(regex);
   if (!pre_name) {
     return unsupported(name, "unknown pre-tokenizer regex (known: the qwen2 and qwen35 patterns): " + regex);
+  }
+  if (newline_first) {
+    if (!is_newline_run_split(newline->get<std::string>()) || *pre_name != "qwen2") {
+      return unsupported(name,
+                         "unknown pre-tokenizer sequence (known with three steps: Laguna's newline split, "
+                         "then the qwen2 pattern): " +
+                             short_dump(pre));
+    }
+    pre_name = "laguna";
   }
   vocab.pre = *pre_name;
   return Status::ok();

@@ -40,7 +40,7 @@ struct Weights {
 // layout and dtype.
 class TinyHfModel {
  public:
-  TinyHfModel(bool moe, bool tied, DType dtype) : moe_(moe), tied_(tied), dtype_(dtype) {
+  TinyHfModel(bool moe, bool tied, DType dtype) : moe_(moe), dtype_(dtype) {
     config_ = {{"architectures", {moe ? "Qwen3MoeForCausalLM" : "Qwen3ForCausalLM"}},
                {"hidden_size", kHidden},
                {"num_hidden_layers", kLayers},
@@ -204,7 +204,7 @@ class TinyHfModel {
     std::ofstream(dir / "generation_config.json") << R"({"bos_token_id": 257, "eos_token_id": [258, 257]})";
   }
 
-  bool moe_, tied_;
+  bool moe_;
   DType dtype_;
   json config_;
   std::map<std::string, Weights> truth_;

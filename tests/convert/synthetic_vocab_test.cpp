@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 
@@ -113,7 +114,8 @@ TEST(SyntheticVocab, MetadataLoadsThroughGguf) {
 }
 
 TEST(SyntheticVocab, EmbeddedChatTemplateMatchesReferenceFile) {
-  std::ifstream in(std::string(MOESERVE_TEST_DATA_DIR) + "/../reference/templates/qwen3.jinja", std::ios::binary);
+  std::ifstream in(std::filesystem::path(MOESERVE_TEST_DATA_DIR) / "../reference/templates/qwen3.jinja",
+                   std::ios::binary);
   ASSERT_TRUE(in.good());
   std::stringstream ss;
   ss << in.rdbuf();

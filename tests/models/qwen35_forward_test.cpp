@@ -175,8 +175,7 @@ struct Ref {
     const int64_t E = s.n_expert, K = s.n_expert_used, H = s.n_embd, F = s.n_ff_exp;
     Vec p = matvec(b(il, keys::kFfnGateInp), E, H, x);
     const double mx = *std::max_element(p.begin(), p.end());
-    double sum = 0;
-    for (double& v : p) sum += (v = std::exp(v - mx));
+    for (double& v : p) v = std::exp(v - mx);  // softmax up to its sum, which the renormalisation drops
     std::vector<int64_t> order(static_cast<size_t>(E));
     for (int64_t e = 0; e < E; ++e) order[size_t(e)] = e;
     std::stable_sort(order.begin(), order.end(),

@@ -29,7 +29,7 @@ class FakeHost final : public ExpertBackend {
 };
 
 struct Fixture {
-  static constexpr int64_t kExperts = 6, kEmbd = 3;
+  static constexpr int64_t kExperts = 6;
   Fixture() : split(kExperts, {1, 4}, &host) {
     WeightView v;
     v.data = bytes.data(), v.matrix_stride = 1;

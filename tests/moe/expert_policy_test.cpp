@@ -7,13 +7,14 @@
 #include <gtest/gtest.h>
 
 #include <cstdio>
+#include <filesystem>
 #include <functional>
 #include <string>
 
 #include "backend/expert_cost.h"
-#include "runtime/expert_promotion.h"
 #include "moe/json_file.h"
 #include "moe/placement.h"
+#include "runtime/expert_promotion.h"
 
 namespace moeserve::moe {
 namespace {
@@ -111,7 +112,8 @@ TEST(ExpertPolicy, RefusesConflictsAndBadValues) {
   }
   EXPECT_FALSE(policy_requested(ExpertPolicyOptions{}));
   // A dense model has no experts to place.
-  auto dense = GgufFile::open(std::string(MOESERVE_TEST_DATA_DIR) + "/models/qwen3-tiny.bf16.gguf");
+  auto dense = GgufFile::open(
+      (std::filesystem::path(MOESERVE_TEST_DATA_DIR) / "models/qwen3-tiny.bf16.gguf").string());
   ASSERT_TRUE(dense.is_ok());
   ExpertPolicyOptions cpu;
   cpu.cpu_moe = true;

@@ -98,6 +98,54 @@ struct HostileCase {
   const char* message_part;
 };
 
+// Laguna's tokenizer.json: a newline split before the Qwen2 pattern.
+json laguna_tokenizer_json(const std::string& newline_regex) {
+  json j = tiny_tokenizer_json();
+  json& steps = j["pre_tokenizer"]["pretokenizers"];
+  steps.insert(steps.begin(), json{{"type", "Split"},
+                                   {"pattern", json{{"Regex", newline_regex}}},
+                                   {"behavior", "Isolated"},
+                                   {"invert", false}});
+  return j;
+}
+
+TEST(TokenizerJson, LagunaNewlineSplitIsTheLagunaPreTokenizer) {
+  for (const std::string regex : {"[^\\n]+|[\\n]+", "[^\n]+|[\n]+", "\\n+|[^\\n]+"}) {
+    auto vocab = parse(laguna_tokenizer_json(regex));
+    ASSERT_TRUE(vocab.is_ok()) << regex << ": " << vocab.status().to_string();
+    EXPECT_EQ(vocab->pre, "laguna") << regex;
+  }
+  // (What "laguna" splits is pretokenizer_test's; here: it builds and round-trips.)
+  auto laguna = Tokenizer::create(parse(laguna_tokenizer_json("[^\\n]+|[\\n]+")).value());
+  ASSERT_TRUE(laguna.is_ok()) << laguna.status().to_string();
+  EXPECT_EQ((*laguna)->decode((*laguna)->encode("abc\n\nab c \n")), "abc\n\nab c \n");
+
+  const std::vector<std::pair<std::string, std::function<void(json&)>>> refused = {
+      {"another first split",
+       [](json& j) { j["pre_tokenizer"]["pretokenizers"][0]["pattern"]["Regex"] = "\\s+"; }},
+      {"merged newline runs",
+       [](json& j) { j["pre_tokenizer"]["pretokenizers"][0]["behavior"] = "MergedWithPrevious"; }},
+      {"qwen35 second",
+       [](json& j) {
+         j["pre_tokenizer"]["pretokenizers"][1]["pattern"]["Regex"] =
+             R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?[\p{L}\p{M}]+|\p{N}| ?[^\s\p{L}\p{M}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
+       }},
+      {"four steps",
+       [](json& j) {
+         j["pre_tokenizer"]["pretokenizers"].push_back(json{{"type", "Digits"}});
+       }},
+  };
+  for (const auto& [what, damage] : refused) {
+    json j = laguna_tokenizer_json("[^\\n]+|[\\n]+");
+    damage(j);
+    auto result = parse(j);
+    ASSERT_FALSE(result.is_ok()) << what;
+    EXPECT_EQ(result.status().code(), StatusCode::kUnsupported)
+        << what << ": " << result.status().to_string();
+    EXPECT_NE(result.status().message().find("tiny.json"), std::string::npos) << what;
+  }
+}
+
 TEST(TokenizerJson, HostileFilesGiveClearErrors) {
   const std::vector<HostileCase> cases = {
       {"no model", [](json& j) { j.erase("model"); }, StatusCode::kInvalidFormat, "'model' is missing"},

@@ -53,26 +53,6 @@ Status launched(const char* what) {
 
 // ---- routing ---------------------------------------------------------------
 
-// A top-k candidate: its ranking key (p, or p + bias), expert (i < 0:
-// none) and weight (the unbiased p).
-struct Cand {
-  float v;
-  int i;
-  float w;
-};
-
-// The CPU top_k order: larger first, ties to the lower index, NaN last;
-// "none" below everything. A strict total order on distinct indices, so the
-// butterfly below gives every lane the same winner.
-__device__ __forceinline__ bool better(Cand a, Cand b) {
-  if (b.i < 0) return a.i >= 0;
-  if (a.i < 0) return false;
-  const bool na = isnan(a.v), nb = isnan(b.v);
-  if (na || nb) return na && nb ? a.i < b.i : nb;
-  if (a.v != b.v) return a.v > b.v;
-  return a.i < b.i;
-}
-
 // How a token's experts are chosen and weighted (RouteArgs).
 struct Gating {
   bool sigmoid = false;
@@ -83,16 +63,23 @@ struct Gating {
 
 // The router probabilities of lane's experts lane, lane + 32, ...: sigmoid
 // per expert, or softmax as the CPU reference (max-subtracted, times
-// 1/sum; the sum a fixed xor tree). Experts past n_expert get -inf.
+// 1/sum; the sum a fixed xor tree). Experts past n_expert get -inf. All
+// kPerLane loads are issued before any arithmetic (clamped indices, no
+// branch between them): one memory round trip for the token instead of
+// one per expert, which is most of a decode step's routing time.
 template <int kPerLane>
 __device__ void router_probs(const float* logits, int n_expert, bool sigmoid, int lane,
                              float (&p)[kPerLane]) {
+#pragma unroll
+  for (int k = 0; k < kPerLane; ++k) p[k] = logits[min(lane + kWarp * k, n_expert - 1)];
   float mx = -INFINITY;
 #pragma unroll
   for (int k = 0; k < kPerLane; ++k) {
     const int e = lane + kWarp * k;
-    p[k] = e < n_expert ? logits[e] : -INFINITY;
-    if (sigmoid && e < n_expert) p[k] = 1.0f / (1.0f + expf(-p[k]));
+    if (e >= n_expert)
+      p[k] = -INFINITY;
+    else if (sigmoid)
+      p[k] = 1.0f / (1.0f + expf(-p[k]));
     mx = fmaxf(mx, p[k]);
   }
   if (sigmoid) return;  // (uniform over the warp)
@@ -111,49 +98,75 @@ __device__ void router_probs(const float* logits, int n_expert, bool sigmoid, in
   for (int k = 0; k < kPerLane; ++k) p[k] *= inv;
 }
 
+// A candidate's rank as one integer, larger first: the high word orders the
+// ranking key as the CPU's top_k does (larger first, -0 equal to +0, NaN
+// below every number), the low word breaks ties toward the lower expert;
+// 0 is "none" (taken, or past n_expert).
+__device__ __forceinline__ uint32_t rank_of_value(float v) {
+  if (isnan(v)) return 1u;
+  const uint32_t u = __float_as_uint(v == 0.0f ? 0.0f : v);
+  return (u & 0x80000000u) ? ~u : (u | 0x80000000u);  // >= 0x007fffff (-inf) for numbers
+}
+__device__ __forceinline__ uint64_t rank_of(float v, int expert) {
+  return (uint64_t(rank_of_value(v)) << 32) | uint64_t(0xffffffffu - uint32_t(expert));
+}
+
 // One token, one warp: lane l holds experts l, l + 32, ... (kPerLane of
-// them, in registers). n_used rounds of arg-max over the ranking keys pick
-// the slots; slot j stays in lane j, the normalising sum of the unbiased
-// probabilities is accumulated in slot order (as the CPU does) by every
-// lane alike. probs (may be null, may be logits) gets the probabilities.
-// Returns lane j's slot expert (lanes past n_used: -1).
+// them, in registers), and the best rank among them. Each of the n_used
+// rounds takes the warp's best rank in two warp reductions (the value's
+// word, then the lowest expert among the lanes that hold it), and only the
+// winner's lane looks at its candidates again: a short chain per round
+// (decode routes one token a layer, so its latency is the layer's). Slot j
+// stays in lane j; the normalising sum of the unbiased probabilities is
+// accumulated in slot order (as the CPU does) by every lane alike. probs
+// (may be null, may be logits) gets the probabilities. Returns lane j's
+// slot expert (lanes past n_used: -1).
 template <int kPerLane>
 __device__ int route_token(const float* logits, float* probs, int n_expert, int n_used, const Gating& g,
                            int32_t* sel, float* weights, int lane) {
-  float p[kPerLane], key[kPerLane];
+  float p[kPerLane], bias[kPerLane];
+  uint64_t rank[kPerLane];
+  // The bias loads go out first, so they are in flight with the logits'.
+#pragma unroll
+  for (int k = 0; k < kPerLane; ++k)
+    bias[k] = g.bias != nullptr ? g.bias[min(lane + kWarp * k, n_expert - 1)] : 0.0f;
   router_probs<kPerLane>(logits, n_expert, g.sigmoid, lane, p);
+  uint64_t mine = 0;  // this lane's best remaining rank
 #pragma unroll
   for (int k = 0; k < kPerLane; ++k) {
     const int e = lane + kWarp * k;
-    key[k] = g.bias != nullptr && e < n_expert ? p[k] + g.bias[e] : p[k];
+    const float key = g.bias != nullptr ? p[k] + bias[k] : p[k];
+    rank[k] = e < n_expert ? rank_of(key, e) : 0;
+    mine = max(mine, rank[k]);
     if (probs != nullptr && e < n_expert) probs[e] = p[k];  // each lane rewrites only what it read
   }
-  uint32_t taken = 0;
-  Cand slot{0.0f, -1, 0.0f};
-  float sel_sum = 0.0f;
+  int slot_expert = -1;
+  float slot_weight = 0.0f, sel_sum = 0.0f;
   for (int j = 0; j < n_used; ++j) {
-    Cand best{0.0f, -1, 0.0f};
+    const uint32_t top = __reduce_max_sync(kFull, uint32_t(mine >> 32));
+    const uint32_t low = __reduce_max_sync(kFull, uint32_t(mine >> 32) == top ? uint32_t(mine) : 0u);
+    const int e = int(0xffffffffu - low);
+    const int owner = e % kWarp, at = e / kWarp;
+    float w = 0.0f;
+    if (lane == owner) {
+      mine = 0;
 #pragma unroll
-    for (int k = 0; k < kPerLane; ++k) {
-      const Cand c{key[k], lane + kWarp * k, p[k]};
-      if (c.i < n_expert && !((taken >> k) & 1u) && better(c, best)) best = c;
+      for (int k = 0; k < kPerLane; ++k) {
+        if (k == at) w = p[k], rank[k] = 0;
+        mine = max(mine, rank[k]);
+      }
     }
-    for (int o = kWarp / 2; o > 0; o >>= 1) {
-      const Cand other{__shfl_xor_sync(kFull, best.v, o), __shfl_xor_sync(kFull, best.i, o),
-                       __shfl_xor_sync(kFull, best.w, o)};
-      if (better(other, best)) best = other;
-    }
-    if (best.i >= 0 && best.i % kWarp == lane) taken |= 1u << (best.i / kWarp);
-    if (lane == j) slot = best;
-    sel_sum += best.w;
+    w = __shfl_sync(kFull, w, owner);
+    if (lane == j) slot_expert = e, slot_weight = w;
+    sel_sum += w;
   }
   if (lane < n_used) {
     // backend.h's order: scale / sum, then times each weight.
     const float scale = g.scale / (g.normalize && sel_sum > 0.0f ? sel_sum : 1.0f);
-    sel[lane] = slot.i;
-    weights[lane] = slot.w * scale;
+    sel[lane] = slot_expert;
+    weights[lane] = slot_weight * scale;
   }
-  return lane < n_used ? slot.i : -1;
+  return lane < n_used ? slot_expert : -1;
 }
 
 // ---- grouping ----------------------------------------------------------------

@@ -237,6 +237,7 @@ TEST_P(RouteGpu, IsDeterministic) {
 INSTANTIATE_TEST_SUITE_P(
     Shapes, RouteGpu,
     ::testing::Values(RouteCase{1, 128, 8},  // decode: one launch (one token: one warp)
+                      RouteCase{1, 256, 8},  // Laguna and Qwen3.5 decode
                       RouteCase{1, 1, 1}, RouteCase{1, 33, 5}, RouteCase{1, 512, 32}, RouteCase{1, 20, 20},
                       RouteCase{3, 60, 4}, RouteCase{8, 512, 32},  // the limits, one launch
                       RouteCase{9, 128, 8},                        // two chunks
