@@ -4,7 +4,9 @@
 # source (scripts/device/llamacpp_gpu.sh; carry .llamasrc and .devdeps).
 #   scripts/device/peer_gpu.sh start      # build moeserve, make the small files now and the big ones in the background
 #   scripts/device/peer_gpu.sh bench F... # per file: moeserve bench and llama.cpp, pp512 / tg128, all layers on the GPU
-# MODELS="35b lagxs" picks the big files `start` makes (see below); REPS (3).
+# MODELS="35b lagxs" picks the big files `start` makes (see below); REPS (3);
+# OURS_ARGS / LLAMA_ARGS add flags to each side (e.g. "--n-cpu-moe 24" and
+# "-ncmoe 24"), TAG names that run's output files.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 export LD_LIBRARY_PATH=/tmp/devroot/usr/lib/x86_64-linux-gnu:${LD_LIBRARY_PATH:-}
@@ -44,9 +46,9 @@ case "${1:-}" in
         *) for i in $(seq 1 ${WAIT_STEPS:-60}); do [ -f "$f.done" ] && break; sleep 5; done
            [ -f "$f.done" ] || { echo "$f not ready: $(tail -c 300 /tmp/peer/make.log)"; continue; };;
       esac
-      n=$(basename "$f" .gguf)
+      n=$(basename "$f" .gguf)${TAG:+_$TAG}
       echo "== $n ($(du -h "$f" | cut -f1))"
-      $bin bench -m "$f" -p 512 -n 128 -r "${REPS:-3}" --device cuda > "$out/ours_$n.txt" 2>&1
+      $bin bench -m "$f" -p 512 -n 128 -r "${REPS:-3}" --device cuda ${OURS_ARGS:-} > "$out/ours_$n.txt" 2>&1
       grep -E "pp512|tg128|memory|VRAM|GiB|roofline|error" "$out/ours_$n.txt" | sed 's/^/moeserve: /'
       scripts/device/llamacpp_gpu.sh bench "$f" -p 512 -n 128 -r "${REPS:-3}" -t 16 -ngl 99 -fa 1 ${LLAMA_ARGS:-} \
         > "$out/llama_$n.txt" 2>&1
