@@ -50,8 +50,8 @@ int poll_ms(Clock::time_point deadline) {
 // The directory a listening socket goes in: made 0700 when missing, refused
 // when others could reach it.
 Status check_private_dir(const std::string& path) {
-  std::string dir = std::filesystem::path(path).parent_path().string();
-  if (dir.empty()) dir = ".";
+  const std::string parent = std::filesystem::path(path).parent_path().string();
+  const std::string dir = parent.empty() ? std::string(".") : parent;
   struct stat st {};
   if (stat(dir.c_str(), &st) != 0) {
     if (errno != ENOENT || mkdir(dir.c_str(), 0700) != 0) {
