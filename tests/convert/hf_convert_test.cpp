@@ -16,6 +16,7 @@
 #include "format/gguf.h"
 #include "format/model_keys.h"
 #include "format/safetensors.h"
+#include "safetensors_values.h"
 #include "tensor/quantize.h"
 #include "tokenizer/byte_level.h"
 #include "gguf_values.h"
@@ -134,19 +135,7 @@ class TinyHfModel {
   }
 
   SafetensorsWriteTensor encode(const std::string& name, const Weights& w) const {
-    SafetensorsWriteTensor t{name, dtype_, w.shape, {}};
-    for (float v : w.values) {
-      if (dtype_ == DType::F32) {
-        uint8_t b[4];
-        std::memcpy(b, &v, 4);
-        t.data.insert(t.data.end(), b, b + 4);
-      } else {
-        const uint16_t h = dtype_ == DType::BF16 ? fp32_to_bf16(v) : fp32_to_fp16(v);
-        t.data.push_back(uint8_t(h & 0xff));
-        t.data.push_back(uint8_t(h >> 8));
-      }
-    }
-    return t;
+    return testing::safetensors_tensor(name, dtype_, w.shape, w.values);
   }
 
   // gate_up_proj [E, 2I, H] (gate rows, then up rows) or transposed [E, H, 2I];

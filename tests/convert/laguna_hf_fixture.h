@@ -23,6 +23,7 @@
 #include "gguf_values.h"
 #include "format/gguf.h"
 #include "format/safetensors.h"
+#include "safetensors_values.h"
 #include "tensor/quantize.h"
 #include "tokenizer/byte_level.h"
 
@@ -192,19 +193,7 @@ class TinyLaguna {
   }
 
   SafetensorsWriteTensor encode(const std::string& name, const Weights& w) const {
-    SafetensorsWriteTensor t{name, o_.dtype, w.shape, {}};
-    for (float v : w.values) {
-      if (o_.dtype == DType::F32) {
-        uint8_t b[4];
-        std::memcpy(b, &v, 4);
-        t.data.insert(t.data.end(), b, b + 4);
-      } else {
-        const uint16_t h = fp32_to_bf16(v);
-        t.data.push_back(uint8_t(h & 0xff));
-        t.data.push_back(uint8_t(h >> 8));
-      }
-    }
-    return t;
+    return testing::safetensors_tensor(name, o_.dtype, w.shape, w.values);
   }
 
   // transformers v5's fused experts: gate_up_proj [E, 2I, H] (each expert's
