@@ -16,6 +16,7 @@
 #include "format/gguf.h"
 #include "format/model_keys.h"
 #include "format/safetensors.h"
+#include "hf_tokenizer_files.h"
 #include "safetensors_values.h"
 #include "tensor/quantize.h"
 #include "tokenizer/byte_level.h"
@@ -171,25 +172,7 @@ class TinyHfModel {
   static void write_tokenizer(const fs::path& dir) {
     const char* regex =
         R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
-    json vocab = json::object();
-    for (int b = 0; b < 256; ++b) vocab[tok::ByteLevelAlphabet::get().symbol(uint8_t(b))] = b;
-    vocab["ab"] = 256;
-    json tokenizer = {
-        {"added_tokens", json::array({json{{"id", 257}, {"content", "<|endoftext|>"}, {"special", true}},
-                                      json{{"id", 258}, {"content", "<|im_end|>"}, {"special", true}}})},
-        {"normalizer", json{{"type", "NFC"}}},
-        {"pre_tokenizer", json{{"type", "Sequence"},
-                               {"pretokenizers", json::array({json{{"type", "Split"},
-                                                                   {"pattern", json{{"Regex", regex}}},
-                                                                   {"behavior", "Isolated"},
-                                                                   {"invert", false}},
-                                                              json{{"type", "ByteLevel"},
-                                                                   {"add_prefix_space", false},
-                                                                   {"use_regex", false}}})}}},
-        {"model", json{{"type", "BPE"}, {"vocab", vocab}, {"merges", json::array({"a b"})}}}};
-    std::ofstream(dir / "tokenizer.json") << tokenizer.dump();
-    std::ofstream(dir / "tokenizer_config.json")
-        << R"({"eos_token": "<|im_end|>", "pad_token": "<|endoftext|>", "add_bos_token": false, "chat_template": "{{ messages }}"})";
+    testing::write_byte_level_tokenizer(dir, regex);
     std::ofstream(dir / "generation_config.json") << R"({"bos_token_id": 257, "eos_token_id": [258, 257]})";
   }
 
