@@ -14,9 +14,10 @@
 #include <cstring>
 
 #include "core/half.h"
+#include "kernels/cpu/cols_dispatch.h"
 #include "kernels/cpu/cpu_kernels.h"
-#include "kernels/cpu/simd_common_x86.h"
 #include "kernels/cpu/register.h"
+#include "kernels/cpu/simd_common_x86.h"
 #include "tensor/quant_blocks.h"
 
 namespace moeserve::cpu::detail {
@@ -48,13 +49,6 @@ inline __m256i min_term(__m128i sc_mn, const int16_t* bsums) {
 // overflow: |a_i|, |b_i| <= 2 * 63 * 128 = 16128, so a sum is <= 32256.
 inline __m256i pair_up(__m256i a, __m256i b) {
   return _mm256_add_epi16(_mm256_unpacklo_epi16(a, b), _mm256_unpackhi_epi16(a, b));
-}
-
-// Columns of one call: the activation rows x, x + x_stride, ... as blocks.
-template <int NC>
-inline void activation_rows(const void* xv, size_t x_stride, const BlockQ8_K* (&x)[NC]) {
-  for (int c = 0; c < NC; ++c)
-    x[c] = reinterpret_cast<const BlockQ8_K*>(static_cast<const uint8_t*>(xv) + size_t(c) * x_stride);
 }
 
 // One Q4_K/Q5_K row against NC activation rows (1..kMaxDotColumns). Per
@@ -178,16 +172,6 @@ void q6_k_cols(int64_t n, const void* wv, const void* xv, size_t x_stride, float
   for (int j = 0; j < NC; ++j) out[j * out_stride] = hsum(acc[j]);
 }
 
-using ColsKernel = void (*)(int64_t, const void*, const void*, size_t, float*, int64_t);
-
-template <template <int> class Table>
-void dispatch_cols(int64_t n, const void* w, const void* x, size_t x_stride, int n_x, float* out,
-                   int64_t out_stride) {
-  static constexpr ColsKernel kByCount[kMaxDotColumns] = {Table<1>::fn, Table<2>::fn, Table<3>::fn,
-                                                          Table<4>::fn, Table<5>::fn, Table<6>::fn,
-                                                          Table<7>::fn, Table<8>::fn};
-  kByCount[n_x - 1](n, w, x, x_stride, out, out_stride);
-}
 template <int NC>
 struct Q4Cols {
   static constexpr ColsKernel fn = affine_kquant_cols<BlockQ4_K, false, NC>;
@@ -200,14 +184,6 @@ template <int NC>
 struct Q6Cols {
   static constexpr ColsKernel fn = q6_k_cols<NC>;
 };
-
-// vec_dot is the one-column instance.
-template <template <int> class Table>
-float one_column_dot(int64_t n, const void* w, const void* x) {
-  float r;
-  Table<1>::fn(n, w, x, 0, &r, 0);
-  return r;
-}
 
 // ---- Q4_K dequantizer ---------------------------------------------------------
 
@@ -239,7 +215,6 @@ void register_quant_kquants_avx2(CpuKernels& k) {
   k.vec_dot[dtype_slot(DType::Q4_K)] = one_column_dot<Q4Cols>;
   k.vec_dot[dtype_slot(DType::Q5_K)] = one_column_dot<Q5Cols>;
   k.vec_dot[dtype_slot(DType::Q6_K)] = one_column_dot<Q6Cols>;
-  static_assert(kMaxDotColumns == 8, "dispatch_cols lists one kernel per column count");
   k.vec_dot_cols[dtype_slot(DType::Q4_K)] = dispatch_cols<Q4Cols>;
   k.vec_dot_cols[dtype_slot(DType::Q5_K)] = dispatch_cols<Q5Cols>;
   k.vec_dot_cols[dtype_slot(DType::Q6_K)] = dispatch_cols<Q6Cols>;

@@ -6,6 +6,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "kernels/cpu/cols_dispatch.h"
 #include "kernels/cpu/simd_common_x86.h"
 #include "tensor/quant_blocks.h"
 
@@ -16,14 +17,6 @@ namespace {
 constexpr __mmask32 kHighHalf16 = 0xFFFF0000u;
 
 inline __m512i load512(const void* p) { return _mm512_loadu_si512(p); }
-
-// The NC activation rows of a multi-column call, x_stride bytes apart.
-template <int NC>
-void activation_rows(const void* x, size_t x_stride, const BlockQ8_K* (&rows)[NC]) {
-  for (int c = 0; c < NC; ++c) {
-    rows[c] = reinterpret_cast<const BlockQ8_K*>(static_cast<const uint8_t*>(x) + c * x_stride);
-  }
-}
 
 }  // namespace
 }  // namespace moeserve::cpu::detail

@@ -13,6 +13,7 @@
 #include <cstdint>
 
 #include "kernels/cpu/avx512/kquant_common_avx512.h"
+#include "kernels/cpu/cols_dispatch.h"
 #include "kernels/cpu/cpu_kernels.h"
 #include "kernels/cpu/register.h"
 #include "tensor/quant_blocks.h"
@@ -137,16 +138,6 @@ void q6_k_cols(int64_t n, const void* wv, const void* xv, size_t x_stride, float
   for (int c = 0; c < NC; ++c) out[c * out_stride] = _mm512_reduce_add_ps(acc[c]);
 }
 
-using ColsKernel = void (*)(int64_t, const void*, const void*, size_t, float*, int64_t);
-
-template <template <int> class Table>
-void dispatch_cols(int64_t n, const void* w, const void* x, size_t x_stride, int n_x, float* out,
-                   int64_t out_stride) {
-  static constexpr ColsKernel kByCount[kMaxDotColumns] = {Table<1>::fn, Table<2>::fn, Table<3>::fn,
-                                                          Table<4>::fn, Table<5>::fn, Table<6>::fn,
-                                                          Table<7>::fn, Table<8>::fn};
-  kByCount[n_x - 1](n, w, x, x_stride, out, out_stride);
-}
 template <int NC>
 struct Q4Cols {
   static constexpr ColsKernel fn = q4_k_cols<NC>;
@@ -156,23 +147,11 @@ struct Q6Cols {
   static constexpr ColsKernel fn = q6_k_cols<NC>;
 };
 
-float q4_k_dot(int64_t n, const void* w, const void* x) {
-  float r;
-  q4_k_cols<1>(n, w, x, 0, &r, 0);
-  return r;
-}
-float q6_k_dot(int64_t n, const void* w, const void* x) {
-  float r;
-  q6_k_cols<1>(n, w, x, 0, &r, 0);
-  return r;
-}
-
 }  // namespace
 
 void register_quant_kquants_cols_avx512(CpuKernels& k) {
-  k.vec_dot[dtype_slot(DType::Q4_K)] = q4_k_dot;
-  k.vec_dot[dtype_slot(DType::Q6_K)] = q6_k_dot;
-  static_assert(kMaxDotColumns == 8, "dispatch_cols lists one kernel per column count");
+  k.vec_dot[dtype_slot(DType::Q4_K)] = one_column_dot<Q4Cols>;
+  k.vec_dot[dtype_slot(DType::Q6_K)] = one_column_dot<Q6Cols>;
   k.vec_dot_cols[dtype_slot(DType::Q4_K)] = dispatch_cols<Q4Cols>;
   k.vec_dot_cols[dtype_slot(DType::Q6_K)] = dispatch_cols<Q6Cols>;
 }
