@@ -18,17 +18,34 @@ bool cpu_supports(SimdLevel level) {
   return false;
 }
 
+// A level that replaces a type's vec_dot but not its vec_dot_cols would
+// pair its dot with a lower level's multi-column kernel, whose float steps
+// differ: a token's result would then depend on its batch. Such inherited
+// column kernels are dropped (vec_dot_columns() then calls vec_dot per
+// column).
+void drop_inherited_columns(CpuKernels& k, const CpuKernels& before) {
+  for (size_t slot = 0; slot < kDTypeSlots; ++slot) {
+    if (k.vec_dot[slot] != before.vec_dot[slot] && k.vec_dot_cols[slot] == before.vec_dot_cols[slot]) {
+      k.vec_dot_cols[slot] = nullptr;
+    }
+  }
+}
+
 CpuKernels build(SimdLevel level) {
   CpuKernels k;
   detail::register_quant_reference(k);
   detail::register_ops_reference(k);
   // Each level is only filled (and so only ever executed) when the CPU has it.
   if (level >= SimdLevel::kAvx2) {
+    const CpuKernels reference = k;
     detail::register_quant_avx2(k);
+    drop_inherited_columns(k, reference);
     detail::register_ops_avx2(k);
   }
   if (level >= SimdLevel::kAvx512) {
+    const CpuKernels avx2 = k;
     detail::register_quant_avx512(k);
+    drop_inherited_columns(k, avx2);
     detail::register_ops_avx512(k);
   }
   k.level = level;
