@@ -6,9 +6,9 @@
 // Per super-block of 256: the weight codes are unsigned (0..15, 0..31,
 // 0..63), so _mm256_maddubs_epi16(codes, activations) needs no sign trick;
 // its pair sums stay below 2*63*128 = 16128 (no int16 saturation). The int16
-// pair sums are multiplied by the sub-block scale in _mm256_madd_epi16, so a
-// whole super-block is summed in int32 (bounded by 256*63*127*127 < 2^31)
-// and scaled once. The min term (Q4_K/Q5_K) and the -32 offset (Q6_K) come
+// pair sums are multiplied by the sub-block scales in _mm256_madd_epi16 (two
+// sub-blocks per instruction, see pair_up), so a whole super-block is summed
+// in int32 (bounded by 256*63*63*128 < 2^31) and scaled once. The min term (Q4_K/Q5_K) and the -32 offset (Q6_K) come
 // from the activations' bsums, as in the reference.
 #include <cstdint>
 #include <cstring>
