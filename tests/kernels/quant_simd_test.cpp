@@ -18,6 +18,7 @@
 
 #include "core/half.h"
 #include "kernels/cpu/cpu_kernels.h"
+#include "kernels/cpu/register.h"
 #include "tensor/dtype.h"
 #include "tensor/quantize.h"
 
@@ -248,6 +249,30 @@ TEST_P(VecDot, ColumnsAreBitIdenticalToSingleDots) {
 }
 
 INSTANTIATE_TEST_SUITE_P(AllLevels, VecDot, ::testing::ValuesIn(all_cases()), case_name);
+
+float dot_low(int64_t, const void*, const void*) { return 1.0f; }
+float dot_high(int64_t, const void*, const void*) { return 2.0f; }
+void cols_low(int64_t, const void*, const void*, size_t, int, float*, int64_t) {}
+void cols_high(int64_t, const void*, const void*, size_t, int, float*, int64_t) {}
+
+// A level that replaces a type's dot but not its column kernel drops the
+// inherited one (AVX-512's own Q5_K dot once ran beside AVX2's Q5_K column
+// kernel, and their results differed in the last bits); a level that
+// replaces both keeps its own, and types it leaves alone keep theirs.
+TEST(KernelTables, AReplacedDotDropsTheInheritedColumnKernel) {
+  CpuKernels lower;
+  const size_t both = dtype_slot(DType::Q4_K), dot_only = dtype_slot(DType::Q5_K),
+               untouched = dtype_slot(DType::Q6_K);
+  for (size_t s : {both, dot_only, untouched}) lower.vec_dot[s] = dot_low, lower.vec_dot_cols[s] = cols_low;
+  CpuKernels higher = lower;
+  higher.vec_dot[both] = dot_high, higher.vec_dot_cols[both] = cols_high;
+  higher.vec_dot[dot_only] = dot_high;
+  detail::drop_inherited_columns(higher, lower);
+  EXPECT_EQ(higher.vec_dot_cols[both], &cols_high);
+  EXPECT_EQ(higher.vec_dot_cols[dot_only], nullptr);
+  EXPECT_EQ(higher.vec_dot_cols[untouched], &cols_low);
+  EXPECT_EQ(higher.vec_dot[dot_only], &dot_high);
+}
 
 }  // namespace
 }  // namespace moeserve::cpu

@@ -18,19 +18,6 @@ bool cpu_supports(SimdLevel level) {
   return false;
 }
 
-// A level that replaces a type's vec_dot but not its vec_dot_cols would
-// pair its dot with a lower level's multi-column kernel, whose float steps
-// differ: a token's result would then depend on its batch. Such inherited
-// column kernels are dropped (vec_dot_columns() then calls vec_dot per
-// column).
-void drop_inherited_columns(CpuKernels& k, const CpuKernels& before) {
-  for (size_t slot = 0; slot < kDTypeSlots; ++slot) {
-    if (k.vec_dot[slot] != before.vec_dot[slot] && k.vec_dot_cols[slot] == before.vec_dot_cols[slot]) {
-      k.vec_dot_cols[slot] = nullptr;
-    }
-  }
-}
-
 CpuKernels build(SimdLevel level) {
   CpuKernels k;
   detail::register_quant_reference(k);
@@ -39,13 +26,13 @@ CpuKernels build(SimdLevel level) {
   if (level >= SimdLevel::kAvx2) {
     const CpuKernels reference = k;
     detail::register_quant_avx2(k);
-    drop_inherited_columns(k, reference);
+    detail::drop_inherited_columns(k, reference);
     detail::register_ops_avx2(k);
   }
   if (level >= SimdLevel::kAvx512) {
     const CpuKernels avx2 = k;
     detail::register_quant_avx512(k);
-    drop_inherited_columns(k, avx2);
+    detail::drop_inherited_columns(k, avx2);
     detail::register_ops_avx512(k);
   }
   k.level = level;
@@ -86,6 +73,14 @@ const Tables& tables() {
 }
 
 }  // namespace
+
+void detail::drop_inherited_columns(CpuKernels& k, const CpuKernels& before) {
+  for (size_t slot = 0; slot < kDTypeSlots; ++slot) {
+    if (k.vec_dot[slot] != before.vec_dot[slot] && k.vec_dot_cols[slot] == before.vec_dot_cols[slot]) {
+      k.vec_dot_cols[slot] = nullptr;
+    }
+  }
+}
 
 std::string_view simd_level_name(SimdLevel level) {
   switch (level) {

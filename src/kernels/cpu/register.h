@@ -16,4 +16,10 @@ void register_ops_avx512(CpuKernels& k);
 void register_quant_kquants_cols_avx512(CpuKernels& k);  // after register_quant_avx512
 void register_packed_kquants_avx512(CpuKernels& k);
 
+// After a level's registration (`before`: the table it started from): a
+// type whose vec_dot the level replaced but whose vec_dot_cols it did not
+// loses the inherited column kernel, whose float steps would differ from the
+// new dot (a token's result would then depend on its batch).
+void drop_inherited_columns(CpuKernels& k, const CpuKernels& before);
+
 }  // namespace moeserve::cpu::detail
