@@ -8,8 +8,9 @@
 // its pair sums stay below 2*63*128 = 16128 (no int16 saturation). The int16
 // pair sums are multiplied by the sub-block scales in _mm256_madd_epi16 (two
 // sub-blocks per instruction, see pair_up), so a whole super-block is summed
-// in int32 (bounded by 256*63*63*128 < 2^31) and scaled once. The min term (Q4_K/Q5_K) and the -32 offset (Q6_K) come
-// from the activations' bsums, as in the reference.
+// in int32 (bounded by 256*63*63*128 < 2^31) and scaled once. The min term
+// (Q4_K/Q5_K) and the -32 offset (Q6_K) come from the activations' bsums, as
+// in the reference.
 #include <cstdint>
 #include <cstring>
 
@@ -70,7 +71,8 @@ void affine_kquant_cols(int64_t n, const void* wv, const void* xv, size_t x_stri
   for (int64_t b = 0; b < n / kQK_K; ++b) {
     prefetch_ahead(w + b, sizeof(Block));
     const __m128i sc_mn = unpack_scales_mins(w[b].scales);
-    const __m256i sc16 = _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(sc_mn));  // sc0..7 as int16, both lanes
+    // sc0..7 as int16, in both lanes.
+    const __m256i sc16 = _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(sc_mn));
     __m256i hbits = _mm256_setzero_si256();
     if constexpr (kHasHighBit) hbits = load256(w[b].qh);
     __m256i isum[NC];
@@ -144,8 +146,10 @@ void q6_k_cols(int64_t n, const void* wv, const void* xv, size_t x_stride, float
       const __m256i l0 = load256(ql), l1 = load256(ql + 32), hb = load256(w[b].qh + 32 * h);
       for (int i = 0; i < 4; i += 2) {
         // Quads i and i + 1 differ only in their high 2 bits and the nibble.
-        const __m256i nib_a = i == 0 ? _mm256_and_si256(l0, low4) : _mm256_and_si256(_mm256_srli_epi16(l0, 4), low4);
-        const __m256i nib_b = i == 0 ? _mm256_and_si256(l1, low4) : _mm256_and_si256(_mm256_srli_epi16(l1, 4), low4);
+        const __m256i nib_a =
+            i == 0 ? _mm256_and_si256(l0, low4) : _mm256_and_si256(_mm256_srli_epi16(l0, 4), low4);
+        const __m256i nib_b =
+            i == 0 ? _mm256_and_si256(l1, low4) : _mm256_and_si256(_mm256_srli_epi16(l1, 4), low4);
         const __m256i top_a = i == 0 ? _mm256_slli_epi16(hb, 4) : hb;
         const __m256i top_b = i == 0 ? _mm256_slli_epi16(hb, 2) : _mm256_srli_epi16(hb, 2);
         const __m256i qa = _mm256_or_si256(nib_a, _mm256_and_si256(top_a, top2));
