@@ -15,7 +15,7 @@ model_of() { echo "/tmp/30b-skew$1.gguf"; }
 case "${1:-start}" in
   start)
     nvidia-smi --query-gpu=name,memory.total --format=csv,noheader
-    scripts/device/build.sh build-gpu 90a moeserve test_kernels_gpu test_models test_moe test_runtime test_server \
+    scripts/device/build.sh build-gpu 90a moeserve test_kernels test_kernels_gpu test_models test_moe test_runtime test_server \
       > "$out/build.log" 2>&1 || { tail -30 "$out/build.log"; exit 1; }
     cp "$bin" /tmp/moeserve-mm
     if ! pgrep -f moeserve-mm >/dev/null; then
@@ -26,6 +26,10 @@ case "${1:-start}" in
       done
       [ -n "$cmds" ] && setsid nohup sh -c "$cmds" > /tmp/make30.log 2>&1 < /dev/null &
     fi
+    # The host CPU's kernel level (AVX-512 there, AVX2 in CI) against the references.
+    build-gpu/tests/kernels/test_kernels > "$out/kernels_cpu.log" 2>&1
+    echo "kernels (host CPU): $(grep -E '^\[  (PASSED|FAILED)' "$out/kernels_cpu.log" | tr '\n' ' ')"
+    grep -E '^\[  FAILED' "$out/kernels_cpu.log" | head
     build-gpu/tests/kernels_gpu/test_kernels_gpu > "$out/kernels.log" 2>&1
     echo "kernels_gpu: $(grep -E '^\[  (PASSED|FAILED)' "$out/kernels.log" | tr '\n' ' ')"
     grep -E '^\[  FAILED' "$out/kernels.log" | head

@@ -5,6 +5,23 @@
 
 namespace moeserve::backend {
 
+std::vector<int32_t> prefetch_host_experts(std::span<const int32_t> cold, std::span<const int64_t> selections,
+                                           size_t n_host) {
+  const size_t n = cold.size();
+  n_host = std::min(n_host, n);
+  std::vector<size_t> order(n);
+  for (size_t i = 0; i < n; ++i) order[i] = i;
+  // The least selected; ties to the higher ids (with even counts the top
+  // ids go, and the copy of the rest stays in one piece).
+  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
+    return selections[a] < selections[b] || (selections[a] == selections[b] && a > b);
+  });
+  std::vector<int32_t> host;
+  for (size_t i = 0; i < n_host; ++i) host.push_back(cold[order[i]]);
+  std::sort(host.begin(), host.end());
+  return host;
+}
+
 void ExpertCostModel::set_pcie(double bytes_per_s) {
   std::lock_guard<std::mutex> lock(mu_);
   in_.pcie_bytes_per_s = bytes_per_s;
@@ -85,6 +102,32 @@ void ExpertCostModel::observe_host(double bytes, double flops, double seconds, i
   if (seconds < 2.0 * read) return;  // bound by memory, not arithmetic: nothing learned about the latter
   const double seen = flops / seconds;
   in_.cpu_flops_per_s = in_.cpu_flops_per_s > 0.0 ? 0.7 * in_.cpu_flops_per_s + 0.3 * seen : seen;
+}
+
+// The balance, s/(1 - s) = copy time per expert / CPU time per expert, is
+// kept as r = that ratio times the tokens an expert gets (the CPU's time is
+// proportional to them): one figure for chunks of any size.
+double ExpertCostModel::prefetch_host_share(double expected_tokens, double expert_bytes, double pair_flops) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (in_.prefetch_host_share && in_.prefetch_share_fixed >= 0.0)
+    return std::min(in_.prefetch_share_fixed, kPrefetchShareMax);
+  if (!in_.prefetch_host_share || in_.policy != ExpertCopyPolicy::kAuto || in_.pcie_bytes_per_s <= 0.0 ||
+      in_.cpu_flops_per_s <= 0.0 || expected_tokens <= 0.0) {
+    return 0.0;
+  }
+  const double copy = expert_bytes / in_.pcie_bytes_per_s;
+  if (prefetch_ratio_ <= 0.0) prefetch_ratio_ = copy / (pair_flops / in_.cpu_flops_per_s);
+  double ratio = prefetch_ratio_ / expected_tokens;
+  // An expert the CPU takes is read from DRAM too: it never beats that.
+  if (in_.dram_bytes_per_s > 0.0) ratio = std::min(ratio, copy / (expert_bytes / in_.dram_bytes_per_s));
+  return std::min(ratio / (1.0 + ratio), kPrefetchShareMax);
+}
+
+void ExpertCostModel::observe_prefetch(bool host_finished_first) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (prefetch_ratio_ <= 0.0) return;
+  prefetch_ratio_ *= host_finished_first ? kPrefetchStep : 1.0 / kPrefetchStep;
+  prefetch_ratio_ = std::clamp(prefetch_ratio_, 1e-3, 1e6);
 }
 
 }  // namespace moeserve::backend

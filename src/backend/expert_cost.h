@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <mutex>
 #include <span>
+#include <vector>
 
 namespace moeserve::backend {
 
@@ -40,7 +41,21 @@ struct ExpertCostInputs {
   // MOESERVE_EXPERT_STREAM=auto|always|never: the cost model picks / every / no cold expert of a
   // decode step streamed by the GPU (the runtime leaves it off unless asked).
   ExpertCopyPolicy stream_policy = ExpertCopyPolicy::kAuto;
+  // A prefetched prefill layer leaves some of its cold experts to the CPU
+  // (MOESERVE_PREFETCH_SHARE=0: it copies them all; =0.3: it leaves 30%).
+  bool prefetch_host_share = true;
+  double prefetch_share_fixed = -1.0;  // >= 0: every prefetch leaves this share, whatever else (tests)
 };
+
+// Which of a prefetched layer's cold experts (`cold`, ascending ids; their
+// selections so far in `selections`) the CPU takes, n_host of them: the
+// least selected. Routing that looks even still favours some experts (the
+// 30b-a3b file at --router-skew 0: half the experts take 63.5% of the
+// selections), and the CPU's time follows the tokens it gets. Choosing a
+// block of neighbours instead, to keep the copy of the rest in fewer
+// pieces, measured 4% slower (H200 host, pp512). Returns ascending ids.
+std::vector<int32_t> prefetch_host_experts(std::span<const int32_t> cold, std::span<const int64_t> selections,
+                                           size_t n_host);
 
 class ExpertCostModel {
  public:
@@ -69,9 +84,23 @@ class ExpertCostModel {
   // token or two (decode), the host's read rate does.
   void observe_host(double bytes, double flops, double seconds, int64_t pairs, int64_t experts);
 
+  // A prefetched prefill layer's cold experts are copied before its routing
+  // is known, so the copy stream never waits for the host. The share of them
+  // left to the CPU threads (the least selected; the CPU is idle otherwise)
+  // starts where copying the rest and computing these take equally long for
+  // experts of `expected_tokens` each, then follows what the layers show
+  // (observe_prefetch): the copy is the bound at 55 GB/s, so every expert
+  // the CPU takes in time is copy time saved.
+  double prefetch_host_share(double expected_tokens, double expert_bytes, double pair_flops);
+  // A prefetched layer's CPU share was done before (true) or after its copy:
+  // the next layer's share moves a step up or down.
+  void observe_prefetch(bool host_finished_first);
+  static constexpr double kPrefetchStep = 1.06, kPrefetchShareMax = 0.75;
+
  private:
   mutable std::mutex mu_;
   ExpertCostInputs in_;
+  double prefetch_ratio_ = 0.0;  // prefetch_host_share's balance (0: not estimated yet)
 };
 
 }  // namespace moeserve::backend

@@ -117,6 +117,15 @@ Status Model::split_experts(const ModelLoadOptions& options, models::Placement& 
   // that is quicker than the worker computing them (the model learns the
   // worker's speed from its calls); decode leaves them to the worker.
   in.policy = policy("MOESERVE_EXPERT_COPIES");
+  // A prefetched prefill layer leaves its least selected cold experts to
+  // the CPU threads, which are idle while the GPU waits for the copies
+  // (MOESERVE_PREFETCH_SHARE=0: copy them all, for comparison; a fraction
+  // such as 0.3: always leave that share, for tests).
+  if (const char* share_env = std::getenv("MOESERVE_PREFETCH_SHARE"); share_env != nullptr) {
+    const double share = std::atof(share_env);
+    in.prefetch_host_share = share > 0.0;
+    if (share > 0.0 && share < 1.0) in.prefetch_share_fixed = share;
+  }
   // Streaming cold experts through the GPU during decode is opt-in
   // (MOESERVE_EXPERT_STREAM=auto|always): measured on an H100 host it gained
   // 2% with every expert on the CPU and cost 10% where few experts are

@@ -155,6 +155,54 @@ TEST(ExpertCostModel, DecodeOnTheCpuPrefillCopies) {
   EXPECT_EQ(backend::ExpertCostModel(in).experts_to_copy(chunk, expert, 1e15), 0);
 }
 
+// A prefetched prefill layer's share of cold experts left to the CPU: the
+// balance of copying the rest against computing these (the same shapes:
+// 48 us to copy an expert, 11.8 us of CPU arithmetic a token), smaller for
+// busier experts, then moved by what the layers show; never past what the
+// CPU could read from DRAM; none when turned off or not copying.
+TEST(ExpertCost, PrefetchLeavesTheCpuABalancedShare) {
+  backend::ExpertCostInputs in;
+  in.pcie_bytes_per_s = 55e9, in.dram_bytes_per_s = 135e9, in.cpu_flops_per_s = 800e9;
+  const double expert = 2.65e6, pair_flops = 6.0 * 2048 * 768;
+  backend::ExpertCostModel m(in);
+  const double copy = expert / 55e9, per_token = pair_flops / 800e9;
+  const double at32 = m.prefetch_host_share(32, expert, pair_flops);
+  // s/(1-s) = copy / (32 tokens' arithmetic): both sides take as long.
+  EXPECT_NEAR(at32 / (1 - at32), copy / (32 * per_token), 1e-9);
+  EXPECT_GT(m.prefetch_host_share(8, expert, pair_flops),
+            2 * at32);       // few tokens an expert: the CPU takes more
+  m.observe_prefetch(true);  // the CPU finished first: more for it
+  const double up = m.prefetch_host_share(32, expert, pair_flops);
+  EXPECT_GT(up, at32);
+  m.observe_prefetch(false), m.observe_prefetch(false);
+  EXPECT_LT(m.prefetch_host_share(32, expert, pair_flops), at32);
+  for (int i = 0; i < 200; ++i) m.observe_prefetch(true);
+  const double cap = (135e9 / 55e9) / (1 + 135e9 / 55e9);  // copying and reading from DRAM take as long
+  EXPECT_NEAR(m.prefetch_host_share(32, expert, pair_flops), cap, 1e-9);
+  for (int i = 0; i < 400; ++i) m.observe_prefetch(false);
+  EXPECT_LT(m.prefetch_host_share(32, expert, pair_flops), 1e-3);  // the copy was never the bound
+  in.prefetch_host_share = false;
+  EXPECT_EQ(backend::ExpertCostModel(in).prefetch_host_share(32, expert, pair_flops), 0.0);
+  in.prefetch_host_share = true, in.policy = backend::ExpertCopyPolicy::kAlways;
+  EXPECT_EQ(backend::ExpertCostModel(in).prefetch_host_share(32, expert, pair_flops), 0.0);
+  in.policy = backend::ExpertCopyPolicy::kAuto, in.pcie_bytes_per_s = 0;
+  EXPECT_EQ(backend::ExpertCostModel(in).prefetch_host_share(32, expert, pair_flops), 0.0);
+}
+
+// The CPU's experts of a prefetched layer: the least selected, wherever
+// they are; on even counts the top ids (the copy of the rest stays whole).
+TEST(ExpertCost, PrefetchHostExpertsAreTheLeastSelected) {
+  std::vector<int32_t> cold;
+  for (int32_t e = 0; e < 16; ++e) cold.push_back(e * 2);  // every other id
+  std::vector<int64_t> even(16, 100);
+  EXPECT_EQ(backend::prefetch_host_experts(cold, even, 3), (std::vector<int32_t>{26, 28, 30}));
+  std::vector<int64_t> skewed(16, 400);
+  skewed[1] = 10, skewed[7] = 3, skewed[12] = 20;
+  EXPECT_EQ(backend::prefetch_host_experts(cold, skewed, 3), (std::vector<int32_t>{2, 14, 24}));
+  EXPECT_TRUE(backend::prefetch_host_experts(cold, skewed, 0).empty());
+  EXPECT_EQ(backend::prefetch_host_experts(cold, skewed, 40).size(), 16u);  // at most every cold expert
+}
+
 // Decode's split of a layer's cold experts between the GPU reading them
 // over PCIe and the CPU reading them from DRAM: the two finish together.
 TEST(ExpertCost, StreamSplitsDecodeReadsBetweenPcieAndTheCpu) {

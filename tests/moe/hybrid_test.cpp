@@ -74,20 +74,22 @@ TEST(HybridExperts, SameGreedyOutputWhereverTheExpertsRun) {
   // mailboxes in their graph, or (mailbox 0) through the eager stage; in a
   // mailbox the GPU streams none, every or (auto) some of the cold experts
   // from host memory itself.
+  // share 0.3: a chunk's layers after the first (prefetched) leave 30% of
+  // their cold experts to the CPU, computed while the GPU's stream waits.
   struct Setting {
-    const char *copies, *mailbox, *stream;
+    const char *copies, *mailbox, *stream, *share;
   };
-  const Setting settings[] = {{"never", "1", "never"},
-                              {"always", "1", "never"},
-                              {"auto", "1", "auto"},
-                              {"never", "0", "never"},
-                              {"never", "1", "always"}};
-  for (const auto& [copies, mailbox, stream] : settings) {
+  const Setting settings[] = {{"never", "1", "never", "auto"},  {"always", "1", "never", "auto"},
+                              {"auto", "1", "auto", "auto"},    {"never", "0", "never", "auto"},
+                              {"never", "1", "always", "auto"}, {"always", "1", "never", "0.3"}};
+  for (const auto& [copies, mailbox, stream, share] : settings) {
     setenv("MOESERVE_EXPERT_COPIES", copies, 1);
     setenv("MOESERVE_EXPERT_MAILBOX", mailbox, 1);
     setenv("MOESERVE_EXPERT_STREAM", stream, 1);
+    setenv("MOESERVE_PREFETCH_SHARE", share, 1);
     for (const Case& c : cases) {
-      SCOPED_TRACE(std::string(c.name) + ", copies " + copies + ", mailbox " + mailbox + ", stream " + stream);
+      SCOPED_TRACE(std::string(c.name) + ", copies " + copies + ", mailbox " + mailbox + ", stream " +
+                   stream + ", share " + share);
       auto hybrid = load(testing::test_device(), c.gpu_experts, true);
       ASSERT_TRUE(hybrid);
       for (const auto& p : prompts) {
@@ -126,6 +128,7 @@ TEST(HybridExperts, SameGreedyOutputWhereverTheExpertsRun) {
   unsetenv("MOESERVE_EXPERT_COPIES");
   unsetenv("MOESERVE_EXPERT_MAILBOX");
   unsetenv("MOESERVE_EXPERT_STREAM");
+  unsetenv("MOESERVE_PREFETCH_SHARE");
 }
 
 // Promotion on the GPU: between decode steps a forced schedule swaps a cold

@@ -165,10 +165,13 @@ Status CudaOps::cold_experts(const ExpertFfnArgs& a, const ExpertSplit& split, f
   const ExpertSplit* next = device_.next_split(&split);
   HostExpertStage::Copied c;
   if (host_stage_->prefetched(split)) {
-    // This chunk's copies were started a layer ago; start the next layer's.
-    if (next != nullptr) MOESERVE_RETURN_IF_ERROR(host_stage_->prefetch(*next));
+    // This chunk's copies were started a layer ago: the GPU computes them,
+    // the CPU its share (the experts the prefetch left out) meanwhile, and
+    // this thread starts the next layer's copies.
     MOESERVE_ASSIGN_OR_RETURN(c, host_stage_->take_prefetch(split));
     MOESERVE_RETURN_IF_ERROR(copied_experts(a, c, h, y));
+    MOESERVE_RETURN_IF_ERROR(host_stage_->start_share(split, a.layer, a.n_ff, y));
+    if (next != nullptr) MOESERVE_RETURN_IF_ERROR(host_stage_->prefetch(*next, a.n_ff));
     return host_stage_->prefetch_used(split);
   }
   if (n_host == 0) return Status::ok();
@@ -178,7 +181,7 @@ Status CudaOps::cold_experts(const ExpertFfnArgs& a, const ExpertSplit& split, f
     // A chunk that copies most of a layer's cold experts will want the
     // next layer's too: they follow on the copy stream at once.
     if (next != nullptr && host_stage_->copies_most(split) && prefetch_enabled()) {
-      MOESERVE_RETURN_IF_ERROR(host_stage_->prefetch(*next));
+      MOESERVE_RETURN_IF_ERROR(host_stage_->prefetch(*next, a.n_ff));
     }
   }
   MOESERVE_RETURN_IF_ERROR(host_stage_->compute_on_host(split, a.layer, a.n_ff, y));

@@ -45,7 +45,11 @@ Status CudaOps::begin_batch(const BatchLayout& layout) {
   if (mode_ != Mode::kEager) abandon_graph();  // the last forward failed halfway
   MOESERVE_RETURN_IF_ERROR(device_.activate());
   MOESERVE_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_));  // the last forward (and its upload) is done
-  if (host_stage_ != nullptr) host_stage_->begin_forward();
+  if (host_stage_ != nullptr) {
+    // A forward abandoned halfway may leave its last CPU share's outcome: not this one's.
+    (void)host_stage_->join();
+    host_stage_->begin_forward();
+  }
   n_rows_ = int64_t(layout.tokens.size());
   // A small forward trades with the host through mailboxes, inside its graph.
   use_mailboxes_ = device_.has_host_experts() && n_rows_ <= HostMailboxes::kMaxTokens && mailboxes_enabled();

@@ -168,7 +168,8 @@ class CudaOps final : public Ops {
   Status finish() override {
     MOESERVE_RETURN_IF_ERROR(end_graph());
     MOESERVE_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_));
-    return Status::ok();
+    // A prefill layer's CPU share that failed: what the GPU computed after it is not valid.
+    return host_stage_ != nullptr ? host_stage_->join() : Status::ok();
   }
   void buffers_moved() override;
 

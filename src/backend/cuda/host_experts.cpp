@@ -1,11 +1,15 @@
 #include "backend/cuda/host_experts.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cstdio>
 #include <cstring>
+#include <iterator>
+#include <utility>
 
 #include "backend/cuda/cuda_device.h"
 #include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/host_mailbox.h"
 #include "kernels/cuda/moe.h"
 
 namespace moeserve::backend {
@@ -22,7 +26,20 @@ HostExpertStage::~HostExpertStage() {
     std::fprintf(stderr, "[trace] host stage: %lld layers computed on the CPU, %.1f us (%.1f rows) each\n",
                  (long long)t.calls, 1e6 * t.seconds / double(t.calls), double(t.rows) / double(t.calls));
   }
+  if (expert_trace_enabled() && prefetch_totals_.layers > 0) {
+    const PrefetchTotals& p = prefetch_totals_;
+    std::fprintf(stderr,
+                 "[trace] prefetched layers: %lld, %.1f%% of their cold experts copied, the CPU's share done "
+                 "before the copy in %lld; of %lld taken, the copy was done at the routing in %lld; a layer "
+                 "waited %.1f us for its routing, then %.1f us for the CPU's share\n",
+                 (long long)p.layers, 100.0 * double(p.copied) / double(std::max<int64_t>(p.cold, 1)),
+                 (long long)p.host_first, (long long)p.taken, (long long)p.copy_done_at_take,
+                 1e6 * p.routing_wait_s / double(std::max<int64_t>(p.taken, 1)),
+                 1e6 * p.host_share_s / double(std::max<int64_t>(p.taken, 1)));
+  }
+  if (worker_ != nullptr) worker_->wait();  // it posts before it ends: the stream's wait is over
   if (stream_ != nullptr) cudaStreamSynchronize(stream_);
+  if (post_ != nullptr) cudaFreeHost(post_);
   if (copy_stream_ != nullptr) cudaStreamSynchronize(copy_stream_), cudaStreamDestroy(copy_stream_);
   for (Pinned* p : {&ids_, &xn_, &y_, &rows_, &expert_ids_, &prefetch_ids_[0], &prefetch_ids_[1]}) {
     if (p->data != nullptr) cudaFreeHost(p->data);
@@ -67,6 +84,7 @@ Status HostExpertStage::reserve_device(DeviceMemory& m, size_t bytes, const char
 
 Status HostExpertStage::start(const int32_t* selected, const float* xn, int64_t n_tokens, int64_t n_used,
                               int64_t n_embd) {
+  MOESERVE_RETURN_IF_ERROR(join());  // the last layer's share still reads ids_ and xn_
   n_tokens_ = n_tokens, n_used_ = n_used, n_embd_ = n_embd;
   const size_t id_bytes = size_t(n_tokens * n_used) * sizeof(int32_t);
   const size_t x_bytes = size_t(n_tokens * n_embd) * sizeof(float);
@@ -83,7 +101,10 @@ Status HostExpertStage::start(const int32_t* selected, const float* xn, int64_t 
 }
 
 Result<int64_t> HostExpertStage::collect(const ExpertSplit& split, int layer) {
+  MOESERVE_RETURN_IF_ERROR(join());
+  const auto t0 = std::chrono::steady_clock::now();
   MOESERVE_CUDA_RETURN_IF_ERROR(cudaEventSynchronize(inputs_ready_));
+  last_routing_wait_s_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   const auto* ids = static_cast<const int32_t*>(ids_.data);
   MOESERVE_ASSIGN_OR_RETURN(n_host_,
                             cold_.collect(split, layer, {ids, size_t(n_tokens_ * n_used_)}, n_used_));
@@ -112,6 +133,22 @@ void HostExpertStage::plan(const ExpertSplit& split, int64_t n_ff) {
   }
 }
 
+// The caller has reserved y_ and rows_ for n_cpu_pairs_ rows.
+Status HostExpertStage::compute_rows(const ExpertSplit& split, int layer, int64_t n_ff) {
+  ColdPairs::ComputeArgs c;
+  c.layer = layer, c.n_embd = n_embd_, c.n_ff = n_ff;
+  c.xn = static_cast<const float*>(xn_.data);
+  c.skip = copied_.empty() ? nullptr : copied_.data();
+  c.out = static_cast<float*>(y_.data), c.rows = static_cast<int32_t*>(rows_.data);
+  // A chunk's cold experts from an unpinned mapping (the file could not be pinned).
+  c.will_need = n_tokens_ > 1 && (split.cost() == nullptr || split.cost()->inputs().pcie_bytes_per_s <= 0.0);
+  MOESERVE_ASSIGN_OR_RETURN(const int64_t n, cold_.compute(split, c));
+  if (n != n_cpu_pairs_) {
+    return make_error(StatusCode::kInternal, "host experts: {} rows computed of {}", n, n_cpu_pairs_);
+  }
+  return Status::ok();
+}
+
 Status HostExpertStage::compute_on_host(const ExpertSplit& split, int layer, int64_t n_ff, float* y) {
   if (n_cpu_pairs_ == 0) return Status::ok();  // every selection was local or copied: nothing crosses back
   const int64_t H = n_embd_, n_cpu = n_cpu_pairs_;
@@ -119,15 +156,11 @@ Status HostExpertStage::compute_on_host(const ExpertSplit& split, int layer, int
   MOESERVE_RETURN_IF_ERROR(reserve(rows_, size_t(n_cpu) * sizeof(int32_t)));
   auto* rows = static_cast<int32_t*>(rows_.data);
   auto* out = static_cast<float*>(y_.data);
-  ColdPairs::ComputeArgs c;
-  c.layer = layer, c.n_embd = H, c.n_ff = n_ff;
-  c.xn = static_cast<const float*>(xn_.data);
-  c.skip = copied_.empty() ? nullptr : copied_.data();
-  c.out = out, c.rows = rows;
-  // A chunk's cold experts from an unpinned mapping (the file could not be pinned).
-  c.will_need = n_tokens_ > 1 && (split.cost() == nullptr || split.cost()->inputs().pcie_bytes_per_s <= 0.0);
-  MOESERVE_ASSIGN_OR_RETURN(const int64_t n, cold_.compute(split, c));
-  if (n != n_cpu) return make_error(StatusCode::kInternal, "host experts: {} rows computed of {}", n, n_cpu);
+  MOESERVE_RETURN_IF_ERROR(compute_rows(split, layer, n_ff));
+  // The scatter reads the rows from pinned memory itself where kernels can:
+  // an upload would queue on the copy engine behind the next layer's
+  // expert copies (measured: the whole prefetch, 4.7 ms a layer).
+  if (device_.reads_pinned_host_memory()) return cuda::scatter_rows({y, out, rows, n_cpu, H}, stream_);
   const size_t y_bytes = size_t(n_cpu * H) * sizeof(float), r_bytes = size_t(n_cpu) * sizeof(int32_t);
   MOESERVE_RETURN_IF_ERROR(reserve_device(device_y_, y_bytes + r_bytes, "workspace (host experts)"));
   auto* dy = device_y_.as<float>();
@@ -198,7 +231,30 @@ bool HostExpertStage::copies_most(const ExpertSplit& split) const {
   return n_tokens_ > 1 && 4 * copy_experts_.size() >= 3 * n_cold && n_cold > 0;
 }
 
-Status HostExpertStage::prefetch(const ExpertSplit& next) {
+void HostExpertStage::choose_prefetch(const ExpertSplit& next, int64_t n_ff, std::vector<int32_t>& copy) {
+  all_cold_.clear();
+  for (int32_t e = 0; e < int32_t(next.n_expert()); ++e) {
+    if (!next.is_local(e)) all_cold_.push_back(e);
+  }
+  double share = 0.0;
+  if (next.cost() != nullptr && !all_cold_.empty()) {
+    const double expected = double(n_tokens_ * n_used_) / double(next.n_expert());
+    share = next.cost()->prefetch_host_share(expected, next.host_expert_bytes(),
+                                             6.0 * double(n_embd_) * double(n_ff));
+  }
+  const auto n_host = size_t(share * double(all_cold_.size()) + 0.5);
+  if (n_host == 0) {
+    copy = all_cold_;
+    return;
+  }
+  cold_selections_.resize(all_cold_.size());
+  for (size_t i = 0; i < all_cold_.size(); ++i) cold_selections_[i] = next.selections(all_cold_[i]);
+  const std::vector<int32_t> host = prefetch_host_experts(all_cold_, cold_selections_, n_host);
+  copy.clear();
+  std::set_difference(all_cold_.begin(), all_cold_.end(), host.begin(), host.end(), std::back_inserter(copy));
+}
+
+Status HostExpertStage::prefetch(const ExpertSplit& next, int64_t n_ff) {
   if (prefetched(next) || next.all_local()) return Status::ok();
   MOESERVE_RETURN_IF_ERROR(ensure_copy_stream());
   const int b = next_prefetch_;
@@ -209,13 +265,14 @@ Status HostExpertStage::prefetch(const ExpertSplit& next) {
       MOESERVE_CUDA_RETURN_IF_ERROR(cudaEventRecord(prefetch_free_[i], stream_));
     }
   }
-  all_cold_.clear();
-  for (int32_t e = 0; e < int32_t(next.n_expert()); ++e) {
-    if (!next.is_local(e)) all_cold_.push_back(e);
-  }
+  choose_prefetch(next, n_ff, prefetch_copied_[b]);
+  if (prefetch_copied_[b].empty()) return Status::ok();  // the CPU takes them all: the layer plans
+  prefetch_shared_[b] = prefetch_copied_[b].size() < all_cold_.size();
+  prefetch_totals_.layers += 1, prefetch_totals_.cold += int64_t(all_cold_.size());
+  prefetch_totals_.copied += int64_t(prefetch_copied_[b].size());
   MOESERVE_CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(copy_stream_, prefetch_free_[b], 0));
   MOESERVE_ASSIGN_OR_RETURN(prefetch_views_[b],
-                            copy_experts(next, all_cold_, prefetch_[b], prefetch_ids_[b]));
+                            copy_experts(next, prefetch_copied_[b], prefetch_[b], prefetch_ids_[b]));
   MOESERVE_CUDA_RETURN_IF_ERROR(cudaEventRecord(prefetch_done_[b], copy_stream_));
   prefetched_[b] = &next;
   next_prefetch_ = 1 - b;
@@ -225,9 +282,83 @@ Status HostExpertStage::prefetch(const ExpertSplit& next) {
 Result<HostExpertStage::Copied> HostExpertStage::take_prefetch(const ExpertSplit& split) {
   const int b = prefetched_[0] == &split ? 0 : 1;
   MOESERVE_CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(stream_, prefetch_done_[b], 0));
-  split.copied_pairs += n_host_;
-  n_cpu_pairs_ = 0;
+  if (expert_trace_enabled()) {
+    prefetch_totals_.taken += 1, prefetch_totals_.routing_wait_s += last_routing_wait_s_;
+    prefetch_totals_.copy_done_at_take += cudaEventQuery(prefetch_done_[b]) == cudaSuccess ? 1 : 0;
+    taken_at_ = std::chrono::steady_clock::now();
+  }
+  copied_.assign(size_t(split.n_expert()), 0);
+  int64_t copied_pairs = 0;
+  for (int32_t e : prefetch_copied_[b]) copied_[size_t(e)] = 1, copied_pairs += cold_.tokens(e);
+  split.copied_pairs += copied_pairs;
+  n_cpu_pairs_ = n_host_ - copied_pairs;
   return prefetch_views_[b];
+}
+
+// Whether the copy of the rest was still running when the CPU's share was
+// done says which side the next layer's share should favour.
+void HostExpertStage::observe_prefetch(const ExpertSplit& split, int b) {
+  if (expert_trace_enabled()) {
+    prefetch_totals_.host_share_s +=
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - taken_at_).count();
+  }
+  if (!prefetch_shared_[b] || split.cost() == nullptr) return;
+  const bool copying = cudaEventQuery(prefetch_done_[b]) == cudaErrorNotReady;
+  split.cost()->observe_prefetch(copying);
+  prefetch_totals_.host_first += copying ? 1 : 0;
+}
+
+Status HostExpertStage::start_share(const ExpertSplit& split, int layer, int64_t n_ff, float* y) {
+  const int b = prefetched_[0] == &split ? 0 : 1;
+  if (n_cpu_pairs_ == 0 || !device_.reads_pinned_host_memory()) {
+    MOESERVE_RETURN_IF_ERROR(compute_on_host(split, layer, n_ff, y));
+    observe_prefetch(split, b);
+    return Status::ok();
+  }
+  const int64_t H = n_embd_, n_cpu = n_cpu_pairs_;
+  MOESERVE_RETURN_IF_ERROR(reserve(y_, size_t(n_cpu * H) * sizeof(float)));
+  MOESERVE_RETURN_IF_ERROR(reserve(rows_, size_t(n_cpu) * sizeof(int32_t)));
+  if (post_ == nullptr) {
+    void* p = nullptr;
+    if (cudaHostAlloc(&p, sizeof(PostWords), cudaHostAllocMapped) != cudaSuccess) {
+      cudaGetLastError();
+      return make_error(StatusCode::kResourceExhausted,
+                        "out of pinned host memory (host experts' post words)");
+    }
+    post_ = static_cast<PostWords*>(p);
+    post_->posted = 0, post_->timed_out = 0;
+    void* dev = nullptr;
+    MOESERVE_CUDA_RETURN_IF_ERROR(cudaHostGetDevicePointer(&dev, p, 0));
+    post_dev_ = static_cast<PostWords*>(dev);
+  }
+  if (worker_ == nullptr) worker_ = std::make_unique<SerialWorker>();
+  const uint32_t number = ++shares_ == 0 ? ++shares_ : shares_;
+  cuda::HostWaitArgs w;
+  w.word = &post_dev_->posted, w.value = number, w.timed_out = &post_dev_->timed_out;
+  MOESERVE_RETURN_IF_ERROR(cuda::wait_for_host(w, stream_));
+  MOESERVE_RETURN_IF_ERROR(cuda::scatter_rows(
+      {y, static_cast<const float*>(y_.data), static_cast<const int32_t*>(rows_.data), n_cpu, H}, stream_));
+  // Posted whatever happens: the stream must not wait for ever.
+  worker_->run([this, &split, layer, n_ff, b, number] {
+    share_status_ = compute_rows(split, layer, n_ff);
+    if (share_status_.is_ok()) observe_prefetch(split, b);
+    std::atomic_ref<uint32_t>(post_->posted).store(number, std::memory_order_release);
+  });
+  return Status::ok();
+}
+
+Status HostExpertStage::join() {
+  if (worker_ == nullptr) return Status::ok();
+  worker_->wait();
+  volatile uint32_t& timed_out = post_->timed_out;
+  if (timed_out != 0) {
+    timed_out = 0;
+    return make_error(
+        StatusCode::kInternal,
+        "the GPU gave up waiting for the CPU's experts of a prefill layer; the forward's output is "
+        "not valid");
+  }
+  return std::exchange(share_status_, Status::ok());
 }
 
 Status HostExpertStage::prefetch_used(const ExpertSplit& split) {

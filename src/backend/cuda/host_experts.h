@@ -9,17 +9,23 @@
 // the weights of just those experts are copied from the pinned host stacks
 // on a second stream, and the caller runs the expert kernels on the copies.
 // Either way the weighted combine that follows sees every slot in slot
-// order, wherever it was computed.
+// order, wherever it was computed. A chunk that copies most of a layer's
+// cold experts prefetches the next layer's (copied before its routing is
+// known) and leaves the CPU a share of them, computed in the background
+// while this thread enqueues what follows (start_share).
 #pragma once
 
 #include <cuda_runtime.h>
 
+#include <chrono>
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "backend/backend.h"
 #include "backend/cold_pairs.h"
 #include "backend/expert_split.h"
+#include "core/serial_worker.h"
 
 namespace moeserve::backend {
 
@@ -59,16 +65,30 @@ class HostExpertStage {
   // chunk this size will then want the next split layer's copied too.
   bool copies_most(const ExpertSplit& split) const;
 
-  // Prefetch: every cold expert of `next` copied while this layer
-  // computes (ping-pong buffers, so the copies of layer after layer run
-  // back to back on the copy stream). A prefetched layer takes them
-  // (take_prefetch) instead of planning: all its cold pairs run on the GPU.
-  Status prefetch(const ExpertSplit& next);
+  // Prefetch: the cold experts of `next` copied while this layer computes
+  // (ping-pong buffers, so the copies of layer after layer run back to back
+  // on the copy stream), all but the cost model's share of them
+  // (ExpertCostModel::prefetch_host_share): the least selected so far,
+  // left to the CPU. A prefetched layer takes the copies (take_prefetch)
+  // instead of planning, then hands the CPU its share (start_share) while
+  // the GPU computes the rest; the cost model learns which of the two
+  // finished first.
+  Status prefetch(const ExpertSplit& next, int64_t n_ff);
   bool prefetched(const ExpertSplit& split) const {
     return prefetched_[0] == &split || prefetched_[1] == &split;
   }
   Result<Copied> take_prefetch(const ExpertSplit& split);
+  // The CPU's share of a prefetched layer, in the background where kernels
+  // read pinned memory: the stream waits (cuda::wait_for_host) for the CPU
+  // threads to post their rows, then scatters them into y straight from
+  // pinned memory, while this thread goes on enqueueing: the next layer's
+  // copies, then its attention and routing. Every call that reuses the
+  // host-side buffers waits for the job first (join(): start(), collect(),
+  // the forward's end in CudaOps::finish()). Otherwise in the foreground.
+  Status start_share(const ExpertSplit& split, int layer, int64_t n_ff, float* y);
   Status prefetch_used(const ExpertSplit& split);
+  // Waits for the background share; its error, once.
+  Status join();
   // A new forward: prefetches of the last one are not taken.
   void begin_forward() { prefetched_[0] = prefetched_[1] = nullptr; }
   // The kernels reading the copies are enqueued: the next copy waits for them.
@@ -86,6 +106,12 @@ class HostExpertStage {
   // on the copy stream; their ids through `ids` (pinned) after the stacks.
   Result<Copied> copy_experts(const ExpertSplit& split, const std::vector<int32_t>& experts,
                               DeviceMemory& buffer, Pinned& ids);
+  // The cold experts of `next` a prefetch copies (ascending) into `copy`.
+  void choose_prefetch(const ExpertSplit& next, int64_t n_ff, std::vector<int32_t>& copy);
+  // The CPU computes the collected pairs not copied into y_ (rows_: their pair rows).
+  Status compute_rows(const ExpertSplit& split, int layer, int64_t n_ff);
+  // Tells the cost model whether prefetch b's copy was still running.
+  void observe_prefetch(const ExpertSplit& split, int b);
 
   CudaDevice& device_;
   cudaStream_t stream_;
@@ -98,6 +124,25 @@ class HostExpertStage {
   DeviceMemory prefetch_[2];  // the same for prefetched layers, in turn
   cudaEvent_t prefetch_done_[2] = {nullptr, nullptr}, prefetch_free_[2] = {nullptr, nullptr};
   const ExpertSplit* prefetched_[2] = {nullptr, nullptr};
+  std::vector<int32_t> prefetch_copied_[2];   // the experts each prefetch copied
+  bool prefetch_shared_[2] = {false, false};  // and whether it left some to the CPU
+  struct PrefetchTotals {                     // MOESERVE_EXPERT_TRACE reports them
+    int64_t layers = 0, cold = 0, copied = 0, host_first = 0, taken = 0, copy_done_at_take = 0;
+    double routing_wait_s = 0.0, host_share_s = 0.0;  // of the layers taking a prefetch
+  } prefetch_totals_;
+  double last_routing_wait_s_ = 0.0;
+  // The background share: its thread, its outcome, and the pinned words the
+  // GPU polls (`posted`: the last share's number) and may set (timed_out).
+  std::unique_ptr<SerialWorker> worker_;
+  Status share_status_;
+  struct PostWords {
+    uint32_t posted;
+    uint32_t timed_out;
+  };
+  PostWords* post_ = nullptr;      // pinned, mapped (cudaHostAlloc)
+  PostWords* post_dev_ = nullptr;  // the GPU's view of it
+  uint32_t shares_ = 0;
+  std::chrono::steady_clock::time_point taken_at_;
   Copied prefetch_views_[2];
   Pinned prefetch_ids_[2];
   int next_prefetch_ = 0;
@@ -108,6 +153,7 @@ class HostExpertStage {
   int64_t n_cpu_pairs_ = 0;
   // Scratch of plan(), kept: it runs every split layer of every chunk.
   std::vector<int32_t> by_tokens_, tokens_;
+  std::vector<int64_t> cold_selections_;  // choose_prefetch's
 };
 
 }  // namespace moeserve::backend

@@ -295,4 +295,30 @@ Status take_from_host(const TakeArgs& a, cudaStream_t stream) {
   return launched("take_from_host (copy)");
 }
 
+namespace {
+
+__global__ void wait_word_kernel(HostWaitArgs a) {
+  if (threadIdx.x != 0) return;
+  const volatile uint32_t* word = a.word;
+  const uint64_t t0 = global_ns();
+  while (*word != a.value) {
+    if (global_ns() - t0 > a.timeout_ns) {
+      *reinterpret_cast<volatile uint32_t*>(a.timed_out) = 1;
+      break;
+    }
+    __nanosleep(200);
+  }
+  __threadfence_system();
+}
+
+}  // namespace
+
+Status wait_for_host(const HostWaitArgs& a, cudaStream_t stream) {
+  if (a.word == nullptr || a.timed_out == nullptr) {
+    return make_error(StatusCode::kInvalidArgument, "wait_for_host: null word");
+  }
+  wait_word_kernel<<<1, 32, 0, stream>>>(a);
+  return launched("wait_for_host");
+}
+
 }  // namespace moeserve::cuda

@@ -126,4 +126,17 @@ struct TakeArgs {
 };
 Status take_from_host(const TakeArgs& a, cudaStream_t stream);
 
+// A prefill layer's CPU experts, computed while the host goes on
+// enqueueing: the stream waits here until the host stores `value` into
+// *word (pinned host memory the GPU maps; one thread polls it), then runs
+// what follows. After timeout_ns it stores 1 into *timed_out and lets the
+// stream go on; the host reports that as an error.
+struct HostWaitArgs {
+  const uint32_t* word = nullptr;
+  uint32_t value = 0;
+  uint32_t* timed_out = nullptr;
+  uint64_t timeout_ns = 60'000'000'000ull;
+};
+Status wait_for_host(const HostWaitArgs& a, cudaStream_t stream);
+
 }  // namespace moeserve::cuda

@@ -4,6 +4,7 @@
 // without waiting, and a host that never answers makes the GPU give up
 // (gpu_timed_out) instead of hanging.
 #include <atomic>
+#include <chrono>
 #include <thread>
 
 #include "kernels/cuda/host_mailbox.h"
@@ -276,6 +277,40 @@ TEST(HostMailboxGpu, RejectsBadArguments) {
   EXPECT_FALSE(cuda::publish_to_host(p, nullptr).is_ok());
   cuda::TakeArgs t;
   EXPECT_FALSE(cuda::take_from_host(t, nullptr).is_ok());
+  cuda::HostWaitArgs w;
+  EXPECT_FALSE(cuda::wait_for_host(w, nullptr).is_ok());
+}
+
+// wait_for_host: what the stream runs after it waits for the host's store
+// of the awaited number (an older number does not release it); a host that
+// never stores it times the wait out, flagged, and the stream goes on.
+TEST(HostMailboxGpu, WaitForHostHoldsTheStreamUntilTheHostPosts) {
+  MOESERVE_REQUIRE_GPU();
+  uint32_t* words = nullptr;  // [posted, timed_out]
+  ASSERT_EQ(cudaHostAlloc(reinterpret_cast<void**>(&words), 2 * sizeof(uint32_t), cudaHostAllocMapped),
+            cudaSuccess);
+  words[0] = 3, words[1] = 0;
+  uint32_t* dev = nullptr;
+  ASSERT_EQ(cudaHostGetDevicePointer(reinterpret_cast<void**>(&dev), words, 0), cudaSuccess);
+  DeviceArray<int32_t> after(std::vector<int32_t>{0});
+  cudaStream_t stream = nullptr;
+  ASSERT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
+  cuda::HostWaitArgs w;
+  w.word = dev, w.value = 4, w.timed_out = dev + 1;
+  ASSERT_TRUE(cuda::wait_for_host(w, stream).is_ok());
+  ASSERT_EQ(cudaMemsetAsync(after.get(), 0x11, sizeof(int32_t), stream), cudaSuccess);
+  std::this_thread::sleep_for(std::chrono::milliseconds(30));
+  EXPECT_EQ(cudaStreamQuery(stream), cudaErrorNotReady);  // still waiting: 3 is not 4
+  std::atomic_ref<uint32_t>(words[0]).store(4, std::memory_order_release);
+  ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+  EXPECT_EQ(after.download()[0], 0x11111111);
+  EXPECT_EQ(words[1], 0u);
+  w.value = 5, w.timeout_ns = 20'000'000;  // never posted
+  ASSERT_TRUE(cuda::wait_for_host(w, stream).is_ok());
+  ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+  EXPECT_EQ(words[1], 1u);
+  cudaStreamDestroy(stream);
+  cudaFreeHost(words);
 }
 
 }  // namespace
