@@ -1,6 +1,7 @@
 #include "models/forward_common.h"
 
 #include <algorithm>
+#include <cmath>
 
 namespace moeserve::models {
 
@@ -177,6 +178,25 @@ std::vector<backend::Device*> placement_devices(const Placement& p, int64_t n_la
       devices.push_back(p.layer(il));
   }
   return devices;
+}
+
+Status norm_rope_attend(backend::Ops& ops, ForwardProfile* profile, const CacheAttentionArgs& a) {
+  {
+    ScopedTimer timer(profile, &ForwardProfile::attn_proj, ops);
+    backend::QkNormRopeArgs r;
+    r.q = a.q, r.k = a.k, r.v = a.v;
+    r.q_norm = a.q_norm, r.k_norm = a.k_norm;
+    r.n_head = a.n_head, r.n_head_kv = a.n_head_kv, r.head_dim = a.head_dim;
+    r.eps = a.eps, r.layer = a.layer, r.rope = a.rope;
+    MOESERVE_RETURN_IF_ERROR(ops.qk_norm_rope_store(r));
+  }
+  ScopedTimer timer(profile, &ForwardProfile::attention, ops);
+  backend::AttentionOpArgs t;
+  t.q = a.q, t.out = a.out;
+  t.n_head = a.n_head, t.n_head_kv = a.n_head_kv, t.head_dim = a.head_dim;
+  t.scale = 1.0f / std::sqrt(float(a.head_dim));
+  t.layer = a.layer, t.window = a.window;
+  return ops.attention(t);
 }
 
 }  // namespace moeserve::models

@@ -121,6 +121,84 @@ class DeviceWorkspace final : public Workspace {
   }
 };
 
+// A layer's attention once its q, k and v rows are projected: per-head q/k
+// RMSNorm, RoPE and the cache store (timed with the projections), then
+// attention over the cache scaled by 1/sqrt(head_dim) (timed as attention).
+struct CacheAttentionArgs {
+  float *q = nullptr, *k = nullptr;
+  const float* v = nullptr;
+  float* out = nullptr;  // [rows][n_head * head_dim]
+  const WeightView *q_norm = nullptr, *k_norm = nullptr;
+  int64_t n_head = 0, n_head_kv = 0, head_dim = 0;
+  float eps = 1e-6f;
+  int layer = 0;
+  int rope = 0;        // index into the layout's ropes
+  int64_t window = 0;  // > 0: sliding window
+};
+Status norm_rope_attend(backend::Ops& ops, ForwardProfile* profile, const CacheAttentionArgs& a);
+
+// What walk_layers needs of an architecture besides its buffers and layers.
+struct WalkSpec {
+  const Placement* placement = nullptr;
+  ForwardProfile* profile = nullptr;
+  BatchLimits limits;                        // check_batch's; limits.n_layer layers are walked
+  std::span<const backend::RopeSpec> ropes;  // the layout's (must outlive the forward)
+  int64_t n_embd = 0;
+  const WeightView *token_embd = nullptr, *output_norm = nullptr, *output = nullptr;
+  float eps = 1e-6f;  // the output norm's
+};
+
+// The walk every architecture's forward shares: the batch checked and laid
+// out on every device (`ensure(buffers, rows)` sizes each one's
+// activations), the embedding on io, each layer on its device
+// (`layer(buffers, il, T, moved)`; `moved`: the hidden rows have just come
+// from another device), the hidden rows back to io, the output head.
+// `Buffers` has device, ops, x, final_rows and logits.
+template <typename Buffers, typename Ensure, typename Layer>
+Status walk_layers(const ForwardBatch& b, DeviceWorkspace<Buffers>& ws, const WalkSpec& s, Ensure&& ensure,
+                   Layer&& layer) {
+  const int64_t T = int64_t(b.tokens.size());
+  if (T == 0) return Status::ok();
+  MOESERVE_RETURN_IF_ERROR(check_batch(b, s.limits, ws.rows));
+  const backend::BatchLayout layout = batch_layout(b, ws.rows, s.ropes, s.profile != nullptr);
+  for (Buffers& d : ws.devices) {
+    MOESERVE_RETURN_IF_ERROR(ensure(d, T));
+    MOESERVE_RETURN_IF_ERROR(d.ops->begin_batch(layout));
+  }
+  Buffers& io = *ws.find(s.placement->io);
+  {
+    ScopedTimer timer(s.profile, &ForwardProfile::embed, *io.ops);
+    MOESERVE_RETURN_IF_ERROR(io.ops->embed(*s.token_embd, io.x.template as<float>()));
+  }
+  Buffers* current = &io;  // where the hidden rows are
+  auto move_to = [&](Buffers& to) -> Status {
+    if (current == &to) return Status::ok();
+    MOESERVE_RETURN_IF_ERROR(move_rows(*current->ops, current->x.template as<float>(), *to.ops,
+                                       to.x.template as<float>(), T, s.n_embd, ws.staging));
+    current = &to;
+    return Status::ok();
+  };
+  for (int il = 0; il < int(s.limits.n_layer); ++il) {
+    Buffers& d = *ws.find(s.placement->layer(il));
+    const bool moved = current != &d;
+    MOESERVE_RETURN_IF_ERROR(move_to(d));
+    MOESERVE_RETURN_IF_ERROR(layer(d, il, T, moved));
+  }
+  MOESERVE_RETURN_IF_ERROR(move_to(io));
+  ScopedTimer timer(s.profile, &ForwardProfile::lm_head, *io.ops);
+  return output_head({.device = io.device,
+                      .ops = io.ops.get(),
+                      .x = io.x.template as<float>(),
+                      .final_rows = &io.final_rows,
+                      .logits = &io.logits,
+                      .norm = s.output_norm,
+                      .output = s.output,
+                      .n_embd = s.n_embd,
+                      .n_vocab = s.limits.n_vocab,
+                      .eps = s.eps},
+                     b);
+}
+
 // Weights grouped by the device that gets them; place() hands each device
 // its group in one call (one progress bar, one pass).
 class WeightPlacement {

@@ -77,13 +77,9 @@ class Qwen3Model::Forward {
   Status run(const ForwardBatch& b);
 
  private:
-  Status check_slices(const ForwardBatch& b);
-  Status begin(const ForwardBatch& b);
-  Status move_hidden_to(DeviceBuffers& to, int64_t T);
   Status attention_block(DeviceBuffers& d, int il, int64_t T);
   Status moe_block(DeviceBuffers& d, int il, int64_t T);
   Status dense_ffn_block(DeviceBuffers& d, int il, int64_t T);
-  Status output_block(DeviceBuffers& d, const ForwardBatch& b);
   // The next layer's input norm, when that layer runs on the same device:
   // the FFN block then writes its normed rows along with the residual (a
   // GPU fuses the two), and attention_block skips its own norm.
@@ -94,7 +90,6 @@ class Qwen3Model::Forward {
   const Placement& placement_;
   Qwen3Workspace& ws_;
   ForwardProfile* profile_;
-  DeviceBuffers* current_ = nullptr;  // where the hidden rows are
   bool xn_ready_ = false;             // xn already holds this layer's attention norm
   std::span<int64_t> expert_counts_;  // the batch's routing statistics (empty: none)
   backend::RopeSpec rope_;            // the layout's one RoPE (lives through the forward)
@@ -105,58 +100,20 @@ const WeightView* Qwen3Model::Forward::next_attn_norm(int il) const {
   return &w_.layers[size_t(il + 1)].attn_norm;
 }
 
-// Validates the batch and records its rows in the workspace; nothing else
-// is touched on error.
-Status Qwen3Model::Forward::check_slices(const ForwardBatch& b) {
-  return check_batch(b, {hp_.n_layer, hp_.n_vocab, hp_.n_expert}, ws_.rows);
-}
-
-// Every device of the placement learns the batch's rows.
-Status Qwen3Model::Forward::begin(const ForwardBatch& b) {
-  rope_ = {.n_rot = hp_.n_rot, .freq_base = hp_.rope_freq_base};
-  const backend::BatchLayout layout = batch_layout(b, ws_.rows, {&rope_, 1}, profile_ != nullptr);
-  expert_counts_ = b.expert_counts;
-  const int64_t T = int64_t(b.tokens.size());
-  for (DeviceBuffers& d : ws_.devices) {
-    MOESERVE_RETURN_IF_ERROR(ensure_buffers(d, hp_, T));
-    MOESERVE_RETURN_IF_ERROR(d.ops->begin_batch(layout));
-  }
-  return Status::ok();
-}
-
-// The hidden rows go where the next layer is computed (a no-op when it is
-// the same device).
-Status Qwen3Model::Forward::move_hidden_to(DeviceBuffers& to, int64_t T) {
-  if (current_ == &to) return Status::ok();
-  MOESERVE_RETURN_IF_ERROR(move_rows(*current_->ops, current_->x.as<float>(), *to.ops, to.x.as<float>(), T,
-                                     hp_.n_embd, ws_.staging));
-  current_ = &to;
-  return Status::ok();
-}
-
 Status Qwen3Model::Forward::run(const ForwardBatch& b) {
-  const int64_t T = int64_t(b.tokens.size());
-  if (T == 0) return Status::ok();
-  MOESERVE_RETURN_IF_ERROR(check_slices(b));
-  MOESERVE_RETURN_IF_ERROR(begin(b));
-  DeviceBuffers& io = *ws_.find(placement_.io);
-  {
-    ScopedTimer timer(profile_, &ForwardProfile::embed, *io.ops);
-    MOESERVE_RETURN_IF_ERROR(io.ops->embed(w_.token_embd, io.x.as<float>()));
-  }
-  current_ = &io;
-  for (int il = 0; il < int(hp_.n_layer); ++il) {
-    DeviceBuffers& d = *ws_.find(placement_.layer(il));
-    MOESERVE_RETURN_IF_ERROR(move_hidden_to(d, T));
-    MOESERVE_RETURN_IF_ERROR(attention_block(d, il, T));
-    if (hp_.is_moe()) {
-      MOESERVE_RETURN_IF_ERROR(moe_block(d, il, T));
-    } else {
-      MOESERVE_RETURN_IF_ERROR(dense_ffn_block(d, il, T));
-    }
-  }
-  MOESERVE_RETURN_IF_ERROR(move_hidden_to(io, T));
-  return output_block(io, b);
+  rope_ = {.n_rot = hp_.n_rot, .freq_base = hp_.rope_freq_base};
+  expert_counts_ = b.expert_counts;
+  WalkSpec s;
+  s.placement = &placement_, s.profile = profile_;
+  s.limits = {hp_.n_layer, hp_.n_vocab, hp_.n_expert};
+  s.ropes = {&rope_, 1}, s.n_embd = hp_.n_embd;
+  s.token_embd = &w_.token_embd, s.output_norm = &w_.output_norm, s.output = &w_.output, s.eps = hp_.rms_eps;
+  return walk_layers(
+      b, ws_, s, [&](DeviceBuffers& d, int64_t rows) { return ensure_buffers(d, hp_, rows); },
+      [&](DeviceBuffers& d, int il, int64_t T, bool) -> Status {
+        MOESERVE_RETURN_IF_ERROR(attention_block(d, il, T));
+        return hp_.is_moe() ? moe_block(d, il, T) : dense_ffn_block(d, il, T);
+      });
 }
 
 Status Qwen3Model::Forward::attention_block(DeviceBuffers& d, int il, int64_t T) {
@@ -179,31 +136,19 @@ Status Qwen3Model::Forward::attention_block(DeviceBuffers& d, int il, int64_t T)
     xn_ready_ = false;
     const backend::MatmulOp qkv[] = {{&l.attn_q, xn, q, T}, {&l.attn_k, xn, k, T}, {&l.attn_v, xn, v, T}};
     MOESERVE_RETURN_IF_ERROR(ops.matmul(qkv));
-    backend::QkNormRopeArgs r;
-    r.q = q;
-    r.k = k;
-    r.v = v;
-    r.q_norm = &l.attn_q_norm;
-    r.k_norm = &l.attn_k_norm;
-    r.n_head = hp_.n_head;
-    r.n_head_kv = hp_.n_head_kv;
-    r.head_dim = hp_.head_dim;
-    r.eps = hp_.rms_eps;
-    r.layer = il;
-    MOESERVE_RETURN_IF_ERROR(ops.qk_norm_rope_store(r));
   }
-  {
-    ScopedTimer timer(profile_, &ForwardProfile::attention, ops);
-    backend::AttentionOpArgs a;
-    a.q = q;
-    a.out = attn;
-    a.n_head = hp_.n_head;
-    a.n_head_kv = hp_.n_head_kv;
-    a.head_dim = hp_.head_dim;
-    a.scale = 1.0f / std::sqrt(float(hp_.head_dim));
-    a.layer = il;
-    MOESERVE_RETURN_IF_ERROR(ops.attention(a));
-  }
+  MOESERVE_RETURN_IF_ERROR(norm_rope_attend(ops, profile_,
+                                            {.q = q,
+                                             .k = k,
+                                             .v = v,
+                                             .out = attn,
+                                             .q_norm = &l.attn_q_norm,
+                                             .k_norm = &l.attn_k_norm,
+                                             .n_head = hp_.n_head,
+                                             .n_head_kv = hp_.n_head_kv,
+                                             .head_dim = hp_.head_dim,
+                                             .eps = hp_.rms_eps,
+                                             .layer = il}));
   ScopedTimer timer(profile_, &ForwardProfile::attn_proj, ops);
   const backend::MatmulOp out_proj[] = {{&l.attn_output, attn, o, T}};
   MOESERVE_RETURN_IF_ERROR(ops.matmul(out_proj));
@@ -266,21 +211,6 @@ Status Qwen3Model::Forward::moe_block(DeviceBuffers& d, int il, int64_t T) {
     xn_ready_ = true;
   }
   return ops.expert_ffn(e);
-}
-
-Status Qwen3Model::Forward::output_block(DeviceBuffers& d, const ForwardBatch& b) {
-  ScopedTimer timer(profile_, &ForwardProfile::lm_head, *d.ops);
-  return output_head({.device = d.device,
-                      .ops = d.ops.get(),
-                      .x = d.x.as<float>(),
-                      .final_rows = &d.final_rows,
-                      .logits = &d.logits,
-                      .norm = &w_.output_norm,
-                      .output = &w_.output,
-                      .n_embd = hp_.n_embd,
-                      .n_vocab = hp_.n_vocab,
-                      .eps = hp_.rms_eps},
-                     b);
 }
 
 // ---- the model ------------------------------------------------------------

@@ -118,55 +118,25 @@ class Qwen35Model::Forward {
   const Placement& placement_;
   Qwen35Workspace& ws_;
   ForwardProfile* profile_;
-  DeviceBuffers* current_ = nullptr;
   bool xn_ready_ = false;
   std::span<int64_t> expert_counts_;
 };
 
 Status Qwen35Model::Forward::run(const ForwardBatch& b) {
-  const int64_t T = int64_t(b.tokens.size());
-  if (T == 0) return Status::ok();
-  MOESERVE_RETURN_IF_ERROR(check_batch(b, {hp_.n_layer, hp_.n_vocab, hp_.moe ? hp_.n_expert : 0}, ws_.rows));
   const backend::RopeSpec rope{.n_rot = hp_.n_rot, .freq_base = hp_.rope_freq_base};
-  const backend::BatchLayout layout = batch_layout(b, ws_.rows, {&rope, 1}, profile_ != nullptr);
   expert_counts_ = b.expert_counts;
-  for (DeviceBuffers& d : ws_.devices) {
-    MOESERVE_RETURN_IF_ERROR(ensure_buffers(d, hp_, T));
-    MOESERVE_RETURN_IF_ERROR(d.ops->begin_batch(layout));
-  }
-  DeviceBuffers& io = *ws_.find(placement_.io);
-  {
-    ScopedTimer timer(profile_, &ForwardProfile::embed, *io.ops);
-    MOESERVE_RETURN_IF_ERROR(io.ops->embed(w_.token_embd, io.x.as<float>()));
-  }
-  current_ = &io;
-  for (int il = 0; il < int(hp_.n_layer); ++il) {
-    DeviceBuffers& d = *ws_.find(placement_.layer(il));
-    if (current_ != &d) {
-      MOESERVE_RETURN_IF_ERROR(move_rows(*current_->ops, current_->x.as<float>(), *d.ops, d.x.as<float>(), T,
-                                         hp_.n_embd, ws_.staging));
-      current_ = &d;
-    }
-    MOESERVE_RETURN_IF_ERROR(hp_.recurrent[size_t(il)] ? delta_net_block(d, il, T)
-                                                       : attention_block(d, il, T));
-    MOESERVE_RETURN_IF_ERROR(hp_.moe ? moe_block(d, il, T) : dense_ffn_block(d, il, T));
-  }
-  if (current_ != &io) {
-    MOESERVE_RETURN_IF_ERROR(move_rows(*current_->ops, current_->x.as<float>(), *io.ops, io.x.as<float>(), T,
-                                       hp_.n_embd, ws_.staging));
-  }
-  ScopedTimer timer(profile_, &ForwardProfile::lm_head, *io.ops);
-  return output_head({.device = io.device,
-                      .ops = io.ops.get(),
-                      .x = io.x.as<float>(),
-                      .final_rows = &io.final_rows,
-                      .logits = &io.logits,
-                      .norm = &w_.output_norm,
-                      .output = &w_.output,
-                      .n_embd = hp_.n_embd,
-                      .n_vocab = hp_.n_vocab,
-                      .eps = hp_.rms_eps},
-                     b);
+  WalkSpec s;
+  s.placement = &placement_, s.profile = profile_;
+  s.limits = {hp_.n_layer, hp_.n_vocab, hp_.moe ? hp_.n_expert : 0};
+  s.ropes = {&rope, 1}, s.n_embd = hp_.n_embd;
+  s.token_embd = &w_.token_embd, s.output_norm = &w_.output_norm, s.output = &w_.output, s.eps = hp_.rms_eps;
+  return walk_layers(
+      b, ws_, s, [&](DeviceBuffers& d, int64_t rows) { return ensure_buffers(d, hp_, rows); },
+      [&](DeviceBuffers& d, int il, int64_t T, bool) -> Status {
+        MOESERVE_RETURN_IF_ERROR(hp_.recurrent[size_t(il)] ? delta_net_block(d, il, T)
+                                                           : attention_block(d, il, T));
+        return hp_.moe ? moe_block(d, il, T) : dense_ffn_block(d, il, T);
+      });
 }
 
 Status Qwen35Model::Forward::input_norm(DeviceBuffers& d, int il, int64_t T) {
@@ -206,31 +176,19 @@ Status Qwen35Model::Forward::attention_block(DeviceBuffers& d, int il, int64_t T
     const MatmulOp qkv[] = {{&l.attn_q, xn, qg, T}, {&l.attn_k, xn, k, T}, {&l.attn_v, xn, v, T}};
     MOESERVE_RETURN_IF_ERROR(ops.matmul(qkv));
     MOESERVE_RETURN_IF_ERROR(ops.split_q_gate(qg, q, gate, T, hp_.n_head, hp_.head_dim));
-    backend::QkNormRopeArgs r;
-    r.q = q;
-    r.k = k;
-    r.v = v;
-    r.q_norm = &l.attn_q_norm;
-    r.k_norm = &l.attn_k_norm;
-    r.n_head = hp_.n_head;
-    r.n_head_kv = hp_.n_head_kv;
-    r.head_dim = hp_.head_dim;
-    r.eps = hp_.rms_eps;
-    r.layer = il;
-    MOESERVE_RETURN_IF_ERROR(ops.qk_norm_rope_store(r));
   }
-  {
-    ScopedTimer timer(profile_, &ForwardProfile::attention, ops);
-    backend::AttentionOpArgs a;
-    a.q = q;
-    a.out = attn;
-    a.n_head = hp_.n_head;
-    a.n_head_kv = hp_.n_head_kv;
-    a.head_dim = hp_.head_dim;
-    a.scale = 1.0f / std::sqrt(float(hp_.head_dim));
-    a.layer = il;
-    MOESERVE_RETURN_IF_ERROR(ops.attention(a));
-  }
+  MOESERVE_RETURN_IF_ERROR(norm_rope_attend(ops, profile_,
+                                            {.q = q,
+                                             .k = k,
+                                             .v = v,
+                                             .out = attn,
+                                             .q_norm = &l.attn_q_norm,
+                                             .k_norm = &l.attn_k_norm,
+                                             .n_head = hp_.n_head,
+                                             .n_head_kv = hp_.n_head_kv,
+                                             .head_dim = hp_.head_dim,
+                                             .eps = hp_.rms_eps,
+                                             .layer = il}));
   ScopedTimer timer(profile_, &ForwardProfile::attn_proj, ops);
   MOESERVE_RETURN_IF_ERROR(ops.mul_sigmoid(attn, gate, T, hp_.q_dim()));
   const MatmulOp out_proj[] = {{&l.attn_output, attn, d.o.as<float>(), T}};
