@@ -27,6 +27,11 @@ void ExpertCostModel::set_pcie(double bytes_per_s) {
   in_.pcie_bytes_per_s = bytes_per_s;
 }
 
+void ExpertCostModel::set_cpu_flops(double flops_per_s) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (flops_per_s > 0.0) in_.cpu_flops_per_s = flops_per_s;
+}
+
 void ExpertCostModel::set_stream(double bytes_per_s) {
   std::lock_guard<std::mutex> lock(mu_);
   in_.stream_bytes_per_s = bytes_per_s;

@@ -62,6 +62,7 @@ class ExpertCostModel {
   explicit ExpertCostModel(const ExpertCostInputs& in) : in_(in) {}
   void set_pcie(double bytes_per_s);
   void set_stream(double bytes_per_s);
+  void set_cpu_flops(double flops_per_s);  // measured (ExpertSplit::probe_host_flops)
   ExpertCostInputs inputs() const;
 
   // Estimated seconds for the CPU to compute experts whose weights are

@@ -1,6 +1,8 @@
 #include "backend/expert_split.h"
 
 #include <algorithm>
+#include <chrono>
+#include <cmath>
 
 namespace moeserve::backend {
 
@@ -111,6 +113,31 @@ HostCall ExpertSplit::start_on_host(int layer, int64_t n_embd, int64_t n_ff,
   call.pending_ = true;
   call.started_ = host_->start(batch);
   return call;
+}
+
+Result<double> ExpertSplit::probe_host_flops(int layer, int64_t n_tokens) const {
+  const WeightView *g = host_view(WeightUse::kExpertGate), *d = host_view(WeightUse::kExpertDown);
+  if (g == nullptr || d == nullptr || host_view(WeightUse::kExpertUp) == nullptr || host_ == nullptr) {
+    return make_error(StatusCode::kNotFound, "layer {}: no host experts to time", layer);
+  }
+  const int64_t n_embd = g->n_cols, n_ff = g->n_rows, n_jobs = std::min<int64_t>(2, n_expert_);
+  if (n_embd <= 0 || n_ff <= 0 || n_tokens <= 0 || n_jobs <= 0) {
+    return make_error(StatusCode::kInvalidArgument, "layer {}: nothing to time", layer);
+  }
+  std::vector<float> x(size_t(n_tokens * n_embd)), y(size_t(n_jobs * n_tokens * n_embd));
+  for (size_t i = 0; i < x.size(); ++i) x[i] = 0.5f * std::sin(0.37f * float(i));
+  std::vector<ExpertJob> jobs;
+  for (int64_t j = 0; j < n_jobs; ++j)
+    jobs.push_back({int32_t(j), x.data(), n_tokens, y.data() + j * n_tokens * n_embd});
+  double best = 0.0;
+  for (int rep = 0; rep < 3; ++rep) {
+    const auto t0 = std::chrono::steady_clock::now();
+    MOESERVE_RETURN_IF_ERROR(compute_on_host(layer, n_embd, n_ff, jobs));
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    if (rep > 0 && s > 0.0)
+      best = std::max(best, 6.0 * double(n_embd * n_ff) * double(n_jobs * n_tokens) / s);
+  }
+  return best;
 }
 
 }  // namespace moeserve::backend

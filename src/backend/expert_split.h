@@ -82,6 +82,12 @@ class ExpertSplit {
   // experts. `jobs` and the rows they point to stay valid until finish().
   HostCall start_on_host(int layer, int64_t n_embd, int64_t n_ff, std::span<const ExpertJob> jobs) const;
 
+  // The host backend's expert arithmetic, measured: `n_tokens` made-up
+  // rows through two of the layer's experts (their real weights, read from
+  // the host stacks), after a first call that pages them in; FLOP/s of the
+  // faster of two timed calls. kNotFound without host views.
+  Result<double> probe_host_flops(int layer, int64_t n_tokens) const;
+
   // Selections served locally and by the host since start (the hot-hit
   // ratio); counted only while some expert is not local (all local: 1).
   mutable std::atomic<int64_t> local_pairs{0}, host_pairs{0};

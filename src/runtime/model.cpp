@@ -99,9 +99,10 @@ Status Model::split_experts(const ModelLoadOptions& options, models::Placement& 
     host = expert_router_.get();
     worker_splits_ = true;
   }
-  // The cost model's CPU side: DRAM measured now, the arithmetic guessed
-  // (about 50 GFLOP/s a thread with the integer dot products) and refined
-  // from the host calls; PCIe once the file is pinned (after placement).
+  // The cost model's CPU side: DRAM measured now; the arithmetic guessed
+  // (about 50 GFLOP/s a thread with the integer dot products) until it is
+  // measured on the placed experts, then refined from the host calls; PCIe
+  // once the file is pinned (after placement).
   backend::ExpertCostInputs in;
   if (Result<double> dram = measure_read_bandwidth({.pool = pool_.get()}); dram.is_ok())
     in.dram_bytes_per_s = *dram * 1e9;
@@ -213,12 +214,13 @@ void Model::pin_for_expert_copies() {
     return;
   }
   expert_cost_->set_pcie(*pcie);
+  measure_cpu_experts();
   // The GPU's own kernels read pinned host memory at ~90% of the copy
   // engines' rate (H100 host: 47-50 against 55 GB/s).
   if (gpu_->reads_pinned_host_memory()) expert_cost_->set_stream(0.9 * *pcie);
   const backend::ExpertCostInputs in = expert_cost_->inputs();
   MOESERVE_LOG_INFO(
-      "cold experts: the file pinned in {:.1f} s; PCIe {:.1f} GB/s, DRAM {:.1f} GB/s, CPU ~{:.0f} GFLOP/s "
+      "cold experts: the file pinned in {:.1f} s; PCIe {:.1f} GB/s, DRAM {:.1f} GB/s, CPU {:.0f} GFLOP/s "
       "(refined as it runs): a chunk copies a layer's cold experts to the GPU when that is quicker "
       "than the CPU computing them{}",
       std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), *pcie / 1e9,
@@ -228,6 +230,25 @@ void Model::pin_for_expert_copies() {
             "rest "
             "(MOESERVE_EXPERT_STREAM)"
           : "");
+}
+
+// The CPU threads' expert arithmetic for the cost model's first chunk
+// (later host calls refine it): 32 rows through two experts of the first
+// layer with host experts, about what a 512-token chunk gives each expert.
+// An expert worker's speed is learned from its calls instead.
+void Model::measure_cpu_experts() {
+  if (worker_splits_) return;
+  for (size_t l = 0; l < splits_.size(); ++l) {
+    if (splits_[l]->all_local()) continue;
+    const auto t0 = std::chrono::steady_clock::now();
+    Result<double> flops = splits_[l]->probe_host_flops(int(l), 32);
+    if (flops.is_ok() && *flops > 0.0) {
+      expert_cost_->set_cpu_flops(*flops);
+      MOESERVE_LOG_DEBUG("CPU experts: {:.0f} GFLOP/s measured on layer {} in {:.1f} ms", *flops / 1e9, l,
+                         1e3 * std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    }
+    return;
+  }
 }
 
 Result<std::vector<ExpertSwap>> Model::promote_experts(const PromotionOptions& options) {

@@ -92,6 +92,7 @@ class Model {
   Status split_experts(const ModelLoadOptions& options, models::Placement& placement);
   Status give_experts_to_worker(const ModelLoadOptions& options, models::Placement& placement);
   void pin_for_expert_copies();
+  void measure_cpu_experts();
   GgufFile file_;
   std::unique_ptr<ThreadPool> pool_;
   std::unique_ptr<backend::CpuDevice> cpu_;     // declared before net_: outlives the views into it

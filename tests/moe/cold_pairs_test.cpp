@@ -3,10 +3,14 @@
 // through the host backend with the right rows, skipped experts left out,
 // and a bad id is an error naming the layer.
 #include "backend/cold_pairs.h"
+#include "backend/cpu/expert_backend.h"
+#include "core/thread_pool.h"
 
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <map>
+#include <thread>
 #include <vector>
 
 namespace moeserve::backend {
@@ -110,6 +114,61 @@ TEST(ColdPairs, AnIdOutOfRangeIsAnErrorNamingTheLayer) {
   ASSERT_FALSE(n.is_ok());
   EXPECT_NE(n.status().to_string().find("layer 12"), std::string::npos) << n.status().to_string();
   EXPECT_FALSE(cold.collect(f.split, 1, std::vector<int32_t>{0, 1, 2}, 2).is_ok());  // not whole tokens
+}
+
+// probe_host_flops: two experts' worth of rows through the host backend,
+// FLOP/s from the timed calls (6 * n_embd * n_ff a row); an error without
+// host views.
+class SlowHost final : public ExpertBackend {
+ public:
+  Status compute(const ExpertBatch& batch) override {
+    calls += 1;
+    for (const ExpertJob& j : batch.jobs) rows += j.n_tokens;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    return Status::ok();
+  }
+  int calls = 0;
+  int64_t rows = 0;
+};
+
+TEST(ExpertSplit, ProbeHostFlopsTimesTwoExpertsOfRows) {
+  SlowHost host;
+  ExpertSplit split(8, {0}, &host);
+  EXPECT_FALSE(split.probe_host_flops(3, 32).is_ok());  // no host views yet
+  std::vector<uint8_t> bytes(8);
+  WeightView gate;
+  gate.data = bytes.data(), gate.matrix_stride = 1, gate.n_cols = 64, gate.n_rows = 16;  // n_embd 64, n_ff 16
+  for (WeightUse u : {WeightUse::kExpertGate, WeightUse::kExpertUp, WeightUse::kExpertDown})
+    split.set_host_view(u, gate);
+  auto flops = split.probe_host_flops(3, 32);
+  ASSERT_TRUE(flops.is_ok()) << flops.status().to_string();
+  EXPECT_EQ(host.calls, 3);  // one to page the weights in, two timed
+  EXPECT_EQ(host.rows, 3 * 2 * 32);
+  const double per_call = 6.0 * 64 * 16 * 2 * 32;
+  EXPECT_GT(*flops, 0.0);
+  EXPECT_LE(*flops, per_call / 0.019);  // each call slept 20 ms
+}
+
+// The same through the CPU expert backend on real (f32) stacks: the views'
+// shapes are what the backend expects, and it reports a positive rate.
+TEST(ExpertSplit, ProbeHostFlopsRunsTheCpuBackend) {
+  ThreadPool pool(2);
+  CpuExpertBackend cpu(&pool);
+  constexpr int64_t kEmbd = 64, kFf = 32, kExperts = 4;
+  std::vector<float> up_gate(size_t(kExperts * kFf * kEmbd), 0.01f), down(size_t(kExperts * kEmbd * kFf), 0.02f);
+  auto view = [](const std::vector<float>& w, int64_t rows, int64_t cols) {
+    WeightView v;
+    v.data = reinterpret_cast<const uint8_t*>(w.data()), v.type = DType::F32;
+    v.n_cols = cols, v.n_rows = rows, v.row_bytes = size_t(cols) * 4, v.matrix_stride = size_t(rows * cols) * 4;
+    return v;
+  };
+  ExpertSplit split(kExperts, {}, &cpu);
+  split.set_host_view(WeightUse::kExpertGate, view(up_gate, kFf, kEmbd));
+  split.set_host_view(WeightUse::kExpertUp, view(up_gate, kFf, kEmbd));
+  split.set_host_view(WeightUse::kExpertDown, view(down, kEmbd, kFf));
+  auto flops = split.probe_host_flops(0, 8);
+  ASSERT_TRUE(flops.is_ok()) << flops.status().to_string();
+  EXPECT_GT(*flops, 0.0);
 }
 
 }  // namespace
