@@ -40,6 +40,7 @@ Result<int64_t> ColdPairs::collect(const ExpertSplit& split, int layer, std::spa
   }
   split.local_pairs += int64_t(ids.size()) - n_host_;
   split.host_pairs += n_host_;
+  split.cold_experts_seen += int64_t(experts_.size());
   return n_host_;
 }
 

@@ -93,6 +93,9 @@ class ExpertSplit {
   mutable std::atomic<int64_t> local_pairs{0}, host_pairs{0};
   // Of the host pairs, those computed on the device after a copy of their weights.
   mutable std::atomic<int64_t> copied_pairs{0};
+  // The distinct cold experts each call selected, summed: a prefill chunk
+  // copies (or computes) that many, whatever their pair counts.
+  mutable std::atomic<int64_t> cold_experts_seen{0};
   // Selections of each expert since start (counted where the host sees
   // them: while some expert is not local), for live routing statistics.
   void count_selection(int32_t expert, int64_t n = 1) const { selections_[size_t(expert)] += n; }

@@ -58,6 +58,7 @@ TEST(ColdPairs, GroupsCountsAndComputesTheHostsPairs) {
   EXPECT_EQ(cold.tokens(0), 2);
   EXPECT_EQ(f.split.host_pairs.load(), 4);
   EXPECT_EQ(f.split.local_pairs.load(), 2);
+  EXPECT_EQ(f.split.cold_experts_seen.load(), 3);  // experts 0, 2 and 5
   for (int32_t e = 0; e < 6; ++e) EXPECT_EQ(f.split.selections(e), e == 3 ? 0 : (e == 0 ? 2 : 1)) << e;
 
   std::vector<float> out(4 * 3, -1.0f);

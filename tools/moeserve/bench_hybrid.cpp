@@ -11,11 +11,13 @@ namespace moeserve::tools {
 void HybridHits::start() {
   const auto& splits = model_.expert_splits();
   if (splits.empty()) return;
-  for (auto* v : {&local_, &host_, &copied_, &local0_, &host0_, &copied0_}) v->resize(splits.size());
+  for (auto* v : {&local_, &host_, &copied_, &cold_, &local0_, &host0_, &copied0_, &cold0_})
+    v->resize(splits.size());
   for (size_t l = 0; l < splits.size(); ++l) {
     local0_[l] = splits[l] ? splits[l]->local_pairs.load() : 0;
     host0_[l] = splits[l] ? splits[l]->host_pairs.load() : 0;
     copied0_[l] = splits[l] ? splits[l]->copied_pairs.load() : 0;
+    cold0_[l] = splits[l] ? splits[l]->cold_experts_seen.load() : 0;
   }
 }
 
@@ -25,10 +27,11 @@ void HybridHits::stop() {
     local_[l] += (splits[l] ? splits[l]->local_pairs.load() : 0) - local0_[l];
     host_[l] += (splits[l] ? splits[l]->host_pairs.load() : 0) - host0_[l];
     copied_[l] += (splits[l] ? splits[l]->copied_pairs.load() : 0) - copied0_[l];
+    cold_[l] += (splits[l] ? splits[l]->cold_experts_seen.load() : 0) - cold0_[l];
   }
 }
 
-void HybridHits::print_prefill() const {
+void HybridHits::print_prefill(double pp_tok_s, int64_t n_prompt, int runs) const {
   if (local_.empty()) return;
   int64_t local = 0, host = 0, copied = 0;
   for (size_t l = 0; l < local_.size(); ++l) local += local_[l], host += host_[l], copied += copied_[l];
@@ -38,6 +41,24 @@ void HybridHits::print_prefill() const {
       "the GPU after copying their weights, the rest on the CPU\n",
       100.0 * double(local) / double(std::max<int64_t>(local + host, 1)),
       100.0 * double(copied) / double(std::max<int64_t>(host, 1)));
+  // The copy bound: every distinct cold expert a prompt selected, copied.
+  Result<moe::MoeShape> shape = moe::moe_shape(model_.file());
+  const auto& splits = model_.expert_splits();
+  double bytes = 0.0, pcie = 0.0;
+  for (size_t l = 0; shape.is_ok() && l < cold_.size() && l < shape->expert_bytes.size(); ++l) {
+    bytes += double(cold_[l]) * double(shape->expert_bytes[l]);
+    if (splits[l] != nullptr && splits[l]->cost() != nullptr)
+      pcie = std::max(pcie, splits[l]->cost()->inputs().pcie_bytes_per_s);
+  }
+  if (runs <= 0 || bytes <= 0.0 || pcie <= 0.0 || n_prompt <= 0) return;
+  bytes /= double(runs);
+  const double bound = double(n_prompt) / (bytes / pcie);
+  fmt::print(
+      "hybrid prefill copy bound: {:.2f} GB of cold experts selected a prompt, {:.1f} ms at {:.1f} GB/s -> "
+      "{:.0f} "
+      "tok/s if all were copied; pp is {:.1f}% of it (the CPU computed {:.1f}% of the cold selections)\n",
+      bytes / 1e9, 1e3 * bytes / pcie, pcie / 1e9, bound, 100.0 * pp_tok_s / bound,
+      100.0 - 100.0 * double(copied) / double(std::max<int64_t>(host, 1)));
 }
 
 void HybridHits::print(double hbm_gb_s, double dram_gb_s, double tg_tok_s) const {

@@ -22,12 +22,14 @@ class HybridHits {
   // Prints the hit ratio and the roofline line (nothing without splits).
   void print(double hbm_gb_s, double dram_gb_s, double tg_tok_s) const;
   // Prefill: the hit ratio and the share of cold selections computed on the
-  // GPU after a copy of their weights.
-  void print_prefill() const;
+  // GPU after a copy of their weights; then the copy bound of `runs`
+  // prompts of n_prompt tokens: the distinct cold experts they selected,
+  // all copied at the measured PCIe rate, against pp_tok_s.
+  void print_prefill(double pp_tok_s, int64_t n_prompt, int runs) const;
 
  private:
   const runtime::Model& model_;
-  std::vector<int64_t> local_, host_, copied_, local0_, host0_, copied0_;
+  std::vector<int64_t> local_, host_, copied_, cold_, local0_, host0_, copied0_, cold0_;
 };
 
 }  // namespace moeserve::tools

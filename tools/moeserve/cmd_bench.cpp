@@ -250,7 +250,7 @@ Status run_bench(const BenchOptions& o) {
   } else {
     bw = print_device_bound(*model, active_gb, o.n_gen > 0 && !hits.any() ? tgs.mean : 0.0);
     hits.print(bw, std::min(bw_before, bw_after), o.n_gen > 0 ? tgs.mean : 0.0);
-    if (o.n_prompt > 0) pp_hits.print_prefill();
+    if (o.n_prompt > 0) pp_hits.print_prefill(pps.mean, o.n_prompt, o.repetitions);
   }
   for (int64_t n_seq : o.parallel) {
     MOESERVE_ASSIGN_OR_RETURN(ParallelDecodeResult r, bench_parallel_decode(*model, n_seq, std::max<int64_t>(o.n_gen, 8)));
