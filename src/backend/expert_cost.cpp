@@ -124,7 +124,7 @@ double ExpertCostModel::prefetch_host_share(double expected_tokens, double exper
   if (prefetch_ratio_ <= 0.0) prefetch_ratio_ = copy / (pair_flops / in_.cpu_flops_per_s);
   double ratio = prefetch_ratio_ / expected_tokens;
   // An expert the CPU takes is read from DRAM too: it never beats that.
-  if (in_.dram_bytes_per_s > 0.0) ratio = std::min(ratio, copy / (expert_bytes / in_.dram_bytes_per_s));
+  if (in_.dram_bytes_per_s > 0.0) ratio = std::min(ratio, in_.dram_bytes_per_s / in_.pcie_bytes_per_s);
   return std::min(ratio / (1.0 + ratio), kPrefetchShareMax);
 }
 

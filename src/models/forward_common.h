@@ -137,6 +137,27 @@ struct CacheAttentionArgs {
 };
 Status norm_rope_attend(backend::Ops& ops, ForwardProfile* profile, const CacheAttentionArgs& a);
 
+// The rows norm_rope_attend works on.
+struct AttentionRows {
+  float *q = nullptr, *k = nullptr;
+  const float* v = nullptr;
+  float* out = nullptr;
+};
+// Its arguments as every architecture fills them from its hyper-parameters
+// (n_head_kv, head_dim, rms_eps) and layer weights (attn_q_norm,
+// attn_k_norm); n_head apart, since Laguna's varies per layer. RoPE 0, no
+// window: the caller sets those where they differ.
+template <typename HParams, typename LayerWeights>
+CacheAttentionArgs cache_attention(const HParams& hp, const LayerWeights& l, int layer, int64_t n_head,
+                                   const AttentionRows& rows) {
+  CacheAttentionArgs a;
+  a.q = rows.q, a.k = rows.k, a.v = rows.v, a.out = rows.out;
+  a.q_norm = &l.attn_q_norm, a.k_norm = &l.attn_k_norm;
+  a.n_head = n_head, a.n_head_kv = hp.n_head_kv, a.head_dim = hp.head_dim;
+  a.eps = hp.rms_eps, a.layer = layer;
+  return a;
+}
+
 // What walk_layers needs of an architecture besides its buffers and layers.
 struct WalkSpec {
   const Placement* placement = nullptr;

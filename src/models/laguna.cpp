@@ -152,20 +152,10 @@ Status LagunaModel::Forward::attention_block(DeviceBuffers& d, int il, int64_t T
         {&l.attn_q, xn, q, T}, {&l.attn_k, xn, k, T}, {&l.attn_v, xn, v, T}, {&l.attn_gate, xn, gate, T}};
     MOESERVE_RETURN_IF_ERROR(ops.matmul(proj));
   }
-  MOESERVE_RETURN_IF_ERROR(norm_rope_attend(ops, profile_,
-                                            {.q = q,
-                                             .k = k,
-                                             .v = v,
-                                             .out = attn,
-                                             .q_norm = &l.attn_q_norm,
-                                             .k_norm = &l.attn_k_norm,
-                                             .n_head = n_head,
-                                             .n_head_kv = hp_.n_head_kv,
-                                             .head_dim = hp_.head_dim,
-                                             .eps = hp_.rms_eps,
-                                             .layer = il,
-                                             .rope = hp_.rope_index(il),
-                                             .window = hp_.sliding[size_t(il)] ? hp_.window : 0}));
+  CacheAttentionArgs heads = cache_attention(hp_, l, il, n_head, {.q = q, .k = k, .v = v, .out = attn});
+  heads.rope = hp_.rope_index(il);
+  heads.window = hp_.sliding[size_t(il)] ? hp_.window : 0;
+  MOESERVE_RETURN_IF_ERROR(norm_rope_attend(ops, profile_, heads));
   ScopedTimer timer(profile_, &ForwardProfile::attn_proj, ops);
   if (hp_.gate_per_element) {
     MOESERVE_RETURN_IF_ERROR(ops.mul_softplus(attn, gate, T, n_head * hp_.head_dim, 1));

@@ -177,18 +177,8 @@ Status Qwen35Model::Forward::attention_block(DeviceBuffers& d, int il, int64_t T
     MOESERVE_RETURN_IF_ERROR(ops.matmul(qkv));
     MOESERVE_RETURN_IF_ERROR(ops.split_q_gate(qg, q, gate, T, hp_.n_head, hp_.head_dim));
   }
-  MOESERVE_RETURN_IF_ERROR(norm_rope_attend(ops, profile_,
-                                            {.q = q,
-                                             .k = k,
-                                             .v = v,
-                                             .out = attn,
-                                             .q_norm = &l.attn_q_norm,
-                                             .k_norm = &l.attn_k_norm,
-                                             .n_head = hp_.n_head,
-                                             .n_head_kv = hp_.n_head_kv,
-                                             .head_dim = hp_.head_dim,
-                                             .eps = hp_.rms_eps,
-                                             .layer = il}));
+  MOESERVE_RETURN_IF_ERROR(norm_rope_attend(
+      ops, profile_, cache_attention(hp_, l, il, hp_.n_head, {.q = q, .k = k, .v = v, .out = attn})));
   ScopedTimer timer(profile_, &ForwardProfile::attn_proj, ops);
   MOESERVE_RETURN_IF_ERROR(ops.mul_sigmoid(attn, gate, T, hp_.q_dim()));
   const MatmulOp out_proj[] = {{&l.attn_output, attn, d.o.as<float>(), T}};
