@@ -97,7 +97,8 @@ void HybridHits::print(double hbm_gb_s, double dram_gb_s, double tg_tok_s) const
   if (hbm_gb_s <= 0.0 || dram_gb_s <= 0.0) return;
   const double roof = 1.0 / std::max(gpu_gb / hbm_gb_s, cpu_gb / dram_gb_s);
   fmt::print(
-      "hybrid decode roofline: GPU {:.3f} GB/token at {:.0f} GB/s, CPU {:.3f} GB/token at {:.1f} GB/s: "
+      "hybrid decode roofline: GPU {:.3f} GB/token at {:.0f} GB/s, CPU {:.3f} GB/token at {:.1f} GB/s (the "
+      "better of the reads before and after the runs): "
       "max -> {:.0f} tok/s{}",
       gpu_gb, hbm_gb_s, cpu_gb, dram_gb_s, roof, tg_tok_s > 0.0 ? "" : "\n");
   if (tg_tok_s > 0.0) fmt::print(", tg is {:.1f}% of it\n", 100.0 * tg_tok_s / roof);

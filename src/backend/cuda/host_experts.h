@@ -106,6 +106,8 @@ class HostExpertStage {
   // on the copy stream; their ids through `ids` (pinned) after the stacks.
   Result<Copied> copy_experts(const ExpertSplit& split, const std::vector<int32_t>& experts,
                               DeviceMemory& buffer, Pinned& ids);
+  // Issues the copies copy_experts() lined up (batch_*) on the copy stream.
+  Status enqueue_copies();
   // The cold experts of `next` a prefetch copies (ascending) into `copy`.
   void choose_prefetch(const ExpertSplit& next, int64_t n_ff, std::vector<int32_t>& copy);
   // The CPU computes the collected pairs not copied into y_ (rows_: their pair rows).
@@ -154,6 +156,10 @@ class HostExpertStage {
   // Scratch of plan(), kept: it runs every split layer of every chunk.
   std::vector<int32_t> by_tokens_, tokens_;
   std::vector<int64_t> cold_selections_;  // choose_prefetch's
+  std::vector<void*> batch_dst_;          // copy_experts' copies: destinations, sources, sizes
+  std::vector<const void*> batch_src_;
+  std::vector<size_t> batch_size_;
+  bool batch_works_ = true;
 };
 
 }  // namespace moeserve::backend
