@@ -7,7 +7,9 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <span>
+#include <vector>
 
 #include "core/status.h"
 #include "tensor/weight_view.h"
@@ -34,10 +36,34 @@ struct ExpertBatch {
   std::span<const ExpertJob> jobs;
 };
 
+// A guess between two layers of a decode step: the cold experts that the
+// next layer's router picks for this layer's input (the residual stream
+// changes little from one layer to the next) are read into the CPU's
+// caches while the GPU computes that layer's attention and routing, when
+// the memory would otherwise sit idle. Nothing is computed, so the output
+// cannot change; a wrong guess costs reads nobody waits for.
+struct ExpertWarmup {
+  const float* router = nullptr;  // [n_expert][n_embd] f32: the next layer's router
+  const float* bias = nullptr;    // [n_expert]: rank sigmoid(logit) + bias (null: rank the logits)
+  const float* x = nullptr;       // [n_embd]: this layer's normed input row
+  int64_t n_embd = 0, n_expert = 0;
+  const uint8_t* candidate = nullptr;  // [n_expert]: nonzero = the host would compute it
+  int max_experts = 0;
+  const WeightView* gate = nullptr;  // the next layer's host stacks
+  const WeightView* up = nullptr;
+  const WeightView* down = nullptr;
+  // Polled between pieces: true = stop reading (the real selections are in).
+  std::function<bool()> stop;
+  std::vector<int32_t>* chosen = nullptr;  // out, when given: the experts guessed
+};
+
 class ExpertBackend {
  public:
   virtual ~ExpertBackend() = default;
   virtual Status compute(const ExpertBatch& batch) = 0;
+  // Reads the guessed experts' weights (ExpertWarmup) where that helps the
+  // next compute(): the CPU's caches. Elsewhere (a worker process) nothing.
+  virtual void warm(const ExpertWarmup& /*hint*/) {}
 
   // The same work in two halves, for backends that compute somewhere else
   // (a worker process): start() hands the batch over and returns, so the

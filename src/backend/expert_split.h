@@ -9,6 +9,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <span>
@@ -82,6 +83,24 @@ class ExpertSplit {
   // experts. `jobs` and the rows they point to stay valid until finish().
   HostCall start_on_host(int layer, int64_t n_embd, int64_t n_ff, std::span<const ExpertJob> jobs) const;
 
+  // The layer's router in host memory ([n_expert][n_embd] f32, the file's
+  // mapping) and its selection bias ([n_expert], null: none), set by the
+  // runtime: while the GPU finishes the layer before this one, the host
+  // reads the experts they pick for that layer's input into its caches
+  // (ExpertWarmup).
+  void set_router(const float* router, int64_t n_embd, const float* bias);
+  bool has_router() const { return router_ != nullptr; }
+  // That guess and read, for `x`; false when it did not run (no router,
+  // every expert local, or another call holds the host backend).
+  struct WarmArgs {
+    const float* x = nullptr;  // [n_embd]: the previous layer's normed input row
+    int64_t n_embd = 0;
+    int max_experts = 0;
+    std::function<bool()> stop;
+    std::vector<int32_t>* chosen = nullptr;
+  };
+  bool warm_on_host(const WarmArgs& a) const;
+
   // The host backend's expert arithmetic, measured: `n_tokens` made-up
   // rows through two of the layer's experts (their real weights, read from
   // the host stacks), after a first call that pages them in; FLOP/s of the
@@ -122,6 +141,9 @@ class ExpertSplit {
   ExpertBackend* host_ = nullptr;
   ExpertCostModel* cost_ = nullptr;
   WeightView host_gate_, host_up_, host_down_;
+  const float* router_ = nullptr;
+  const float* router_bias_ = nullptr;
+  int64_t router_n_embd_ = 0;
   static std::mutex& host_lock();
 };
 

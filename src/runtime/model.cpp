@@ -157,9 +157,22 @@ Status Model::split_experts(const ModelLoadOptions& options, models::Placement& 
     }
     splits_[size_t(l)] = std::make_unique<backend::ExpertSplit>(n_expert, ids, host);
     splits_[size_t(l)]->set_cost(expert_cost_.get());
+    set_split_router(*splits_[size_t(l)], int(l), n_expert);
     placement.expert_splits[size_t(l)] = splits_[size_t(l)].get();
   }
   return Status::ok();
+}
+
+// The layer's router from the file, when it is plain f32 (as converters
+// write it): the host guesses the layer's experts a layer early with it.
+void Model::set_split_router(backend::ExpertSplit& split, int layer, int64_t n_expert) const {
+  const GgufTensorInfo* router = file_.find_tensor(keys::blk(layer, keys::kFfnGateInp));
+  if (router == nullptr || router->type != DType::F32 || router->ne[1] != n_expert || router->n_dims != 2)
+    return;
+  const GgufTensorInfo* bias = file_.find_tensor(keys::blk(layer, keys::kFfnExpProbsB, "bias"));
+  const bool bias_ok = bias != nullptr && bias->type == DType::F32 && bias->n_elements() == n_expert;
+  split.set_router(reinterpret_cast<const float*>(router->data), router->ne[0],
+                   bias_ok ? reinterpret_cast<const float*>(bias->data) : nullptr);
 }
 
 // On the CPU, a split per layer whose `host` is the worker: the device

@@ -90,6 +90,7 @@ class Model {
  private:
   explicit Model(GgufFile file) : file_(std::move(file)) {}
   Status split_experts(const ModelLoadOptions& options, models::Placement& placement);
+  void set_split_router(backend::ExpertSplit& split, int layer, int64_t n_expert) const;
   Status give_experts_to_worker(const ModelLoadOptions& options, models::Placement& placement);
   void pin_for_expert_copies();
   void measure_cpu_experts();

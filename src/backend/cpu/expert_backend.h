@@ -29,6 +29,8 @@ class CpuExpertBackend : public ExpertBackend {
   explicit CpuExpertBackend(ThreadPool* pool, const cpu::CpuKernels* kernels = nullptr)
       : pool_(pool), kernels_(kernels) {}
   Status compute(const ExpertBatch& batch) override;
+  // Guesses with the router, then reads the guesses' weights (expert_warmup.cpp).
+  void warm(const ExpertWarmup& hint) override;
 
  private:
   struct Tile {
@@ -54,7 +56,21 @@ class CpuExpertBackend : public ExpertBackend {
   std::vector<float> g_, u_;
   std::unique_ptr<JobProgress[]> progress_;
   size_t progress_capacity_ = 0;
+  // warm()'s scratch: the router's scores, the pieces to read, their sum.
+  struct WarmPiece {
+    const uint8_t* data;
+    size_t bytes;
+  };
+  std::vector<float> warm_score_;
+  std::vector<WarmPiece> warm_pieces_;
+  uint64_t warm_sink_ = 0;
 };
+
+// ExpertWarmup's choice: the `max_experts` candidates (all experts when
+// `candidate` is null) of highest score, ties to the lower id; non-finite
+// scores are never chosen.
+std::vector<int32_t> choose_warm_experts(std::span<const float> score, const uint8_t* candidate,
+                                         int max_experts);
 
 // The straightforward alternative, kept for comparison (moeserve bench
 // --expert-backend per-expert): three matmul() calls per expert, each its own

@@ -147,11 +147,12 @@ Status CudaOps::mailbox_experts(const ExpertFfnArgs& a, const ExpertSplit& split
 // results unused) instead of waiting for ever.
 Status CudaOps::serve_mailboxes(std::span<const HostMailboxes::Layer> layers) {
   Status first = Status::ok();
-  for (const HostMailboxes::Layer& l : layers) {
+  for (size_t i = 0; i < layers.size(); ++i) {
     if (first.is_ok()) {
-      first = mailboxes_->serve(l, forward_, stream_);
+      first = mailboxes_->serve(layers[i], forward_, stream_);
+      if (first.is_ok() && i + 1 < layers.size()) mailboxes_->warm_next(layers[i], layers[i + 1], forward_);
     } else {
-      mailboxes_->post_empty(l, forward_);
+      mailboxes_->post_empty(layers[i], forward_);
     }
   }
   return first;

@@ -73,6 +73,12 @@ class HostMailboxes {
   Status serve(const Layer& layer, uint32_t forward, cudaStream_t stream);
   // Posts no rows for the layer (after an earlier layer failed).
   void post_empty(const Layer& layer, uint32_t forward);
+  // Once `served` is posted, while the GPU computes on to `next`: the
+  // host guesses next's cold experts from served's input row and reads
+  // them into its caches until next's selections arrive
+  // (ExpertSplit::warm_on_host; one-row forwards; MOESERVE_EXPERT_WARM=N
+  // experts, 0 turns it off).
+  void warm_next(const Layer& served, const Layer& next, uint32_t forward);
 
  private:
   struct Slot {
@@ -117,6 +123,12 @@ class HostMailboxes {
   void trace_gpu(int slot);
   Shape capacity_;  // every slot has room for this
   ColdPairs cold_;
+  // warm_next()'s last guess (for layer warm_layer_) and, traced, how
+  // often a guess was among the layer's cold selections.
+  std::vector<int32_t> warm_chosen_;
+  int warm_layer_ = -1;
+  int64_t warm_guessed_ = 0, warm_hits_ = 0;
+  void count_warm_hits(int layer);
 };
 
 }  // namespace moeserve::backend
