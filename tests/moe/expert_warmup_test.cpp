@@ -94,7 +94,7 @@ TEST(ExpertWarmup, NoGuessWithoutARouterAMatchingRowOrAFreeHost) {
   std::atomic<bool> inside{false}, release{false};
   std::thread busy([&] {
     ExpertJob job;
-    std::vector<float> y(size_t(Layer::kEmbd));
+    std::vector<float> y(static_cast<size_t>(Layer::kEmbd));
     job.expert = 0, job.x = l.x.data(), job.n_tokens = 1, job.y = y.data();
     class Blocking final : public ExpertBackend {
      public:
