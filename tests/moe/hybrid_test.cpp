@@ -171,5 +171,26 @@ TEST(HybridExperts, SwapsBetweenStepsKeepTheGreedyOutput) {
   for (const auto& s : hybrid->expert_splits()) EXPECT_EQ(s->local().size(), some.size());
 }
 
+// The splits carry their layer's router from the file (f32 [n_embd][n_expert]),
+// which the host's decode warm-up guesses with: the guess is one of the
+// layer's cold experts. Runs on the CPU device too (it takes splits).
+TEST(HybridExperts, SplitsCarryTheirRoutersForTheWarmUp) {
+  std::vector<int32_t> even;
+  for (int32_t e = 0; e < kExperts; e += 2) even.push_back(e);
+  auto hybrid = load("cpu", {even, even, even, even}, true);
+  ASSERT_TRUE(hybrid);
+  const int64_t n_embd = hybrid->info().n_embd;
+  const std::vector<float> x(static_cast<size_t>(n_embd), 0.5f);
+  for (const auto& s : hybrid->expert_splits()) {
+    ASSERT_TRUE(s->has_router());
+    std::vector<int32_t> chosen;
+    backend::ExpertSplit::WarmArgs a;
+    a.x = x.data(), a.n_embd = n_embd, a.max_experts = 3, a.chosen = &chosen;
+    ASSERT_TRUE(s->warm_on_host(a));
+    ASSERT_EQ(chosen.size(), 3u);
+    for (int32_t e : chosen) EXPECT_FALSE(s->is_local(e)) << e;
+  }
+}
+
 }  // namespace
 }  // namespace moeserve::runtime
