@@ -47,7 +47,8 @@ struct ExpertWarmup {
   const float* bias = nullptr;    // [n_expert]: rank sigmoid(logit) + bias (null: rank the logits)
   const float* x = nullptr;       // [n_embd]: this layer's normed input row
   int64_t n_embd = 0, n_expert = 0;
-  const uint8_t* candidate = nullptr;  // [n_expert]: nonzero = the host would compute it
+  // A bit per expert (ExpertSplit's mask): set = on the device, never guessed (null: none).
+  const uint64_t* local_bits = nullptr;
   int max_experts = 0;
   const WeightView* gate = nullptr;  // the next layer's host stacks
   const WeightView* up = nullptr;

@@ -69,11 +69,9 @@ bool ExpertSplit::warm_on_host(const WarmArgs& a) const {
   // A guess must never hold up real work: another caller's experts go first.
   std::unique_lock<std::mutex> lock(host_lock(), std::try_to_lock);
   if (!lock.owns_lock()) return false;
-  std::vector<uint8_t> candidate(static_cast<size_t>(n_expert_));
-  for (int32_t e = 0; e < int32_t(n_expert_); ++e) candidate[size_t(e)] = is_local(e) ? 0 : 1;
   ExpertWarmup w;
   w.router = router_, w.bias = router_bias_, w.x = a.x, w.n_embd = a.n_embd, w.n_expert = n_expert_;
-  w.candidate = candidate.data(), w.max_experts = a.max_experts;
+  w.local_bits = mask_.data(), w.max_experts = a.max_experts;
   w.gate = host_view(WeightUse::kExpertGate), w.up = host_view(WeightUse::kExpertUp);
   w.down = host_view(WeightUse::kExpertDown);
   if (w.gate == nullptr || w.up == nullptr || w.down == nullptr) return false;

@@ -21,12 +21,18 @@ namespace {
 
 TEST(ExpertWarmup, ChoosesTheHighestScoringCandidatesTiesToTheLowerId) {
   const std::vector<float> score = {0.5f, 3.0f, 2.0f, 3.0f, NAN, 9.0f};
-  const std::vector<uint8_t> all = {1, 1, 1, 1, 1, 1};
-  EXPECT_EQ(choose_warm_experts(score, all.data(), 3), (std::vector<int32_t>{5, 1, 3}));
-  const std::vector<uint8_t> some = {1, 0, 1, 1, 1, 0};  // 1 and 5 are the device's
-  EXPECT_EQ(choose_warm_experts(score, some.data(), 2), (std::vector<int32_t>{3, 2}));
-  EXPECT_EQ(choose_warm_experts(score, some.data(), 10), (std::vector<int32_t>{3, 2, 0}));  // never the NaN
-  EXPECT_TRUE(choose_warm_experts(score, some.data(), 0).empty());
+  const cpu::CpuKernels& k = cpu::cpu_kernels();
+  auto choose = [&](const uint64_t* local_bits, int max_experts) {
+    std::vector<float> scratch = score;
+    std::vector<int32_t> out = {99};
+    choose_warm_experts(k, scratch, local_bits, max_experts, out);
+    return out;
+  };
+  EXPECT_EQ(choose(nullptr, 3), (std::vector<int32_t>{5, 1, 3}));
+  const uint64_t some = (1u << 1) | (1u << 5);  // 1 and 5 are the device's
+  EXPECT_EQ(choose(&some, 2), (std::vector<int32_t>{3, 2}));
+  EXPECT_EQ(choose(&some, 10), (std::vector<int32_t>{3, 2, 0}));  // never the NaN
+  EXPECT_TRUE(choose(&some, 0).empty());
 }
 
 // A layer of kExperts f32 experts whose router row e is e_hot * (e == hot):

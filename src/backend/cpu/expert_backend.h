@@ -56,21 +56,23 @@ class CpuExpertBackend : public ExpertBackend {
   std::vector<float> g_, u_;
   std::unique_ptr<JobProgress[]> progress_;
   size_t progress_capacity_ = 0;
-  // warm()'s scratch: the router's scores, the pieces to read, their sum.
+  // warm()'s scratch: the router's scores, the guesses, the pieces to read, their sum.
   struct WarmPiece {
     const uint8_t* data;
     size_t bytes;
   };
   std::vector<float> warm_score_;
+  std::vector<int32_t> warm_ids_;
   std::vector<WarmPiece> warm_pieces_;
   uint64_t warm_sink_ = 0;
 };
 
-// ExpertWarmup's choice: the `max_experts` candidates (all experts when
-// `candidate` is null) of highest score, ties to the lower id; non-finite
-// scores are never chosen.
-std::vector<int32_t> choose_warm_experts(std::span<const float> score, const uint8_t* candidate,
-                                         int max_experts);
+// ExpertWarmup's choice, into `out`: the `max_experts` experts of highest
+// score not set in `local_bits` (null: none is local), ties to the lower id,
+// through the kernel table's top_k; non-finite scores are never chosen.
+// `score` is scratch: the others are overwritten with -inf.
+void choose_warm_experts(const cpu::CpuKernels& k, std::span<float> score, const uint64_t* local_bits,
+                         int max_experts, std::vector<int32_t>& out);
 
 // The straightforward alternative, kept for comparison (moeserve bench
 // --expert-backend per-expert): three matmul() calls per expert, each its own

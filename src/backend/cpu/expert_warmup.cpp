@@ -16,16 +16,6 @@ namespace {
 // microseconds, large enough that the hardware prefetchers get going.
 constexpr size_t kWarmPiece = size_t(64) << 10;
 
-float dot(const float* a, const float* b, int64_t n) {
-  float s[8] = {};
-  int64_t i = 0;
-  for (; i + 8 <= n; i += 8) {
-    for (int k = 0; k < 8; ++k) s[k] += a[i + k] * b[i + k];
-  }
-  for (; i < n; ++i) s[0] += a[i] * b[i];
-  return ((s[0] + s[1]) + (s[2] + s[3])) + ((s[4] + s[5]) + (s[6] + s[7]));
-}
-
 // One load per cache line; the sum keeps the loads from being dropped.
 uint64_t touch(const uint8_t* p, size_t n) {
   uint64_t sum = 0;
@@ -39,19 +29,17 @@ uint64_t touch(const uint8_t* p, size_t n) {
 
 }  // namespace
 
-std::vector<int32_t> choose_warm_experts(std::span<const float> score, const uint8_t* candidate,
-                                         int max_experts) {
-  std::vector<int32_t> ids;
-  for (int32_t e = 0; e < int32_t(score.size()); ++e) {
-    if ((candidate == nullptr || candidate[e] != 0) && std::isfinite(score[size_t(e)])) ids.push_back(e);
+void choose_warm_experts(const cpu::CpuKernels& k, std::span<float> score, const uint64_t* local_bits,
+                         int max_experts, std::vector<int32_t>& out) {
+  const auto n = int64_t(score.size());
+  for (int64_t e = 0; e < n; ++e) {
+    const bool local = local_bits != nullptr && ((local_bits[e >> 6] >> (e & 63)) & 1u) != 0;
+    if (local || !std::isfinite(score[size_t(e)])) score[size_t(e)] = -INFINITY;
   }
-  const size_t k = std::min(ids.size(), size_t(std::max(max_experts, 0)));
-  // Larger first, ties to the lower id (as the routing's top-k).
-  std::partial_sort(ids.begin(), ids.begin() + std::ptrdiff_t(k), ids.end(), [&](int32_t a, int32_t b) {
-    return score[size_t(a)] > score[size_t(b)] || (score[size_t(a)] == score[size_t(b)] && a < b);
-  });
-  ids.resize(k);
-  return ids;
+  out.resize(size_t(std::max(max_experts, 0)));
+  if (!out.empty()) k.top_k(score.data(), n, int64_t(out.size()), out.data());
+  // Fewer candidates than asked: the rest came back as -1 or an excluded -inf.
+  std::erase_if(out, [&](int32_t e) { return e < 0 || score[size_t(e)] == -INFINITY; });
 }
 
 void CpuExpertBackend::warm(const ExpertWarmup& w) {
@@ -59,10 +47,12 @@ void CpuExpertBackend::warm(const ExpertWarmup& w) {
       w.gate == nullptr || w.up == nullptr || w.down == nullptr) {
     return;
   }
+  const cpu::CpuKernels& k = kernels_ != nullptr ? *kernels_ : cpu::cpu_kernels();
+  const cpu::VecDotFn dot = k.vec_dot[dtype_slot(DType::F32)];
   warm_score_.resize(size_t(w.n_expert));
   auto score_rows = [&](int64_t begin, int64_t end, int) {
     for (int64_t e = begin; e < end; ++e) {
-      const float logit = dot(w.router + e * w.n_embd, w.x, w.n_embd);
+      const float logit = dot(w.n_embd, w.router + e * w.n_embd, w.x);
       warm_score_[size_t(e)] = w.bias == nullptr ? logit : 1.0f / (1.0f + std::exp(-logit)) + w.bias[e];
     }
   };
@@ -71,11 +61,11 @@ void CpuExpertBackend::warm(const ExpertWarmup& w) {
   } else {
     score_rows(0, w.n_expert, 0);
   }
-  const std::vector<int32_t> ids = choose_warm_experts(warm_score_, w.candidate, w.max_experts);
-  if (w.chosen != nullptr) *w.chosen = ids;
+  choose_warm_experts(k, warm_score_, w.local_bits, w.max_experts, warm_ids_);
+  if (w.chosen != nullptr) *w.chosen = warm_ids_;
   // Pieces of every guessed expert's three matrices, the likeliest first.
   warm_pieces_.clear();
-  for (int32_t e : ids) {
+  for (int32_t e : warm_ids_) {
     for (const WeightView* v : {w.gate, w.up, w.down}) {
       for (size_t off = 0; off < v->matrix_stride; off += kWarmPiece) {
         warm_pieces_.push_back({v->matrix(e) + off, std::min(kWarmPiece, v->matrix_stride - off)});
