@@ -28,6 +28,19 @@ __device__ __forceinline__ uint64_t global_ns() {
   return t;
 }
 
+// One thread polls a word in mapped host memory until it reads `value`
+// (volatile loads: each is a PCIe read, so one poller keeps them few).
+// Returns false after timeout_ns.
+__device__ bool poll_host_word(const uint32_t* word, uint32_t value, uint64_t timeout_ns, unsigned sleep_ns) {
+  const volatile uint32_t* w = word;
+  const uint64_t t0 = global_ns();
+  while (*w != value) {
+    if (global_ns() - t0 > timeout_ns) return false;
+    __nanosleep(sleep_ns);
+  }
+  return true;
+}
+
 // Tracing: the GPU clock into the header's gpu_ns[i].
 __device__ __forceinline__ void stamp(MailboxHeader* h, bool trace, int i) {
   if (trace) *reinterpret_cast<volatile uint64_t*>(&h->gpu_ns[i]) = global_ns();
@@ -149,16 +162,9 @@ __global__ void wait_kernel(TakeArgs a) {
     stamp(a.box.header, a.trace, 3);
     return;
   }
-  const uint32_t forward = *a.forward;
-  const volatile uint32_t* done = &a.box.header->done;
-  const uint64_t t0 = global_ns();
-  while (*done != forward) {
-    if (global_ns() - t0 > a.timeout_ns) {
-      *reinterpret_cast<volatile uint32_t*>(&a.box.header->gpu_timed_out) = 1;
-      *a.box.cold = 0;
-      break;
-    }
-    __nanosleep(100);
+  if (!poll_host_word(&a.box.header->done, *a.forward, a.timeout_ns, 100)) {
+    *reinterpret_cast<volatile uint32_t*>(&a.box.header->gpu_timed_out) = 1;
+    *a.box.cold = 0;
   }
   stamp(a.box.header, a.trace, 3);
   __threadfence_system();
@@ -299,15 +305,8 @@ namespace {
 
 __global__ void wait_word_kernel(HostWaitArgs a) {
   if (threadIdx.x != 0) return;
-  const volatile uint32_t* word = a.word;
-  const uint64_t t0 = global_ns();
-  while (*word != a.value) {
-    if (global_ns() - t0 > a.timeout_ns) {
-      *reinterpret_cast<volatile uint32_t*>(a.timed_out) = 1;
-      break;
-    }
-    __nanosleep(200);
-  }
+  if (!poll_host_word(a.word, a.value, a.timeout_ns, 200))
+    *reinterpret_cast<volatile uint32_t*>(a.timed_out) = 1;
   __threadfence_system();
 }
 
