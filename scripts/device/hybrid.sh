@@ -3,7 +3,8 @@
 #   scripts/device/hybrid.sh start   # build, start making the 30b-a3b files (skews 0.5 and 0), GPU tests
 #   scripts/device/hybrid.sh bench   # wait for the files, then pp512/tg128 per placement
 # SKEWS="0.5 0" picks the files; CASES picks placements (see below); VARIANT="ENV=value"
-# runs each case again with that setting (MOESERVE_EXPERT_TRACE=1 adds the host experts' timings).
+# runs each case again with that setting (MOESERVE_EXPERT_TRACE=1 adds the host experts' timings);
+# VARIANT_ARGS="--no-pin" runs each case again with those flags.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 export LD_LIBRARY_PATH=/tmp/devroot/usr/lib/x86_64-linux-gnu:${LD_LIBRARY_PATH:-}
@@ -73,6 +74,8 @@ print(" ".join(f"{d+kv+1+e*f:.2f}GiB" for f in (0.25,0.5,0.75)))')
           | grep -E "experts|pp512|tg128|roofline|error|PCIe|computed on the CPU|trace"
         [ -n "${VARIANT:-}" ] && [ "$c" != gpu ] && env $VARIANT $bin bench -m "$m" -p 512 -n 128 -r 2 --device cuda $args 2>&1 \
           | grep -E "pp512|tg128|experts|trace" | sed "s/^/$VARIANT: /"
+        [ -n "${VARIANT_ARGS:-}" ] && [ "$c" != gpu ] && $bin bench -m "$m" -p 512 -n 128 -r 2 --device cuda $args $VARIANT_ARGS 2>&1 \
+          | grep -E "pp512|tg128|experts|staging|bound" | sed "s/^/$VARIANT_ARGS: /"
       done
     done;;
 esac

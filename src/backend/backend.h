@@ -372,6 +372,13 @@ class Device {
     (void)bytes;
     return 0.0;
   }
+  // Where the memory could not be pinned (or the user said not to): the
+  // measured host-to-device rate of copies from it through pinned staging
+  // buffers, in bytes/s. 0: not done (copies unavailable).
+  virtual Result<double> probe_staged_copies(std::span<const uint8_t> bytes) {
+    (void)bytes;
+    return 0.0;
+  }
   // Whether this device's kernels can read the memory pin_host_memory
   // pinned through the host's own pointers (a GPU streaming cold experts).
   virtual bool reads_pinned_host_memory() const { return false; }

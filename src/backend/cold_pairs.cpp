@@ -58,13 +58,6 @@ Result<int64_t> ColdPairs::compute(const ExpertSplit& split, const ComputeArgs& 
     const int32_t e = ids_[size_t(p)];
     if (!split.is_local(e) && !skipped(e)) a.rows[next_[size_t(e)]++] = int32_t(p);
   }
-  // One job per expert; one token reads its row in place, a chunk's rows
-  // are gathered next to their expert's others.
-  const bool gather = n_tokens_ > 1;
-  if (gather) gathered_.resize(size_t(n * H));
-  for (int64_t i = 0; gather && i < n; ++i) {
-    std::memcpy(gathered_.data() + i * H, a.xn + (a.rows[i] / n_used_) * H, size_t(H) * sizeof(float));
-  }
   computed_.clear();
   for (const int32_t e : experts_) {
     if (!skipped(e)) computed_.push_back(e);
@@ -74,6 +67,13 @@ Result<int64_t> ColdPairs::compute(const ExpertSplit& split, const ComputeArgs& 
     const WeightView* v = a.will_need ? split.host_view(use) : nullptr;
     for (size_t i = 0; v != nullptr && i < computed_.size(); ++i)
       MappedFile::will_need({v->matrix(computed_[i]), v->matrix_stride});
+  }
+  // One job per expert; one token reads its row in place, a chunk's rows
+  // are gathered next to their expert's others.
+  const bool gather = n_tokens_ > 1;
+  if (gather) gathered_.resize(size_t(n * H));
+  for (int64_t i = 0; gather && i < n; ++i) {
+    std::memcpy(gathered_.data() + i * H, a.xn + (a.rows[i] / n_used_) * H, size_t(H) * sizeof(float));
   }
   jobs_.clear();
   for (const int32_t e : computed_) {

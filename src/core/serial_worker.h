@@ -1,11 +1,13 @@
-// One background thread running one job at a time, for work that should
-// go on while the calling thread does something else (a prefill layer's
-// CPU experts while the GPU's next work is enqueued). run() hands it a job,
-// first waiting for the one before; wait() returns once it is done.
+// One background thread running queued jobs one at a time, in order, for
+// work that should go on while the calling thread does something else (a
+// prefill layer's CPU experts, or copies of cold experts staged from an
+// unpinned file, while the GPU's next work is enqueued). run() queues a
+// job and returns; wait() returns once every queued job is done.
 // Jobs must not throw.
 #pragma once
 
 #include <condition_variable>
+#include <deque>
 #include <functional>
 #include <mutex>
 #include <thread>
@@ -15,21 +17,21 @@ namespace moeserve {
 class SerialWorker {
  public:
   SerialWorker();
-  ~SerialWorker();  // waits for the job, then stops the thread
+  ~SerialWorker();  // waits for the queued jobs, then stops the thread
   SerialWorker(const SerialWorker&) = delete;
   SerialWorker& operator=(const SerialWorker&) = delete;
 
   void run(std::function<void()> job);
   void wait();
-  bool busy();
+  bool busy();  // a job is queued or running
 
  private:
   void loop();
 
   std::mutex mu_;
   std::condition_variable cv_;
-  std::function<void()> job_;
-  bool busy_ = false, stop_ = false;
+  std::deque<std::function<void()>> jobs_;
+  bool running_ = false, stop_ = false;
   std::thread thread_;
 };
 

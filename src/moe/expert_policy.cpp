@@ -39,15 +39,33 @@ Status check_fits(const MoeShape& shape, const ExpertPolicy& policy, const Exper
   if (o.gpu_free_bytes == 0) return Status::ok();
   const uint64_t kv = shape.kv_bytes_per_position * uint64_t(std::max<int64_t>(o.ctx_size, 1)) *
                       uint64_t(std::max<int64_t>(o.parallel, 1));
-  const uint64_t need = shape.dense_bytes + kv + policy.gpu_expert_bytes;
+  const uint64_t reserve = BudgetOptions{}.reserve_bytes;
+  const uint64_t need = shape.dense_bytes + kv + reserve + policy.gpu_expert_bytes;
   if (need <= o.gpu_free_bytes) return Status::ok();
   return make_error(
       StatusCode::kResourceExhausted,
       "{} does not fit the GPU: dense weights {:.2f} GiB + KV cache {:.2f} GiB (--ctx-size {} x "
-      "--parallel {}) + hot experts {:.2f} GiB = {:.2f} GiB, {:.2f} GiB free; place fewer experts "
-      "(moeserve place --gpu-mem), or use --gpu-mem SIZE",
-      what, gib(shape.dense_bytes), gib(kv), o.ctx_size, o.parallel, gib(policy.gpu_expert_bytes), gib(need),
-      gib(o.gpu_free_bytes));
+      "--parallel {}) + {:.2f} GiB for activations and the CUDA context + hot experts {:.2f} GiB = {:.2f} "
+      "GiB, {:.2f} GiB free; place fewer experts (moeserve place --gpu-mem), or use --gpu-mem SIZE",
+      what, gib(shape.dense_bytes), gib(kv), o.ctx_size, o.parallel, gib(reserve),
+      gib(policy.gpu_expert_bytes), gib(need), gib(o.gpu_free_bytes));
+}
+
+// --gpu-mem beside another placement flag: that placement must fit it.
+Status check_budget(const MoeShape& shape, const ExpertPolicy& policy, const ExpertPolicyOptions& o,
+                    const std::string& what) {
+  BudgetOptions b;
+  MOESERVE_ASSIGN_OR_RETURN(b.gpu_bytes, parse_size(o.gpu_mem, "--gpu-mem"));
+  b.ctx_size = o.ctx_size, b.parallel = o.parallel;
+  MOESERVE_ASSIGN_OR_RETURN(ExpertBudget budget, expert_budget(shape, b));
+  if (policy.gpu_expert_bytes <= budget.experts) return Status::ok();
+  return make_error(
+      StatusCode::kResourceExhausted,
+      "{}: its hot experts take {:.2f} GiB, but --gpu-mem {} leaves {:.2f} GiB for experts (after "
+      "dense weights {:.2f} GiB, KV cache {:.2f} GiB, reserve {:.2f} GiB); make a placement for it "
+      "(moeserve place --gpu-mem {}) or raise --gpu-mem",
+      what, gib(policy.gpu_expert_bytes), o.gpu_mem, gib(budget.experts), gib(budget.dense), gib(budget.kv),
+      gib(budget.reserve), o.gpu_mem);
 }
 
 }  // namespace
@@ -57,17 +75,21 @@ bool policy_requested(const ExpertPolicyOptions& o) {
 }
 
 Result<ExpertPolicy> resolve_expert_policy(const GgufFile& file, const ExpertPolicyOptions& o) {
-  const int given =
-      int(!o.placement_path.empty()) + int(o.n_cpu_moe >= 0) + int(o.cpu_moe) + int(!o.gpu_mem.empty());
+  const int given = int(!o.placement_path.empty()) + int(o.n_cpu_moe >= 0) + int(o.cpu_moe);
   if (given > 1) {
     return make_error(
         StatusCode::kInvalidArgument,
-        "--placement, --n-cpu-moe, --cpu-moe and --gpu-mem each choose where the experts go: give one");
+        "--placement, --n-cpu-moe and --cpu-moe each choose where the experts go: give one (with "
+        "--gpu-mem SIZE, it must fit SIZE)");
   }
-  if (!o.stats_path.empty() && o.gpu_mem.empty()) {
-    return make_error(StatusCode::kInvalidArgument,
-                      "--expert-stats is used with --gpu-mem SIZE (or make a placement with moeserve place)");
+  if (!o.stats_path.empty() && (o.gpu_mem.empty() || given > 0)) {
+    return make_error(
+        StatusCode::kInvalidArgument,
+        "--expert-stats is used with --gpu-mem SIZE alone, to plan a placement (or make one with "
+        "moeserve place)");
   }
+  // --gpu-mem alone plans; beside another flag it is the budget that one must fit.
+  const bool plan_for_gpu_mem = !o.gpu_mem.empty() && given == 0;
   MOESERVE_ASSIGN_OR_RETURN(MoeShape shape, moe_shape(file));
   ExpertPlacement p;
   p.hot.resize(size_t(shape.n_layer));
@@ -84,7 +106,7 @@ Result<ExpertPolicy> resolve_expert_policy(const GgufFile& file, const ExpertPol
     }
     for (int64_t l = o.n_cpu_moe; l < shape.n_layer; ++l) p.hot[size_t(l)] = all_experts(shape.n_expert);
     how = fmt::format("--n-cpu-moe {}", o.n_cpu_moe);
-  } else if (!o.gpu_mem.empty()) {
+  } else if (plan_for_gpu_mem) {
     BudgetOptions b;
     MOESERVE_ASSIGN_OR_RETURN(b.gpu_bytes, parse_size(o.gpu_mem, "--gpu-mem"));
     b.ctx_size = o.ctx_size, b.parallel = o.parallel;
@@ -105,6 +127,7 @@ Result<ExpertPolicy> resolve_expert_policy(const GgufFile& file, const ExpertPol
     return make_error(StatusCode::kInvalidArgument, "no expert placement flag was given");
   }
   ExpertPolicy policy = from_placement(shape, std::move(p), how);
+  if (!o.gpu_mem.empty() && !plan_for_gpu_mem) MOESERVE_RETURN_IF_ERROR(check_budget(shape, policy, o, how));
   MOESERVE_RETURN_IF_ERROR(check_fits(shape, policy, o, how));
   return policy;
 }

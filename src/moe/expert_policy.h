@@ -29,6 +29,8 @@ struct ExpertPolicyOptions {
   // --expert-worker was given: on the CPU, --placement then says which
   // experts the worker computes (not ignored).
   bool with_expert_worker = false;
+  // --no-pin: the file's mapping stays unpinned (runtime::ModelLoadOptions::pin_file).
+  bool no_pin = false;
 };
 
 struct ExpertPolicy {

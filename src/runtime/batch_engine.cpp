@@ -1,7 +1,5 @@
 #include "runtime/batch_engine.h"
 
-#include "core/log.h"
-
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -9,6 +7,7 @@
 #include <new>
 #include <system_error>
 
+#include "core/log.h"
 #include "tokenizer/tokenizer.h"
 
 namespace moeserve::runtime {
@@ -154,6 +153,7 @@ void BatchEngine::run() {
       }
       admit_waiting();
       if (active_.load() > 0) step();
+      maybe_promote_when_idle();
     } catch (const std::bad_alloc&) {
       const Status oom(StatusCode::kResourceExhausted,
                        "the server ran out of memory during this request's step; retry later");
@@ -237,18 +237,41 @@ void BatchEngine::admit_waiting() {
   }
 }
 
-// One forward: every decoding slot's pending token, then prompt chunks
-// (oldest admission first) up to the step's token budget.
 // Between steps, on this thread: no forward reads the expert stacks now.
 void BatchEngine::maybe_promote(int64_t tokens) {
-  if (options_.promote_every_tokens <= 0 || model_.expert_splits().empty()) return;
+  if (!options_.promotion.enabled() || model_.expert_splits().empty()) return;
   tokens_since_promotion_ += tokens;
-  if (tokens_since_promotion_ < options_.promote_every_tokens) return;
-  tokens_since_promotion_ = 0;
-  Result<std::vector<ExpertSwap>> r = model_.promote_experts();
-  if (!r.is_ok()) MOESERVE_LOG_WARN("expert promotion failed: {}", r.status().message());
+  const int64_t every = options_.promotion.every_tokens;
+  if (every > 0 && tokens_since_promotion_ >= every) promote();
 }
 
+// Idle: no request running or waiting. Once per idle period (the counter
+// is 0 after a pass, and only a step raises it), so an idle engine sleeps.
+// A request submitted during the pass waits for it; one submitted before
+// the check keeps the engine busy and the pass for later.
+void BatchEngine::maybe_promote_when_idle() {
+  if (!options_.promotion.between_requests || tokens_since_promotion_ == 0 || active_.load() > 0) return;
+  {
+    std::lock_guard lock(mu_);
+    if (!queue_.empty() || stopping_) return;
+  }
+  promote();
+}
+
+void BatchEngine::promote() {
+  tokens_since_promotion_ = 0;
+  Result<std::vector<ExpertSwap>> r = model_.promote_experts(options_.promotion.thresholds);
+  if (!r.is_ok()) {
+    MOESERVE_LOG_WARN("expert promotion failed: {}", r.status().message());
+    return;
+  }
+  std::lock_guard lock(mu_);
+  ++totals_.promotion_passes;
+  totals_.experts_promoted += int64_t(r->size());
+}
+
+// One forward: every decoding slot's pending token, then prompt chunks
+// (oldest admission first) up to the step's token budget.
 bool BatchEngine::step() {
   std::vector<int32_t> tokens;
   std::vector<models::SequenceSlice> slices;

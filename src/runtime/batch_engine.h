@@ -75,10 +75,12 @@ struct EngineOptions {
   int64_t n_batch = 512;  // tokens per forward (decode rows + prefill chunk)
   size_t max_queue = 64;  // waiting requests beyond the slots; more: kResourceExhausted
   size_t prefix_cache_bytes = size_t(256) << 20;  // 0: no prefix cache
-  // Experts shared between the GPU and the CPU: every this many tokens
-  // (prefill and decode) the busiest cold experts may swap in for the
-  // idlest hot ones (Model::promote_experts). 0: never.
-  int64_t promote_every_tokens = 0;
+  // Experts shared between the GPU and the CPU: every N tokens (prefill
+  // and decode) and/or once the engine goes idle, the busiest cold experts
+  // may swap in for the idlest hot ones (Model::promote_experts), on the
+  // engine thread between steps. Default: never. A model without split
+  // layers never promotes.
+  PromotionSchedule promotion;
   // Fault injection for tests: returning true makes the next step fail as
   // if an allocation had (std::bad_alloc).
   std::function<bool()> inject_step_allocation_failure;
@@ -94,6 +96,8 @@ struct EngineStats {
   double prefill_seconds = 0.0;
   int64_t decode_tokens = 0;
   double decode_seconds = 0.0;
+  int64_t promotion_passes = 0;  // Model::promote_experts calls (that succeeded)
+  int64_t experts_promoted = 0;  // swaps they made, over every layer
   PrefixCacheStats prefix;
 };
 
@@ -132,7 +136,11 @@ class BatchEngine {
   // The prefix cache is on and the model keeps recurrent states: prompts
   // are stored one token before their end (see step()).
   bool snapshot_prompts() const { return options_.prefix_cache_bytes > 0 && model_.info().recurrent(); }
+  // Promotion (EngineOptions::promotion), between steps on this thread:
+  // after a step that served `tokens`, and when the engine goes idle.
   void maybe_promote(int64_t tokens);
+  void maybe_promote_when_idle();
+  void promote();
   void finish(Slot& slot, const Status& status);
   // The slot's next token comes from its logits row, or (logits null) is
   // the row's greedy choice taken on the model's device.
@@ -152,9 +160,9 @@ class BatchEngine {
   std::vector<uint64_t> cancelled_;
   bool stopping_ = false;
   uint64_t next_id_ = 1;
-  uint64_t admission_counter_ = 0;  // engine thread only
-  int64_t tokens_since_promotion_ = 0;  // engine thread only
-  EngineStats totals_;              // counters under mu_
+  uint64_t admission_counter_ = 0;      // engine thread only
+  int64_t tokens_since_promotion_ = 0;  // engine thread only; counted while the model has splits
+  EngineStats totals_;                  // counters under mu_
   std::atomic<int64_t> active_{0}, kv_used_{0};
   std::vector<float> logits_;
   std::vector<int32_t> greedy_;  // each logit row's arg-max

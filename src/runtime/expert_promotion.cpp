@@ -1,6 +1,10 @@
 #include "runtime/expert_promotion.h"
 
 #include <algorithm>
+#include <charconv>
+#include <cmath>
+#include <cstdlib>
+#include <system_error>
 
 namespace moeserve::runtime {
 
@@ -29,6 +33,49 @@ std::vector<ExpertSwap> plan_swaps(const backend::ExpertSplit& split, int layer,
     out.push_back({layer, slots[i], cold[i], local[slots[i]], in, out_count});
   }
   return out;
+}
+
+namespace {
+
+// A whole number, the whole text (no sign, spaces or suffix).
+bool parse_count(const std::string& text, int64_t* out) {
+  if (text.empty() || text[0] == '-' || text[0] == '+') return false;
+  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), *out);
+  return ec == std::errc() && end == text.data() + text.size();
+}
+
+}  // namespace
+
+Result<PromotionSchedule> parse_promotion_flags(const PromotionFlags& flags) {
+  PromotionSchedule s;
+  int64_t every = 0;
+  if (flags.every == "idle") {
+    s.between_requests = true;
+  } else if (flags.every != "off" && !parse_count(flags.every, &every)) {
+    return make_error(StatusCode::kInvalidArgument,
+                      "--expert-promotion {}: expected a number of tokens, idle (between requests) or off",
+                      flags.every);
+  }
+  s.every_tokens = every;
+  if (!parse_count(flags.min_selections, &s.thresholds.min_selections) || s.thresholds.min_selections < 1) {
+    return make_error(StatusCode::kInvalidArgument,
+                      "--expert-promotion-min {}: expected a whole number of selections, at least 1",
+                      flags.min_selections);
+  }
+  // Decimal text only (strtod would also take spaces, hex, nan and inf).
+  const std::string& m = flags.margin;
+  char* end = nullptr;
+  const double margin = std::strtod(m.c_str(), &end);
+  if (m.empty() || m.find_first_not_of("0123456789.eE+-") != std::string::npos ||
+      end != m.c_str() + m.size() || !std::isfinite(margin) || margin < 0.0) {
+    return make_error(
+        StatusCode::kInvalidArgument,
+        "--expert-promotion-margin {}: expected a number of at least 0 (0.5: a cold expert must "
+        "be selected 1.5x as often as the hot one it replaces)",
+        m);
+  }
+  s.thresholds.margin = margin;
+  return s;
 }
 
 }  // namespace moeserve::runtime

@@ -3,13 +3,16 @@
 // swaps places with it (its weights copied into the hot one's slot), so
 // the GPU keeps the experts the current traffic uses. Runs between
 // forwards, on the thread that runs them (the batch engine's, every N
-// tokens), so the stacks, maps and masks never change under a forward.
+// tokens or when it goes idle), so the stacks, maps and masks never change
+// under a forward.
 #pragma once
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "backend/expert_split.h"
+#include "core/status.h"
 
 namespace moeserve::runtime {
 
@@ -18,6 +21,36 @@ struct PromotionOptions {
   double margin = 0.5;         // ... and this much more than the hot expert it replaces (0.5: 1.5x)
   int max_swaps_per_layer = 4;
 };
+
+// When the batch engine promotes (EngineOptions::promotion); both triggers
+// may be on. Either way a pass compares the counts since the last pass.
+struct PromotionSchedule {
+  // Every this many tokens served (prefill and decode): traffic that shifts
+  // under a long-running load is followed without waiting for a pause.
+  // 0: not by count.
+  int64_t every_tokens = 0;
+  // Once each time the engine goes idle (no request running or waiting)
+  // after serving tokens: the swaps' copies then delay no running stream.
+  bool between_requests = false;
+  PromotionOptions thresholds;
+
+  bool enabled() const { return every_tokens > 0 || between_requests; }
+};
+
+// `moeserve serve`'s promotion flags as typed on the command line:
+// --expert-promotion N (tokens), idle or off (or 0); --expert-promotion-min
+// and --expert-promotion-margin, whose defaults are PromotionOptions' (a
+// test holds them equal).
+struct PromotionFlags {
+  std::string every = "4096";
+  std::string min_selections = std::to_string(PromotionOptions{}.min_selections);
+  std::string margin = "0.5";
+};
+
+// The schedule those flags ask for. Pure; kInvalidArgument naming the flag
+// for a negative or non-numeric value, a minimum below 1 (a cold expert
+// nobody selected would swap for nothing) or a margin that is not finite.
+Result<PromotionSchedule> parse_promotion_flags(const PromotionFlags& flags);
 
 struct ExpertSwap {
   int layer = 0;

@@ -40,6 +40,12 @@ Result<std::unique_ptr<Model>> Model::from_gguf(GgufFile file, const ModelLoadOp
     if (options.split_experts) MOESERVE_RETURN_IF_ERROR(m->split_experts(options, placement));
   } else if (options.expert_worker != nullptr) {
     MOESERVE_RETURN_IF_ERROR(m->give_experts_to_worker(options, placement));
+  } else if (options.split_experts) {
+    // The CPU takes splits too (its own experts by id, the others through
+    // the split's backend, the same kernels): how CI checks the splits'
+    // bookkeeping and promotion without a GPU. The serve flags never ask
+    // for it on the CPU.
+    MOESERVE_RETURN_IF_ERROR(m->split_experts(options, placement));
   }
   if (options.populate && m->file_.file_backed() && on_cpu) MappedFile::populate(m->file_.bytes());
   const auto t0 = std::chrono::steady_clock::now();
@@ -58,7 +64,7 @@ Result<std::unique_ptr<Model>> Model::from_gguf(GgufFile file, const ModelLoadOp
     return from_gguf(std::move(file), cpu);
   }
   MOESERVE_ASSIGN_OR_RETURN(m->net_, std::move(net));
-  if (!m->splits_.empty() && m->gpu_ != nullptr) m->pin_for_expert_copies();
+  if (!m->splits_.empty() && m->gpu_ != nullptr) m->pin_for_expert_copies(options.pin_file);
   if (m->packed().tensors > 0) {
     MOESERVE_LOG_INFO("packed {} weight tensors ({:.2f} GiB) for the {} kernels in {:.2f} s",
                       m->packed().tensors, double(m->packed().bytes) / double(1 << 30),
@@ -215,30 +221,46 @@ Status Model::give_experts_to_worker(const ModelLoadOptions& options, models::Pl
 }
 
 // A prefill chunk may copy cold experts to the GPU: their source (the
-// file's mapping) is pinned for full-speed asynchronous copies. Without it
-// the CPU computes them at every batch size.
-void Model::pin_for_expert_copies() {
+// file's mapping) is pinned for full-speed asynchronous copies; unpinned
+// (pinning failed, or pin false) they go through staging buffers, and the
+// cost model weighs them at the rate measured that way.
+void Model::pin_for_expert_copies(bool pin) {
   const auto t0 = std::chrono::steady_clock::now();
-  Result<double> pcie = gpu_->pin_host_memory(file_.bytes());
+  Result<double> pcie = pin ? gpu_->pin_host_memory(file_.bytes())
+                            : Result<double>(make_error(StatusCode::kUnsupported, "--no-pin"));
+  const bool pinned = pcie.is_ok() && *pcie > 0.0;
+  std::string why_not;
+  if (!pinned) {
+    why_not = pcie.is_ok() ? std::string("the GPU does not copy from host memory") : pcie.status().message();
+    pcie = gpu_->probe_staged_copies(file_.bytes());
+  }
   if (!pcie.is_ok() || *pcie <= 0.0) {
-    MOESERVE_LOG_INFO(
-        "cold experts are computed on the CPU at every batch size: {}",
-        pcie.is_ok() ? std::string("the GPU does not copy from host memory") : pcie.status().message());
+    MOESERVE_LOG_INFO("cold experts are computed on the CPU at every batch size: {}",
+                      pcie.is_ok() ? why_not : pcie.status().message());
     return;
   }
   expert_cost_->set_pcie(*pcie);
   measure_cpu_experts();
+  const backend::ExpertCostInputs in = expert_cost_->inputs();
+  if (!pinned) {
+    MOESERVE_LOG_INFO(
+        "cold experts: the file is not pinned ({}); copies go through pinned staging at {:.1f} GB/s, DRAM "
+        "{:.1f} GB/s, CPU {:.0f} GFLOP/s: a chunk copies a layer's cold experts to the GPU when that is "
+        "quicker than the CPU computing them",
+        why_not, *pcie / 1e9, in.dram_bytes_per_s / 1e9, in.cpu_flops_per_s / 1e9);
+    return;
+  }
   // The GPU's own kernels read pinned host memory at ~90% of the copy
   // engines' rate (H100 host: 47-50 against 55 GB/s).
   if (gpu_->reads_pinned_host_memory()) expert_cost_->set_stream(0.9 * *pcie);
-  const backend::ExpertCostInputs in = expert_cost_->inputs();
+  const backend::ExpertCostInputs streamed = expert_cost_->inputs();
   MOESERVE_LOG_INFO(
       "cold experts: the file pinned in {:.1f} s; PCIe {:.1f} GB/s, DRAM {:.1f} GB/s, CPU {:.0f} GFLOP/s "
       "(refined as it runs): a chunk copies a layer's cold experts to the GPU when that is quicker "
       "than the CPU computing them{}",
       std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), *pcie / 1e9,
       in.dram_bytes_per_s / 1e9, in.cpu_flops_per_s / 1e9,
-      in.stream_bytes_per_s > 0.0 && in.stream_policy != backend::ExpertCopyPolicy::kNever
+      streamed.stream_bytes_per_s > 0.0 && streamed.stream_policy != backend::ExpertCopyPolicy::kNever
           ? "; a decode step's GPU streams some cold experts from host memory while the CPU computes the "
             "rest "
             "(MOESERVE_EXPERT_STREAM)"

@@ -35,9 +35,16 @@ struct ModelLoadOptions {
   // expert ids; moe/placement.h reads them from a placement file or plans
   // them); every other expert is computed on the CPU threads from the
   // file's mapping, at the same time as the GPU's. Empty: all on the GPU.
-  // Ignored on the CPU (everything is there already).
+  // On the CPU (tests): the same split, both halves computed by the CPU.
   std::vector<std::vector<int32_t>> gpu_experts{};
   bool split_experts = false;  // gpu_experts applies (an empty list: no expert on the GPU)
+  // With experts on the CPU: pin the file's mapping, so a prefill chunk's
+  // copies of cold experts to the GPU run asynchronously at full PCIe
+  // speed (and decode may stream some). Off (--no-pin: the pinned pages
+  // cannot be swapped or dropped, which a machine with little RAM to
+  // spare may not afford), or where pinning fails: the copies go through
+  // two pinned staging buffers, at the slower of memcpy and PCIe.
+  bool pin_file = true;
   // Experts another executor computes, an expert worker process
   // (ipc/worker_backend.h): [layer] -> expert ids, the model's device
   // computes every other one (on a GPU: of the experts gpu_experts leaves
@@ -92,7 +99,7 @@ class Model {
   Status split_experts(const ModelLoadOptions& options, models::Placement& placement);
   void set_split_router(backend::ExpertSplit& split, int layer, int64_t n_expert) const;
   Status give_experts_to_worker(const ModelLoadOptions& options, models::Placement& placement);
-  void pin_for_expert_copies();
+  void pin_for_expert_copies(bool pin);
   void measure_cpu_experts();
   GgufFile file_;
   std::unique_ptr<ThreadPool> pool_;

@@ -23,25 +23,28 @@ TEST(SerialWorker, RunsJobsInOrderOffTheCallingThread) {
     seen.push_back(1);
   });
   EXPECT_TRUE(w.busy());  // the job waits for `release`: the caller is not blocked
+  w.run([&] { seen.push_back(2); });  // queued behind the first, which still waits
+  w.run([&] { seen.push_back(3); });
+  EXPECT_TRUE(seen.empty());
   release = true;
-  w.run([&] { seen.push_back(2); });  // waits for the first job
   w.wait();
   EXPECT_FALSE(w.busy());
-  EXPECT_EQ(seen, (std::vector<int>{1, 2}));
+  EXPECT_EQ(seen, (std::vector<int>{1, 2, 3}));
   EXPECT_NE(job_thread, std::this_thread::get_id());
 }
 
-// Destroying a worker with a job running waits for the job.
-TEST(SerialWorker, DestructionWaitsForTheJob) {
+// Destroying a worker with jobs queued waits for every one of them.
+TEST(SerialWorker, DestructionWaitsForTheJobs) {
   std::atomic<int> done{0};
   {
     SerialWorker w;
     w.run([&] {
       std::this_thread::sleep_for(std::chrono::milliseconds(20));
-      done = 1;
+      done += 1;
     });
+    w.run([&] { done += 1; });
   }
-  EXPECT_EQ(done.load(), 1);
+  EXPECT_EQ(done.load(), 2);
 }
 
 }  // namespace

@@ -80,13 +80,41 @@ TEST(ExpertPolicy, GpuMemPlansAndPlacementFilesAreRead) {
   ASSERT_TRUE(p.is_ok()) << p.status().to_string();
   EXPECT_EQ(p->gpu_experts, placement.hot);
   EXPECT_EQ(p->gpu_expert_bytes, placement.hot_bytes(shape));
+  // With --gpu-mem it must fit that budget: dense + KV + reserve + its hot experts.
+  const uint64_t placed_need = shape.dense_bytes + kv + (uint64_t(1) << 30) + placement.hot_bytes(shape);
+  from_file.gpu_mem = std::to_string(placed_need);
+  p = resolve_expert_policy(f, from_file);
+  ASSERT_TRUE(p.is_ok()) << p.status().to_string();
+  EXPECT_EQ(p->gpu_experts, placement.hot);
+  from_file.gpu_mem = std::to_string(placed_need - 1);
+  p = resolve_expert_policy(f, from_file);
+  ASSERT_FALSE(p.is_ok());
+  EXPECT_EQ(p.status().code(), StatusCode::kResourceExhausted);
+  EXPECT_NE(p.status().message().find(path), std::string::npos) << p.status().to_string();
+  EXPECT_NE(p.status().message().find("--gpu-mem"), std::string::npos) << p.status().to_string();
+  from_file.gpu_mem.clear();
   // It must fit the GPU with the dense weights and the KV cache.
   from_file.gpu_free_bytes = shape.dense_bytes + 1;
   p = resolve_expert_policy(f, from_file);
   ASSERT_FALSE(p.is_ok());
   EXPECT_EQ(p.status().code(), StatusCode::kResourceExhausted);
   EXPECT_NE(p.status().message().find(path), std::string::npos) << p.status().to_string();
+  // ... and the reserve for activations and the CUDA context.
+  from_file.gpu_free_bytes = shape.dense_bytes + kv + placement.hot_bytes(shape);
+  EXPECT_FALSE(resolve_expert_policy(f, from_file).is_ok());
+  from_file.gpu_free_bytes += uint64_t(1) << 30;
+  EXPECT_TRUE(resolve_expert_policy(f, from_file).is_ok());
   std::remove(path.c_str());
+  // --n-cpu-moe within a --gpu-mem budget: the experts of its GPU layers must fit.
+  ExpertPolicyOptions layers;
+  layers.n_cpu_moe = 2;
+  layers.gpu_mem =
+      std::to_string(shape.dense_bytes + kv + (uint64_t(1) << 30) + shape.all_expert_bytes() / 4);
+  p = resolve_expert_policy(f, layers);
+  ASSERT_FALSE(p.is_ok());
+  EXPECT_NE(p.status().message().find("--n-cpu-moe 2"), std::string::npos) << p.status().to_string();
+  layers.n_cpu_moe = 3;
+  EXPECT_TRUE(resolve_expert_policy(f, layers).is_ok());
 }
 
 TEST(ExpertPolicy, RefusesConflictsAndBadValues) {
@@ -101,9 +129,13 @@ TEST(ExpertPolicy, RefusesConflictsAndBadValues) {
       {[](ExpertPolicyOptions& o) { o.cpu_moe = true, o.n_cpu_moe = 2; }, "give one"},
       {[](ExpertPolicyOptions& o) { o.n_cpu_moe = 5; }, "--n-cpu-moe 5"},
       {[](ExpertPolicyOptions& o) { o.stats_path = "stats.json"; }, "--expert-stats"},
+      {[](ExpertPolicyOptions& o) { o.stats_path = "stats.json", o.gpu_mem = "8GiB", o.cpu_moe = true; },
+       "--expert-stats"},
+      {[](ExpertPolicyOptions& o) { o.placement_path = "p.json", o.cpu_moe = true; }, "give one"},
       {[](ExpertPolicyOptions& o) { o.gpu_mem = "1MiB"; }, ""},
       {[](ExpertPolicyOptions& o) { o.gpu_mem = "lots"; }, "--gpu-mem"},
-      {[](ExpertPolicyOptions& o) { o.placement_path = "/nonexistent/placement.json"; }, "/nonexistent/placement.json"},
+      {[](ExpertPolicyOptions& o) { o.placement_path = "/nonexistent/placement.json"; },
+       "/nonexistent/placement.json"},
   };
   for (const auto& [change, needle] : cases) {
     ExpertPolicyOptions o;

@@ -22,10 +22,11 @@ const std::string kModel = std::string(MOESERVE_TEST_DATA_DIR) + "/models/qwen3m
 constexpr int64_t kLayers = 4, kExperts = 16;
 
 std::unique_ptr<Model> load(const std::string& device, std::vector<std::vector<int32_t>> gpu_experts,
-                            bool split) {
+                            bool split, bool pin_file = true) {
   ModelLoadOptions o{.n_threads = 2, .device = device};
   o.gpu_experts = std::move(gpu_experts);
   o.split_experts = split;
+  o.pin_file = pin_file;
   auto m = Model::load(kModel, o);
   EXPECT_TRUE(m.is_ok()) << m.status().to_string();
   return m.is_ok() ? std::move(m.value()) : nullptr;
@@ -131,6 +132,36 @@ TEST(HybridExperts, SameGreedyOutputWhereverTheExpertsRun) {
   unsetenv("MOESERVE_PREFETCH_SHARE");
 }
 
+// The file left unpinned (--no-pin; also where pinning fails): a chunk's
+// cold experts still go to the GPU, through the pinned staging buffers,
+// and the greedy continuations stay the all-GPU ones.
+TEST(HybridExperts, UnpinnedFileCopiesThroughStaging) {
+  if (testing::test_device().rfind("cuda", 0) != 0) GTEST_SKIP() << "needs MOESERVE_TEST_DEVICE=cuda (a GPU)";
+  setenv("MOESERVE_EXPERT_COPIES", "always", 1);
+  const std::vector<int32_t> prompt = {1,  2,  3,  4,  5,  6,  7,  8,  9,  10, 11, 12, 13, 14, 15, 16, 17,
+                                       18, 19, 20, 21, 22, 23, 24, 25, 26, 27, 28, 29, 30, 31, 32, 33};
+  auto gpu = load(testing::test_device(), {}, false);
+  ASSERT_TRUE(gpu);
+  std::vector<int32_t> all(kExperts), even;
+  std::iota(all.begin(), all.end(), 0);
+  for (int32_t e = 0; e < kExperts; e += 2) even.push_back(e);
+  for (const auto& placed : {std::vector<std::vector<int32_t>>{even, even, even, even},
+                             std::vector<std::vector<int32_t>>{{}, {}, all, all}}) {
+    auto hybrid = load(testing::test_device(), placed, true, /*pin_file=*/false);
+    ASSERT_TRUE(hybrid);
+    for (int64_t n_batch : {int64_t(512), int64_t(20)}) {
+      EXPECT_EQ(greedy(*hybrid, prompt, n_batch, 16), greedy(*gpu, prompt, n_batch, 16))
+          << "batch " << n_batch;
+    }
+    for (const auto& s : hybrid->expert_splits()) {
+      if (!s->all_local()) {
+        EXPECT_GT(s->copied_pairs.load(), 0);
+      }
+    }
+  }
+  unsetenv("MOESERVE_EXPERT_COPIES");
+}
+
 // Promotion on the GPU: between decode steps a forced schedule swaps a cold
 // expert into each split layer's compact stack (its weights copied into the
 // slot), and Model::promote_experts swaps by the counts; the greedy
@@ -181,6 +212,7 @@ TEST(HybridExperts, SplitsCarryTheirRoutersForTheWarmUp) {
   ASSERT_TRUE(hybrid);
   const int64_t n_embd = hybrid->info().n_embd;
   const std::vector<float> x(static_cast<size_t>(n_embd), 0.5f);
+  ASSERT_EQ(int64_t(hybrid->expert_splits().size()), kLayers);  // the CPU device takes splits
   for (const auto& s : hybrid->expert_splits()) {
     ASSERT_TRUE(s->has_router());
     std::vector<int32_t> chosen;

@@ -5,10 +5,11 @@
 
 #include <gtest/gtest.h>
 
-#include "test_device.h"
-
 #include <condition_variable>
 #include <mutex>
+
+#include "runtime/engine_collector.h"
+#include "test_device.h"
 
 namespace moeserve::runtime {
 namespace {
@@ -21,53 +22,17 @@ std::unique_ptr<Model> load(int threads) {
   return std::move(m.value());
 }
 
-// Collects one request's stream and waits for its end.
-struct Collector {
-  std::mutex mu;
-  std::condition_variable cv;
-  std::string text;
-  std::vector<int32_t> tokens;
-  std::vector<TokenEvent> events;
-  bool done = false;
-  Status status;
-  RequestStats stats;
-  int cancel_after = -1;  // on_token returns false after this many tokens
-
-  void attach(EngineRequest& r) {
-    r.on_token = [this](const TokenEvent& ev) {
-      std::lock_guard lock(mu);
-      text += ev.text;
-      tokens.push_back(ev.token);
-      events.push_back(ev);
-      return cancel_after < 0 || int(tokens.size()) < cancel_after;
-    };
-    r.on_finish = [this](const Status& st, const RequestStats& s) {
-      std::lock_guard lock(mu);
-      status = st;
-      stats = s;
-      text += s.tail_text;
-      done = true;
-      cv.notify_all();
-    };
-  }
-  void wait() {
-    std::unique_lock lock(mu);
-    ASSERT_TRUE(cv.wait_for(lock, std::chrono::seconds(120), [&] { return done; })) << "request never finished";
-  }
-};
+using testing::Collector;
 
 EngineRequest greedy(std::vector<int32_t> prompt, int64_t max_tokens) {
-  EngineRequest r;
-  r.prompt = std::move(prompt);
-  r.max_tokens = max_tokens;
-  r.sampling.temperature = 0.0f;
-  return r;
+  return testing::greedy_request(std::move(prompt), max_tokens);
 }
 
 std::vector<std::vector<int32_t>> prompts(const Model& m) {
   std::vector<std::vector<int32_t>> out;
-  for (const char* p : {"def main(", "import os\nimport sys\n", "class Foo:\n    def __init__(self", "# comment",
-                        "for i in range(", "return self._", "while True:\n", "x = [", "def main(args"}) {
+  for (const char* p :
+       {"def main(", "import os\nimport sys\n", "class Foo:\n    def __init__(self", "# comment",
+        "for i in range(", "return self._", "while True:\n", "x = [", "def main(args"}) {
     out.push_back(m.tokenizer().encode(p));
   }
   return out;

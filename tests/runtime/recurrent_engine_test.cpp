@@ -12,6 +12,7 @@
 
 #include "convert/make_model.h"
 #include "runtime/batch_engine.h"
+#include "runtime/engine_collector.h"
 #include "runtime/generator.h"
 #include "test_device.h"
 
@@ -35,38 +36,7 @@ std::unique_ptr<Model> load_tiny_qwen35moe() {
   return m.is_ok() ? std::move(m).value() : nullptr;
 }
 
-struct Collector {
-  std::mutex mu;
-  std::condition_variable cv;
-  std::vector<int32_t> tokens;
-  bool done = false;
-  Status status;
-  RequestStats stats;
-
-  EngineRequest request(std::vector<int32_t> prompt, int64_t max_tokens) {
-    EngineRequest r;
-    r.prompt = std::move(prompt);
-    r.max_tokens = max_tokens;
-    r.sampling.temperature = 0.0f;
-    r.on_token = [this](const TokenEvent& ev) {
-      std::lock_guard lock(mu);
-      tokens.push_back(ev.token);
-      return true;
-    };
-    r.on_finish = [this](const Status& st, const RequestStats& s) {
-      std::lock_guard lock(mu);
-      status = st;
-      stats = s;
-      done = true;
-      cv.notify_all();
-    };
-    return r;
-  }
-  void wait() {
-    std::unique_lock lock(mu);
-    ASSERT_TRUE(cv.wait_for(lock, std::chrono::seconds(120), [&] { return done; }));
-  }
-};
+using testing::Collector;
 
 // Solo greedy tokens, prefilled in chunks of 8 (the engine's chunk below),
 // so both run the recurrent form over the same token runs.

@@ -368,7 +368,7 @@ TEST(ApiService, ExpertStatsEndpoint) {
     GTEST_SKIP() << "the split half needs MOESERVE_TEST_DEVICE=cuda";
   const std::vector<int32_t> some = {0, 1, 2, 3, 4, 5, 6, 7};
   runtime::EngineOptions eo;
-  eo.promote_every_tokens = 8;  // promotion between steps must not change an answer
+  eo.promotion.every_tokens = 8;  // promotion between steps must not change an answer
   Fixture f(eo, {}, {}, {some, {}, some, some}, true);
   const ApiReply first = f.post("/v1/chat/completions", kChat);
   ASSERT_EQ(first.status, 200);

@@ -16,6 +16,7 @@
 #include "chat/chat_template.h"
 #include "core/mapped_file.h"
 #include "runtime/batch_engine.h"
+#include "runtime/expert_promotion.h"
 #include "runtime/memory_plan.h"
 #include "runtime/model.h"
 #include "server/api_service.h"
@@ -39,8 +40,8 @@ struct ServeCliOptions {
   int threads = 0;
   bool no_pack = false;
   std::string device = "auto";
-  moe::ExpertPolicyOptions experts;  // --placement, --n-cpu-moe, --cpu-moe, --gpu-mem
-  int64_t expert_promotion = 4096;   // tokens between promotions of experts (0: never)
+  moe::ExpertPolicyOptions experts;   // --placement, --n-cpu-moe, --cpu-moe, --gpu-mem
+  runtime::PromotionFlags promotion;  // --expert-promotion, -min, -margin (checked in run_serve)
   size_t queue = 64;
   size_t prefix_cache_mb = 256;
   size_t max_body_kb = 1024;
@@ -73,6 +74,9 @@ Result<std::string> read_chat_template(const std::string& path) {
 }
 
 Status run_serve(ServeCliOptions o) {
+  // Flags are checked before anything starts: a bad value is an error, not a server.
+  MOESERVE_ASSIGN_OR_RETURN(const runtime::PromotionSchedule promotion,
+                            runtime::parse_promotion_flags(o.promotion));
   o.http.max_body_bytes = o.max_body_kb * 1024;
   std::string chat_template;
   if (!o.chat_template_file.empty()) {
@@ -94,6 +98,16 @@ Status run_serve(ServeCliOptions o) {
         "{} + --queue {} requests; more get 503\n",
         o.http.max_connections, o.parallel, o.queue);
   }
+  // Every weight page is faulted in at load: the first requests would
+  // otherwise pay for it (a page fault per 4 KiB) in their latency.
+  runtime::ModelLoadOptions load{
+      .n_threads = o.threads, .pack_weights = !o.no_pack, .populate = true, .device = o.device};
+  moe::ExpertPolicyOptions experts = o.experts;
+  experts.ctx_size = o.ctx_size > 0 ? o.ctx_size : 4096;
+  experts.parallel = o.parallel;
+  experts.with_expert_worker = !o.worker.worker.empty();
+  // A bad placement (file, flags, budget) is refused before the port opens.
+  MOESERVE_RETURN_IF_ERROR(apply_expert_flags(o.model_path, experts, &load));
   server::HttpServer http(o.http);
   MOESERVE_ASSIGN_OR_RETURN(const int port, http.bind());
   g_server = &http;
@@ -115,19 +129,6 @@ Status run_serve(ServeCliOptions o) {
   };
   fmt::print(stderr, "moeserve serve: listening on http://{}:{}/ (loading {})\n", o.http.host, port,
              o.model_path);
-  // Every weight page is faulted in at load: the first requests would
-  // otherwise pay for it (a page fault per 4 KiB) in their latency.
-  runtime::ModelLoadOptions load{
-      .n_threads = o.threads, .pack_weights = !o.no_pack, .populate = true, .device = o.device};
-  moe::ExpertPolicyOptions experts = o.experts;
-  experts.ctx_size = o.ctx_size > 0 ? o.ctx_size : 4096;
-  experts.parallel = o.parallel;
-  experts.with_expert_worker = !o.worker.worker.empty();
-  Status placed = apply_expert_flags(o.model_path, experts, &load);
-  if (!placed.is_ok()) {
-    stop_listener();
-    return placed;
-  }
   // Declared before the model: it outlives it.
   Result<std::unique_ptr<ipc::WorkerExpertBackend>> worker =
       apply_expert_worker_flags(o.model_path, experts.placement_path, o.worker, &load);
@@ -142,7 +143,7 @@ Status run_serve(ServeCliOptions o) {
   }
   runtime::EngineOptions eo;
   eo.n_slots = o.parallel;
-  eo.promote_every_tokens = o.expert_promotion;
+  eo.promotion = promotion;  // a model without split layers never promotes
   const int64_t trained = (*model)->info().n_ctx_train;
   eo.n_ctx = o.ctx_size > 0 ? o.ctx_size : std::min<int64_t>(trained > 0 ? trained : 4096, 4096);
   eo.n_batch = o.batch;
@@ -200,6 +201,32 @@ Status run_serve(ServeCliOptions o) {
   return served;
 }
 
+// Promotion applies to layers with experts on both the GPU and the CPU
+// (as --placement or --gpu-mem may leave them; --n-cpu-moe and --cpu-moe
+// leave none). The values are strings, so that idle and off fit and a bad
+// one gets runtime::parse_promotion_flags' error naming the flag.
+void add_promotion_flags(CLI::App* cmd, runtime::PromotionFlags* f) {
+  cmd->add_option("--expert-promotion", f->every,
+                  "When experts on the CPU may swap places with experts on the GPU: N (every N tokens\n"
+                  "served), idle (between requests: once no request is running or waiting) or off (0 too)")
+      ->type_name("N|idle|off")
+      ->group("MoE experts (GPU)")
+      ->capture_default_str();
+  cmd->add_option("--expert-promotion-min", f->min_selections,
+                  "A CPU expert swaps in only if it was selected at least N times since the last promotion\n"
+                  "(at least 1)")
+      ->type_name("N")
+      ->group("MoE experts (GPU)")
+      ->capture_default_str();
+  cmd->add_option(
+         "--expert-promotion-margin", f->margin,
+         "A CPU expert swaps in only if it was also selected (1 + X) times as often as the GPU expert\n"
+         "it replaces, since the last promotion (0.5: 1.5x as often)")
+      ->type_name("X")
+      ->group("MoE experts (GPU)")
+      ->capture_default_str();
+}
+
 }  // namespace
 
 void register_serve(CLI::App& app) {
@@ -234,11 +261,7 @@ void register_serve(CLI::App& app) {
       ->capture_default_str();
   add_expert_flags(cmd, &o->experts);
   add_expert_worker_flags(cmd, &o->worker);
-  cmd->add_option("--expert-promotion", o->expert_promotion,
-                  "With experts on the CPU: every N tokens served, cold experts selected clearly more often than\n"
-                  "hot ones swap places with them (0: never)")
-      ->group("MoE experts (GPU)")
-      ->capture_default_str();
+  add_promotion_flags(cmd, &o->promotion);
   cmd->add_flag("--no-pack", o->no_pack,
                 "Use every weight in place from the file (zero-copy), without the packed copy the AVX-512 "
                 "kernels are fastest with (saves the Q4_K/Q6_K weights' size in RAM; slower)");

@@ -23,16 +23,23 @@ void add_expert_flags(CLI::App* cmd, moe::ExpertPolicyOptions* o) {
       ->group(group);
   cmd->add_option("--gpu-mem", o->gpu_mem,
                   "GPU memory the model may use, e.g. 24GiB: the hot experts are chosen for it from\n"
-                  "--expert-stats, or spread evenly without")
+                  "--expert-stats, or spread evenly without. With --placement, --n-cpu-moe or --cpu-moe:\n"
+                  "the budget that placement must fit (checked before loading)")
       ->group(group);
   cmd->add_option("--expert-stats", o->stats_path,
                   "Routing statistics (moeserve calibrate) for --gpu-mem (default: MODEL.expert-stats.json\n"
                   "beside the model, when it exists)")
       ->group(group);
+  cmd->add_flag("--no-pin", o->no_pin,
+                "Do not pin the model file in RAM for the GPU's copies of CPU experts (pinned pages cannot\n"
+                "be swapped out or dropped); prefill then copies them through two small pinned buffers,\n"
+                "more slowly. Also what happens, with a note, when pinning fails")
+      ->group(group);
 }
 
 Status apply_expert_flags(const std::string& model_path, moe::ExpertPolicyOptions o,
                           runtime::ModelLoadOptions* load) {
+  load->pin_file = !o.no_pin;
   if (!moe::policy_requested(o) && o.stats_path.empty()) return Status::ok();
   MOESERVE_ASSIGN_OR_RETURN(backend::DeviceChoice choice, backend::choose_device(load->device));
   MOESERVE_ASSIGN_OR_RETURN(GgufFile file, GgufFile::open(model_path));
@@ -52,7 +59,8 @@ Status apply_expert_flags(const std::string& model_path, moe::ExpertPolicyOption
     }
   }
   // --gpu-mem alone: the model's own statistics beside it, when there are.
-  if (!o.gpu_mem.empty() && o.stats_path.empty()) {
+  const bool gpu_mem_alone = !o.gpu_mem.empty() && o.placement_path.empty() && o.n_cpu_moe < 0 && !o.cpu_moe;
+  if (gpu_mem_alone && o.stats_path.empty()) {
     const std::string beside = model_path + ".expert-stats.json";
     if (std::filesystem::exists(beside)) {
       o.stats_path = beside;

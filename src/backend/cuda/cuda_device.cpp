@@ -1,11 +1,13 @@
 #include "backend/cuda/cuda_device.h"
 
-#include <algorithm>
-#include <cstring>
-
 #include <fmt/format.h>
 
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+
 #include "backend/cuda/cuda_expert_backend.h"
+#include "backend/cuda/staged_upload.h"
 #include "backend/devices.h"
 #include "backend/expert_split.h"
 #include "core/progress.h"
@@ -30,49 +32,6 @@ size_t view_bytes(const WeightRef& r) {
 }
 
 }  // namespace
-
-// Two pinned host buffers: one is copied into while the other's copy to
-// the GPU runs, so the upload streams at PCIe speed from the mapped file.
-struct UploadStaging {
-  static constexpr size_t kChunk = size_t(64) << 20;
-  void* pinned[2] = {nullptr, nullptr};
-  cudaEvent_t done[2] = {nullptr, nullptr};
-  cudaStream_t stream = nullptr;
-  int next = 0;
-  Progress* progress = nullptr;
-
-  Status init() {
-    for (int i = 0; i < 2; ++i) {
-      MOESERVE_CUDA_RETURN_IF_ERROR(cudaMallocHost(&pinned[i], kChunk));
-      MOESERVE_CUDA_RETURN_IF_ERROR(cudaEventCreateWithFlags(&done[i], cudaEventDisableTiming));
-    }
-    MOESERVE_CUDA_RETURN_IF_ERROR(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
-    return Status::ok();
-  }
-  ~UploadStaging() {
-    if (stream != nullptr) cudaStreamSynchronize(stream), cudaStreamDestroy(stream);
-    for (int i = 0; i < 2; ++i) {
-      if (pinned[i] != nullptr) cudaFreeHost(pinned[i]);
-      if (done[i] != nullptr) cudaEventDestroy(done[i]);
-    }
-  }
-  Status copy(uint8_t* dst, const uint8_t* src, size_t bytes) {
-    for (size_t off = 0; off < bytes; off += kChunk) {
-      const size_t n = std::min(kChunk, bytes - off);
-      MOESERVE_CUDA_RETURN_IF_ERROR(cudaEventSynchronize(done[next]));  // its last copy has finished
-      std::memcpy(pinned[next], src + off, n);
-      MOESERVE_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(dst + off, pinned[next], n, cudaMemcpyHostToDevice, stream));
-      MOESERVE_CUDA_RETURN_IF_ERROR(cudaEventRecord(done[next], stream));
-      next ^= 1;
-      if (progress != nullptr) progress->add_units(n);
-    }
-    return Status::ok();
-  }
-  Status finish() {
-    MOESERVE_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream));
-    return Status::ok();
-  }
-};
 
 Result<std::unique_ptr<CudaDevice>> CudaDevice::open(int index) {
   int count = 0;
@@ -163,7 +122,7 @@ Status CudaDevice::fill_zero(void* dst, size_t bytes) {
   return Status::ok();
 }
 
-Status CudaDevice::upload_weight(const WeightRef& ref, UploadStaging& staging) {
+Status CudaDevice::upload_weight(const WeightRef& ref, StagedUpload& staging) {
   WeightView& v = *ref.view;
   const size_t bytes = view_bytes(ref);
   const auto key = std::make_pair(v.data, bytes);
@@ -198,7 +157,7 @@ Result<PlacedWeights> CudaDevice::place_weights(std::span<const WeightRef> weigh
                       double(m.total_bytes) / double(1 << 30));
   }
   MOESERVE_RETURN_IF_ERROR(activate());
-  UploadStaging staging;
+  StagedUpload staging;
   MOESERVE_RETURN_IF_ERROR(staging.init());
   Progress progress({.label = "upload", .total_units = total, .total_items = weights.size(), .item_name = "tensors"});
   staging.progress = &progress;
@@ -217,7 +176,7 @@ Result<PlacedWeights> CudaDevice::place_weights(std::span<const WeightRef> weigh
 // An expert stack shared with the host: the host keeps the source, this
 // GPU a compact stack of the local experts (and their ids, for the
 // grouping kernel).
-Status CudaDevice::upload_split_stack(const WeightRef& ref, UploadStaging& staging) {
+Status CudaDevice::upload_split_stack(const WeightRef& ref, StagedUpload& staging) {
   ExpertSplit& split = *ref.split;
   WeightView& v = *ref.view;
   if (v.packed) {
@@ -315,13 +274,33 @@ Result<double> CudaDevice::pin_host_memory(std::span<const uint8_t> bytes) {
   return ms > 0.0f ? double(n) / (double(ms) * 1e-3) : 0.0;
 }
 
-bool CudaDevice::kernels_read_host(const uint8_t* p, size_t bytes) const {
-  if (!host_pointers_usable_ || p == nullptr) return false;
+bool CudaDevice::host_memory_pinned(const void* p, size_t bytes) const {
+  if (p == nullptr) return false;
   const uintptr_t b = reinterpret_cast<uintptr_t>(p), e = b + bytes;
   for (const auto& [begin, end] : pinned_spans_) {
     if (b >= begin && e <= end) return true;
   }
   return false;
+}
+
+// Times copies of the range's first bytes through the staging a prefill
+// chunk's expert copies use (HostExpertStage): the second of two passes,
+// the first faults the pages in.
+Result<double> CudaDevice::probe_staged_copies(std::span<const uint8_t> bytes) {
+  if (bytes.empty()) return 0.0;
+  MOESERVE_RETURN_IF_ERROR(activate());
+  const size_t n = std::min<size_t>(bytes.size(), size_t(128) << 20);
+  MOESERVE_ASSIGN_OR_RETURN(DeviceMemory probe, allocate(n, "bandwidth probe"));
+  StagedUpload staging(kExpertStagingChunk);
+  MOESERVE_RETURN_IF_ERROR(staging.init());
+  double seconds = 0.0;
+  for (int rep = 0; rep < 2; ++rep) {
+    const auto t0 = std::chrono::steady_clock::now();
+    MOESERVE_RETURN_IF_ERROR(staging.copy(probe.as<uint8_t>(), bytes.data(), n));
+    MOESERVE_RETURN_IF_ERROR(staging.finish());
+    seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  }
+  return seconds > 0.0 ? double(n) / seconds : 0.0;
 }
 
 const ExpertSplit* CudaDevice::next_split(const ExpertSplit* split) const {

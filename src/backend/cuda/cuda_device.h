@@ -15,6 +15,8 @@
 
 namespace moeserve::backend {
 
+class StagedUpload;
+
 class CudaDevice final : public Device {
  public:
   static Result<std::unique_ptr<CudaDevice>> open(int index);
@@ -33,8 +35,14 @@ class CudaDevice final : public Device {
   Result<std::unique_ptr<Ops>> create_ops() override;
   Result<double> pin_host_memory(std::span<const uint8_t> bytes) override;
   bool reads_pinned_host_memory() const override { return host_pointers_usable_ && !pinned_spans_.empty(); }
+  Result<double> probe_staged_copies(std::span<const uint8_t> bytes) override;
+  // Whether [p, p + bytes) lies in memory pin_host_memory pinned (copies
+  // from it run asynchronously at full speed; others go through staging).
+  bool host_memory_pinned(const void* p, size_t bytes) const;
   // Whether [p, p + bytes) lies in pinned memory this GPU's kernels read through p.
-  bool kernels_read_host(const uint8_t* p, size_t bytes) const;
+  bool kernels_read_host(const uint8_t* p, size_t bytes) const {
+    return host_pointers_usable_ && host_memory_pinned(p, bytes);
+  }
   Status replace_local_expert(ExpertSplit& split, size_t slot, int32_t expert) override;
   Result<std::unique_ptr<ExpertBackend>> create_expert_backend() override;
   bool supports_attention_head_dim(int64_t head_dim) const override;
@@ -57,8 +65,8 @@ class CudaDevice final : public Device {
 
  private:
   explicit CudaDevice(int index) : index_(index) {}
-  Status upload_weight(const WeightRef& ref, struct UploadStaging& staging);
-  Status upload_split_stack(const WeightRef& ref, struct UploadStaging& staging);
+  Status upload_weight(const WeightRef& ref, StagedUpload& staging);
+  Status upload_split_stack(const WeightRef& ref, StagedUpload& staging);
 
   int index_;
   cudaDeviceProp props_{};

@@ -178,7 +178,7 @@ Status CudaOps::cold_experts(const ExpertFfnArgs& a, const ExpertSplit& split, f
   if (n_host == 0) return Status::ok();
   host_stage_->plan(split, a.n_ff);
   if (host_stage_->has_copies()) {
-    MOESERVE_ASSIGN_OR_RETURN(c, host_stage_->copy_to_device(split));  // on the copy stream, meanwhile:
+    MOESERVE_RETURN_IF_ERROR(host_stage_->copy_to_device(split));  // on the copy stream, meanwhile:
     // A chunk that copies most of a layer's cold experts will want the
     // next layer's too: they follow on the copy stream at once.
     if (next != nullptr && host_stage_->copies_most(split) && prefetch_enabled()) {
@@ -186,8 +186,8 @@ Status CudaOps::cold_experts(const ExpertFfnArgs& a, const ExpertSplit& split, f
     }
   }
   MOESERVE_RETURN_IF_ERROR(host_stage_->compute_on_host(split, a.layer, a.n_ff, y));
-  if (c.n == 0) return Status::ok();
-  MOESERVE_RETURN_IF_ERROR(host_stage_->wait_copies());
+  if (!host_stage_->has_copies()) return Status::ok();
+  MOESERVE_ASSIGN_OR_RETURN(c, host_stage_->wait_copies());
   MOESERVE_RETURN_IF_ERROR(copied_experts(a, c, h, y));
   return host_stage_->copies_used();
 }

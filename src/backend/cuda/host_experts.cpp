@@ -5,11 +5,13 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <iterator>
 #include <string>
 #include <utility>
 
 #include "backend/cuda/cuda_device.h"
+#include "core/log.h"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/host_mailbox.h"
 #include "kernels/cuda/moe.h"
@@ -39,6 +41,7 @@ HostExpertStage::~HostExpertStage() {
                  1e6 * p.routing_wait_s / double(std::max<int64_t>(p.taken, 1)),
                  1e6 * p.host_share_s / double(std::max<int64_t>(p.taken, 1)));
   }
+  if (copier_ != nullptr) copier_->wait();  // its copies are enqueued, the streams sync below
   if (worker_ != nullptr) worker_->wait();  // it posts before it ends: the stream's wait is over
   if (stream_ != nullptr) cudaStreamSynchronize(stream_);
   if (post_ != nullptr) cudaFreeHost(post_);
@@ -86,7 +89,7 @@ Status HostExpertStage::reserve_device(DeviceMemory& m, size_t bytes, const char
 
 Status HostExpertStage::start(const int32_t* selected, const float* xn, int64_t n_tokens, int64_t n_used,
                               int64_t n_embd) {
-  MOESERVE_RETURN_IF_ERROR(join());  // the last layer's share still reads ids_ and xn_
+  MOESERVE_RETURN_IF_ERROR(join_share());  // the last layer's share still reads ids_ and xn_
   n_tokens_ = n_tokens, n_used_ = n_used, n_embd_ = n_embd;
   const size_t id_bytes = size_t(n_tokens * n_used) * sizeof(int32_t);
   const size_t x_bytes = size_t(n_tokens * n_embd) * sizeof(float);
@@ -107,6 +110,7 @@ Result<int64_t> HostExpertStage::collect(const ExpertSplit& split, int layer) {
   const auto t0 = std::chrono::steady_clock::now();
   MOESERVE_CUDA_RETURN_IF_ERROR(cudaEventSynchronize(inputs_ready_));
   last_routing_wait_s_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  layer_ = layer;
   const auto* ids = static_cast<const int32_t*>(ids_.data);
   MOESERVE_ASSIGN_OR_RETURN(n_host_,
                             cold_.collect(split, layer, {ids, size_t(n_tokens_ * n_used_)}, n_used_));
@@ -133,6 +137,12 @@ void HostExpertStage::plan(const ExpertSplit& split, int64_t n_ff) {
   for (int32_t e : experts) {
     if (copied_[size_t(e)]) copy_experts_.push_back(e);
   }
+  // The per-layer decision, for MOESERVE_LOG=debug (a line per split layer of each chunk).
+  MOESERVE_LOG_DEBUG(
+      "experts, {} rows: layer {}'s {} cold ({} selections): {} copied to the GPU, {} on the CPU "
+      "(PCIe {:.1f} GB/s, CPU {:.0f} GFLOP/s)",
+      n_tokens_, layer_, experts.size(), n_host_, k, int64_t(experts.size()) - k,
+      split.cost()->inputs().pcie_bytes_per_s / 1e9, split.cost()->inputs().cpu_flops_per_s / 1e9);
 }
 
 // The caller has reserved y_ and rows_ for n_cpu_pairs_ rows.
@@ -142,8 +152,11 @@ Status HostExpertStage::compute_rows(const ExpertSplit& split, int layer, int64_
   c.xn = static_cast<const float*>(xn_.data);
   c.skip = copied_.empty() ? nullptr : copied_.data();
   c.out = static_cast<float*>(y_.data), c.rows = static_cast<int32_t*>(rows_.data);
-  // A chunk's cold experts from an unpinned mapping (the file could not be pinned).
-  c.will_need = n_tokens_ > 1 && (split.cost() == nullptr || split.cost()->inputs().pcie_bytes_per_s <= 0.0);
+  // A chunk's cold experts from an unpinned mapping (the file could not be
+  // pinned, or --no-pin): the kernel asks for them while it sets up.
+  const WeightView* gate = split.host_view(WeightUse::kExpertGate);
+  c.will_need = n_tokens_ > 1 && gate != nullptr &&
+                !device_.host_memory_pinned(gate->data, gate->matrix_stride * size_t(split.n_expert()));
   MOESERVE_ASSIGN_OR_RETURN(const int64_t n, cold_.compute(split, c));
   if (n != n_cpu_pairs_) {
     return make_error(StatusCode::kInternal, "host experts: {} rows computed of {}", n, n_cpu_pairs_);
@@ -227,6 +240,10 @@ Result<HostExpertStage::Copied> HostExpertStage::copy_experts(const ExpertSplit&
 // experts) then crossed PCIe 9% faster (pp512 3,118 -> 3,400), whole-layer
 // copies 2-3% faster. MOESERVE_COPY_BATCH=0 issues them one by one.
 Status HostExpertStage::enqueue_copies() {
+  bool pinned = true;
+  for (size_t i = 0; i < batch_src_.size() && pinned; ++i)
+    pinned = device_.host_memory_pinned(batch_src_[i], batch_size_[i]);
+  if (!pinned) return enqueue_staged_copies();
 #if CUDART_VERSION >= 13000
   static const bool batch = [] {
     const char* v = std::getenv("MOESERVE_COPY_BATCH");
@@ -253,13 +270,52 @@ Status HostExpertStage::enqueue_copies() {
   return Status::ok();
 }
 
-Result<HostExpertStage::Copied> HostExpertStage::copy_to_device(const ExpertSplit& split) {
+// The file is not pinned (pinning failed, or --no-pin): the CPU copies
+// each piece into one of two pinned buffers while the copy engine moves
+// the other's to the GPU, in the copy stream's order.
+Status HostExpertStage::enqueue_staged_copies() {
+  MOESERVE_RETURN_IF_ERROR(staging_.init(copy_stream_));
+  for (size_t i = 0; i < batch_dst_.size(); ++i) {
+    MOESERVE_RETURN_IF_ERROR(staging_.copy(static_cast<uint8_t*>(batch_dst_[i]),
+                                           static_cast<const uint8_t*>(batch_src_[i]), batch_size_[i]));
+  }
+  return staging_.flush();
+}
+
+Status HostExpertStage::copy_to_device(const ExpertSplit& split) {
   MOESERVE_RETURN_IF_ERROR(ensure_copy_stream());
-  MOESERVE_CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(copy_stream_, copies_free_, 0));
-  MOESERVE_ASSIGN_OR_RETURN(Copied c, copy_experts(split, copy_experts_, copies_, expert_ids_));
-  MOESERVE_CUDA_RETURN_IF_ERROR(cudaEventRecord(copies_done_, copy_stream_));
   split.copied_pairs += n_host_ - n_cpu_pairs_;
-  return c;
+  return on_copier(split, [this, &split]() -> Status {
+    MOESERVE_CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(copy_stream_, copies_free_, 0));
+    MOESERVE_ASSIGN_OR_RETURN(copies_view_, copy_experts(split, copy_experts_, copies_, expert_ids_));
+    MOESERVE_CUDA_RETURN_IF_ERROR(cudaEventRecord(copies_done_, copy_stream_));
+    return Status::ok();
+  });
+}
+
+// Copies from the pinned file are enqueued at once (the copy engine reads
+// it itself). From an unpinned one the CPU stages every byte first: that
+// runs on the copier thread, so this one goes on (the CPU's own experts,
+// the next layer's kernels); whatever reads what the job makes (the views,
+// the events it records) joins it first (join_copier).
+Status HostExpertStage::on_copier(const ExpertSplit& split, std::function<Status()> job) {
+  const WeightView* gate = split.host_view(WeightUse::kExpertGate);
+  const bool pinned = gate == nullptr ||
+                      device_.host_memory_pinned(gate->data, gate->matrix_stride * size_t(split.n_expert()));
+  if (pinned && copier_ == nullptr) return job();
+  if (copier_ == nullptr) copier_ = std::make_unique<SerialWorker>();
+  copier_->run([this, job = std::move(job)] {
+    Status s = device_.activate();
+    if (s.is_ok()) s = job();
+    if (!s.is_ok() && copier_status_.is_ok()) copier_status_ = std::move(s);
+  });
+  return Status::ok();
+}
+
+Status HostExpertStage::join_copier() {
+  if (copier_ == nullptr) return Status::ok();
+  copier_->wait();
+  return std::exchange(copier_status_, Status::ok());
 }
 
 bool HostExpertStage::copies_most(const ExpertSplit& split) const {
@@ -279,6 +335,8 @@ void HostExpertStage::choose_prefetch(const ExpertSplit& next, int64_t n_ff, std
                                              6.0 * double(n_embd_) * double(n_ff));
   }
   const auto n_host = size_t(share * double(all_cold_.size()) + 0.5);
+  MOESERVE_LOG_DEBUG("experts, {} rows: the next layer's {} cold prefetched, {} of them left to the CPU",
+                     n_tokens_, all_cold_.size(), n_host);
   if (n_host == 0) {
     copy = all_cold_;
     return;
@@ -306,10 +364,13 @@ Status HostExpertStage::prefetch(const ExpertSplit& next, int64_t n_ff) {
   prefetch_shared_[b] = prefetch_copied_[b].size() < all_cold_.size();
   prefetch_totals_.layers += 1, prefetch_totals_.cold += int64_t(all_cold_.size());
   prefetch_totals_.copied += int64_t(prefetch_copied_[b].size());
-  MOESERVE_CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(copy_stream_, prefetch_free_[b], 0));
-  MOESERVE_ASSIGN_OR_RETURN(prefetch_views_[b],
-                            copy_experts(next, prefetch_copied_[b], prefetch_[b], prefetch_ids_[b]));
-  MOESERVE_CUDA_RETURN_IF_ERROR(cudaEventRecord(prefetch_done_[b], copy_stream_));
+  MOESERVE_RETURN_IF_ERROR(on_copier(next, [this, &next, b]() -> Status {
+    MOESERVE_CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(copy_stream_, prefetch_free_[b], 0));
+    MOESERVE_ASSIGN_OR_RETURN(prefetch_views_[b],
+                              copy_experts(next, prefetch_copied_[b], prefetch_[b], prefetch_ids_[b]));
+    MOESERVE_CUDA_RETURN_IF_ERROR(cudaEventRecord(prefetch_done_[b], copy_stream_));
+    return Status::ok();
+  }));
   prefetched_[b] = &next;
   next_prefetch_ = 1 - b;
   return Status::ok();
@@ -317,6 +378,7 @@ Status HostExpertStage::prefetch(const ExpertSplit& next, int64_t n_ff) {
 
 Result<HostExpertStage::Copied> HostExpertStage::take_prefetch(const ExpertSplit& split) {
   const int b = prefetched_[0] == &split ? 0 : 1;
+  MOESERVE_RETURN_IF_ERROR(join_copier());  // it has recorded prefetch_done_[b]
   MOESERVE_CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(stream_, prefetch_done_[b], 0));
   if (expert_trace_enabled()) {
     prefetch_totals_.taken += 1, prefetch_totals_.routing_wait_s += last_routing_wait_s_;
@@ -384,6 +446,12 @@ Status HostExpertStage::start_share(const ExpertSplit& split, int layer, int64_t
 }
 
 Status HostExpertStage::join() {
+  Status copier = join_copier();
+  Status share = join_share();
+  return share.is_ok() ? copier : share;
+}
+
+Status HostExpertStage::join_share() {
   if (worker_ == nullptr) return Status::ok();
   worker_->wait();
   volatile uint32_t& timed_out = post_->timed_out;
@@ -404,9 +472,10 @@ Status HostExpertStage::prefetch_used(const ExpertSplit& split) {
   return Status::ok();
 }
 
-Status HostExpertStage::wait_copies() {
+Result<HostExpertStage::Copied> HostExpertStage::wait_copies() {
+  MOESERVE_RETURN_IF_ERROR(join_copier());  // it has recorded copies_done_
   MOESERVE_CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(stream_, copies_done_, 0));
-  return Status::ok();
+  return copies_view_;
 }
 
 Status HostExpertStage::copies_used() {

@@ -19,11 +19,13 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <vector>
 
 #include "backend/backend.h"
 #include "backend/cold_pairs.h"
+#include "backend/cuda/staged_upload.h"
 #include "backend/expert_split.h"
 #include "core/serial_worker.h"
 
@@ -59,8 +61,8 @@ class HostExpertStage {
     const int32_t* ids = nullptr;
     int64_t n = 0;
   };
-  Result<Copied> copy_to_device(const ExpertSplit& split);
-  Status wait_copies();
+  Status copy_to_device(const ExpertSplit& split);
+  Result<Copied> wait_copies();
   // Whether plan() copied most of what a layer's cold experts are: a
   // chunk this size will then want the next split layer's copied too.
   bool copies_most(const ExpertSplit& split) const;
@@ -87,7 +89,7 @@ class HostExpertStage {
   // the forward's end in CudaOps::finish()). Otherwise in the foreground.
   Status start_share(const ExpertSplit& split, int layer, int64_t n_ff, float* y);
   Status prefetch_used(const ExpertSplit& split);
-  // Waits for the background share; its error, once.
+  // Waits for the background share and copies; their error, once.
   Status join();
   // A new forward: prefetches of the last one are not taken.
   void begin_forward() { prefetched_[0] = prefetched_[1] = nullptr; }
@@ -108,6 +110,12 @@ class HostExpertStage {
                               DeviceMemory& buffer, Pinned& ids);
   // Issues the copies copy_experts() lined up (batch_*) on the copy stream.
   Status enqueue_copies();
+  Status enqueue_staged_copies();  // the same from memory that is not pinned
+  // Runs a job that enqueues copies of the split's experts: at once where
+  // the file is pinned, else on the copier thread.
+  Status on_copier(const ExpertSplit& split, std::function<Status()> job);
+  Status join_copier();
+  Status join_share();
   // The cold experts of `next` a prefetch copies (ascending) into `copy`.
   void choose_prefetch(const ExpertSplit& next, int64_t n_ff, std::vector<int32_t>& copy);
   // The CPU computes the collected pairs not copied into y_ (rows_: their pair rows).
@@ -149,6 +157,7 @@ class HostExpertStage {
   Pinned prefetch_ids_[2];
   int next_prefetch_ = 0;
   int64_t n_tokens_ = 0, n_used_ = 0, n_embd_ = 0, n_host_ = 0;
+  int layer_ = -1;                     // collect()'s, for the log
   ColdPairs cold_;                     // the host's pairs grouped by expert
   std::vector<int32_t> copy_experts_;  // of those, the ones plan() copies
   std::vector<uint8_t> copied_;        // [expert]: plan() copies it
@@ -160,6 +169,10 @@ class HostExpertStage {
   std::vector<const void*> batch_src_;
   std::vector<size_t> batch_size_;
   bool batch_works_ = true;
+  StagedUpload staging_{kExpertStagingChunk};  // copies from an unpinned file
+  std::unique_ptr<SerialWorker> copier_;       // ... made there
+  Status copier_status_;                       // its first error (read after joining it)
+  Copied copies_view_;                         // copy_to_device's copies
 };
 
 }  // namespace moeserve::backend
