@@ -87,7 +87,14 @@ Result<MoeShape> moe_shape(const GgufFile& file) {
     return bad(file,
                fmt::format("attention.head_count_kv {} / key_length {} are out of range", n_kv, head_dim));
   }
-  s.kv_bytes_per_position = uint64_t(s.n_layer) * 2 * uint64_t(n_kv) * uint64_t(head_dim) * 2;
+  // Only attention layers keep K/V rows: a hybrid's linear-attention
+  // (Gated DeltaNet) layers have no attn_k and keep a fixed-size state. A
+  // file without any attn_k (other names): every layer, to be safe.
+  int64_t kv_layers = 0;
+  for (int64_t l = 0; l < s.n_layer; ++l)
+    kv_layers += file.find_tensor(fmt::format("blk.{}.attn_k.weight", l)) != nullptr ? 1 : 0;
+  if (kv_layers == 0) kv_layers = s.n_layer;
+  s.kv_bytes_per_position = uint64_t(kv_layers) * 2 * uint64_t(n_kv) * uint64_t(head_dim) * 2;
   return s;
 }
 

@@ -132,6 +132,40 @@ TEST(HybridExperts, SameGreedyOutputWhereverTheExpertsRun) {
   unsetenv("MOESERVE_PREFETCH_SHARE");
 }
 
+// The other MoE families through the same split: qwen35moe (Gated DeltaNet
+// layers, a shared expert beside the routed ones) and laguna, half of each
+// layer's experts on the GPU and every expert on the CPU, prompt chunks and
+// decode, equal the all-GPU greedy continuation.
+TEST(HybridExperts, OtherArchitecturesSplitTheSameWay) {
+  if (testing::test_device().rfind("cuda", 0) != 0) GTEST_SKIP() << "needs MOESERVE_TEST_DEVICE=cuda (a GPU)";
+  const std::vector<int32_t> prompt = {11, 2,  300, 4,  57, 6,  7,  800, 9, 10,
+                                       11, 12, 13,  14, 15, 16, 17, 18,  19};
+  for (const char* name : {"qwen35moe-tiny.bf16.gguf", "laguna-tiny.bf16.gguf"}) {
+    SCOPED_TRACE(name);
+    const std::string path = std::string(MOESERVE_TEST_DATA_DIR) + "/models/" + name;
+    auto gpu = Model::load(path, {.n_threads = 2, .device = testing::test_device()});
+    ASSERT_TRUE(gpu.is_ok()) << gpu.status().to_string();
+    const int64_t n_layer = (*gpu)->info().n_layer, n_expert = (*gpu)->info().n_expert;
+    ASSERT_GT(n_expert, 1);
+    std::vector<int32_t> even;
+    for (int32_t e = 0; e < n_expert; e += 2) even.push_back(e);
+    for (const auto& placed : {std::vector<std::vector<int32_t>>(size_t(n_layer), even),
+                               std::vector<std::vector<int32_t>>(size_t(n_layer))}) {
+      ModelLoadOptions o{.n_threads = 2, .device = testing::test_device()};
+      o.gpu_experts = placed, o.split_experts = true;
+      auto hybrid = Model::load(path, o);
+      ASSERT_TRUE(hybrid.is_ok()) << hybrid.status().to_string();
+      for (int64_t n_batch : {int64_t(512), int64_t(5)}) {
+        EXPECT_EQ(greedy(**hybrid, prompt, n_batch, 20), greedy(**gpu, prompt, n_batch, 20))
+            << (placed[0].empty() ? "every expert on the CPU" : "half on the GPU") << ", batch " << n_batch;
+      }
+      int64_t host_pairs = 0;
+      for (const auto& s : (*hybrid)->expert_splits()) host_pairs += s->host_pairs.load();
+      EXPECT_GT(host_pairs, 0);
+    }
+  }
+}
+
 // The file left unpinned (--no-pin; also where pinning fails): a chunk's
 // cold experts still go to the GPU, through the pinned staging buffers,
 // and the greedy continuations stay the all-GPU ones.

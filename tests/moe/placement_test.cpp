@@ -12,6 +12,7 @@
 
 #include "moe/json_file.h"
 #include "moe/plan.h"
+#include "runtime/model.h"
 
 namespace moeserve::moe {
 namespace {
@@ -57,6 +58,25 @@ TEST(MoeShape, ReadsTheTensorTable) {
   const auto r = moe_shape(dense.value());
   ASSERT_FALSE(r.is_ok());
   EXPECT_NE(r.status().message().find("no stacked experts"), std::string::npos) << r.status().to_string();
+}
+
+// The KV the budget reserves is what the model's attention layers keep: a
+// hybrid's Gated DeltaNet layers keep a fixed state, no K/V rows.
+TEST(MoeShape, CountsKvForTheAttentionLayersOnly) {
+  for (const char* name : {"qwen3moe-tiny.bf16.gguf", "qwen35moe-tiny.bf16.gguf"}) {
+    SCOPED_TRACE(name);
+    auto f = GgufFile::open(kDir + name);
+    ASSERT_TRUE(f.is_ok());
+    auto shape = moe_shape(f.value());
+    ASSERT_TRUE(shape.is_ok()) << shape.status().to_string();
+    auto model = runtime::Model::load(kDir + name, {.n_threads = 1, .pack_weights = false});
+    ASSERT_TRUE(model.is_ok()) << model.status().to_string();
+    const models::ModelInfo& info = (*model)->info();
+    uint64_t want = 0;
+    for (int64_t l = 0; l < info.n_layer; ++l)
+      want += info.layer_cache(l).kv ? uint64_t(2 * info.kv_dim * 2) : 0;
+    EXPECT_EQ(shape->kv_bytes_per_position, want);
+  }
 }
 
 TEST(ExpertBudget, CountsDenseKvAndReserve) {
