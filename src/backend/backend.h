@@ -133,6 +133,9 @@ struct BatchLayout {
   // route() calls carry counts (RouteOpArgs::counts): a GPU runs the
   // forward without a captured graph, as it reads selections back mid-way.
   bool count_experts = false;
+  // Rows [0, decode_rows) are sequences' next tokens, the rest prompt
+  // chunks: the expert splits count their selections apart.
+  int64_t decode_rows = 0;
 };
 
 // What a weight is used for, so a device can choose its layout (the CPU

@@ -17,7 +17,7 @@ bool expert_trace_enabled() {
 }
 
 Result<int64_t> ColdPairs::collect(const ExpertSplit& split, int layer, std::span<const int32_t> ids,
-                                   int64_t n_used) {
+                                   int64_t n_used, int64_t decode_rows) {
   const int64_t E = split.n_expert();
   if (n_used < 1 || int64_t(ids.size()) % n_used != 0) {
     return make_error(StatusCode::kInternal, "layer {}: {} selections for {} per token", layer, ids.size(),
@@ -28,18 +28,17 @@ Result<int64_t> ColdPairs::collect(const ExpertSplit& split, int layer, std::spa
   n_tokens_ = int64_t(ids.size()) / n_used;
   count_.assign(size_t(E) + 1, 0);
   n_host_ = 0;
-  for (const int32_t e : ids) {
+  for (size_t p = 0; p < ids.size(); ++p) {
+    const int32_t e = ids[p];
     if (e < 0 || e >= E)
       return make_error(StatusCode::kInternal, "layer {}: routed to expert {} of {}", layer, e, E);
-    split.count_selection(e);
+    split.count_pair(e, int64_t(p) / n_used < decode_rows);
     if (!split.is_local(e)) count_[size_t(e) + 1] += 1, n_host_ += 1;
   }
   experts_.clear();
   for (int64_t e = 0; e < E; ++e) {
     if (count_[size_t(e) + 1] > 0) experts_.push_back(int32_t(e));
   }
-  split.local_pairs += int64_t(ids.size()) - n_host_;
-  split.host_pairs += n_host_;
   split.cold_experts_seen += int64_t(experts_.size());
   return n_host_;
 }

@@ -22,7 +22,10 @@ class ColdPairs {
   // its local/host pair counters). Returns how many pairs are the host's.
   // An id outside 0..n_expert-1 is an error naming the layer. `ids` must
   // stay valid until compute() has run.
-  Result<int64_t> collect(const ExpertSplit& split, int layer, std::span<const int32_t> ids, int64_t n_used);
+  // decode_rows: rows [0, decode_rows) of the forward are decode rows (the
+  // split's statistics count them apart).
+  Result<int64_t> collect(const ExpertSplit& split, int layer, std::span<const int32_t> ids, int64_t n_used,
+                          int64_t decode_rows = 0);
 
   // The collected experts (ascending) and each one's pairs.
   const std::vector<int32_t>& experts() const { return experts_; }

@@ -13,6 +13,7 @@ ExpertSplit::ExpertSplit(int64_t n_expert, std::vector<int32_t> local, ExpertBac
   std::erase_if(local_, [&](int32_t e) { return e < 0 || e >= n_expert_; });
   local_index_.assign(size_t(n_expert_), -1);
   selections_ = std::make_unique<std::atomic<int64_t>[]>(size_t(std::max<int64_t>(n_expert_, 1)));
+  decode_selections_ = std::make_unique<std::atomic<int64_t>[]>(size_t(std::max<int64_t>(n_expert_, 1)));
   window_base_.assign(size_t(n_expert_), 0);
   mask_.assign(size_t(n_expert_ + 63) / 64, 0);
   for (size_t i = 0; i < local_.size(); ++i) {

@@ -115,10 +115,25 @@ class ExpertSplit {
   // The distinct cold experts each call selected, summed: a prefill chunk
   // copies (or computes) that many, whatever their pair counts.
   mutable std::atomic<int64_t> cold_experts_seen{0};
+  // Of local_pairs and host_pairs, those of decode rows (a sequence's next
+  // token; the rest are prompt chunks): decode's hot-hit ratio.
+  mutable std::atomic<int64_t> decode_local_pairs{0}, decode_host_pairs{0};
   // Selections of each expert since start (counted where the host sees
-  // them: while some expert is not local), for live routing statistics.
-  void count_selection(int32_t expert, int64_t n = 1) const { selections_[size_t(expert)] += n; }
+  // them: while some expert is not local), for live routing statistics;
+  // `decode`: by a decode row (counted in both totals).
+  void count_selection(int32_t expert, int64_t n = 1, bool decode = false) const {
+    selections_[size_t(expert)] += n;
+    if (decode) decode_selections_[size_t(expert)] += n;
+  }
+  // A pair of this layer: its expert's counts and the hot-hit totals.
+  void count_pair(int32_t expert, bool decode) const {
+    count_selection(expert, 1, decode);
+    const bool local = is_local(expert);
+    (local ? local_pairs : host_pairs) += 1;
+    if (decode) (local ? decode_local_pairs : decode_host_pairs) += 1;
+  }
   int64_t selections(int32_t expert) const { return selections_[size_t(expert)].load(); }
+  int64_t decode_selections(int32_t expert) const { return decode_selections_[size_t(expert)].load(); }
   // Selections since the last start_window() (promotion compares these).
   int64_t window_selections(int32_t expert) const {
     return selections(expert) - window_base_[size_t(expert)];
@@ -136,7 +151,7 @@ class ExpertSplit {
   std::vector<int32_t> local_;
   std::vector<int32_t> local_index_;  // [n_expert]: index into local_, -1: host
   std::vector<uint64_t> mask_;
-  std::unique_ptr<std::atomic<int64_t>[]> selections_;
+  std::unique_ptr<std::atomic<int64_t>[]> selections_, decode_selections_;
   std::vector<int64_t> window_base_;
   ExpertBackend* host_ = nullptr;
   ExpertCostModel* cost_ = nullptr;

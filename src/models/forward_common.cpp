@@ -75,6 +75,7 @@ backend::BatchLayout batch_layout(const ForwardBatch& b, const BatchRows& rows,
   layout.profiling = profiling;
   layout.argmax = b.greedy != nullptr && !b.logit_rows.empty();
   layout.count_experts = !b.expert_counts.empty();
+  layout.decode_rows = std::clamp<int64_t>(b.decode_rows, 0, int64_t(b.tokens.size()));
   return layout;
 }
 

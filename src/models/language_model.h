@@ -38,6 +38,9 @@ struct ForwardBatch {
   // selections in this forward are added (routing statistics; slower on a
   // GPU, which then reads them back layer by layer).
   std::span<int64_t> expert_counts;
+  // Rows [0, decode_rows) are sequences' next tokens (decode), the rest
+  // prompt chunks; only routing statistics read it.
+  int64_t decode_rows = 0;
 };
 
 // Wall time per part of the forward pass (nanoseconds), for profiling. On

@@ -328,6 +328,7 @@ bool BatchEngine::step() {
   b.logit_rows = logit_rows;
   b.logits = want_logits ? logits_.data() : nullptr;
   b.greedy = greedy_.data();
+  b.decode_rows = n_decode;  // the decoding slots' rows come first
   const double t0 = now_seconds();
   const Status st = model_.net().forward(b, *ws_);
   const double dt = now_seconds() - t0;

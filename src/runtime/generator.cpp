@@ -93,7 +93,7 @@ Status Generator::prefill_greedy(std::span<const int32_t> tokens, int64_t n_batc
 }
 
 Status Generator::run_chunks(std::span<const int32_t> tokens, int64_t n_batch, float* last_logits,
-                             int32_t* greedy) {
+                             int32_t* greedy, bool decode) {
   MOESERVE_RETURN_IF_ERROR(status_);
   if (int64_t(tokens.size()) > seq_.remaining()) {
     return make_error(
@@ -113,6 +113,7 @@ Status Generator::run_chunks(std::span<const int32_t> tokens, int64_t n_batch, f
     b.pos0 = seq_.position();
     b.kv = seq_.kv().view();
     b.expert_counts = expert_counts_;
+    b.decode_rows = decode ? int64_t(chunk.size()) : 0;
     if (last && (last_logits != nullptr || greedy != nullptr)) {
       b.logit_rows = std::span<const int64_t>(&last_row, 1);
       b.logits = last_logits;
@@ -125,11 +126,15 @@ Status Generator::run_chunks(std::span<const int32_t> tokens, int64_t n_batch, f
 }
 
 Status Generator::decode(int32_t token, std::span<float> logits) {
-  return prefill(std::span<const int32_t>(&token, 1), 1, logits);
+  if (!logits.empty() && int64_t(logits.size()) < model_.info().n_vocab) {
+    return make_error(StatusCode::kInvalidArgument, "logits buffer smaller than the vocabulary");
+  }
+  return run_chunks(std::span<const int32_t>(&token, 1), 1, logits.empty() ? nullptr : logits.data(), nullptr,
+                    /*decode=*/true);
 }
 
 Status Generator::decode_greedy(int32_t token, int32_t* next) {
-  return run_chunks(std::span<const int32_t>(&token, 1), 1, nullptr, next);
+  return run_chunks(std::span<const int32_t>(&token, 1), 1, nullptr, next, /*decode=*/true);
 }
 
 Result<GenerateResult> Generator::generate(std::span<const int32_t> prompt, const GenerateOptions& options,

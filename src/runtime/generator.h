@@ -97,7 +97,9 @@ class Generator {
  private:
   // Chunks of n_batch tokens; the last token's logits to `last_logits` and
   // its greedy choice to `greedy` (each when not null).
-  Status run_chunks(std::span<const int32_t> tokens, int64_t n_batch, float* last_logits, int32_t* greedy);
+  // decode: the one token is the sequence's next (routing statistics count it apart).
+  Status run_chunks(std::span<const int32_t> tokens, int64_t n_batch, float* last_logits, int32_t* greedy,
+                    bool decode = false);
 
   Model& model_;
   Sequence seq_;

@@ -5,9 +5,12 @@
 namespace moeserve::server {
 namespace {
 
-double hit_ratio(const backend::ExpertSplit& s) {
-  const int64_t local = s.local_pairs.load(), host = s.host_pairs.load();
+double ratio(int64_t local, int64_t host) {
   return local + host > 0 ? double(local) / double(local + host) : 0.0;
+}
+double hit_ratio(const backend::ExpertSplit& s) { return ratio(s.local_pairs.load(), s.host_pairs.load()); }
+double decode_hit_ratio(const backend::ExpertSplit& s) {
+  return ratio(s.decode_local_pairs.load(), s.decode_host_pairs.load());
 }
 
 }  // namespace
@@ -33,9 +36,18 @@ nlohmann::json expert_stats_json(const runtime::Model& model) {
     j["selections_cpu"] = s.host_pairs.load();
     j["selections_copied_to_gpu"] = s.copied_pairs.load();
     j["hot_hit_ratio"] = hit_ratio(s);
-    nlohmann::json counts = nlohmann::json::array();
-    for (int32_t e = 0; e < int32_t(s.n_expert()); ++e) counts.push_back(s.selections(e));
-    j["selections"] = std::move(counts);
+    j["decode_hot_hit_ratio"] = decode_hit_ratio(s);
+    // Per expert: every selection, and split by phase (prefill: prompt
+    // chunks; decode: sequences' next tokens), as moeserve calibrate counts.
+    nlohmann::json all = nlohmann::json::array(), prefill = nlohmann::json::array(),
+                   decode = nlohmann::json::array();
+    for (int32_t e = 0; e < int32_t(s.n_expert()); ++e) {
+      const int64_t n = s.selections(e), d = s.decode_selections(e);
+      all.push_back(n), prefill.push_back(n - d), decode.push_back(d);
+    }
+    j["selections"] = std::move(all);
+    j["selections_prefill"] = std::move(prefill);
+    j["selections_decode"] = std::move(decode);
     layers.push_back(std::move(j));
   }
   out["layers"] = std::move(layers);
@@ -45,11 +57,13 @@ nlohmann::json expert_stats_json(const runtime::Model& model) {
 std::string expert_stats_prometheus(const runtime::Model& model) {
   const auto& splits = model.expert_splits();
   if (splits.empty()) return {};
-  std::string hits, sel, copied;
+  std::string hits, decode_hits, sel, copied;
   for (size_t l = 0; l < splits.size(); ++l) {
     const backend::ExpertSplit& s = *splits[l];
     if (s.all_local()) continue;
     hits += fmt::format("moeserve_expert_hot_hit_ratio{{layer=\"{}\"}} {}\n", l, hit_ratio(s));
+    decode_hits +=
+        fmt::format("moeserve_expert_decode_hot_hit_ratio{{layer=\"{}\"}} {}\n", l, decode_hit_ratio(s));
     sel += fmt::format("moeserve_expert_selections_total{{layer=\"{}\",where=\"gpu\"}} {}\n", l,
                        s.local_pairs.load());
     sel += fmt::format("moeserve_expert_selections_total{{layer=\"{}\",where=\"cpu\"}} {}\n", l,
@@ -61,6 +75,10 @@ std::string expert_stats_prometheus(const runtime::Model& model) {
          "experts.\n"
          "# TYPE moeserve_expert_hot_hit_ratio gauge\n" +
          hits +
+         "# HELP moeserve_expert_decode_hot_hit_ratio The same over decode rows only (a sequence's next "
+         "token).\n"
+         "# TYPE moeserve_expert_decode_hot_hit_ratio gauge\n" +
+         decode_hits +
          "# HELP moeserve_expert_selections_total Expert selections by where the expert lives.\n"
          "# TYPE moeserve_expert_selections_total counter\n" +
          sel +

@@ -3,8 +3,6 @@
 // through the host backend with the right rows, skipped experts left out,
 // and a bad id is an error naming the layer.
 #include "backend/cold_pairs.h"
-#include "backend/cpu/expert_backend.h"
-#include "core/thread_pool.h"
 
 #include <gtest/gtest.h>
 
@@ -12,6 +10,9 @@
 #include <map>
 #include <thread>
 #include <vector>
+
+#include "backend/cpu/expert_backend.h"
+#include "core/thread_pool.h"
 
 namespace moeserve::backend {
 namespace {
@@ -44,6 +45,27 @@ struct Fixture {
   FakeHost host;
   ExpertSplit split;
 };
+
+// The first decode_rows rows of a forward are decode rows: their pairs
+// count in the decode totals too (the live statistics' phases).
+TEST(ColdPairs, CountsDecodeRowsApart) {
+  Fixture f;
+  // 3 tokens x 2 slots, the first two decode rows; experts 1 and 4 are local.
+  const std::vector<int32_t> ids = {0, 1, 5, 4, 0, 2};
+  ColdPairs cold;
+  ASSERT_TRUE(cold.collect(f.split, 0, ids, 2, /*decode_rows=*/2).is_ok());
+  EXPECT_EQ(f.split.decode_local_pairs.load(), 2);  // 1 and 4
+  EXPECT_EQ(f.split.decode_host_pairs.load(), 2);   // 0 and 5
+  EXPECT_EQ(f.split.local_pairs.load() + f.split.host_pairs.load(), 6);
+  for (int32_t e = 0; e < 6; ++e) {
+    EXPECT_EQ(f.split.decode_selections(e), e == 0 || e == 1 || e == 4 || e == 5 ? 1 : 0) << e;
+    EXPECT_EQ(f.split.selections(e), e == 0 ? 2 : (e == 3 ? 0 : 1)) << e;
+  }
+  ASSERT_TRUE(cold.collect(f.split, 0, ids, 2).is_ok());  // a prompt chunk: no decode rows
+  EXPECT_EQ(f.split.decode_host_pairs.load(), 2);
+  EXPECT_EQ(f.split.selections(0), 4);
+  EXPECT_EQ(f.split.decode_selections(0), 1);
+}
 
 TEST(ColdPairs, GroupsCountsAndComputesTheHostsPairs) {
   Fixture f;
@@ -156,11 +178,13 @@ TEST(ExpertSplit, ProbeHostFlopsRunsTheCpuBackend) {
   ThreadPool pool(2);
   CpuExpertBackend cpu(&pool);
   constexpr int64_t kEmbd = 64, kFf = 32, kExperts = 4;
-  std::vector<float> up_gate(size_t(kExperts * kFf * kEmbd), 0.01f), down(size_t(kExperts * kEmbd * kFf), 0.02f);
+  std::vector<float> up_gate(size_t(kExperts * kFf * kEmbd), 0.01f),
+      down(size_t(kExperts * kEmbd * kFf), 0.02f);
   auto view = [](const std::vector<float>& w, int64_t rows, int64_t cols) {
     WeightView v;
     v.data = reinterpret_cast<const uint8_t*>(w.data()), v.type = DType::F32;
-    v.n_cols = cols, v.n_rows = rows, v.row_bytes = size_t(cols) * 4, v.matrix_stride = size_t(rows * cols) * 4;
+    v.n_cols = cols, v.n_rows = rows, v.row_bytes = size_t(cols) * 4,
+    v.matrix_stride = size_t(rows * cols) * 4;
     return v;
   };
   ExpertSplit split(kExperts, {}, &cpu);

@@ -355,6 +355,45 @@ TEST(ApiService, TokenizeDetokenizeModelsAndMetrics) {
 // with experts shared between the GPU and the CPU (the GPU machine), each
 // split layer's selections add up to what the requests routed, and
 // /metrics carries the per-layer hot-hit ratio.
+// The live statistics count prompt chunks and decode rows apart, as
+// calibrate does: per layer, n_expert_used selections per prompt token
+// computed and per decode row (every completion token but the last is fed
+// back as one). Runs on the CPU too (its device takes splits).
+TEST(ApiService, ExpertStatsCountPrefillAndDecodeApart) {
+  const std::vector<int32_t> some = {0, 1, 2, 3, 4, 5, 6, 7};
+  runtime::EngineOptions eo;
+  eo.prefix_cache_bytes = 0;  // every prompt token computed
+  Fixture f(eo, {}, {}, {some, {}, some, some}, true);
+  int64_t prompt = 0, decoded = 0;
+  for (int i = 0; i < 2; ++i) {
+    const ApiReply r = f.post("/v1/chat/completions", kChat);
+    ASSERT_EQ(r.status, 200) << r.body;
+    const json usage = json::parse(r.body)["usage"];
+    prompt += usage["prompt_tokens"].get<int64_t>();
+    decoded += usage["completion_tokens"].get<int64_t>() - 1;
+  }
+  const json j = json::parse(f.get("/stats/experts").body);
+  ASSERT_TRUE(j["experts_split"].get<bool>());
+  for (const json& l : j["layers"]) {
+    SCOPED_TRACE(l.dump());
+    if (l["gpu_experts"].get<int64_t>() == 16) continue;  // all local: not counted
+    int64_t all = 0, pre = 0, dec = 0;
+    for (size_t e = 0; e < l["selections"].size(); ++e) {
+      all += l["selections"][e].get<int64_t>();
+      pre += l["selections_prefill"][e].get<int64_t>();
+      dec += l["selections_decode"][e].get<int64_t>();
+    }
+    EXPECT_EQ(pre, 4 * prompt);
+    EXPECT_EQ(dec, 4 * decoded);
+    EXPECT_EQ(all, pre + dec);
+    const double hit = l["decode_hot_hit_ratio"].get<double>();
+    EXPECT_GE(hit, 0.0);
+    EXPECT_LE(hit, 1.0);
+  }
+  EXPECT_NE(f.get("/metrics").body.find("moeserve_expert_decode_hot_hit_ratio{layer=\"1\"} 0"),
+            std::string::npos);
+}
+
 TEST(ApiService, ExpertStatsEndpoint) {
   {
     Fixture f;

@@ -405,12 +405,6 @@ void CpuOps::group_by_expert(const ExpertFfnArgs& a) {
   if (gather_rows) for_each_index(n >= kParallelGatherRows ? pool_ : nullptr, n, gather);
 }
 
-int64_t count_rows(std::span<const ExpertJob> jobs) {
-  int64_t n = 0;
-  for (const ExpertJob& j : jobs) n += j.n_tokens;
-  return n;
-}
-
 Status CpuOps::expert_ffn(const ExpertFfnArgs& a) {
   if (int64_t(sel_.size()) != a.n_tokens * n_used_) {
     return make_error(StatusCode::kInternal, "expert_ffn: {} tokens, but the last route() had {}", a.n_tokens,
@@ -431,15 +425,14 @@ Status CpuOps::expert_ffn(const ExpertFfnArgs& a) {
     // Jobs of the host's experts go there; this device computes the rest.
     // Both write the same output rows, so the combine below is unchanged.
     host_jobs_.clear();
-    for (const ExpertJob& j : jobs_) a.split->count_selection(j.expert, j.n_tokens);
+    for (size_t p = 0; p < sel_.size(); ++p)
+      a.split->count_pair(sel_[p], int64_t(p) / K < layout_.decode_rows);
     std::erase_if(jobs_, [&](const ExpertJob& j) {
       if (a.split->is_local(j.expert)) return false;
       host_jobs_.push_back(j);
       return true;
     });
     batch.jobs = jobs_;
-    a.split->local_pairs += int64_t(sel_.size()) - count_rows(host_jobs_);
-    a.split->host_pairs += count_rows(host_jobs_);
     // A host backend in another process computes while this device does.
     host = a.split->start_on_host(a.layer, H, a.n_ff, host_jobs_);
   }

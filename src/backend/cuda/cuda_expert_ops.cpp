@@ -149,7 +149,7 @@ Status CudaOps::serve_mailboxes(std::span<const HostMailboxes::Layer> layers) {
   Status first = Status::ok();
   for (size_t i = 0; i < layers.size(); ++i) {
     if (first.is_ok()) {
-      first = mailboxes_->serve(layers[i], forward_, stream_);
+      first = mailboxes_->serve(layers[i], {forward_, decode_rows_}, stream_);
       if (first.is_ok() && i + 1 < layers.size()) mailboxes_->warm_next(layers[i], layers[i + 1], forward_);
     } else {
       mailboxes_->post_empty(layers[i], forward_);
@@ -162,7 +162,7 @@ Status CudaOps::serve_mailboxes(std::span<const HostMailboxes::Layer> layers) {
 // (a prefill chunk, when the cost model says so) their weights copied here
 // and computed like the local ones.
 Status CudaOps::cold_experts(const ExpertFfnArgs& a, const ExpertSplit& split, float* h, float* y) {
-  MOESERVE_ASSIGN_OR_RETURN(const int64_t n_host, host_stage_->collect(split, a.layer));
+  MOESERVE_ASSIGN_OR_RETURN(const int64_t n_host, host_stage_->collect(split, a.layer, decode_rows_));
   const ExpertSplit* next = device_.next_split(&split);
   HostExpertStage::Copied c;
   if (host_stage_->prefetched(split)) {

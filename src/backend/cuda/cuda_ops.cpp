@@ -51,6 +51,7 @@ Status CudaOps::begin_batch(const BatchLayout& layout) {
     host_stage_->begin_forward();
   }
   n_rows_ = int64_t(layout.tokens.size());
+  decode_rows_ = layout.decode_rows;
   // A small forward trades with the host through mailboxes, inside its graph.
   use_mailboxes_ = device_.has_host_experts() && n_rows_ <= HostMailboxes::kMaxTokens && mailboxes_enabled();
   next_mailbox_ = 0;

@@ -214,6 +214,7 @@ class CudaOps final : public Ops {
   const uint32_t* forward_on_device_ = nullptr;       // ... uploaded with the layout
   std::vector<HostMailboxes::Layer> capture_layers_;  // the split layers of the graph being captured
   // This batch's layout on the device.
+  int64_t decode_rows_ = 0;  // this forward's (BatchLayout::decode_rows): routing statistics
   int64_t n_rows_ = 0, n_blocks_ = 0, max_block_rows_ = 0, max_kv_ = 0, n_seq_ = 0, n_layer_ = 0;
   const int32_t* tokens_ = nullptr;
   const int32_t* row_seq_ = nullptr;

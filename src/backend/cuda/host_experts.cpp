@@ -105,15 +105,15 @@ Status HostExpertStage::start(const int32_t* selected, const float* xn, int64_t 
   return Status::ok();
 }
 
-Result<int64_t> HostExpertStage::collect(const ExpertSplit& split, int layer) {
+Result<int64_t> HostExpertStage::collect(const ExpertSplit& split, int layer, int64_t decode_rows) {
   MOESERVE_RETURN_IF_ERROR(join());
   const auto t0 = std::chrono::steady_clock::now();
   MOESERVE_CUDA_RETURN_IF_ERROR(cudaEventSynchronize(inputs_ready_));
   last_routing_wait_s_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   layer_ = layer;
   const auto* ids = static_cast<const int32_t*>(ids_.data);
-  MOESERVE_ASSIGN_OR_RETURN(n_host_,
-                            cold_.collect(split, layer, {ids, size_t(n_tokens_ * n_used_)}, n_used_));
+  MOESERVE_ASSIGN_OR_RETURN(
+      n_host_, cold_.collect(split, layer, {ids, size_t(n_tokens_ * n_used_)}, n_used_, decode_rows));
   return n_host_;
 }
 

@@ -43,7 +43,8 @@ class HostExpertStage {
   // Enqueues the downloads: selected [n_tokens][n_used] ids and xn [n_tokens][n_embd].
   Status start(const int32_t* selected, const float* xn, int64_t n_tokens, int64_t n_used, int64_t n_embd);
   // Waits for them; groups the pairs whose expert is not local. Returns how many.
-  Result<int64_t> collect(const ExpertSplit& split, int layer);
+  // decode_rows: the forward's (routing statistics).
+  Result<int64_t> collect(const ExpertSplit& split, int layer, int64_t decode_rows);
   // Which of the collected experts are copied to the GPU (the split's cost
   // model: the busiest, while the CPU computes the others at the same time).
   void plan(const ExpertSplit& split, int64_t n_ff);

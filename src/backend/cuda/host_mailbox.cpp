@@ -229,7 +229,8 @@ Status HostMailboxes::wait_ready(const Slot& s, uint32_t forward, cudaStream_t s
   return Status::ok();
 }
 
-Status HostMailboxes::serve(const Layer& l, uint32_t forward, cudaStream_t stream) {
+Status HostMailboxes::serve(const Layer& l, Forward f, cudaStream_t stream) {
+  const uint32_t forward = f.number;
   if (l.slot < 0 || size_t(l.slot) >= slots_.size()) {
     return make_error(StatusCode::kInternal, "host-expert mailbox {} of {}", l.slot, slots_.size());
   }
@@ -245,7 +246,8 @@ Status HostMailboxes::serve(const Layer& l, uint32_t forward, cudaStream_t strea
   served_ += 1;
   if (status.is_ok()) {
     const int64_t pairs = l.n_tokens * l.n_used;
-    Result<int64_t> n_cold = cold_.collect(*l.split, l.layer, {s.ids, size_t(pairs)}, l.n_used);
+    Result<int64_t> n_cold =
+        cold_.collect(*l.split, l.layer, {s.ids, size_t(pairs)}, l.n_used, f.decode_rows);
     if (n_cold.is_ok() && trace) count_warm_hits(l.layer);
     Result<int64_t> n_streamed = n_cold.status();
     if (n_cold.is_ok()) n_streamed = mark_streamed(s, *l.split);

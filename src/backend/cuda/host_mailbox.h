@@ -70,7 +70,13 @@ class HostMailboxes {
   // mailbox, computes the host's pairs, posts them. Posts (no rows) even on
   // error, so the GPU never waits for nothing. `stream` is polled for a
   // failed forward while waiting.
-  Status serve(const Layer& layer, uint32_t forward, cudaStream_t stream);
+  // The forward a serve() call answers: its number, and its decode rows
+  // (routing statistics: a replayed graph's layers do not know them).
+  struct Forward {
+    uint32_t number = 0;
+    int64_t decode_rows = 0;
+  };
+  Status serve(const Layer& layer, Forward forward, cudaStream_t stream);
   // Posts no rows for the layer (after an earlier layer failed).
   void post_empty(const Layer& layer, uint32_t forward);
   // Once `served` is posted, while the GPU computes on to `next`: the
