@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+
 namespace moeserve::server {
 namespace {
 
@@ -42,7 +44,9 @@ nlohmann::json expert_stats_json(const runtime::Model& model) {
     nlohmann::json all = nlohmann::json::array(), prefill = nlohmann::json::array(),
                    decode = nlohmann::json::array();
     for (int32_t e = 0; e < int32_t(s.n_expert()); ++e) {
-      const int64_t n = s.selections(e), d = s.decode_selections(e);
+      // Decode first: a pair counts in the total before its decode count,
+      // so a read while the engine runs never sees decode > total.
+      const int64_t d = s.decode_selections(e), n = std::max(s.selections(e), d);
       all.push_back(n), prefill.push_back(n - d), decode.push_back(d);
     }
     j["selections"] = std::move(all);

@@ -234,7 +234,9 @@ TEST(EnginePromotion, BetweenRequestsPromotesOnceEachTimeTheEngineGoesIdle) {
   EXPECT_EQ(seen_c, std::vector<int64_t>(10, 1));
   ASSERT_EQ(wait_for_passes(engine, 2), 2);
   expect_consistent(*model);
-  // An idle engine that served nothing since does not pass again.
+  // The next request runs without a pass until it ends (the guard against
+  // passing again on an idle engine that served nothing is not reached
+  // here: an idle engine sleeps until a request or a cancel wakes it).
   Collector d;
   std::vector<int64_t> seen_d;
   ASSERT_TRUE(engine.submit(request(d, seen_d, ps[3])).is_ok());

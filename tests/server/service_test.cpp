@@ -351,10 +351,6 @@ TEST(ApiService, TokenizeDetokenizeModelsAndMetrics) {
   EXPECT_NE(metrics.find("moeserve_slots_total"), std::string::npos);
 }
 
-// GET /stats/experts: on a model with every expert on its device, a note;
-// with experts shared between the GPU and the CPU (the GPU machine), each
-// split layer's selections add up to what the requests routed, and
-// /metrics carries the per-layer hot-hit ratio.
 // The live statistics count prompt chunks and decode rows apart, as
 // calibrate does: per layer, n_expert_used selections per prompt token
 // computed and per decode row (every completion token but the last is fed
@@ -390,10 +386,14 @@ TEST(ApiService, ExpertStatsCountPrefillAndDecodeApart) {
     EXPECT_GE(hit, 0.0);
     EXPECT_LE(hit, 1.0);
   }
-  EXPECT_NE(f.get("/metrics").body.find("moeserve_expert_decode_hot_hit_ratio{layer=\"1\"} 0"),
+  EXPECT_NE(f.get("/metrics").body.find("moeserve_expert_decode_hot_hit_ratio{layer=\"1\"} 0\n"),
             std::string::npos);
 }
 
+// GET /stats/experts: on a model with every expert on its device, a note;
+// with experts shared between the GPU and the CPU (the GPU machine), each
+// split layer's selections add up to what the requests routed, and
+// /metrics carries the per-layer hot-hit ratio.
 TEST(ApiService, ExpertStatsEndpoint) {
   {
     Fixture f;

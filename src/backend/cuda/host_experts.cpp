@@ -55,8 +55,9 @@ HostExpertStage::~HostExpertStage() {
   }
 }
 
-// Pinned buffers grow; the streams are idle when they move (every call
-// runs on one thread, and each layer's uploads have been waited for by the
+// Pinned buffers grow; the streams are idle when they move (a buffer is
+// used by one thread at a time: the copier's by the copier, the others by
+// the calling thread; each layer's uploads have been waited for by the
 // next layer's download event).
 Status HostExpertStage::reserve(Pinned& p, size_t bytes) {
   if (p.bytes >= bytes) return Status::ok();

@@ -6,8 +6,9 @@
 // compute_on_host(): the CPU threads compute them (their rows gathered by
 // expert) and the outputs go up into their pair rows of y; or, for a
 // prefill chunk where that is cheaper (expert_cost.h), copy_to_device():
-// the weights of just those experts are copied from the pinned host stacks
-// on a second stream, and the caller runs the expert kernels on the copies.
+// the weights of just those experts are copied from the host stacks (the
+// pinned file, or through pinned staging where it is not pinned) on a
+// second stream, and the caller runs the expert kernels on the copies.
 // Either way the weighted combine that follows sees every slot in slot
 // order, wherever it was computed. A chunk that copies most of a layer's
 // cold experts prefetches the next layer's (copied before its routing is
@@ -86,8 +87,9 @@ class HostExpertStage {
   // threads to post their rows, then scatters them into y straight from
   // pinned memory, while this thread goes on enqueueing: the next layer's
   // copies, then its attention and routing. Every call that reuses the
-  // host-side buffers waits for the job first (join(): start(), collect(),
-  // the forward's end in CudaOps::finish()). Otherwise in the foreground.
+  // host-side buffers waits for the job first (join_share() in start(),
+  // join() in collect() and at the next forward's begin_batch). Otherwise
+  // in the foreground.
   Status start_share(const ExpertSplit& split, int layer, int64_t n_ff, float* y);
   Status prefetch_used(const ExpertSplit& split);
   // Waits for the background share and copies; their error, once.

@@ -60,6 +60,12 @@ Status StagedUpload::copy(uint8_t* dst, const uint8_t* src, size_t bytes) {
 
 Status StagedUpload::flush() {
   if (pending_.empty()) return Status::ok();
+  // Whatever happens, these segments are done with: a failed flush must not
+  // leave them for the next one (their destinations may be gone by then).
+  struct Forget {
+    StagedUpload& up;
+    ~Forget() { up.pending_.clear(), up.used_ = 0; }
+  } forget{*this};
   // The buffer's last copies have finished (an event never recorded: at once).
   MOESERVE_CUDA_RETURN_IF_ERROR(cudaEventSynchronize(done_[next_]));
   fill(next_);
@@ -71,8 +77,6 @@ Status StagedUpload::flush() {
   MOESERVE_CUDA_RETURN_IF_ERROR(cudaEventRecord(done_[next_], stream_));
   next_ ^= 1;
   if (progress != nullptr) progress->add_units(used_);
-  pending_.clear();
-  used_ = 0;
   return Status::ok();
 }
 

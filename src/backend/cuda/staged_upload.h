@@ -39,7 +39,7 @@ class StagedUpload {
   // The pinned buffers and events; the copies go on `stream` in its order
   // (null: a stream of its own, non-blocking, destroyed with it).
   Status init(cudaStream_t stream = nullptr);
-  bool ready() const { return pinned_[1] != nullptr; }
+  bool ready() const { return pinned_[1] != nullptr && done_[1] != nullptr && stream_ != nullptr; }
   // Queues dst[0, bytes) <- src (pageable host memory that stays valid
   // until flush()). Pieces share a buffer: many small ones (a layer's
   // scattered experts) fill it together and go over in one step.
