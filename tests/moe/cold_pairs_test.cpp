@@ -13,6 +13,7 @@
 
 #include "backend/cpu/expert_backend.h"
 #include "core/thread_pool.h"
+#include "moe/f32_view.h"
 
 namespace moeserve::backend {
 namespace {
@@ -180,13 +181,7 @@ TEST(ExpertSplit, ProbeHostFlopsRunsTheCpuBackend) {
   constexpr int64_t kEmbd = 64, kFf = 32, kExperts = 4;
   std::vector<float> up_gate(size_t(kExperts * kFf * kEmbd), 0.01f),
       down(size_t(kExperts * kEmbd * kFf), 0.02f);
-  auto view = [](const std::vector<float>& w, int64_t rows, int64_t cols) {
-    WeightView v;
-    v.data = reinterpret_cast<const uint8_t*>(w.data()), v.type = DType::F32;
-    v.n_cols = cols, v.n_rows = rows, v.row_bytes = size_t(cols) * 4,
-    v.matrix_stride = size_t(rows * cols) * 4;
-    return v;
-  };
+  const auto view = testing::f32_stack_view;
   ExpertSplit split(kExperts, {}, &cpu);
   split.set_host_view(WeightUse::kExpertGate, view(up_gate, kFf, kEmbd));
   split.set_host_view(WeightUse::kExpertUp, view(up_gate, kFf, kEmbd));

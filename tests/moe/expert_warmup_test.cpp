@@ -15,6 +15,7 @@
 #include "backend/cpu/expert_backend.h"
 #include "backend/expert_split.h"
 #include "core/thread_pool.h"
+#include "moe/f32_view.h"
 
 namespace moeserve::backend {
 namespace {
@@ -40,13 +41,7 @@ TEST(ExpertWarmup, ChoosesTheHighestScoringCandidatesTiesToTheLowerId) {
 struct Layer {
   static constexpr int64_t kEmbd = 32, kFf = 16, kExperts = 8;
   explicit Layer(ExpertBackend* host, std::vector<int32_t> local) : split(kExperts, std::move(local), host) {
-    auto view = [](const std::vector<float>& w, int64_t rows, int64_t cols) {
-      WeightView v;
-      v.data = reinterpret_cast<const uint8_t*>(w.data()), v.type = DType::F32;
-      v.n_cols = cols, v.n_rows = rows, v.row_bytes = size_t(cols) * 4,
-      v.matrix_stride = size_t(rows * cols) * 4;
-      return v;
-    };
+    const auto view = testing::f32_stack_view;
     split.set_host_view(WeightUse::kExpertGate, view(gate_up, kFf, kEmbd));
     split.set_host_view(WeightUse::kExpertUp, view(gate_up, kFf, kEmbd));
     split.set_host_view(WeightUse::kExpertDown, view(down, kEmbd, kFf));

@@ -94,6 +94,15 @@ struct Collector : testing::Collector {
   }
 };
 
+// One greedy request of 12 tokens through the engine, waited for.
+void run_one(BatchEngine& engine, const std::vector<int32_t>& prompt) {
+  Collector c;
+  EngineRequest r = greedy(prompt, 12);
+  c.attach(r);
+  ASSERT_TRUE(engine.submit(std::move(r)).is_ok());
+  c.wait();
+}
+
 // An idle pass runs on the engine thread after the last request's end is
 // delivered: wait for it (the deadline only turns a hang into a failure).
 int64_t wait_for_passes(const BatchEngine& engine, int64_t n) {
@@ -172,11 +181,7 @@ TEST(EnginePromotion, ThresholdsComeFromTheSchedule) {
   eo.promotion.thresholds = kForced;
   eo.promotion.thresholds.min_selections = int64_t(1) << 40;
   BatchEngine engine(*model, eo);
-  Collector c;
-  EngineRequest r = greedy(prompts(*model)[1], 12);
-  c.attach(r);
-  ASSERT_TRUE(engine.submit(std::move(r)).is_ok());
-  c.wait();
+  run_one(engine, prompts(*model)[1]);
   EXPECT_GT(engine.stats().promotion_passes, 0);
   EXPECT_EQ(engine.stats().experts_promoted, 0);
   EXPECT_EQ(local_sets(*model), loaded);
@@ -253,11 +258,7 @@ TEST(EnginePromotion, OffByDefault) {
     EngineOptions eo;
     eo.n_ctx = 128;
     BatchEngine engine(*model, eo);
-    Collector c;
-    EngineRequest r = greedy(prompts(*model)[0], 12);
-    c.attach(r);
-    ASSERT_TRUE(engine.submit(std::move(r)).is_ok());
-    c.wait();
+    run_one(engine, prompts(*model)[0]);
     EXPECT_EQ(engine.stats().promotion_passes, 0);
   }  // the engine thread has ended: nothing can promote later
   EXPECT_EQ(local_sets(*model), loaded);
