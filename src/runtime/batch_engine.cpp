@@ -1,43 +1,16 @@
 #include "runtime/batch_engine.h"
 
 #include <algorithm>
-#include <chrono>
 #include <cmath>
 #include <limits>
 #include <new>
 #include <system_error>
 
 #include "core/log.h"
+#include "runtime/engine_slot.h"
 #include "tokenizer/tokenizer.h"
 
 namespace moeserve::runtime {
-namespace {
-
-using Clock = std::chrono::steady_clock;
-
-double now_seconds() {
-  static const Clock::time_point start = Clock::now();
-  return std::chrono::duration<double>(Clock::now() - start).count();
-}
-
-}  // namespace
-
-struct BatchEngine::Slot {
-  explicit Slot(KvCache kv) : seq(std::move(kv)) {}
-  Sequence seq;
-  bool busy = false;
-  uint64_t id = 0;
-  uint64_t admitted = 0;  // admission order: prompts are prefilled first come, first served
-  EngineRequest req;
-  std::unique_ptr<Sampler> sampler;
-  std::unique_ptr<tok::IncrementalDecoder> decoder;
-  std::unique_ptr<StopStringFilter> filter;
-  int64_t prompt_done = 0;  // prompt tokens already in the KV cache
-  bool decoding = false;    // the prompt is done; `pending` is the next token to feed
-  int32_t pending = 0;
-  RequestStats stats;
-  double submitted = 0.0;
-};
 
 BatchEngine::BatchEngine(Model& model, const EngineOptions& options)
     : model_(model), options_(options), prefix_(options.prefix_cache_bytes) {
@@ -226,6 +199,7 @@ void BatchEngine::admit_waiting() {
     s.stats.prompt_tokens = int64_t(s.req.prompt.size());
     s.submitted = p.submitted;
     s.stats.queue_seconds = now_seconds() - p.submitted;
+    start_speculation(s);
     s.seq.clear();
     const int64_t reuse = options_.prefix_cache_bytes > 0
                               ? prefix_.restore(s.req.prompt, int64_t(s.req.prompt.size()) - 1, s.seq.kv())
@@ -276,17 +250,28 @@ bool BatchEngine::step() {
   std::vector<int32_t> tokens;
   std::vector<models::SequenceSlice> slices;
   std::vector<int64_t> logit_rows;
-  std::vector<Slot*> row_owner;                // per logit row
-  std::vector<std::pair<Slot*, int64_t>> fed;  // slot, tokens appended
+  std::vector<DecodePlan> plans;               // the decoding slots, their rows first
+  std::vector<Slot*> row_owner;                // per prompt-completion logit row, after the plans' rows
+  std::vector<std::pair<Slot*, int64_t>> fed;  // prompt chunks: slot, tokens appended
   int64_t n_decode = 0, n_prefill = 0;
+  // Each decoding slot's row (plus the tokens a recurrent rollback replays);
+  // the drafts share what is left of the step's verify rows.
+  int64_t base_rows = 0;
+  for (auto& s : slots_) {
+    if (s->busy && s->decoding) base_rows += 1 + int64_t(s->spec.replay().size());
+  }
+  int64_t draft_budget = std::min(options_.spec_step_rows, options_.n_batch) - base_rows;
   for (auto& s : slots_) {
     if (!s->busy || !s->decoding) continue;
-    slices.push_back({int64_t(tokens.size()), 1, s->seq.position(), s->seq.kv().view()});
-    logit_rows.push_back(int64_t(tokens.size()));
-    row_owner.push_back(s.get());
-    tokens.push_back(s->pending);
-    fed.push_back({s.get(), 1});
-    ++n_decode;
+    const int64_t before = int64_t(tokens.size());
+    const Status planned = plan_decode_rows(*s, base_rows, draft_budget, tokens, slices, logit_rows, plans);
+    if (!planned.is_ok()) {
+      finish(*s, planned);
+      continue;
+    }
+    draft_budget -= plans.back().n_draft;
+    base_rows += plans.back().n_draft;
+    n_decode += int64_t(tokens.size()) - before;
   }
   std::vector<Slot*> prefilling;
   for (auto& s : slots_) {
@@ -318,8 +303,9 @@ bool BatchEngine::step() {
   const int64_t n_vocab = model_.info().n_vocab;
   // Every row's arg-max comes back; the logits only when some row samples
   // from them (on a GPU that is 600 KB a row of a 152k vocabulary).
-  const bool want_logits =
+  bool want_logits =
       std::any_of(row_owner.begin(), row_owner.end(), [](Slot* s) { return needs_logits(*s); });
+  for (const DecodePlan& p : plans) want_logits = want_logits || needs_logits(*p.slot);
   logits_.resize(want_logits ? logit_rows.size() * size_t(n_vocab) : 0);
   greedy_.resize(logit_rows.size());
   models::ForwardBatch b;
@@ -333,30 +319,40 @@ bool BatchEngine::step() {
   const Status st = model_.net().forward(b, *ws_);
   const double dt = now_seconds() - t0;
   if (!st.is_ok()) {
+    for (const DecodePlan& p : plans) {
+      p.slot->spec.reset();
+      finish(*p.slot, st);
+    }
     for (auto& [s, n] : fed) finish(*s, st);
     return true;
   }
+  if (n_prefill == 0) step_costs_.record(n_decode, dt);
+  const double total = double(n_decode + n_prefill);
+  int64_t generated = 0;
+  for (const DecodePlan& p : plans) {
+    if (p.n_draft > 0) p.slot->stats.spec.verify_seconds += dt * double(p.n_draft) / total;
+    generated += finish_decode_rows(p, want_logits ? logits_.data() : nullptr, greedy_.data());
+  }
   {
     std::lock_guard lock(mu_);
-    const double total = double(n_decode + n_prefill);
-    totals_.decode_tokens += n_decode;
+    totals_.decode_tokens += generated;
     totals_.decode_seconds += dt * double(n_decode) / total;
     totals_.prefill_tokens += n_prefill;
     totals_.prefill_seconds += dt * double(n_prefill) / total;
   }
   maybe_promote(n_decode + n_prefill);
   for (auto& [s, n] : fed) {
-    const auto first =
-        s->decoding ? std::span<const int32_t>(&s->pending, 1)
-                    : std::span<const int32_t>(s->req.prompt).subspan(size_t(s->prompt_done), size_t(n));
-    s->seq.append(first);
-    if (!s->decoding) s->prompt_done += n;
-    if (!s->decoding && snapshot_prompts() && s->prompt_done == int64_t(s->req.prompt.size()) - 1) {
+    s->seq.append(std::span<const int32_t>(s->req.prompt).subspan(size_t(s->prompt_done), size_t(n)));
+    s->prompt_done += n;
+    if (snapshot_prompts() && s->prompt_done == int64_t(s->req.prompt.size()) - 1) {
       prefix_.store(s->seq.tokens(), s->seq.kv());
     }
   }
+  const size_t first_prompt_row = logit_rows.size() - row_owner.size();
   for (size_t i = 0; i < row_owner.size(); ++i) {
-    handle_logits(*row_owner[i], want_logits ? logits_.data() + i * size_t(n_vocab) : nullptr, greedy_[i]);
+    const size_t row = first_prompt_row + i;
+    handle_logits(*row_owner[i], want_logits ? logits_.data() + row * size_t(n_vocab) : nullptr,
+                  greedy_[row]);
   }
   int64_t used = 0;
   for (auto& s : slots_) used += s->busy ? s->seq.position() : 0;
@@ -395,17 +391,34 @@ bool BatchEngine::needs_logits(const Slot& s) {
 }
 
 void BatchEngine::handle_logits(Slot& s, const float* logits, int32_t greedy) {
-  const tok::Tokenizer& tokenizer = model_.tokenizer();
   if (needs_logits(s) && logits == nullptr) {  // step() asks for them; never expected
     finish(s, make_error(StatusCode::kInternal, "the step returned no logits for a sampling request"));
     return;
   }
   const std::span<const float> lg(logits, logits == nullptr ? 0 : size_t(model_.info().n_vocab));
-  int32_t next = needs_logits(s) ? s.sampler->sample(lg, s.seq.tokens()) : greedy;
+  bool hit = false;
+  emit_token(s, choose_token(s, lg, greedy, s.seq.tokens(), -1, &hit), lg);
+}
+
+int32_t BatchEngine::choose_token(Slot& s, std::span<const float> lg, int32_t greedy,
+                                  std::span<const int32_t> history, int32_t draft, bool* hit) {
+  int32_t next = greedy;
+  *hit = false;
+  if (needs_logits(s)) {
+    next = draft >= 0 ? s.sampler->sample_against_draft(lg, history, draft, hit)
+                      : s.sampler->sample(lg, history);
+  } else {
+    *hit = draft >= 0 && next == draft;
+  }
   if (s.req.constraint) {
     if (!s.req.constraint->allows(next)) next = constrained_sample(s, lg);
     s.req.constraint->accept(next);
   }
+  return next;
+}
+
+void BatchEngine::emit_token(Slot& s, int32_t next, std::span<const float> lg) {
+  const tok::Tokenizer& tokenizer = model_.tokenizer();
   if (s.stats.completion_tokens == 0) s.stats.first_token_seconds = now_seconds() - s.submitted;
   s.decoding = true;
   if (s.req.stop_at_eos && (next == tokenizer.eos_id() || next == tokenizer.eot_id())) {
@@ -430,7 +443,7 @@ void BatchEngine::handle_logits(Slot& s, const float* logits, int32_t greedy) {
     s.stats.reason = StopReason::kCallback;
   } else if (s.stats.completion_tokens >= s.req.max_tokens) {
     s.stats.reason = StopReason::kMaxTokens;
-  } else if (s.seq.remaining() < 1) {
+  } else if (s.seq.remaining() - int64_t(s.spec.replay().size()) < 1) {
     s.stats.reason = StopReason::kContextFull;
   } else {
     s.pending = next;
@@ -451,6 +464,12 @@ void BatchEngine::finish(Slot& s, const Status& status) {
   }
   EngineRequest req = std::move(s.req);
   const RequestStats stats = s.stats;
+  s.spec.reset();
+  s.drafter.reset();
+  if (stats.spec.steps > 0 || stats.spec_mode != SpecMode::kNone) {
+    std::lock_guard lock(mu_);
+    totals_.spec[size_t(stats.spec_mode)] += stats.spec;
+  }
   s.busy = false;
   s.req = {};
   s.seq.clear();

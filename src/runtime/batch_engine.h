@@ -12,6 +12,7 @@
 // sequence, exactly as in Generator::generate.
 #pragma once
 
+#include <array>
 #include <atomic>
 #include <condition_variable>
 #include <cstdint>
@@ -19,6 +20,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -28,6 +30,7 @@
 #include "runtime/model.h"
 #include "runtime/prefix_cache.h"
 #include "runtime/sampler.h"
+#include "runtime/speculation.h"
 #include "runtime/token_constraint.h"
 
 namespace moeserve::runtime {
@@ -50,6 +53,8 @@ struct RequestStats {
   double total_seconds = 0.0;
   std::string tail_text;  // text released at the end (held-back bytes), also sent as a last token-less piece
   std::string stop_string;  // reason kStopString: which of the request's stop strings
+  SpecMode spec_mode = SpecMode::kNone;  // the speculation the request ran with
+  SpecCounters spec;                     // drafted and accepted tokens
 };
 
 struct EngineRequest {
@@ -62,6 +67,9 @@ struct EngineRequest {
   // Structured output: the tokens this request may generate (null: any).
   // Used on the engine thread only.
   std::shared_ptr<TokenConstraint> constraint;
+  // Speculative decoding for this request (unset: EngineOptions::spec). A
+  // request with a constraint decodes plainly.
+  std::optional<SpecConfig> spec;
   // Called on the engine thread, in order; keep them short. on_token
   // returning false cancels the request (e.g. the client disconnected).
   std::function<bool(const TokenEvent&)> on_token;
@@ -81,6 +89,16 @@ struct EngineOptions {
   // engine thread between steps. Default: never. A model without split
   // layers never promotes.
   PromotionSchedule promotion;
+  // Speculative decoding: requests' drafters come from `make_drafter`
+  // (spec::drafter_factory(); null: no request speculates), configured by
+  // `spec` unless a request chooses (EngineRequest::spec).
+  DrafterFactory make_drafter;
+  SpecConfig spec;
+  // Rows a step's decoding sequences may take with their drafts together:
+  // on a GPU, up to 16 rows keep the matrix x vector kernels whose rows
+  // equal one-row decode bit for bit, and past it a verify costs more
+  // than it saves. At least each sequence's own row.
+  int64_t spec_step_rows = 16;
   // Fault injection for tests: returning true makes the next step fail as
   // if an allocation had (std::bad_alloc).
   std::function<bool()> inject_step_allocation_failure;
@@ -99,6 +117,8 @@ struct EngineStats {
   int64_t promotion_passes = 0;  // Model::promote_experts calls (that succeeded)
   int64_t experts_promoted = 0;  // swaps they made, over every layer
   PrefixCacheStats prefix;
+  // Speculation of finished requests, by SpecMode (index: the enum value).
+  std::array<SpecCounters, 4> spec{};
 };
 
 class BatchEngine {
@@ -145,6 +165,24 @@ class BatchEngine {
   // The slot's next token comes from its logits row, or (logits null) is
   // the row's greedy choice taken on the model's device.
   void handle_logits(Slot& slot, const float* logits, int32_t greedy);
+  // The token a logits row gives (sampled with `history`, or the greedy
+  // choice; constrained), checked against a draft token (-1: none).
+  int32_t choose_token(Slot& slot, std::span<const float> logits, int32_t greedy,
+                       std::span<const int32_t> history, int32_t draft, bool* hit);
+  // Emits a chosen token; finishes the slot or makes the token its pending one.
+  void emit_token(Slot& slot, int32_t next, std::span<const float> logits);
+  // Speculation (engine_spec.cpp): the decoding slots' rows of a step, and
+  // what their verified rows yield after the forward.
+  struct DecodePlan {
+    Slot* slot = nullptr;
+    size_t first_logit = 0;  // index of its first logit row in the step's logit rows
+    int64_t n_draft = 0;
+  };
+  Status plan_decode_rows(Slot& slot, int64_t base_rows, int64_t draft_budget, std::vector<int32_t>& tokens,
+                          std::vector<models::SequenceSlice>& slices, std::vector<int64_t>& logit_rows,
+                          std::vector<DecodePlan>& plans);
+  int64_t finish_decode_rows(const DecodePlan& plan, const float* logits, const int32_t* greedy);
+  void start_speculation(Slot& slot);
   // Whether the slot's next token needs its logits on the host (sampling,
   // penalties, a constraint, logprobs), not only their arg-max.
   static bool needs_logits(const Slot& slot);
@@ -167,6 +205,7 @@ class BatchEngine {
   std::vector<float> logits_;
   std::vector<int32_t> greedy_;  // each logit row's arg-max
   std::vector<float> masked_;    // constrained_sample's copy of one row
+  StepCostModel step_costs_;     // decode-only steps' time by rows (the draft policy's input)
   Status status_;
   std::unique_ptr<models::Workspace> ws_;
   std::thread thread_;

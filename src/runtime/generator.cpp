@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <chrono>
 
+#include "runtime/generator_sink.h"
+
 namespace moeserve::runtime {
 namespace {
 
@@ -142,6 +144,9 @@ Result<GenerateResult> Generator::generate(std::span<const int32_t> prompt, cons
   MOESERVE_RETURN_IF_ERROR(status_);
   const int64_t n_vocab = model_.info().n_vocab;
   const tok::Tokenizer& tokenizer = model_.tokenizer();
+  if (options.drafter != nullptr && options.spec.enabled()) {
+    MOESERVE_RETURN_IF_ERROR(validate_spec_config(options.spec));
+  }
   if (prompt.empty()) return make_error(StatusCode::kInvalidArgument, "the prompt is empty");
   seq_.clear();
   if (int64_t(prompt.size()) > seq_.capacity()) {
@@ -165,49 +170,31 @@ Result<GenerateResult> Generator::generate(std::span<const int32_t> prompt, cons
   }
   r.prefill_seconds = seconds_since(t0);
 
-  tok::IncrementalDecoder decoder(tokenizer);
-  StopStringFilter filter(options.stop);
-  bool keep_going = true;
-  auto emit = [&](const std::string& text) {
-    if (text.empty()) return;
-    r.text += text;
-    if (on_text && !on_text(text)) keep_going = false;
-  };
+  TokenSink sink(tokenizer, options, on_text, r, t0);
   const Clock::time_point t_decode = Clock::now();
   r.reason = StopReason::kMaxTokens;
-  for (int64_t i = 0; i < options.max_tokens; ++i) {
-    const int32_t next = device_greedy ? greedy_next : sampler.sample(logits, seq_.tokens());
-    if (i == 0) r.first_token_seconds = seconds_since(t0);
-    if (options.stop_at_eos && (next == tokenizer.eos_id() || next == tokenizer.eot_id())) {
-      r.reason = StopReason::kEndOfSequence;
-      break;
-    }
-    r.tokens.push_back(next);
-    emit(filter.push(decoder.feed(next)));
-    if (filter.stopped()) {
-      r.reason = StopReason::kStopString;
-      break;
-    }
-    if (!keep_going) {
-      r.reason = StopReason::kCallback;
-      break;
-    }
-    if (i + 1 == options.max_tokens) break;
-    if (seq_.remaining() < 1) {
-      r.reason = StopReason::kContextFull;
-      break;
-    }
-    if (device_greedy) {
-      MOESERVE_RETURN_IF_ERROR(decode_greedy(next, &greedy_next));
+  if (options.max_tokens > 0) {
+    const int32_t first = device_greedy ? greedy_next : sampler.sample(logits, seq_.tokens());
+    if (options.drafter != nullptr && options.spec.enabled()) {
+      MOESERVE_RETURN_IF_ERROR(decode_speculative(options, sampler, device_greedy, logits, first, sink, r));
     } else {
-      MOESERVE_RETURN_IF_ERROR(decode(next, logits));
+      int32_t next = first;
+      while (sink.push(next)) {
+        if (seq_.remaining() < 1) {
+          r.reason = StopReason::kContextFull;
+          break;
+        }
+        if (device_greedy) {
+          MOESERVE_RETURN_IF_ERROR(decode_greedy(next, &greedy_next));
+          next = greedy_next;
+        } else {
+          MOESERVE_RETURN_IF_ERROR(decode(next, logits));
+          next = sampler.sample(logits, seq_.tokens());
+        }
+      }
     }
   }
-  if (!filter.stopped()) {
-    std::string tail = filter.push(decoder.flush());
-    if (!filter.stopped()) tail += filter.flush();
-    emit(tail);
-  }
+  sink.finish();
   r.decode_seconds = seconds_since(t_decode);
   return r;
 }

@@ -14,6 +14,7 @@
 #include "runtime/model.h"
 #include "runtime/sampler.h"
 #include "runtime/sequence.h"
+#include "runtime/speculation.h"
 
 namespace moeserve::runtime {
 
@@ -26,6 +27,14 @@ struct GenerateOptions {
   SamplerOptions sampling;
   std::vector<std::string> stop;  // stop strings (never emitted, nor their partial text)
   bool stop_at_eos = true;        // stop on the tokenizer's eos/eot ids
+  // Speculative decoding (runtime/speculation.h): each step drafts up to
+  // spec.max_draft tokens from `drafter` and verifies them in one forward;
+  // the output is the same as without. Null drafter: plain decoding.
+  Drafter* drafter = nullptr;
+  SpecConfig spec;
+  // The draft length follows DraftLengthPolicy (measured acceptance and
+  // cost; none when it would be slower); off: always spec.max_draft (tests, sweeps).
+  bool spec_adaptive = true;
 };
 
 // Receives decoded text in pieces; return false to stop generating.
@@ -39,6 +48,7 @@ struct GenerateResult {
   double prefill_seconds = 0.0;
   double decode_seconds = 0.0;       // sampling + forward of every generated token after the first
   double first_token_seconds = 0.0;  // from start to the first sampled token
+  SpecCounters spec;                 // what speculation did (all zero without a drafter)
 };
 
 // Holds back text that could be the start of a stop string, so a stop
@@ -77,6 +87,13 @@ class Generator {
   void set_expert_counts(std::span<int64_t> counts) { expert_counts_ = counts; }
 
   Sequence& sequence() { return seq_; }
+  // Forward time by row count, measured by speculative generation (its
+  // draft policy reads it; bench prints it as the verify cost curve).
+  const StepCostModel& step_costs() const { return step_costs_; }
+  // One forward of `rows` at the sequence's position without appending
+  // them: the logits (or greedy choices) of rows [first_logit_row, end).
+  // The caller decides what the cache keeps (SpecSequence::commit).
+  Status verify(std::span<const int32_t> rows, int64_t first_logit_row, float* logits, int32_t* greedy);
 
   // Runs `tokens` through the model at the sequence's position in chunks of
   // n_batch; writes the last token's logits to `last_logits` (n_vocab) when
@@ -101,8 +118,14 @@ class Generator {
   Status run_chunks(std::span<const int32_t> tokens, int64_t n_batch, float* last_logits, int32_t* greedy,
                     bool decode = false);
 
+  // generate()'s decode loop with a drafter (generator_spec.cpp).
+  class TokenSink;
+  Status decode_speculative(const GenerateOptions& options, Sampler& sampler, bool device_greedy,
+                            std::vector<float>& logits, int32_t first, TokenSink& sink, GenerateResult& r);
+
   Model& model_;
   Sequence seq_;
+  StepCostModel step_costs_;
   std::unique_ptr<models::Workspace> ws_;
   Status status_;
   models::ForwardProfile* profile_ = nullptr;

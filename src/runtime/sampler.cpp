@@ -167,6 +167,39 @@ int32_t Sampler::sample(std::span<const float> logits, std::span<const int32_t> 
   return d.back().id;  // rounding left r above the last cumulative sum
 }
 
+int32_t Sampler::sample_against_draft(std::span<const float> logits, std::span<const int32_t> history,
+                                      int32_t draft, bool* accepted) {
+  const std::vector<TokenProb> d = distribution(logits, history);
+  *accepted = false;
+  if (d.empty()) return -1;
+  if (greedy() || d.size() == 1) {
+    *accepted = d.front().id == draft;
+    return d.front().id;
+  }
+  double p_draft = 0.0;
+  for (const TokenProb& t : d) {
+    if (t.id == draft) p_draft = t.p;
+  }
+  std::uniform_real_distribution<double> unit(0.0, 1.0);
+  if (p_draft > 0.0 && unit(rng_) < p_draft) {
+    *accepted = true;
+    return draft;
+  }
+  // Rejected: the residual max(p - q, 0) of a one-hot draft q is p without
+  // the draft; draw from it by its cumulative sums.
+  const double rest = 1.0 - p_draft;
+  const double r = unit(rng_) * rest;
+  double cum = 0.0;
+  int32_t last = -1;
+  for (const TokenProb& t : d) {
+    if (t.id == draft) continue;
+    cum += t.p;
+    last = t.id;
+    if (r < cum) return t.id;
+  }
+  return last >= 0 ? last : draft;  // rounding left r above the last sum (or the draft was all there was)
+}
+
 Logprobs logprobs_of(std::span<const float> logits, int32_t chosen, int top_n) {
   Logprobs out;
   if (logits.empty()) return out;

@@ -62,6 +62,15 @@ class Sampler {
   std::vector<TokenProb> distribution(std::span<const float> logits, std::span<const int32_t> history) const;
   // Picks the next token (advances the random state unless greedy).
   int32_t sample(std::span<const float> logits, std::span<const int32_t> history);
+  // Speculative decoding's verify of one drafted token (a draft that is a
+  // fixed token, as n-gram lookup gives): the draft is kept with its
+  // probability p(draft) under distribution(); otherwise the token is drawn
+  // from the distribution without the draft, renormalised. The result is
+  // distributed exactly as sample() (P = p(d)·[x=d] + (1-p(d))·p(x)/(1-p(d))),
+  // so speculation never changes what is sampled, only how fast. Greedy: the
+  // arg-max, accepted when it is the draft. *accepted says which happened.
+  int32_t sample_against_draft(std::span<const float> logits, std::span<const int32_t> history, int32_t draft,
+                               bool* accepted);
 
  private:
   SamplerOptions options_;

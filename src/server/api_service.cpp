@@ -11,6 +11,7 @@
 #include "server/api/response_format.h"
 #include "server/api/responses.h"
 #include "server/expert_stats.h"
+#include "server/spec_metrics.h"
 #include "tokenizer/tokenizer.h"
 
 namespace moeserve::server {
@@ -290,6 +291,12 @@ ApiReply ApiService::run(std::vector<int32_t> prompt, const api::GenerationParam
         "max_tokens", "context_length_exceeded"));
   }
   runtime::EngineRequest er;
+  if (params.speculative) {
+    const runtime::SpecConfig spec = params.speculative->over(engine_.options().spec);
+    const Status valid = runtime::validate_spec_config(spec, "speculative");
+    if (!valid.is_ok()) return error_reply(api::invalid_request(valid.message(), "speculative"));
+    er.spec = spec;
+  }
   er.prompt = std::move(prompt);
   er.max_tokens = max_tokens;
   er.sampling = params.sampling;
@@ -444,7 +451,7 @@ ApiReply ApiService::metrics_text() {
   metrics_->set(api::Gauge::kPrefixCacheEntries, double(s.prefix.entries));
   ApiReply r;
   r.content_type = "text/plain; version=0.0.4; charset=utf-8";
-  r.body = metrics_->render_prometheus() + expert_stats_prometheus(model_);
+  r.body = metrics_->render_prometheus() + expert_stats_prometheus(model_) + speculative_prometheus(s);
   if (config_.extra_metrics) r.body += config_.extra_metrics();
   return r;
 }

@@ -142,6 +142,12 @@ api::Usage GenerationSession::usage() const {
   u.prompt_tokens = stats_.prompt_tokens;
   u.completion_tokens = stats_.completion_tokens;
   u.cached_tokens = stats_.cached_tokens;
+  if (stats_.spec_mode != runtime::SpecMode::kNone) {
+    u.speculative_mode = runtime::spec_mode_name(stats_.spec_mode);
+    u.draft_tokens = stats_.spec.drafted;
+    u.accepted_draft_tokens = stats_.spec.accepted;
+    u.draft_steps = stats_.spec.steps;
+  }
   return u;
 }
 

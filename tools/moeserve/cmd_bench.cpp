@@ -21,9 +21,11 @@
 #include "runtime/sampler.h"
 #include "tools/moeserve/bench_hybrid.h"
 #include "tools/moeserve/bench_parallel.h"
+#include "tools/moeserve/bench_spec.h"
 #include "tools/moeserve/commands.h"
 #include "tools/moeserve/expert_flags.h"
 #include "tools/moeserve/expert_worker_flags.h"
+#include "tools/moeserve/spec_flags.h"
 
 namespace moeserve::tools {
 namespace {
@@ -38,6 +40,8 @@ struct BenchOptions {
   ExpertWorkerCliOptions worker;     // --expert-worker ...
   std::string expert_backend = "tiled";
   std::vector<int64_t> parallel;  // aggregate decode with this many sequences
+  SpecCliOptions spec;            // --spec ...: speculative against plain decoding
+  std::string spec_prompts;       // --spec-prompts FILE
 };
 
 struct Stats {
@@ -126,6 +130,7 @@ std::string profile_line(const models::ForwardProfile& p) {
 
 Status run_bench(const BenchOptions& o) {
   using Clock = std::chrono::steady_clock;
+  MOESERVE_ASSIGN_OR_RETURN(const runtime::SpecConfig spec_config, resolve_spec_flags(o.spec));
   // The memory bandwidth of the moment: before loading the model (so that the
   // probe's buffer does not add to the peak RSS reported) and after the runs.
   auto read_bandwidth = [&](ThreadPool& pool) {
@@ -270,6 +275,14 @@ Status run_bench(const BenchOptions& o) {
   if (o.profile) {
     fmt::print("pp profile: {}\ntg profile: {}\n", profile_line(pp_prof), profile_line(tg_prof));
   }
+  if (spec_config.enabled()) {
+    SpecBenchOptions so{.spec = spec_config,
+                        .n_gen = std::max<int64_t>(o.n_gen, 16),
+                        .repetitions = std::max(1, o.repetitions),
+                        .prompts_path = o.spec_prompts};
+    MOESERVE_ASSIGN_OR_RETURN(SpecBenchResult sr, bench_speculative(*model, so));
+    print_spec_bench(sr, spec_config);
+  }
   if (worker != nullptr) {
     fmt::print("{}\n", worker->describe());
     if (o.n_prompt > 0) fmt::print("pp: {}\n", worker_metrics_line(pp_worker, o.n_prompt * o.repetitions));
@@ -312,6 +325,11 @@ void register_bench(CLI::App& app) {
                   "Also measure aggregate decode with this many sequences decoded together (a list: --parallel 8,32)")
       ->delimiter(',')
       ->check(CLI::Range(int64_t(1), int64_t(1024)));
+  add_spec_flags(cmd, &o->spec);
+  cmd->add_option(
+      "--spec-prompts", o->spec_prompts,
+      "With --spec: prompts to measure, one a line (\\n for a newline); default: built-in code-editing, "
+      "code-completion and chat prompts");
   cmd->add_flag("--profile", o->profile, "Also print where the forward time goes (timers per part)");
   cmd->callback([o] {
     const Status st = run_bench(*o);

@@ -10,9 +10,11 @@
 #include "runtime/chat_prompt.h"
 #include "runtime/generator.h"
 #include "runtime/model.h"
+#include "spec/ngram_drafter.h"
 #include "tools/moeserve/commands.h"
 #include "tools/moeserve/expert_flags.h"
 #include "tools/moeserve/expert_worker_flags.h"
+#include "tools/moeserve/spec_flags.h"
 
 namespace moeserve::tools {
 namespace {
@@ -28,6 +30,7 @@ struct GenerateCliOptions {
   ExpertWorkerCliOptions worker;     // --expert-worker ...
   runtime::SamplerOptions sampling;
   std::vector<std::string> stop;
+  SpecCliOptions spec;  // --spec ...
 };
 
 Result<std::string> render_chat(const runtime::Model& model, const GenerateCliOptions& o) {
@@ -45,6 +48,7 @@ Result<std::string> render_chat(const runtime::Model& model, const GenerateCliOp
 }
 
 Status run_generate(const GenerateCliOptions& o) {
+  MOESERVE_ASSIGN_OR_RETURN(const runtime::SpecConfig spec_config, resolve_spec_flags(o.spec));
   runtime::ModelLoadOptions load{.n_threads = o.threads, .pack_weights = !o.no_pack, .device = o.device};
   moe::ExpertPolicyOptions experts = o.experts;
   experts.ctx_size = o.ctx_size;
@@ -70,6 +74,9 @@ Status run_generate(const GenerateCliOptions& o) {
   go.n_batch = o.batch;
   go.sampling = o.sampling;
   go.stop = o.stop;
+  go.spec = spec_config;
+  std::unique_ptr<runtime::Drafter> drafter = spec::drafter_factory()(spec_config);
+  go.drafter = drafter.get();
   MOESERVE_ASSIGN_OR_RETURN(runtime::GenerateResult r, gen.generate(prompt, go, [](std::string_view piece) {
     std::fwrite(piece.data(), 1, piece.size(), stdout);
     std::fflush(stdout);
@@ -82,6 +89,7 @@ Status run_generate(const GenerateCliOptions& o) {
                      "first token {:.0f} ms | stop: {}\n",
              r.prompt_tokens, r.prefill_seconds > 0 ? double(r.prompt_tokens) / r.prefill_seconds : 0.0,
              r.tokens.size(), decode_tps, r.first_token_seconds * 1e3, runtime::stop_reason_name(r.reason));
+  if (drafter != nullptr) fmt::print(stderr, "{}\n", spec_summary_line(spec_config.mode, r.spec));
   if (worker != nullptr) {
     fmt::print(stderr, "{}\n",
                worker_metrics_line(worker->metrics(), r.prompt_tokens + int64_t(r.tokens.size())));
@@ -108,6 +116,7 @@ void register_generate(CLI::App& app) {
       ->capture_default_str();
   add_expert_flags(cmd, &o->experts);
   add_expert_worker_flags(cmd, &o->worker);
+  add_spec_flags(cmd, &o->spec);
   cmd->add_flag("--no-pack", o->no_pack,
                 "Use every weight in place from the file (zero-copy), without the packed copy the AVX-512 "
                 "kernels are fastest with (saves the Q4_K/Q6_K weights' size in RAM; slower)");

@@ -22,9 +22,11 @@
 #include "server/api_service.h"
 #include "server/http_server.h"
 #include "server/web_page.h"
+#include "spec/ngram_drafter.h"
 #include "tools/moeserve/commands.h"
 #include "tools/moeserve/expert_flags.h"
 #include "tools/moeserve/expert_worker_flags.h"
+#include "tools/moeserve/spec_flags.h"
 
 namespace moeserve::tools {
 namespace {
@@ -49,6 +51,7 @@ struct ServeCliOptions {
   std::string chat_template_file;  // --chat-template: overrides the model file's template
   ExpertWorkerCliOptions worker;   // --expert-worker ...
   int max_connections = 0;         // 0: HttpOptions' default
+  SpecCliOptions spec;             // --spec ...
 };
 
 server::HttpServer* g_server = nullptr;
@@ -77,6 +80,7 @@ Status run_serve(ServeCliOptions o) {
   // Flags are checked before anything starts: a bad value is an error, not a server.
   MOESERVE_ASSIGN_OR_RETURN(const runtime::PromotionSchedule promotion,
                             runtime::parse_promotion_flags(o.promotion));
+  MOESERVE_ASSIGN_OR_RETURN(const runtime::SpecConfig spec_config, resolve_spec_flags(o.spec));
   o.http.max_body_bytes = o.max_body_kb * 1024;
   std::string chat_template;
   if (!o.chat_template_file.empty()) {
@@ -149,6 +153,8 @@ Status run_serve(ServeCliOptions o) {
   eo.n_batch = o.batch;
   eo.max_queue = o.queue;
   eo.prefix_cache_bytes = o.prefix_cache_mb << 20;
+  eo.spec = spec_config;  // requests may choose their own ("speculative")
+  eo.make_drafter = spec::drafter_factory();
   const runtime::MemoryPlanRequest want{.n_sequences = eo.n_slots,
                                         .n_ctx = eo.n_ctx,
                                         .n_batch = eo.n_batch,
@@ -188,6 +194,12 @@ Status run_serve(ServeCliOptions o) {
   http.set_service(service.get());
   fmt::print(stderr, "moeserve serve: model '{}', {} slots x {} tokens of context, {} threads\n", sc.model_id,
              eo.n_slots, eo.n_ctx, (*model)->pool().size());
+  if (spec_config.enabled()) {
+    fmt::print(stderr,
+               "moeserve serve: speculative decoding {} (up to {} draft tokens a step; requests may choose "
+               "with \"speculative\")\n",
+               runtime::spec_mode_name(spec_config.mode), spec_config.max_draft);
+  }
   fmt::print(stderr, "moeserve serve: device {}: {} ({})\n", (*model)->device().name(),
              (*model)->device().description(), (*model)->device_reason());
   fmt::print(stdout, "moeserve serve: ready at http://{}:{}/\n", o.http.host, port);
@@ -261,6 +273,7 @@ void register_serve(CLI::App& app) {
       ->capture_default_str();
   add_expert_flags(cmd, &o->experts);
   add_expert_worker_flags(cmd, &o->worker);
+  add_spec_flags(cmd, &o->spec);
   add_promotion_flags(cmd, &o->promotion);
   cmd->add_flag("--no-pack", o->no_pack,
                 "Use every weight in place from the file (zero-copy), without the packed copy the AVX-512 "

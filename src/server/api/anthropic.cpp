@@ -166,6 +166,8 @@ ojson translate(const ojson& body, bool count_only) {
       fail("'thinking.type' must be enabled or disabled", "thinking.type");
     chat["enable_thinking"] = type == "enabled";
   }
+  // moeserve's extension, as on the chat endpoint.
+  if (const ojson* spec = find_field(body, "speculative")) chat["speculative"] = *spec;
   return chat;
 }
 
@@ -212,11 +214,15 @@ json tool_use_block(const ToolCall& call) {
 }
 
 json usage_json(const Usage& u, bool output_only = false) {
-  if (output_only) return {{"output_tokens", u.completion_tokens}};
-  return {{"input_tokens", u.prompt_tokens - u.cached_tokens},
-          {"cache_read_input_tokens", u.cached_tokens},
-          {"cache_creation_input_tokens", 0},
-          {"output_tokens", u.completion_tokens}};
+  json out = {{"output_tokens", u.completion_tokens}};
+  if (!output_only) {
+    out = {{"input_tokens", u.prompt_tokens - u.cached_tokens},
+           {"cache_read_input_tokens", u.cached_tokens},
+           {"cache_creation_input_tokens", 0},
+           {"output_tokens", u.completion_tokens}};
+  }
+  if (!u.speculative_mode.empty()) out["speculative"] = u.speculative_json();
+  return out;
 }
 
 json stop_sequence_json(const MessageStop& stop) {

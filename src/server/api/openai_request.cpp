@@ -150,3 +150,14 @@ Parsed<DetokenizeRequest> parse_detokenize_request(std::string_view body) {
 }
 
 }  // namespace moeserve::server::api
+
+namespace moeserve::server::api {
+
+runtime::SpecConfig SpeculativeParams::over(runtime::SpecConfig base) const {
+  if (mode) base.mode = *mode;
+  if (max_draft) base.max_draft = *max_draft;
+  if (tree_nodes) base.tree_nodes = *tree_nodes;
+  return base;
+}
+
+}  // namespace moeserve::server::api

@@ -17,6 +17,7 @@
 
 #include "runtime/grammar/grammar.h"
 #include "runtime/sampler.h"
+#include "runtime/speculation.h"
 #include "server/api/api_error.h"
 #include "server/api/json_body.h"
 #include "server/api/tool_call_grammar.h"
@@ -30,6 +31,16 @@ inline constexpr int kMaxTopLogprobs = 20;
 // one JSON value (json_schema without a schema). A json_schema's schema,
 // and a request's `grammar`, become GenerationParams::grammar.
 enum class OutputFormat { kText, kJsonObject, kJsonValue };
+
+// moeserve's extension field "speculative": {"mode": "none|ngram|dflash|auto",
+// "max": N, "tree": N} (or just the mode as a string). What a request
+// leaves out is the server's --spec setting.
+struct SpeculativeParams {
+  std::optional<runtime::SpecMode> mode;
+  std::optional<int> max_draft, tree_nodes;
+  // The server's configuration with this request's choices over it.
+  runtime::SpecConfig over(runtime::SpecConfig base) const;
+};
 
 struct GenerationParams {
   // Fields the request leaves out keep SamplerOptions' defaults; temperature
@@ -48,6 +59,7 @@ struct GenerationParams {
   // Tool calls held to their schemas (strict tools, or a call required by
   // tool_choice); nullopt: tool calls are free text.
   std::optional<ToolCallGrammar> tool_calls;
+  std::optional<SpeculativeParams> speculative;  // absent: the server's --spec
 };
 
 struct ChatCompletionRequest {

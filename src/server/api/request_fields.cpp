@@ -246,6 +246,38 @@ void read_grammar(const ojson& body, GenerationParams& p) {
   p.grammar = compile(g->get<std::string>(), "grammar");
 }
 
+// speculative: moeserve's extension (openai_request.h, SpeculativeParams).
+void read_speculative(const ojson& body, GenerationParams& p) {
+  const ojson* v = find_field(body, "speculative");
+  if (!v) return;
+  SpeculativeParams sp;
+  auto mode_of = [](const std::string& text, const std::string& param) {
+    Result<runtime::SpecMode> m = runtime::parse_spec_mode(text);
+    if (!m.is_ok()) fail("'" + param + "': " + m.status().message(), param);
+    return *m;
+  };
+  if (v->is_string()) {
+    sp.mode = mode_of(v->get<std::string>(), "speculative");
+  } else if (v->is_object()) {
+    for (const auto& [key, value] : v->items()) {
+      if (key != "mode" && key != "max" && key != "tree")
+        fail("'speculative." + key + "' is not a field of 'speculative' (mode, max, tree)",
+             "speculative." + key);
+    }
+    if (auto mode = read_string(*v, "mode", "speculative.mode")) sp.mode = mode_of(*mode, "speculative.mode");
+    if (auto max = read_integer(*v, "max", 1, runtime::kSpecMaxDraftLimit,
+                                "an integer 1.." + std::to_string(runtime::kSpecMaxDraftLimit)))
+      sp.max_draft = int(*max);
+    if (auto tree = read_integer(*v, "tree", 0, 2 * runtime::kSpecMaxDraftLimit,
+                                 "an integer 0.." + std::to_string(2 * runtime::kSpecMaxDraftLimit)))
+      sp.tree_nodes = int(*tree);
+  } else {
+    fail("'speculative' must be an object {\"mode\": ..., \"max\": ..., \"tree\": ...} or a mode name",
+         "speculative");
+  }
+  p.speculative = sp;
+}
+
 std::string required_string(const ojson& object, std::string_view name, const std::string& param) {
   std::optional<std::string> v = read_string(object, name, param);
   if (!v) fail("'" + param + "' is required", param);
@@ -291,6 +323,7 @@ GenerationParams read_generation_params(const ojson& body, Endpoint endpoint) {
   read_logprobs(body, endpoint, p);
   if (endpoint == Endpoint::kChat) read_response_format(body, p);
   read_grammar(body, p);
+  read_speculative(body, p);
   return p;
 }
 

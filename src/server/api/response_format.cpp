@@ -25,10 +25,21 @@ int64_t unix_time_now() {
 }
 
 json Usage::to_json() const {
-  return {{"prompt_tokens", prompt_tokens},
-          {"completion_tokens", completion_tokens},
-          {"total_tokens", prompt_tokens + completion_tokens},
-          {"prompt_tokens_details", {{"cached_tokens", cached_tokens}}}};
+  json u = {{"prompt_tokens", prompt_tokens},
+            {"completion_tokens", completion_tokens},
+            {"total_tokens", prompt_tokens + completion_tokens},
+            {"prompt_tokens_details", {{"cached_tokens", cached_tokens}}}};
+  if (!speculative_mode.empty()) u["speculative"] = speculative_json();
+  return u;
+}
+
+json Usage::speculative_json() const {
+  if (speculative_mode.empty()) return nullptr;
+  const double mean = draft_steps > 0 ? 1.0 + double(accepted_draft_tokens) / double(draft_steps) : 0.0;
+  return {{"mode", speculative_mode},
+          {"draft_tokens", draft_tokens},
+          {"accepted_draft_tokens", accepted_draft_tokens},
+          {"mean_acceptance_length", mean}};
 }
 
 // ---- logprobs ----------------------------------------------------------------

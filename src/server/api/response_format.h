@@ -34,8 +34,14 @@ struct Usage {
   int64_t prompt_tokens = 0;
   int64_t completion_tokens = 0;
   int64_t cached_tokens = 0;  // prompt tokens served from the prefix cache
+  // Speculative decoding (moeserve's extension; reported when the request ran with it).
+  std::string speculative_mode;  // empty: none
+  int64_t draft_tokens = 0, accepted_draft_tokens = 0, draft_steps = 0;
 
   json to_json() const;
+  // {"mode", "draft_tokens", "accepted_draft_tokens", "mean_acceptance_length"},
+  // or null without speculation; every API's usage carries it as "speculative".
+  json speculative_json() const;
 };
 
 // ---- logprobs ----------------------------------------------------------------

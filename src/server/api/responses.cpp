@@ -161,6 +161,8 @@ ojson translate(const ojson& body, json& echo) {
   if (messages.empty()) fail("'input' has no messages", "input");
   chat["messages"] = std::move(messages);
   translate_options(body, chat, echo);
+  // moeserve's extension, as on the chat endpoint.
+  if (const ojson* spec = find_field(body, "speculative")) chat["speculative"] = *spec;
   return chat;
 }
 
@@ -193,11 +195,13 @@ json function_call_item(const ToolCall& call, const std::string& id, const std::
 }
 
 json usage_json(const Usage& u) {
-  return {{"input_tokens", u.prompt_tokens},
-          {"input_tokens_details", {{"cached_tokens", u.cached_tokens}}},
-          {"output_tokens", u.completion_tokens},
-          {"output_tokens_details", {{"reasoning_tokens", 0}}},
-          {"total_tokens", u.prompt_tokens + u.completion_tokens}};
+  json out = {{"input_tokens", u.prompt_tokens},
+              {"input_tokens_details", {{"cached_tokens", u.cached_tokens}}},
+              {"output_tokens", u.completion_tokens},
+              {"output_tokens_details", {{"reasoning_tokens", 0}}},
+              {"total_tokens", u.prompt_tokens + u.completion_tokens}};
+  if (!u.speculative_mode.empty()) out["speculative"] = u.speculative_json();
+  return out;
 }
 
 // The response object around `output` (status in_progress, completed or incomplete).

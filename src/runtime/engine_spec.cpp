@@ -1,0 +1,117 @@
+// BatchEngine's speculative decoding: a decoding slot's rows of a step (its
+// pending token, the tokens a recurrent rollback replays, its draft), and
+// after the forward the tokens its verified rows yield (speculation.h).
+#include <algorithm>
+
+#include "runtime/batch_engine.h"
+#include "runtime/engine_slot.h"
+
+namespace moeserve::runtime {
+
+void BatchEngine::start_speculation(Slot& s) {
+  s.spec.reset();
+  s.drafter.reset();
+  s.spec_config = s.req.spec.value_or(options_.spec);
+  s.stats.spec_mode = SpecMode::kNone;
+  // A constraint decides each token from the ones before it; verifying a
+  // draft under it would need the constraint's state per row, so such a
+  // request decodes plainly.
+  if (!s.spec_config.enabled() || !options_.make_drafter || s.req.constraint) return;
+  s.drafter = options_.make_drafter(s.spec_config);
+  if (s.drafter == nullptr) return;
+  s.stats.spec_mode = s.spec_config.mode;
+  s.draft_policy = DraftLengthPolicy(s.spec_config.max_draft);
+}
+
+Status BatchEngine::plan_decode_rows(Slot& s, int64_t base_rows, int64_t draft_budget,
+                                     std::vector<int32_t>& tokens, std::vector<models::SequenceSlice>& slices,
+                                     std::vector<int64_t>& logit_rows, std::vector<DecodePlan>& plans) {
+  s.draft.clear();
+  if (s.drafter != nullptr && s.spec.replay().empty()) {
+    // A step emits the accepted drafts and one more token: more draft than
+    // the request may still emit, or the context still holds, is waste.
+    const int64_t room = s.seq.remaining() - 1;
+    const int64_t left = s.req.max_tokens - s.stats.completion_tokens;
+    const int64_t limit = std::min<int64_t>({room, left - 1, draft_budget, s.spec_config.max_draft});
+    const int64_t want = s.draft_policy.choose(step_costs_, base_rows, limit);
+    if (want > 0) {
+      const double t0 = now_seconds();
+      s.spec.history(s.seq, s.history);
+      s.history.push_back(s.pending);
+      s.drafter->draft(s.history, want, s.draft);
+      if (int64_t(s.draft.size()) > want) s.draft.resize(size_t(want));
+      s.stats.spec.draft_seconds += now_seconds() - t0;
+    }
+  }
+  MOESERVE_ASSIGN_OR_RETURN(std::vector<int32_t> rows, s.spec.begin(s.seq, s.pending, s.draft));
+  const int64_t n_draft = int64_t(s.spec.draft().size());
+  const int64_t row0 = int64_t(tokens.size());
+  slices.push_back({row0, int64_t(rows.size()), s.seq.position(), s.seq.kv().view()});
+  DecodePlan plan{&s, logit_rows.size(), n_draft};
+  for (int64_t j = 0; j <= n_draft; ++j) logit_rows.push_back(row0 + int64_t(rows.size()) - 1 - n_draft + j);
+  tokens.insert(tokens.end(), rows.begin(), rows.end());
+  plans.push_back(plan);
+  return Status::ok();
+}
+
+int64_t BatchEngine::finish_decode_rows(const DecodePlan& p, const float* logits, const int32_t* greedy) {
+  Slot& s = *p.slot;
+  const size_t n_vocab = size_t(model_.info().n_vocab);
+  auto row = [&](int64_t j) {
+    return logits == nullptr
+               ? std::span<const float>()
+               : std::span<const float>(logits + (p.first_logit + size_t(j)) * n_vocab, n_vocab);
+  };
+  if (needs_logits(s) && logits == nullptr) {  // step() asks for them; never expected
+    s.spec.reset();
+    finish(s, make_error(StatusCode::kInternal, "the step returned no logits for a sampling request"));
+    return 0;
+  }
+  if (p.n_draft == 0) {
+    // Plain decode (or a replay): the cache keeps every row, then the
+    // token is chosen with the sequence as its history, as without speculation.
+    const Status kept = s.spec.commit(s.seq, 0, nullptr);
+    if (!kept.is_ok()) {
+      finish(s, kept);
+      return 0;
+    }
+    handle_logits(s, logits == nullptr ? nullptr : row(0).data(), greedy[p.first_logit]);
+    return 1;
+  }
+  // Choose every row's token first (the cache must know how many drafts
+  // were kept before a token can end the request), then emit them.
+  const tok::Tokenizer& tokenizer = model_.tokenizer();
+  s.history.clear();
+  if (needs_logits(s)) {
+    s.spec.history(s.seq, s.history);
+    s.history.push_back(s.pending);
+  }
+  std::vector<int32_t> out;
+  int64_t accepted = 0;
+  for (int64_t j = 0; j <= p.n_draft; ++j) {
+    const int32_t d = j < p.n_draft ? s.spec.draft()[size_t(j)] : -1;
+    bool hit = false;
+    const int32_t next = choose_token(s, row(j), greedy[p.first_logit + size_t(j)], s.history, d, &hit);
+    out.push_back(next);
+    if (!hit) break;
+    // An end of sequence ends the walk: the cache keeps the tokens before it.
+    if (s.req.stop_at_eos && (next == tokenizer.eos_id() || next == tokenizer.eot_id())) break;
+    ++accepted;
+    s.history.push_back(next);
+    if (s.stats.completion_tokens + int64_t(out.size()) >= s.req.max_tokens) break;
+  }
+  const Status kept = s.spec.commit(s.seq, accepted, &s.stats.spec);
+  if (!kept.is_ok()) {
+    finish(s, kept);
+    return 0;
+  }
+  s.draft_policy.observe(p.n_draft, accepted);
+  int64_t emitted = 0;
+  for (size_t i = 0; i < out.size() && s.busy; ++i) {
+    emit_token(s, out[i], row(int64_t(i)));
+    ++emitted;
+  }
+  return emitted;
+}
+
+}  // namespace moeserve::runtime

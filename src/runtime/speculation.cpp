@@ -1,0 +1,203 @@
+#include "runtime/speculation.h"
+
+#include <algorithm>
+#include <cmath>
+
+namespace moeserve::runtime {
+
+const char* spec_mode_name(SpecMode mode) {
+  switch (mode) {
+    case SpecMode::kNone:
+      return "none";
+    case SpecMode::kNgram:
+      return "ngram";
+    case SpecMode::kDflash:
+      return "dflash";
+    case SpecMode::kAuto:
+      return "auto";
+  }
+  return "?";
+}
+
+Result<SpecMode> parse_spec_mode(std::string_view text) {
+  for (SpecMode m : {SpecMode::kNone, SpecMode::kNgram, SpecMode::kDflash, SpecMode::kAuto}) {
+    if (text == spec_mode_name(m)) return m;
+  }
+  return make_error(StatusCode::kInvalidArgument,
+                    "unknown speculative mode '{}': use none, ngram, dflash or auto", text);
+}
+
+Status validate_spec_config(const SpecConfig& c, std::string_view prefix) {
+  const bool flag = prefix.starts_with("--");
+  auto name = [&](std::string_view knob) {
+    return flag ? fmt::format("{}-{}", prefix, knob) : fmt::format("{}.{}", prefix, knob);
+  };
+  if (c.max_draft < 1 || c.max_draft > kSpecMaxDraftLimit) {
+    return make_error(StatusCode::kInvalidArgument, "{} must be 1..{}, got {}", name("max"),
+                      kSpecMaxDraftLimit, c.max_draft);
+  }
+  if (c.tree_nodes < 0 || c.tree_nodes > 2 * kSpecMaxDraftLimit) {
+    return make_error(StatusCode::kInvalidArgument, "{} must be 0..{}, got {}", name("tree"),
+                      2 * kSpecMaxDraftLimit, c.tree_nodes);
+  }
+  if (c.tree_nodes > 0) {
+    return make_error(
+        StatusCode::kUnsupported,
+        "{} {}: tree verify (DDTree) is not implemented yet; use 0 (a chain of up to {} tokens)",
+        name("tree"), c.tree_nodes, name("max"));
+  }
+  if (c.ngram_min < 1 || c.ngram_max < c.ngram_min || c.ngram_max > kSpecNgramLimit) {
+    return make_error(StatusCode::kInvalidArgument,
+                      "{} and {} must satisfy 1 <= min <= max <= {}, got {} and {}", name("ngram-min"),
+                      name("ngram-max"), kSpecNgramLimit, c.ngram_min, c.ngram_max);
+  }
+  if (c.mode == SpecMode::kDflash) {
+    return make_error(StatusCode::kUnsupported,
+                      "speculative mode dflash (a draft model) is not implemented yet; use ngram or auto");
+  }
+  return Status::ok();
+}
+
+SpecCounters& SpecCounters::operator+=(const SpecCounters& o) {
+  steps += o.steps;
+  drafted += o.drafted;
+  accepted += o.accepted;
+  replays += o.replays;
+  draft_seconds += o.draft_seconds;
+  verify_seconds += o.verify_seconds;
+  return *this;
+}
+
+void StepCostModel::record(int64_t rows, double seconds) {
+  if (rows < 1 || rows > kMaxRows || !(seconds >= 0.0)) return;
+  double& s = seconds_[size_t(rows)];
+  int32_t& n = samples_[size_t(rows)];
+  // The first samples average plainly; later ones move it by 1/8, so the
+  // model follows a machine whose speed drifts (other load, placement swaps).
+  const double w = n < 8 ? 1.0 / double(n + 1) : 0.125;
+  s += w * (seconds - s);
+  n = std::min(n + 1, 1 << 20);
+}
+
+bool StepCostModel::measured(int64_t rows) const {
+  return rows >= 1 && rows <= kMaxRows && samples_[size_t(rows)] > 0;
+}
+
+double StepCostModel::estimate(int64_t rows) const {
+  rows = std::clamp<int64_t>(rows, 1, kMaxRows);
+  if (measured(rows)) return seconds_[size_t(rows)];
+  int64_t lo = rows - 1, hi = rows + 1;
+  while (lo >= 1 && !measured(lo)) --lo;
+  while (hi <= kMaxRows && !measured(hi)) ++hi;
+  const bool has_lo = lo >= 1, has_hi = hi <= kMaxRows;
+  if (has_lo && has_hi) {
+    const double t = double(rows - lo) / double(hi - lo);
+    return seconds_[size_t(lo)] + t * (seconds_[size_t(hi)] - seconds_[size_t(lo)]);
+  }
+  // Past the measured counts: the line through the two largest measured
+  // counts (never falling), or flat from a single one. Optimistic on
+  // purpose: a draft length is tried, then its cost is known — a policy
+  // that guessed high would never try a longer draft and never learn.
+  if (has_lo) {
+    int64_t lo2 = lo - 1;
+    while (lo2 >= 1 && !measured(lo2)) --lo2;
+    if (lo2 < 1) return seconds_[size_t(lo)];
+    const double slope = std::max(0.0, (seconds_[size_t(lo)] - seconds_[size_t(lo2)]) / double(lo - lo2));
+    return seconds_[size_t(lo)] + slope * double(rows - lo);
+  }
+  if (has_hi) return seconds_[size_t(hi)];
+  return 0.0;
+}
+
+int64_t DraftLengthPolicy::choose(const StepCostModel& cost, int64_t base_rows, int64_t limit) {
+  limit = std::min<int64_t>(limit, max_draft_);
+  if (limit <= 0) return 0;
+  const double plain = cost.estimate(base_rows);
+  if (plain <= 0.0) return limit;  // nothing measured yet: try, and measure
+  const double a = std::clamp(acceptance_, 0.0, 0.999);
+  double best_rate = 0.0;
+  int64_t best = 0;
+  for (int64_t n = 1; n <= limit; ++n) {
+    const double expected = (1.0 - std::pow(a, double(n + 1))) / (1.0 - a);
+    double t = cost.estimate(base_rows + n);
+    if (t <= 0.0) t = plain;
+    const double rate = expected / t;
+    if (rate > best_rate) best_rate = rate, best = n;
+  }
+  // A draft must beat plain decoding by a margin: the estimates are noisy,
+  // and a tie is better served by plain decoding's lower latency per token.
+  if (best_rate <= 1.05 / plain) best = 0;
+  if (best > 0) {
+    idle_steps_ = 0;
+    return best;
+  }
+  // Off: probe now and then with a short draft, to notice when drafts start to hit.
+  if (++idle_steps_ >= kProbeEvery) {
+    idle_steps_ = 0;
+    return std::min<int64_t>(limit, 2);
+  }
+  return 0;
+}
+
+void DraftLengthPolicy::observe(int64_t drafted, int64_t accepted) {
+  if (drafted <= 0) return;
+  // The per-token acceptance a of a chain that kept `accepted` of
+  // `drafted`: each token is kept with probability a until the first miss;
+  // estimate it as kept / (kept + misses), misses being 1 unless all were kept.
+  const double misses = accepted < drafted ? 1.0 : 0.0;
+  const double sample = double(accepted) / (double(accepted) + misses);
+  const double w = std::min(1.0, 0.25 * double(drafted) / 4.0);
+  acceptance_ += w * (sample - acceptance_);
+}
+
+void SpecSequence::history(const Sequence& seq, std::vector<int32_t>& out) const {
+  out.assign(seq.tokens().begin(), seq.tokens().end());
+  out.insert(out.end(), replay_.begin(), replay_.end());
+}
+
+Result<std::vector<int32_t>> SpecSequence::begin(Sequence& seq, int32_t pending, std::vector<int32_t> draft) {
+  if (!replay_.empty()) draft.clear();
+  snapshot_.reset();
+  if (!draft.empty() && seq.kv().recurrent()) {
+    MOESERVE_ASSIGN_OR_RETURN(Sequence::Snapshot snap, seq.snapshot());
+    snapshot_ = std::move(snap);
+  }
+  draft_ = std::move(draft);
+  rows_.assign(replay_.begin(), replay_.end());
+  rows_.push_back(pending);
+  rows_.insert(rows_.end(), draft_.begin(), draft_.end());
+  return rows_;
+}
+
+Status SpecSequence::commit(Sequence& seq, int64_t accepted, SpecCounters* counters) {
+  accepted = std::clamp<int64_t>(accepted, 0, int64_t(draft_.size()));
+  const size_t keep = rows_.size() - (draft_.size() - size_t(accepted));
+  if (counters != nullptr && !draft_.empty()) {
+    ++counters->steps;
+    counters->drafted += int64_t(draft_.size());
+    counters->accepted += accepted;
+  }
+  if (snapshot_ && accepted < int64_t(draft_.size())) {
+    // The state has seen the rejected rows: back to the snapshot, and the
+    // kept rows go again in front of the next step.
+    MOESERVE_RETURN_IF_ERROR(seq.restore(*snapshot_));
+    replay_.assign(rows_.begin(), rows_.begin() + std::ptrdiff_t(keep));
+    if (counters != nullptr) ++counters->replays;
+  } else {
+    seq.append(std::span<const int32_t>(rows_).first(keep));
+    replay_.clear();
+  }
+  snapshot_.reset();
+  draft_.clear();
+  rows_.clear();
+  return Status::ok();
+}
+
+void SpecSequence::reset() {
+  replay_.clear();
+  draft_.clear();
+  rows_.clear();
+  snapshot_.reset();
+}
+
+}  // namespace moeserve::runtime

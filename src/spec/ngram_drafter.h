@@ -1,0 +1,30 @@
+// Prompt lookup (n-gram) drafts: text that repeats itself — code being
+// edited, a document quoted back, a JSON shape filled in again — is drafted
+// by copying what followed the last earlier occurrence of the sequence's
+// current suffix. No model, no device: microseconds a step.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "runtime/speculation.h"
+
+namespace moeserve::spec {
+
+class NgramDrafter : public runtime::Drafter {
+ public:
+  // Suffixes of ngram_max tokens are tried first, down to ngram_min.
+  NgramDrafter(int ngram_min, int ngram_max) : min_(ngram_min), max_(ngram_max) {}
+  void draft(std::span<const int32_t> context, int64_t max_tokens, std::vector<int32_t>& out) override;
+
+ private:
+  int min_, max_;
+};
+
+// The drafters this build has, by mode: ngram (and auto, which is n-gram
+// lookup under the adaptive policy); null for none and for dflash, which
+// needs a draft model.
+runtime::DrafterFactory drafter_factory();
+
+}  // namespace moeserve::spec

@@ -1,0 +1,208 @@
+// The target side of speculative decoding: verifying a drafted token keeps
+// the sampling distribution (chi-square over many draws), the step cost
+// model and the draft-length policy, and the rollback of a recurrent state
+// (after accepting k of n drafted tokens the Gated DeltaNet state equals
+// plain decoding's, bit for bit on the CPU).
+#include "runtime/speculation.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <map>
+
+#include "runtime/generator.h"
+#include "runtime/model.h"
+#include "runtime/sampler.h"
+#include "test_device.h"
+
+namespace moeserve::runtime {
+namespace {
+
+// Draws with a fixed draft token must follow the sampler's distribution:
+// P(x) = p(d)[x = d] + (1 - p(d)) p(x) / (1 - p(d)) for x != d.
+void expect_distribution_kept(const SamplerOptions& so, int32_t draft) {
+  std::vector<float> logits = {2.0f, 1.5f, 1.0f, 0.5f, 0.0f, -0.5f, -1.0f, 3.0f};
+  const std::vector<int32_t> history = {1, 1, 2};
+  Sampler reference(so);
+  const std::vector<TokenProb> dist = reference.distribution(logits, history);
+  Sampler s(so);
+  const int kDraws = 60000;
+  std::map<int32_t, int> seen;
+  int hits = 0;
+  for (int i = 0; i < kDraws; ++i) {
+    bool hit = false;
+    const int32_t t = s.sample_against_draft(logits, history, draft, &hit);
+    if (hit) {
+      ++hits;
+      ASSERT_EQ(t, draft);
+    } else {
+      ASSERT_NE(t, draft) << "a rejected draft must not come back";
+    }
+    ++seen[t];
+  }
+  double chi2 = 0.0;
+  int used = 0;
+  for (const TokenProb& tp : dist) {
+    const double expected = double(tp.p) * kDraws;
+    if (expected < 5.0) continue;
+    const double diff = seen[tp.id] - expected;
+    chi2 += diff * diff / expected;
+    ++used;
+  }
+  for (const auto& [id, count] : seen) {
+    bool in = false;
+    for (const TokenProb& tp : dist) in = in || tp.id == id;
+    EXPECT_TRUE(in) << "token " << id << " is outside the distribution";
+  }
+  // 99.9% quantile of chi-square with up to 7 degrees of freedom: 24.3.
+  EXPECT_LT(chi2, 24.3) << "over " << used << " tokens";
+  double p_draft = 0.0;
+  for (const TokenProb& tp : dist) p_draft += tp.id == draft ? tp.p : 0.0;
+  EXPECT_NEAR(double(hits) / kDraws, p_draft, 0.015);
+}
+
+TEST(SampleAgainstDraft, KeepsTheDistribution) {
+  SamplerOptions so;
+  so.temperature = 0.9f;
+  so.top_k = 0;
+  so.top_p = 1.0f;
+  so.min_p = 0.0f;
+  so.seed = 7;
+  expect_distribution_kept(so, 0);  // a likely draft
+  expect_distribution_kept(so, 5);  // an unlikely one
+  so.repeat_penalty = 1.3f;         // penalties and filters change the distribution: still kept
+  so.top_k = 5;
+  expect_distribution_kept(so, 1);
+  expect_distribution_kept(so, 6);  // outside the top-k: never accepted
+}
+
+TEST(SampleAgainstDraft, GreedyAcceptsTheArgMaxOnly) {
+  SamplerOptions so;
+  so.temperature = 0.0f;
+  Sampler s(so);
+  const std::vector<float> logits = {0.1f, 0.9f, 0.3f};
+  bool hit = false;
+  EXPECT_EQ(s.sample_against_draft(logits, {}, 1, &hit), 1);
+  EXPECT_TRUE(hit);
+  EXPECT_EQ(s.sample_against_draft(logits, {}, 2, &hit), 1);
+  EXPECT_FALSE(hit);
+}
+
+TEST(StepCostModel, InterpolatesAndExtrapolatesAlongTheLastTwo) {
+  StepCostModel c;
+  EXPECT_EQ(c.estimate(4), 0.0);
+  c.record(1, 0.010);
+  c.record(5, 0.014);
+  EXPECT_NEAR(c.estimate(3), 0.012, 1e-9);
+  EXPECT_NEAR(c.estimate(10), 0.019, 1e-9);    // the line through 1 and 5, past the last measurement
+  EXPECT_NEAR(c.estimate(0), 0.010, 1e-9);     // clamped to one row
+  c.record(0, 1.0);                            // ignored
+  c.record(StepCostModel::kMaxRows + 1, 1.0);  // ignored
+  EXPECT_NEAR(c.estimate(1), 0.010, 1e-12);
+}
+
+TEST(DraftLengthPolicy, DraftsWhenCheapAndStopsWhenDraftsMiss) {
+  StepCostModel flat;  // a GPU-like machine: rows cost almost nothing
+  for (int r = 1; r <= 17; ++r) flat.record(r, 0.010 + 0.0001 * r);
+  DraftLengthPolicy p(8);
+  EXPECT_GE(p.choose(flat, 1, 8), 6);
+  for (int i = 0; i < 20; ++i) p.observe(8, 0);  // every draft misses at once
+  EXPECT_LT(p.acceptance(), 0.05);
+  int64_t drafted = 0;
+  for (int i = 0; i < 32; ++i) drafted += p.choose(flat, 1, 8);
+  EXPECT_LE(drafted, 2 * 2) << "only the periodic probes may draft";
+  for (int i = 0; i < 20; ++i) p.observe(8, 8);  // drafts hit again
+  EXPECT_GT(p.choose(flat, 1, 8), 4);
+
+  StepCostModel steep;  // a CPU-like machine: each row costs as much as the first
+  for (int r = 1; r <= 17; ++r) steep.record(r, 0.010 * r);
+  DraftLengthPolicy q(8);
+  for (int i = 0; i < 20; ++i) q.observe(8, 4);  // about half the drafts kept
+  EXPECT_EQ(q.choose(steep, 1, 8), 0) << "a verify that costs its rows never pays";
+  EXPECT_EQ(q.choose(flat, 1, 0), 0) << "no room: no draft";
+}
+
+TEST(SpecConfig, ValidationNamesTheKnob) {
+  SpecConfig c;
+  c.mode = SpecMode::kNgram;
+  EXPECT_TRUE(validate_spec_config(c).is_ok());
+  c.max_draft = 0;
+  EXPECT_NE(validate_spec_config(c).message().find("--spec-max"), std::string::npos);
+  c.max_draft = 8;
+  c.tree_nodes = -1;
+  EXPECT_NE(validate_spec_config(c, "speculative").message().find("speculative.tree"), std::string::npos);
+  c.tree_nodes = 0;
+  c.ngram_min = 5;
+  c.ngram_max = 3;
+  EXPECT_FALSE(validate_spec_config(c).is_ok());
+  EXPECT_FALSE(parse_spec_mode("fast").is_ok());
+  EXPECT_EQ(parse_spec_mode("auto").value(), SpecMode::kAuto);
+}
+
+const std::string kHybridModel = std::string(MOESERVE_TEST_DATA_DIR) + "/models/qwen35moe-tiny.bf16.gguf";
+
+std::vector<float> states_of(Sequence& seq) {
+  auto snap = seq.kv().snapshot();
+  EXPECT_TRUE(snap.is_ok());
+  return snap.is_ok() ? snap->states : std::vector<float>{};
+}
+
+// After a verify of [pending, d1, d2, d3] that keeps d1 only, the state goes
+// back to the snapshot and the next step replays [pending, d1] before its
+// own token: the state then equals one-token decode steps of the same tokens.
+TEST(SpecSequence, RecurrentRollbackEqualsPlainDecoding) {
+  auto model = Model::load(kHybridModel, {.n_threads = 2, .device = testing::test_device()});
+  ASSERT_TRUE(model.is_ok()) << model.status().to_string();
+  const std::vector<int32_t> prompt = (*model)->tokenizer().encode("def fib(n):\n    return");
+  Generator plain(**model, 64), spec_gen(**model, 64);
+  int32_t first = 0;
+  ASSERT_TRUE(plain.prefill_greedy(prompt, 512, &first).is_ok());
+  int32_t spec_first = 0;
+  ASSERT_TRUE(spec_gen.prefill_greedy(prompt, 512, &spec_first).is_ok());
+  ASSERT_EQ(first, spec_first);
+  // Plain: decode first, then its successors.
+  std::vector<int32_t> plain_tokens = {first};
+  int32_t next = 0;
+  for (int i = 0; i < 3; ++i) {
+    ASSERT_TRUE(plain.decode_greedy(plain_tokens.back(), &next).is_ok());
+    plain_tokens.push_back(next);
+  }
+  // plain_tokens = [first, t1, t2, t3]; the state has seen first, t1, t2.
+  const std::vector<float> plain_state = states_of(plain.sequence());
+  ASSERT_FALSE(plain_state.empty());
+
+  // Speculative: draft [t1, wrong, x]: keep t1 only.
+  Sequence& seq = spec_gen.sequence();
+  SpecSequence sp;
+  const int32_t wrong = (plain_tokens[2] + 1) % int32_t((*model)->info().n_vocab);
+  auto rows = sp.begin(seq, first, {plain_tokens[1], wrong, 5});
+  ASSERT_TRUE(rows.is_ok());
+  std::vector<int32_t> greedy(4);
+  ASSERT_TRUE(spec_gen.verify(*rows, 0, nullptr, greedy.data()).is_ok());
+  EXPECT_EQ(greedy[0], plain_tokens[1]);
+  EXPECT_EQ(greedy[1], plain_tokens[2]);
+  SpecCounters counters;
+  ASSERT_TRUE(sp.commit(seq, 1, &counters).is_ok());
+  EXPECT_EQ(counters.replays, 1);
+  EXPECT_EQ(seq.position(), int64_t(prompt.size()));
+  ASSERT_EQ(sp.replay().size(), 2u);
+  // The replay step: [first, t1] again plus t2, no draft allowed.
+  auto replay_rows = sp.begin(seq, plain_tokens[2], {99});
+  ASSERT_TRUE(replay_rows.is_ok());
+  EXPECT_EQ(*replay_rows, (std::vector<int32_t>{first, plain_tokens[1], plain_tokens[2]}));
+  std::vector<int32_t> g(1);
+  ASSERT_TRUE(spec_gen.verify(*replay_rows, 2, nullptr, g.data()).is_ok());
+  EXPECT_EQ(g[0], plain_tokens[3]);
+  ASSERT_TRUE(sp.commit(seq, 0, &counters).is_ok());
+  EXPECT_EQ(seq.position(), plain.sequence().position());
+  const std::vector<float> spec_state = states_of(seq);
+  ASSERT_EQ(spec_state.size(), plain_state.size());
+  if (testing::test_device() == "cpu") {
+    EXPECT_EQ(spec_state, plain_state) << "bit-equal on the CPU";
+  } else {
+    for (size_t i = 0; i < spec_state.size(); ++i) ASSERT_NEAR(spec_state[i], plain_state[i], 1e-4) << i;
+  }
+}
+
+}  // namespace
+}  // namespace moeserve::runtime

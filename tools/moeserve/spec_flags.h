@@ -1,0 +1,30 @@
+// The speculative decoding flags shared by generate, bench and serve:
+// --spec none|ngram|dflash|auto, --spec-max N, --spec-tree N,
+// --spec-ngram-min N, --spec-ngram-max N, --draft FILE.
+#pragma once
+
+#include <CLI/CLI.hpp>
+#include <string>
+
+#include "core/status.h"
+#include "runtime/speculation.h"
+
+namespace moeserve::tools {
+
+struct SpecCliOptions {
+  std::string mode = "none";
+  int max_draft = 8;
+  int tree_nodes = 0;
+  int ngram_min = 2, ngram_max = 4;
+  std::string draft_path;
+};
+
+void add_spec_flags(CLI::App* cmd, SpecCliOptions* o);
+// The flags as a checked configuration; an error names the flag and what
+// to do (call before loading anything, so a bad flag starts nothing).
+Result<runtime::SpecConfig> resolve_spec_flags(const SpecCliOptions& o);
+// "speculative (ngram): 42 steps, 120 drafted, 80 accepted (66.7%), mean
+// acceptance length 2.90 tokens a step | draft 0.3 ms, verify 812 ms".
+std::string spec_summary_line(runtime::SpecMode mode, const runtime::SpecCounters& c);
+
+}  // namespace moeserve::tools
