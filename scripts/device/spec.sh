@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# Speculative decoding (issue 40) on the device machine:
+#   scripts/device/spec.sh start   # build, start making the 30b-a3b file, GPU tests, tiny-model benches
+#   scripts/device/spec.sh bench   # wait for the file, then plain vs --spec ngram, all-GPU and --n-cpu-moe 24
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+export LD_LIBRARY_PATH=/tmp/devroot/usr/lib/x86_64-linux-gnu:${LD_LIBRARY_PATH:-}
+out=${OUT:-/tmp/out}
+mkdir -p "$out"
+bin=build-gpu/bin/moeserve
+m30=/tmp/30b-skew0.gguf
+case "${1:-start}" in
+  start)
+    nvidia-smi --query-gpu=name,memory.total --format=csv,noheader
+    scripts/device/build.sh build-gpu 90a moeserve test_spec test_runtime test_server \
+      > "$out/build.log" 2>&1 || { tail -30 "$out/build.log"; exit 1; }
+    cp "$bin" /tmp/moeserve-mm
+    if [ ! -f "$m30.done" ] && ! pgrep -f moeserve-mm >/dev/null; then
+      setsid nohup sh -c "/tmp/moeserve-mm make-model --arch qwen3moe --preset 30b-a3b --type q4_k_m --quick-quant \
+        --router-skew 0 -o $m30 && touch $m30.done" > /tmp/make30.log 2>&1 < /dev/null &
+    fi
+    for t in spec runtime server; do
+      MOESERVE_TEST_DEVICE=cuda build-gpu/tests/$t/test_$t > "$out/$t.log" 2>&1
+      echo "$t (cuda): $(grep -E '^\[  (PASSED|FAILED)' "$out/$t.log" | tr '\n' ' ')"
+      grep -E '^\[  FAILED|Failure' -A6 "$out/$t.log" | head -30
+    done
+    for arch in qwen3moe qwen35moe; do
+      echo "== $arch tiny, cuda"
+      $bin bench -m tests/data/models/$arch-tiny.bf16.gguf -p 64 -n 128 -r 2 --device cuda --spec ngram 2>&1 \
+        | tee "$out/bench_tiny_$arch.txt" | sed -n '/verify cost/,$p'
+    done;;
+  bench)
+    for i in $(seq 1 100); do [ -f "$m30.done" ] && break; sleep 5; done
+    [ -f "$m30.done" ] || { echo "model not ready: $(tail -c 300 /tmp/make30.log)"; exit 1; }
+    for args in "" "--n-cpu-moe 24"; do
+      echo "== 30b-a3b Q4_K_M, cuda $args"
+      $bin bench -m $m30 -p 512 -n 128 -r 1 --device cuda $args --spec ngram ${SPEC_ARGS:-} 2>&1 \
+        | tee "$out/bench_30b_${args// /_}.txt" | grep -E 'tg128|pp512|rows|ms|decode step|prompt|---|code|chat|error'
+    done;;
+esac
