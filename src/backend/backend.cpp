@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <numbers>
+#include <vector>
 
 #include "backend/expert_split.h"
 
@@ -52,6 +53,13 @@ void DeviceMemory::reset() {
   device_ = nullptr;
   data_ = nullptr;
   bytes_ = 0;
+}
+
+Status Device::copy_within(void* dst, const void* src, size_t bytes) {
+  if (bytes == 0 || dst == src) return Status::ok();
+  std::vector<uint8_t> bounce(bytes);
+  MOESERVE_RETURN_IF_ERROR(copy_to_host(bounce.data(), src, bytes));
+  return copy_to_device(dst, bounce.data(), bytes);
 }
 
 Status Device::replace_local_expert(ExpertSplit& split, size_t slot, int32_t expert) {

@@ -68,6 +68,10 @@ struct KvLayerView {
   uint16_t* k = nullptr;
   uint16_t* v = nullptr;
   float* state = nullptr;
+  // A recurrent layer's room for the states after each row of a draft tree
+  // ([max_nodes][state floats]; see SequenceSlice::tree_parents).
+  float* node_states = nullptr;
+  int64_t max_nodes = 0;
 };
 
 struct KvView {
@@ -82,6 +86,17 @@ struct SequenceSlice {
   int64_t n_tokens = 0;
   int64_t pos0 = 0;  // cache rows 0..pos0-1 are valid
   KvView kv;
+  // Speculative decoding's draft tree. Empty: the rows are consecutive
+  // positions, each attending to the rows before it. Else [n_tokens]: row
+  // j's parent row within the slice, -1 for row 0 (the root, which follows
+  // the cache); a parent comes before its children. Row j's K/V is stored
+  // at cache row pos0 + j; it takes position pos0 + depth(j) and attends to
+  // the cache below pos0 and to its ancestors and itself. A recurrent layer
+  // leaves the sequence's state as it was and writes the state after row j
+  // into KvLayerView::node_states row j (the caller keeps the accepted
+  // path's: KvCache::accept_tree). Devices that run trees say so
+  // (Device::supports_tree_verify).
+  std::span<const int32_t> tree_parents{};
 };
 
 // One RoPE configuration (NEOX rotation of the first n_rot dims of a head).
@@ -121,6 +136,10 @@ struct BatchLayout {
   std::span<const SequenceSlice> slices;  // cover the rows in order
   std::span<const int32_t> row_slice;     // [rows] index into slices
   std::span<const int64_t> row_pos;       // [rows] position in its sequence
+  std::span<const int64_t> row_slot;      // [rows] cache row its K/V goes to (row_pos but in a draft tree)
+  // [rows] the parent row (batch index) of a draft tree's row, -1 for a
+  // root or a row outside a tree; empty when no slice has a tree.
+  std::span<const int32_t> row_parent;
   std::span<const int64_t> logit_rows;    // rows whose logits the forward ends with
   // The forward's RoPE configurations (QkNormRopeArgs::rope indexes them);
   // read in begin_batch, valid until the forward ends.
@@ -362,6 +381,10 @@ class Device {
   virtual Status copy_to_device(void* dst, const void* host, size_t bytes) = 0;
   virtual Status copy_to_host(void* host, const void* src, size_t bytes) = 0;
   virtual Status fill_zero(void* dst, size_t bytes) = 0;
+  // Within this device's memory (the regions may overlap). Default: through the host.
+  virtual Status copy_within(void* dst, const void* src, size_t bytes);
+  // Runs batches whose slices carry a draft tree (SequenceSlice::tree_parents).
+  virtual bool supports_tree_verify() const { return false; }
 
   // Makes the weights usable by this device's ops, rewriting each view to
   // the copy it computes from (or leaving it in place).

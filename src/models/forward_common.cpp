@@ -33,6 +33,24 @@ Status check_batch(const ForwardBatch& b, const BatchLimits& limits, BatchRows& 
                         "forward: positions {}..{} do not fit a KV cache of {} positions", q.pos0,
                         q.pos0 + q.n_tokens - 1, q.kv.capacity);
     }
+    if (!q.tree_parents.empty()) {
+      if (int64_t(q.tree_parents.size()) != q.n_tokens || q.n_tokens > kMaxTreeRows ||
+          q.tree_parents[0] != -1) {
+        return make_error(
+            StatusCode::kInvalidArgument,
+            "forward: sequence {}'s draft tree has {} parents for {} rows (at most {}; row 0 is the "
+            "root, parent -1)",
+            i, q.tree_parents.size(), q.n_tokens, kMaxTreeRows);
+      }
+      for (int64_t j = 1; j < q.n_tokens; ++j) {
+        const int32_t p = q.tree_parents[size_t(j)];
+        if (p < 0 || p >= j) {
+          return make_error(StatusCode::kInvalidArgument,
+                            "forward: sequence {}'s draft tree gives row {} the parent {} (a row before it)",
+                            i, j, p);
+        }
+      }
+    }
     next_row += q.n_tokens;
   }
   if (next_row != T) {
@@ -54,10 +72,23 @@ Status check_batch(const ForwardBatch& b, const BatchLimits& limits, BatchRows& 
   rows.slices = std::move(slices);
   rows.row_slice.resize(size_t(T));
   rows.row_pos.resize(size_t(T));
+  rows.row_slot.resize(size_t(T));
+  rows.row_parent.clear();
+  const bool any_tree = std::any_of(rows.slices.begin(), rows.slices.end(),
+                                    [](const SequenceSlice& q) { return !q.tree_parents.empty(); });
+  if (any_tree) rows.row_parent.assign(size_t(T), -1);
   for (size_t i = 0; i < rows.slices.size(); ++i) {
-    for (int64_t j = 0; j < rows.slices[i].n_tokens; ++j) {
-      rows.row_slice[size_t(rows.slices[i].row0 + j)] = int32_t(i);
-      rows.row_pos[size_t(rows.slices[i].row0 + j)] = rows.slices[i].pos0 + j;
+    const SequenceSlice& q = rows.slices[i];
+    for (int64_t j = 0; j < q.n_tokens; ++j) {
+      const size_t r = size_t(q.row0 + j);
+      rows.row_slice[r] = int32_t(i);
+      rows.row_slot[r] = q.pos0 + j;
+      rows.row_pos[r] = q.pos0 + j;
+      if (!q.tree_parents.empty() && j > 0) {
+        const int32_t parent = q.tree_parents[size_t(j)];
+        rows.row_parent[r] = int32_t(q.row0) + parent;
+        rows.row_pos[r] = rows.row_pos[size_t(q.row0 + parent)] + 1;  // one past its parent: pos0 + depth
+      }
     }
   }
   return Status::ok();
@@ -70,6 +101,8 @@ backend::BatchLayout batch_layout(const ForwardBatch& b, const BatchRows& rows,
   layout.slices = rows.slices;
   layout.row_slice = rows.row_slice;
   layout.row_pos = rows.row_pos;
+  layout.row_slot = rows.row_slot;
+  layout.row_parent = rows.row_parent;
   layout.logit_rows = b.logit_rows;
   layout.ropes = ropes;
   layout.profiling = profiling;

@@ -42,7 +42,13 @@ struct BatchRows {
   std::vector<SequenceSlice> slices;
   std::vector<int32_t> row_slice;
   std::vector<int64_t> row_pos;
+  std::vector<int64_t> row_slot;    // cache row of each row's K/V (row_pos outside draft trees)
+  std::vector<int32_t> row_parent;  // batch row of each tree row's parent; empty without trees
 };
+
+// A draft tree's rows at most (a parent index fits a byte, a row's
+// ancestors a 64-bit mask).
+inline constexpr int64_t kMaxTreeRows = 64;
 
 struct BatchLimits {
   int64_t n_layer = 0, n_vocab = 0, n_expert = 0;

@@ -15,6 +15,7 @@ namespace moeserve::runtime {
 BatchEngine::BatchEngine(Model& model, const EngineOptions& options)
     : model_(model), options_(options), prefix_(options.prefix_cache_bytes) {
   options_.n_slots = std::max(1, options_.n_slots);
+  tree_verify_ = model.tree_verify();
   options_.n_batch = std::max<int64_t>(options_.n_batch, options_.n_slots);
   // Every slot's cache on the model's devices, and one workspace for the
   // largest step; if they do not fit, the engine refuses every request

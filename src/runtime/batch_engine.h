@@ -206,6 +206,7 @@ class BatchEngine {
   std::vector<int32_t> greedy_;  // each logit row's arg-max
   std::vector<float> masked_;    // constrained_sample's copy of one row
   StepCostModel step_costs_;     // decode-only steps' time by rows (the draft policy's input)
+  bool tree_verify_ = false;     // the model's devices run draft trees (Model::tree_verify)
   Status status_;
   std::unique_ptr<models::Workspace> ws_;
   std::thread thread_;

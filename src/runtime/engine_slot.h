@@ -38,7 +38,8 @@ struct BatchEngine::Slot {
   std::unique_ptr<Drafter> drafter;
   SpecSequence spec;
   DraftLengthPolicy draft_policy;
-  std::vector<int32_t> draft, history;  // scratch
+  DraftTree draft;               // scratch
+  std::vector<int32_t> history;  // scratch
 };
 
 }  // namespace moeserve::runtime

@@ -20,7 +20,7 @@ void BatchEngine::start_speculation(Slot& s) {
   s.drafter = options_.make_drafter(s.spec_config);
   if (s.drafter == nullptr) return;
   s.stats.spec_mode = s.spec_config.mode;
-  s.draft_policy = DraftLengthPolicy(s.spec_config.max_draft);
+  s.draft_policy = DraftLengthPolicy(std::max(s.spec_config.max_draft, s.spec_config.tree_nodes));
 }
 
 Status BatchEngine::plan_decode_rows(Slot& s, int64_t base_rows, int64_t draft_budget,
@@ -30,23 +30,27 @@ Status BatchEngine::plan_decode_rows(Slot& s, int64_t base_rows, int64_t draft_b
   if (s.drafter != nullptr && s.spec.replay().empty()) {
     // A step emits the accepted drafts and one more token: more draft than
     // the request may still emit, or the context still holds, is waste.
+    const SpecConfig& c = s.spec_config;
     const int64_t room = s.seq.remaining() - 1;
     const int64_t left = s.req.max_tokens - s.stats.completion_tokens;
-    const int64_t limit = std::min<int64_t>({room, left - 1, draft_budget, s.spec_config.max_draft});
-    const int64_t want = s.draft_policy.choose(step_costs_, base_rows, limit);
-    if (want > 0) {
+    const int64_t max_nodes = std::max(c.max_draft, c.tree_nodes);
+    const int64_t limit = left > 1 ? std::min<int64_t>({room, draft_budget, max_nodes}) : 0;
+    const int64_t nodes = s.draft_policy.choose(step_costs_, base_rows, limit);
+    if (nodes > 0) {
       const double t0 = now_seconds();
       s.spec.history(s.seq, s.history);
       s.history.push_back(s.pending);
-      s.drafter->draft(s.history, want, s.draft);
-      if (int64_t(s.draft.size()) > want) s.draft.resize(size_t(want));
+      const int64_t depth = std::min<int64_t>({nodes, c.max_draft, left - 1});
+      const int64_t budget_nodes = c.tree_nodes > 0 ? nodes : depth;
+      s.drafter->draft(s.history, {.max_nodes = budget_nodes, .max_depth = depth}, s.draft);
+      s.draft.truncate(budget_nodes);
       s.stats.spec.draft_seconds += now_seconds() - t0;
     }
   }
-  MOESERVE_ASSIGN_OR_RETURN(std::vector<int32_t> rows, s.spec.begin(s.seq, s.pending, s.draft));
-  const int64_t n_draft = int64_t(s.spec.draft().size());
+  MOESERVE_ASSIGN_OR_RETURN(std::vector<int32_t> rows, s.spec.begin(s.seq, s.pending, s.draft, tree_verify_));
+  const int64_t n_draft = s.spec.draft().size();
   const int64_t row0 = int64_t(tokens.size());
-  slices.push_back({row0, int64_t(rows.size()), s.seq.position(), s.seq.kv().view()});
+  slices.push_back({row0, int64_t(rows.size()), s.seq.position(), s.seq.kv().view(), s.spec.tree_parents()});
   DecodePlan plan{&s, logit_rows.size(), n_draft};
   for (int64_t j = 0; j <= n_draft; ++j) logit_rows.push_back(row0 + int64_t(rows.size()) - 1 - n_draft + j);
   tokens.insert(tokens.end(), rows.begin(), rows.end());
@@ -70,7 +74,7 @@ int64_t BatchEngine::finish_decode_rows(const DecodePlan& p, const float* logits
   if (p.n_draft == 0) {
     // Plain decode (or a replay): the cache keeps every row, then the
     // token is chosen with the sequence as its history, as without speculation.
-    const Status kept = s.spec.commit(s.seq, 0, nullptr);
+    const Status kept = s.spec.commit(s.seq, {}, nullptr);
     if (!kept.is_ok()) {
       finish(s, kept);
       return 0;
@@ -78,37 +82,41 @@ int64_t BatchEngine::finish_decode_rows(const DecodePlan& p, const float* logits
     handle_logits(s, logits == nullptr ? nullptr : row(0).data(), greedy[p.first_logit]);
     return 1;
   }
-  // Choose every row's token first (the cache must know how many drafts
-  // were kept before a token can end the request), then emit them.
+  // Walk the tree, choosing every row's token first (the cache must know
+  // which nodes were kept before a token can end the request), then emit.
   const tok::Tokenizer& tokenizer = model_.tokenizer();
   s.history.clear();
   if (needs_logits(s)) {
     s.spec.history(s.seq, s.history);
     s.history.push_back(s.pending);
   }
-  std::vector<int32_t> out;
-  int64_t accepted = 0;
-  for (int64_t j = 0; j <= p.n_draft; ++j) {
-    const int32_t d = j < p.n_draft ? s.spec.draft()[size_t(j)] : -1;
-    bool hit = false;
-    const int32_t next = choose_token(s, row(j), greedy[p.first_logit + size_t(j)], s.history, d, &hit);
-    out.push_back(next);
-    if (!hit) break;
+  TreeWalk walk(s.spec.draft());
+  std::vector<std::pair<int32_t, int64_t>> out;  // token, its row
+  for (;;) {
+    const int64_t r = walk.row();
+    const std::span<const int32_t> candidates = walk.candidates();
+    int32_t next = greedy[p.first_logit + size_t(r)];
+    if (needs_logits(s)) {
+      int index = -1;
+      next = s.sampler->sample_against_drafts(row(r), s.history, candidates, &index);
+    }
+    out.push_back({next, r});
     // An end of sequence ends the walk: the cache keeps the tokens before it.
     if (s.req.stop_at_eos && (next == tokenizer.eos_id() || next == tokenizer.eot_id())) break;
-    ++accepted;
+    if (!walk.advance(next)) break;
     s.history.push_back(next);
     if (s.stats.completion_tokens + int64_t(out.size()) >= s.req.max_tokens) break;
   }
-  const Status kept = s.spec.commit(s.seq, accepted, &s.stats.spec);
+  const int64_t depth = s.spec.draft().depth();
+  const Status kept = s.spec.commit(s.seq, walk.path(), &s.stats.spec);
   if (!kept.is_ok()) {
     finish(s, kept);
     return 0;
   }
-  s.draft_policy.observe(p.n_draft, accepted);
+  s.draft_policy.observe(std::max<int64_t>(depth, 1), int64_t(walk.path().size()));
   int64_t emitted = 0;
   for (size_t i = 0; i < out.size() && s.busy; ++i) {
-    emit_token(s, out[i], row(int64_t(i)));
+    emit_token(s, out[i].first, row(out[i].second));
     ++emitted;
   }
   return emitted;

@@ -92,8 +92,10 @@ class Generator {
   const StepCostModel& step_costs() const { return step_costs_; }
   // One forward of `rows` at the sequence's position without appending
   // them: the logits (or greedy choices) of rows [first_logit_row, end).
+  // `tree_parents`: the rows form a draft tree (backend::SequenceSlice).
   // The caller decides what the cache keeps (SpecSequence::commit).
-  Status verify(std::span<const int32_t> rows, int64_t first_logit_row, float* logits, int32_t* greedy);
+  Status verify(std::span<const int32_t> rows, int64_t first_logit_row, float* logits, int32_t* greedy,
+                std::span<const int32_t> tree_parents = {});
 
   // Runs `tokens` through the model at the sequence's position in chunks of
   // n_batch; writes the last token's logits to `last_logits` (n_vocab) when

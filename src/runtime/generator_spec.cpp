@@ -18,7 +18,7 @@ double seconds_since(Clock::time_point t0) {
 }  // namespace
 
 Status Generator::verify(std::span<const int32_t> rows, int64_t first_logit_row, float* logits,
-                         int32_t* greedy) {
+                         int32_t* greedy, std::span<const int32_t> tree_parents) {
   MOESERVE_RETURN_IF_ERROR(status_);
   const int64_t n = int64_t(rows.size());
   if (n < 1 || first_logit_row < 0 || first_logit_row >= n) {
@@ -31,10 +31,10 @@ Status Generator::verify(std::span<const int32_t> rows, int64_t first_logit_row,
   }
   std::vector<int64_t> logit_rows;
   for (int64_t i = first_logit_row; i < n; ++i) logit_rows.push_back(i);
+  const backend::SequenceSlice slice{0, n, seq_.position(), seq_.kv().view(), tree_parents};
   models::ForwardBatch b;
   b.tokens = rows;
-  b.pos0 = seq_.position();
-  b.kv = seq_.kv().view();
+  b.sequences = std::span<const backend::SequenceSlice>(&slice, 1);
   b.expert_counts = expert_counts_;
   b.decode_rows = n;
   b.logit_rows = logit_rows;
@@ -47,9 +47,13 @@ Status Generator::decode_speculative(const GenerateOptions& options, Sampler& sa
                                      std::vector<float>& logits, int32_t first, TokenSink& sink,
                                      GenerateResult& r) {
   const int64_t n_vocab = model_.info().n_vocab;
+  const bool tree_verify = model_.tree_verify();
+  const SpecConfig& spec_config = options.spec;
+  const int64_t max_nodes = std::max(spec_config.max_draft, spec_config.tree_nodes);
   SpecSequence spec;
-  DraftLengthPolicy policy(options.spec.max_draft);
-  std::vector<int32_t> history, draft, greedy;
+  DraftLengthPolicy policy{static_cast<int>(max_nodes)};
+  std::vector<int32_t> history, greedy;
+  DraftTree draft;
   int32_t next = first;
   while (sink.push(next)) {
     const int32_t pending = next;
@@ -61,58 +65,60 @@ Status Generator::decode_speculative(const GenerateOptions& options, Sampler& sa
     }
     // More draft than tokens left to emit would be verified for nothing.
     const int64_t left = options.max_tokens - int64_t(r.tokens.size());
-    int64_t limit = std::min<int64_t>({room, left - 1, options.spec.max_draft});
-    if (n_replay > 0) limit = 0;  // a replay step carries no draft (speculation.h)
-    const int64_t want = options.spec_adaptive ? policy.choose(step_costs_, 1 + n_replay, limit) : limit;
+    int64_t limit = std::min<int64_t>(room, max_nodes);
+    if (n_replay > 0 || left <= 1) limit = 0;  // a replay step carries no draft (speculation.h)
+    const int64_t nodes = options.spec_adaptive ? policy.choose(step_costs_, 1 + n_replay, limit) : limit;
     draft.clear();
     const Clock::time_point t_draft = Clock::now();
-    if (want > 0) {
+    if (nodes > 0) {
       spec.history(seq_, history);
       history.push_back(pending);
-      options.drafter->draft(history, want, draft);
-      if (int64_t(draft.size()) > want) draft.resize(size_t(want));
+      const int64_t depth = std::min<int64_t>({nodes, spec_config.max_draft, left - 1});
+      const int64_t budget_nodes = spec_config.tree_nodes > 0 ? nodes : depth;
+      options.drafter->draft(history, {.max_nodes = budget_nodes, .max_depth = depth}, draft);
+      draft.truncate(budget_nodes);
     }
     r.spec.draft_seconds += seconds_since(t_draft);
 
-    MOESERVE_ASSIGN_OR_RETURN(std::vector<int32_t> rows, spec.begin(seq_, pending, draft));
-    const int64_t n_draft = int64_t(spec.draft().size());
+    MOESERVE_ASSIGN_OR_RETURN(std::vector<int32_t> rows, spec.begin(seq_, pending, draft, tree_verify));
+    const int64_t n_draft = spec.draft().size();
     const int64_t first_row = int64_t(rows.size()) - 1 - n_draft;
     greedy.assign(size_t(n_draft + 1), 0);
     if (!device_greedy) logits.resize(size_t(n_draft + 1) * size_t(n_vocab));
     const Clock::time_point t_verify = Clock::now();
     MOESERVE_RETURN_IF_ERROR(verify(rows, first_row, device_greedy ? nullptr : logits.data(),
-                                    device_greedy ? greedy.data() : nullptr));
+                                    device_greedy ? greedy.data() : nullptr, spec.tree_parents()));
     const double dt = seconds_since(t_verify);
     step_costs_.record(int64_t(rows.size()), dt);
     if (n_draft > 0) r.spec.verify_seconds += dt * double(n_draft) / double(rows.size());
 
-    // Walk the rows: row j's token is checked against draft j; the first
-    // miss (or the last row) gives the target's own token, the next pending.
+    // Walk the tree: each row's token is checked against its node's
+    // children; the first miss (or a leaf) gives the target's own token,
+    // the next pending one.
     if (!device_greedy) {
       spec.history(seq_, history);
       history.push_back(pending);
     }
-    int64_t accepted = 0;
+    TreeWalk walk(spec.draft());
     bool more = true;
-    for (int64_t j = 0; j <= n_draft; ++j) {
-      const int32_t d = j < n_draft ? spec.draft()[size_t(j)] : -1;
-      bool hit = false;
+    for (;;) {
+      const int64_t row = walk.row();
+      const std::span<const int32_t> candidates = walk.candidates();
       if (device_greedy) {
-        next = greedy[size_t(j)];
-        hit = next == d;
+        next = greedy[size_t(row)];
       } else {
-        const std::span<const float> row(logits.data() + size_t(j) * size_t(n_vocab), size_t(n_vocab));
-        next = d >= 0 ? sampler.sample_against_draft(row, history, d, &hit) : sampler.sample(row, history);
+        const std::span<const float> lg(logits.data() + size_t(row) * size_t(n_vocab), size_t(n_vocab));
+        int index = -1;
+        next = sampler.sample_against_drafts(lg, history, candidates, &index);
       }
-      if (!hit) break;
-      ++accepted;
+      if (!walk.advance(next)) break;
       history.push_back(next);
       // An accepted token is emitted here; the one after the last accepted
       // is emitted by the outer loop (it becomes the next pending).
       if (!(more = sink.push(next))) break;
     }
-    MOESERVE_RETURN_IF_ERROR(spec.commit(seq_, accepted, &r.spec));
-    if (n_draft > 0) policy.observe(n_draft, accepted);
+    MOESERVE_RETURN_IF_ERROR(spec.commit(seq_, walk.path(), &r.spec));
+    if (n_draft > 0) policy.observe(std::max<int64_t>(draft.depth(), 1), int64_t(walk.path().size()));
     if (!more) break;
   }
   return Status::ok();

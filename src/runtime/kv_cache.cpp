@@ -149,4 +149,62 @@ Status KvCache::restore(const CacheSnapshot& snap) {
   return Status::ok();
 }
 
+Status KvCache::reserve_tree_nodes(int64_t n) {
+  if (n <= tree_nodes_ || state_floats_ == 0) return Status::ok();  // attention rows need no room
+  node_states_.resize(layers_.size());
+  for (size_t l = 0; l < layers_.size(); ++l) {
+    const int64_t floats = layers_[l].state_floats;
+    if (floats <= 0) continue;
+    backend::Device* d = state_[l].device();
+    backend::DeviceMemory m;
+    MOESERVE_ASSIGN_OR_RETURN(m, d->allocate(size_t(n * floats) * sizeof(float), "draft-tree states"));
+    node_states_[l] = std::move(m);
+    views_[l].node_states = node_states_[l].as<float>();
+    views_[l].max_nodes = n;
+  }
+  tree_nodes_ = n;
+  return Status::ok();
+}
+
+Status KvCache::accept_tree(std::span<const int32_t> path) {
+  const int64_t n = int64_t(path.size());
+  if (n < 1 || used_ + n > capacity_ || path[0] != 0) {
+    return make_error(StatusCode::kInvalidArgument,
+                      "accept_tree: a path of {} rows at position {} (capacity {})", n, used_, capacity_);
+  }
+  for (int64_t i = 1; i < n; ++i) {
+    if (path[size_t(i)] <= path[size_t(i - 1)] || used_ + path[size_t(i)] >= capacity_) {
+      return make_error(StatusCode::kInvalidArgument, "accept_tree: row {} of the path is {}", i,
+                        path[size_t(i)]);
+    }
+  }
+  const size_t row_bytes = size_t(kv_dim_) * sizeof(uint16_t);
+  for (size_t l = 0; l < layers_.size(); ++l) {
+    if (layers_[l].kv) {
+      backend::Device* d = k_[l].device();
+      // Rows only move down (path[i] >= i), in order: no source is overwritten before it is read.
+      for (int64_t i = 1; i < n; ++i) {
+        const int64_t from = used_ + path[size_t(i)], to = used_ + i;
+        if (from == to) continue;
+        MOESERVE_RETURN_IF_ERROR(d->copy_within(k_[l].as<uint8_t>() + to * row_bytes,
+                                                k_[l].as<uint8_t>() + from * row_bytes, row_bytes));
+        MOESERVE_RETURN_IF_ERROR(d->copy_within(v_[l].as<uint8_t>() + to * row_bytes,
+                                                v_[l].as<uint8_t>() + from * row_bytes, row_bytes));
+      }
+    }
+    if (layers_[l].state_floats > 0) {
+      const int64_t node = path[size_t(n - 1)];
+      if (node >= tree_nodes_ || l >= node_states_.size() || node_states_[l].data() == nullptr) {
+        return make_error(StatusCode::kInternal, "accept_tree: no draft-tree state {} on layer {}", node, l);
+      }
+      const size_t bytes = size_t(layers_[l].state_floats) * sizeof(float);
+      MOESERVE_RETURN_IF_ERROR(state_[l].device()->copy_within(
+          state_[l].data(), node_states_[l].as<uint8_t>() + size_t(node) * bytes, bytes));
+    }
+  }
+  states_written_ = true;
+  used_ += n;
+  return Status::ok();
+}
+
 }  // namespace moeserve::runtime

@@ -75,6 +75,18 @@ class KvCache {
   // rewritten since (Sequence::restore checks the tokens).
   Status restore(const CacheSnapshot& snapshot);
 
+  // Speculative decoding's draft trees (backend::SequenceSlice::tree_parents).
+  // Room for the states after each of up to n rows of a tree, on every
+  // recurrent layer's device (kept once made; a cache without recurrent
+  // layers needs none).
+  Status reserve_tree_nodes(int64_t n);
+  int64_t tree_nodes() const { return tree_nodes_; }
+  // After a tree forward at used(): keeps the rows of `path` (rows of the
+  // tree, root first, each a child of the one before) as positions used()..:
+  // their K/V rows move down into place and each recurrent layer takes the
+  // state after the path's last row. used() grows by path.size().
+  Status accept_tree(std::span<const int32_t> path);
+
  private:
   Status allocate_layers(const std::vector<backend::Device*>& devices);
   Status zero_states();
@@ -86,7 +98,8 @@ class KvCache {
   mutable bool states_written_ = false;
   Status status_;
   std::vector<models::LayerCache> layers_;
-  std::vector<backend::DeviceMemory> k_, v_, state_;
+  std::vector<backend::DeviceMemory> k_, v_, state_, node_states_;
+  int64_t tree_nodes_ = 0;
   std::vector<backend::KvLayerView> views_;
 };
 

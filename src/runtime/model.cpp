@@ -310,4 +310,13 @@ Result<KvCache> Model::new_kv_cache(int64_t capacity) {
   return KvCache::allocate(net_->placement(), info(), capacity);
 }
 
+bool Model::tree_verify() const {
+  const models::Placement& p = net_->placement();
+  if (p.io == nullptr || !p.io->supports_tree_verify()) return false;
+  for (const backend::Device* d : p.layers) {
+    if (d != nullptr && !d->supports_tree_verify()) return false;
+  }
+  return true;
+}
+
 }  // namespace moeserve::runtime

@@ -71,6 +71,9 @@ class Model {
   const models::ModelInfo& info() const { return net_->info(); }
   const tok::Tokenizer& tokenizer() const { return *tokenizer_; }
   ThreadPool& pool() { return *pool_; }
+  // Every device of the model runs draft trees (speculative decoding's tree
+  // verify; backend::Device::supports_tree_verify).
+  bool tree_verify() const;
   // The device that computes the model, and why it was chosen.
   backend::Device& device() { return *net_->placement().io; }
   const std::string& device_reason() const { return device_reason_; }

@@ -169,35 +169,56 @@ int32_t Sampler::sample(std::span<const float> logits, std::span<const int32_t> 
 
 int32_t Sampler::sample_against_draft(std::span<const float> logits, std::span<const int32_t> history,
                                       int32_t draft, bool* accepted) {
-  const std::vector<TokenProb> d = distribution(logits, history);
-  *accepted = false;
+  int index = -1;
+  const int32_t t = sample_against_drafts(logits, history, std::span<const int32_t>(&draft, 1), &index);
+  *accepted = index == 0;
+  return t;
+}
+
+int32_t Sampler::sample_against_drafts(std::span<const float> logits, std::span<const int32_t> history,
+                                       std::span<const int32_t> drafts, int* accepted_index) {
+  std::vector<TokenProb> d = distribution(logits, history);
+  *accepted_index = -1;
   if (d.empty()) return -1;
+  auto index_of = [&](int32_t id) {
+    for (size_t i = 0; i < drafts.size(); ++i) {
+      if (drafts[i] == id) return int(i);
+    }
+    return -1;
+  };
   if (greedy() || d.size() == 1) {
-    *accepted = d.front().id == draft;
+    *accepted_index = index_of(d.front().id);
     return d.front().id;
   }
-  double p_draft = 0.0;
-  for (const TokenProb& t : d) {
-    if (t.id == draft) p_draft = t.p;
-  }
+  // Each refused draft leaves p without it: the residual max(p - q, 0) of a
+  // one-hot q, renormalised by `rest`.
   std::uniform_real_distribution<double> unit(0.0, 1.0);
-  if (p_draft > 0.0 && unit(rng_) < p_draft) {
-    *accepted = true;
-    return draft;
+  double rest = 1.0;
+  for (size_t i = 0; i < drafts.size(); ++i) {
+    auto it = std::find_if(d.begin(), d.end(), [&](const TokenProb& t) { return t.id == drafts[i]; });
+    if (it == d.end() || it->p <= 0.0f) continue;
+    const double p = double(it->p);
+    if (unit(rng_) * rest < p) {
+      *accepted_index = int(i);
+      return drafts[i];
+    }
+    rest -= p;
+    it->p = 0.0f;
   }
-  // Rejected: the residual max(p - q, 0) of a one-hot draft q is p without
-  // the draft; draw from it by its cumulative sums.
-  const double rest = 1.0 - p_draft;
   const double r = unit(rng_) * rest;
   double cum = 0.0;
   int32_t last = -1;
   for (const TokenProb& t : d) {
-    if (t.id == draft) continue;
+    if (t.p <= 0.0f) continue;
     cum += t.p;
     last = t.id;
     if (r < cum) return t.id;
   }
-  return last >= 0 ? last : draft;  // rounding left r above the last sum (or the draft was all there was)
+  // Rounding left r above the last sum; or the drafts held all the mass
+  // (then one was certain to be kept above, short of rounding).
+  if (last >= 0 || drafts.empty()) return last >= 0 ? last : d.front().id;
+  *accepted_index = 0;
+  return drafts[0];
 }
 
 Logprobs logprobs_of(std::span<const float> logits, int32_t chosen, int top_n) {

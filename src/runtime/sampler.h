@@ -71,6 +71,13 @@ class Sampler {
   // arg-max, accepted when it is the draft. *accepted says which happened.
   int32_t sample_against_draft(std::span<const float> logits, std::span<const int32_t> history, int32_t draft,
                                bool* accepted);
+  // The same for several drafted tokens (a draft tree's children of one
+  // node; distinct): each is tried in turn with its probability under what
+  // is left of the distribution once the ones before it were refused, then
+  // the token is drawn from the rest. Still exactly sample()'s distribution.
+  // *accepted_index: the draft kept, or -1.
+  int32_t sample_against_drafts(std::span<const float> logits, std::span<const int32_t> history,
+                                std::span<const int32_t> drafts, int* accepted_index);
 
  private:
   SamplerOptions options_;

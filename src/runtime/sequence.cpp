@@ -34,4 +34,14 @@ Status Sequence::restore(const Snapshot& s) {
   return Status::ok();
 }
 
+Status Sequence::accept_tree(std::span<const int32_t> rows, std::span<const int32_t> tokens) {
+  if (rows.size() != tokens.size()) {
+    return make_error(StatusCode::kInvalidArgument, "accept_tree: {} rows, {} tokens", rows.size(),
+                      tokens.size());
+  }
+  MOESERVE_RETURN_IF_ERROR(kv_.accept_tree(rows));
+  tokens_.insert(tokens_.end(), tokens.begin(), tokens.end());
+  return Status::ok();
+}
+
 }  // namespace moeserve::runtime

@@ -42,6 +42,9 @@ class Sequence {
   // unless this sequence still starts with the snapshot's tokens, i.e. its
   // K/V rows below that position are the ones the snapshot saw.
   Status restore(const Snapshot& snapshot);
+  // After a draft-tree forward at position(): keeps `rows` of the tree (root
+  // first; KvCache::accept_tree) with their `tokens`.
+  Status accept_tree(std::span<const int32_t> rows, std::span<const int32_t> tokens);
 
  private:
   std::vector<int32_t> tokens_;

@@ -11,14 +11,19 @@
 // request by the factory the caller installs, because spec/ stacks on the
 // runtime and the runtime must not depend on it.
 //
-// Rollback. Rejected rows have written K/V past the accepted ones; an
-// attention cache simply forgets them (its position says which rows are
-// valid). A recurrent cache (Gated DeltaNet) has folded every row into its
-// state, so before a step with a draft the sequence takes a snapshot, and
-// when a draft token is rejected it goes back to it and re-feeds the
-// accepted tokens at the front of its next step, which carries no draft
-// (`SpecSequence::replay`): two forwards for a + 2 tokens, never fewer
-// tokens per forward than plain decoding.
+// A draft is a tree (`DraftTree`; a chain is the tree with one child a
+// node). A chain on an attention-only model is an ordinary causal chunk. A
+// branching tree, or any draft on a model with recurrent layers, is fed as
+// a draft tree where the device runs them (Device::supports_tree_verify):
+// each row attends to its ancestors only and each recurrent layer keeps
+// the state after every row, so after the walk the cache keeps the
+// accepted path's rows and state (KvCache::accept_tree) at no extra cost.
+// Elsewhere a branching tree is cut to its main chain, and a recurrent
+// model rolls back by snapshot: before a step with a draft the sequence
+// takes one, and when a draft token is rejected it goes back to it and
+// re-feeds the accepted tokens at the front of its next step, which
+// carries no draft (`SpecSequence::replay`): two forwards for a + 2
+// tokens, never fewer tokens per forward than plain decoding.
 #pragma once
 
 #include <cstdint>
@@ -44,14 +49,15 @@ const char* spec_mode_name(SpecMode mode);
 // "none" | "ngram" | "dflash" | "auto"; kInvalidArgument naming the choices.
 Result<SpecMode> parse_spec_mode(std::string_view text);
 
-// Limits of the knobs, for flags and request fields alike.
-inline constexpr int kSpecMaxDraftLimit = 64;
+// Limits of the knobs, for flags and request fields alike: a step's rows
+// (the pending token and the draft) fit a 64-row draft tree.
+inline constexpr int kSpecMaxDraftLimit = 63;
 inline constexpr int kSpecNgramLimit = 16;
 
 struct SpecConfig {
   SpecMode mode = SpecMode::kNone;
-  int max_draft = 8;   // tokens drafted per step at most (1..kSpecMaxDraftLimit)
-  int tree_nodes = 0;  // DDTree node budget; 0: a chain
+  int max_draft = 8;   // tokens drafted per step at most along one path (1..kSpecMaxDraftLimit)
+  int tree_nodes = 0;  // draft-tree node budget (0..kSpecMaxDraftLimit); 0: a chain
   int ngram_min = 2;   // n-gram lookup: the shortest suffix that may match
   int ngram_max = 4;   // ... and the longest tried first
   bool enabled() const { return mode != SpecMode::kNone; }
@@ -61,12 +67,41 @@ struct SpecConfig {
 // "--spec" or a request's "speculative." prefix).
 Status validate_spec_config(const SpecConfig& config, std::string_view flag_prefix = "--spec");
 
+// Drafted tokens as a tree: node i is `tokens[i]` following node
+// `parents[i]` (-1: the sequence's pending token); a parent comes before its
+// children, and siblings carry different tokens. A chain: parents -1, 0, 1, ...
+struct DraftTree {
+  std::vector<int32_t> tokens, parents;
+
+  int64_t size() const { return int64_t(tokens.size()); }
+  bool empty() const { return tokens.empty(); }
+  void clear() { tokens.clear(), parents.clear(); }
+  // Adds a node; returns its index.
+  int32_t add(int32_t token, int32_t parent);
+  // The child of `node` (-1: the root) carrying `token`, or -1.
+  int32_t child(int32_t node, int32_t token) const;
+  bool is_chain() const;
+  // Nodes on the longest root path.
+  int64_t depth() const;
+  // Keeps only the first child at every level (what a device without tree
+  // verify can check).
+  void keep_main_chain();
+  // Keeps the first n nodes (parents come first, so the rest is a tree).
+  void truncate(int64_t n);
+};
+
+// How big a draft may be this step.
+struct DraftBudget {
+  int64_t max_nodes = 0;  // nodes in all
+  int64_t max_depth = 0;  // nodes along one path
+};
+
 // Proposes the tokens that will likely follow `context` (the sequence so
-// far, its next token included). May return fewer than `max_tokens`, or none.
+// far, its next token included) within the budget; may return fewer, or none.
 class Drafter {
  public:
   virtual ~Drafter() = default;
-  virtual void draft(std::span<const int32_t> context, int64_t max_tokens, std::vector<int32_t>& out) = 0;
+  virtual void draft(std::span<const int32_t> context, const DraftBudget& budget, DraftTree& out) = 0;
 };
 // Makes a request's drafter (null: this mode has none here).
 using DrafterFactory = std::function<std::unique_ptr<Drafter>(const SpecConfig&)>;
@@ -74,9 +109,10 @@ using DrafterFactory = std::function<std::unique_ptr<Drafter>(const SpecConfig&)
 // What speculation did for a request or an engine.
 struct SpecCounters {
   int64_t steps = 0;     // forwards that carried a draft
-  int64_t drafted = 0;   // draft tokens verified
+  int64_t drafted = 0;   // draft tokens verified (tree nodes)
   int64_t accepted = 0;  // ... of them accepted
   int64_t replays = 0;   // rollbacks of a recurrent state (snapshot restored, tokens fed again)
+  int64_t tree_steps = 0;  // steps verified as a draft tree (rows see their ancestors only)
   double draft_seconds = 0.0;
   double verify_seconds = 0.0;  // the share of the forwards' time that was draft rows
   // Tokens a step yields on average: the accepted ones plus the target's own.
@@ -127,30 +163,57 @@ class DraftLengthPolicy {
   static constexpr int64_t kProbeEvery = 16;
 };
 
+// Walks a verified draft tree: from the root (the pending token's row),
+// each row's token either is one of the current node's children (accepted:
+// the walk moves there) or ends the walk.
+class TreeWalk {
+ public:
+  explicit TreeWalk(const DraftTree& tree) : tree_(tree) {}
+  // The row whose output decides the next token: 0 for the pending token,
+  // 1 + node for a draft node (rows relative to the pending token's).
+  int64_t row() const { return node_ + 1; }
+  // The current node's children's tokens (the candidates for the next token).
+  std::span<const int32_t> candidates();
+  // The next token is `token`: moves to the child carrying it and returns
+  // true, or returns false (the walk ends).
+  bool advance(int32_t token);
+  // The accepted nodes, root's child first.
+  std::span<const int32_t> path() const { return path_; }
+
+ private:
+  const DraftTree& tree_;
+  int32_t node_ = -1;
+  std::vector<int32_t> path_, candidates_;
+};
+
 // One sequence's speculative step: what to feed, and what to keep after.
 class SpecSequence {
  public:
-  // Tokens already accepted but not in the cache (after a recurrent
+  // Tokens already accepted but not in the cache (after a snapshot
   // rollback): they go in front of the next step's rows.
   std::span<const int32_t> replay() const { return replay_; }
-  std::span<const int32_t> draft() const { return draft_; }
+  const DraftTree& draft() const { return draft_; }
+  // The slice's draft-tree parents for this step (empty: a causal chunk).
+  std::span<const int32_t> tree_parents() const { return tree_parents_; }
   // The sequence as the sampler and the drafter see it: the cache's
   // tokens, then the replayed ones.
   void history(const Sequence& seq, std::vector<int32_t>& out) const;
 
-  // Starts a step: the rows are replay + [pending] + draft. `draft` is
-  // dropped when tokens wait for replay (a recurrent state can only be
-  // snapshotted between forwards). Takes the snapshot a recurrent cache
-  // needs. Returns the rows to feed.
-  Result<std::vector<int32_t>> begin(Sequence& seq, int32_t pending, std::vector<int32_t> draft);
-  // Ends the step: `accepted` draft tokens were kept (<= draft().size()).
-  // The cache keeps replay + [pending] + the accepted drafts, or (recurrent,
-  // some rejected) goes back to the snapshot with those tokens to replay.
-  Status commit(Sequence& seq, int64_t accepted, SpecCounters* counters);
+  // Starts a step: the rows are replay + [pending] + the draft's nodes.
+  // `tree_verify`: the device runs draft trees (else a branching draft is
+  // cut to its main chain, and a recurrent cache is snapshotted). A draft
+  // is dropped while tokens wait for replay. Returns the rows to feed.
+  Result<std::vector<int32_t>> begin(Sequence& seq, int32_t pending, DraftTree draft, bool tree_verify);
+  // Ends the step: the nodes of `path` (a TreeWalk's, root's child first)
+  // were accepted. The cache keeps replay + [pending] + the path's tokens,
+  // or (snapshot rollback, some rejected) goes back to the snapshot with
+  // those tokens to replay.
+  Status commit(Sequence& seq, std::span<const int32_t> path, SpecCounters* counters);
   void reset();
 
  private:
-  std::vector<int32_t> replay_, draft_, rows_;
+  std::vector<int32_t> replay_, rows_, tree_parents_, kept_rows_;
+  DraftTree draft_;
   std::optional<Sequence::Snapshot> snapshot_;
 };
 

@@ -147,61 +147,142 @@ std::vector<float> states_of(Sequence& seq) {
   return snap.is_ok() ? snap->states : std::vector<float>{};
 }
 
-// After a verify of [pending, d1, d2, d3] that keeps d1 only, the state goes
-// back to the snapshot and the next step replays [pending, d1] before its
-// own token: the state then equals one-token decode steps of the same tokens.
+// After a verify of [pending, d1, d2, d3] that keeps d1 only, the state
+// equals one-token decode steps of the same tokens: by snapshot + replay
+// (the next step feeds [pending, d1] again before its own token), or, where
+// the device runs draft trees, by taking the state kept after d1's row.
 TEST(SpecSequence, RecurrentRollbackEqualsPlainDecoding) {
   auto model = Model::load(kHybridModel, {.n_threads = 2, .device = testing::test_device()});
   ASSERT_TRUE(model.is_ok()) << model.status().to_string();
   const std::vector<int32_t> prompt = (*model)->tokenizer().encode("def fib(n):\n    return");
-  Generator plain(**model, 64), spec_gen(**model, 64);
-  int32_t first = 0;
-  ASSERT_TRUE(plain.prefill_greedy(prompt, 512, &first).is_ok());
-  int32_t spec_first = 0;
-  ASSERT_TRUE(spec_gen.prefill_greedy(prompt, 512, &spec_first).is_ok());
-  ASSERT_EQ(first, spec_first);
-  // Plain: decode first, then its successors.
-  std::vector<int32_t> plain_tokens = {first};
-  int32_t next = 0;
-  for (int i = 0; i < 3; ++i) {
-    ASSERT_TRUE(plain.decode_greedy(plain_tokens.back(), &next).is_ok());
-    plain_tokens.push_back(next);
+  for (bool tree : {false, true}) {
+    if (tree && !(*model)->tree_verify()) continue;
+    SCOPED_TRACE(tree ? "draft tree" : "snapshot + replay");
+    Generator plain(**model, 64), spec_gen(**model, 64);
+    int32_t first = 0, spec_first = 0;
+    ASSERT_TRUE(plain.prefill_greedy(prompt, 512, &first).is_ok());
+    ASSERT_TRUE(spec_gen.prefill_greedy(prompt, 512, &spec_first).is_ok());
+    ASSERT_EQ(first, spec_first);
+    // Plain: first and its successors t1, t2, t3 one step at a time.
+    std::vector<int32_t> plain_tokens = {first};
+    std::vector<std::vector<float>> plain_states;  // after feeding first, t1, t2
+    for (int i = 0; i < 3; ++i) {
+      int32_t next = 0;
+      ASSERT_TRUE(plain.decode_greedy(plain_tokens.back(), &next).is_ok());
+      plain_tokens.push_back(next);
+      plain_states.push_back(states_of(plain.sequence()));
+    }
+    Sequence& seq = spec_gen.sequence();
+    SpecSequence sp;
+    const int32_t wrong = (plain_tokens[2] + 1) % int32_t((*model)->info().n_vocab);
+    DraftTree draft;
+    draft.add(plain_tokens[1], -1);
+    draft.add(wrong, 0);
+    draft.add(5, 1);
+    auto rows = sp.begin(seq, first, draft, tree);
+    ASSERT_TRUE(rows.is_ok()) << rows.status().to_string();
+    EXPECT_EQ(sp.tree_parents().empty(), !tree);
+    std::vector<int32_t> greedy(4);
+    ASSERT_TRUE(spec_gen.verify(*rows, 0, nullptr, greedy.data(), sp.tree_parents()).is_ok());
+    EXPECT_EQ(greedy[0], plain_tokens[1]);
+    EXPECT_EQ(greedy[1], plain_tokens[2]);
+    SpecCounters counters;
+    const int32_t kept[] = {0};
+    ASSERT_TRUE(sp.commit(seq, kept, &counters).is_ok());
+    if (tree) {
+      // The path's state is the sequence's now: first and t1 fed.
+      EXPECT_EQ(counters.replays, 0);
+      EXPECT_EQ(counters.tree_steps, 1);
+      EXPECT_EQ(seq.position(), int64_t(prompt.size()) + 2);
+      const std::vector<float> s = states_of(seq);
+      ASSERT_EQ(s.size(), plain_states[1].size());
+      if (testing::test_device() == "cpu") {
+        EXPECT_EQ(s, plain_states[1]) << "bit-equal on the CPU";
+      }
+    } else {
+      EXPECT_EQ(counters.replays, 1);
+      EXPECT_EQ(seq.position(), int64_t(prompt.size()));
+      ASSERT_EQ(sp.replay().size(), 2u);
+    }
+    // The next step: t2 (after the replayed [first, t1] without a tree); no draft allowed while replaying.
+    DraftTree ignored;
+    ignored.add(99, -1);
+    auto next_rows = sp.begin(seq, plain_tokens[2], tree ? DraftTree{} : ignored, tree);
+    ASSERT_TRUE(next_rows.is_ok());
+    if (!tree) {
+      EXPECT_EQ(*next_rows, (std::vector<int32_t>{first, plain_tokens[1], plain_tokens[2]}));
+    }
+    std::vector<int32_t> g(1);
+    ASSERT_TRUE(spec_gen.verify(*next_rows, int64_t(next_rows->size()) - 1, nullptr, g.data()).is_ok());
+    EXPECT_EQ(g[0], plain_tokens[3]);
+    ASSERT_TRUE(sp.commit(seq, {}, &counters).is_ok());
+    EXPECT_EQ(seq.position(), plain.sequence().position());
+    const std::vector<float> spec_state = states_of(seq);
+    ASSERT_EQ(spec_state.size(), plain_states[2].size());
+    if (testing::test_device() == "cpu") {
+      EXPECT_EQ(spec_state, plain_states[2]) << "bit-equal on the CPU";
+    } else {
+      for (size_t i = 0; i < spec_state.size(); ++i)
+        ASSERT_NEAR(spec_state[i], plain_states[2][i], 1e-4) << i;
+    }
   }
-  // plain_tokens = [first, t1, t2, t3]; the state has seen first, t1, t2.
-  const std::vector<float> plain_state = states_of(plain.sequence());
-  ASSERT_FALSE(plain_state.empty());
+}
 
-  // Speculative: draft [t1, wrong, x]: keep t1 only.
-  Sequence& seq = spec_gen.sequence();
-  SpecSequence sp;
-  const int32_t wrong = (plain_tokens[2] + 1) % int32_t((*model)->info().n_vocab);
-  auto rows = sp.begin(seq, first, {plain_tokens[1], wrong, 5});
-  ASSERT_TRUE(rows.is_ok());
-  std::vector<int32_t> greedy(4);
-  ASSERT_TRUE(spec_gen.verify(*rows, 0, nullptr, greedy.data()).is_ok());
-  EXPECT_EQ(greedy[0], plain_tokens[1]);
-  EXPECT_EQ(greedy[1], plain_tokens[2]);
-  SpecCounters counters;
-  ASSERT_TRUE(sp.commit(seq, 1, &counters).is_ok());
-  EXPECT_EQ(counters.replays, 1);
-  EXPECT_EQ(seq.position(), int64_t(prompt.size()));
-  ASSERT_EQ(sp.replay().size(), 2u);
-  // The replay step: [first, t1] again plus t2, no draft allowed.
-  auto replay_rows = sp.begin(seq, plain_tokens[2], {99});
-  ASSERT_TRUE(replay_rows.is_ok());
-  EXPECT_EQ(*replay_rows, (std::vector<int32_t>{first, plain_tokens[1], plain_tokens[2]}));
-  std::vector<int32_t> g(1);
-  ASSERT_TRUE(spec_gen.verify(*replay_rows, 2, nullptr, g.data()).is_ok());
-  EXPECT_EQ(g[0], plain_tokens[3]);
-  ASSERT_TRUE(sp.commit(seq, 0, &counters).is_ok());
-  EXPECT_EQ(seq.position(), plain.sequence().position());
-  const std::vector<float> spec_state = states_of(seq);
-  ASSERT_EQ(spec_state.size(), plain_state.size());
-  if (testing::test_device() == "cpu") {
-    EXPECT_EQ(spec_state, plain_state) << "bit-equal on the CPU";
-  } else {
-    for (size_t i = 0; i < spec_state.size(); ++i) ASSERT_NEAR(spec_state[i], plain_state[i], 1e-4) << i;
+TEST(DraftTree, ChainsTreesAndTheWalk) {
+  DraftTree t;
+  EXPECT_TRUE(t.is_chain());
+  const int32_t a = t.add(10, -1), b = t.add(11, a), c = t.add(12, -1), d = t.add(13, c);
+  EXPECT_FALSE(t.is_chain());
+  EXPECT_EQ(t.depth(), 2);
+  EXPECT_EQ(t.child(-1, 12), c);
+  EXPECT_EQ(t.child(c, 11), -1);
+  TreeWalk w(t);
+  EXPECT_EQ(w.row(), 0);
+  EXPECT_EQ(std::vector<int32_t>(w.candidates().begin(), w.candidates().end()),
+            (std::vector<int32_t>{10, 12}));
+  EXPECT_TRUE(w.advance(12));
+  EXPECT_EQ(w.row(), 1 + c);
+  EXPECT_TRUE(w.advance(13));
+  EXPECT_FALSE(w.advance(1));
+  EXPECT_EQ(std::vector<int32_t>(w.path().begin(), w.path().end()), (std::vector<int32_t>{c, d}));
+  DraftTree main = t;
+  main.keep_main_chain();
+  EXPECT_TRUE(main.is_chain());
+  EXPECT_EQ(main.tokens, (std::vector<int32_t>{10, 11}));
+  (void)b;
+  t.truncate(3);
+  EXPECT_EQ(t.size(), 3);
+}
+
+TEST(SampleAgainstDrafts, SeveralCandidatesKeepTheDistribution) {
+  SamplerOptions so;
+  so.temperature = 1.0f;
+  so.top_k = 0;
+  so.top_p = 1.0f;
+  so.min_p = 0.0f;
+  so.seed = 3;
+  const std::vector<float> logits = {1.0f, 2.0f, 0.5f, 1.5f, -1.0f};
+  Sampler reference(so), s(so);
+  const std::vector<TokenProb> dist = reference.distribution(logits, {});
+  const std::vector<int32_t> drafts = {1, 3, 4};
+  const int kDraws = 60000;
+  std::map<int32_t, int> seen;
+  for (int i = 0; i < kDraws; ++i) {
+    int index = -1;
+    const int32_t t = s.sample_against_drafts(logits, {}, drafts, &index);
+    if (index >= 0) {
+      ASSERT_EQ(t, drafts[size_t(index)]);
+    } else {
+      ASSERT_TRUE(t != 1 && t != 3 && t != 4) << "a refused draft came back";
+    }
+    ++seen[t];
   }
+  double chi2 = 0.0;
+  for (const TokenProb& tp : dist) {
+    const double expected = double(tp.p) * kDraws;
+    chi2 += (seen[tp.id] - expected) * (seen[tp.id] - expected) / expected;
+  }
+  EXPECT_LT(chi2, 18.5);  // 99.9% quantile with 4 degrees of freedom
 }
 
 }  // namespace

@@ -21,7 +21,7 @@ TEST(ApiResponseFormat, MakeIdIsPrefixPlusHex) {
 }
 
 TEST(ApiResponseFormat, Usage) {
-  EXPECT_EQ((Usage{10, 5, 3}.to_json()),
+  EXPECT_EQ((Usage{.prompt_tokens = 10, .completion_tokens = 5, .cached_tokens = 3}.to_json()),
             json::parse(R"({"prompt_tokens":10,"completion_tokens":5,"total_tokens":15,
       "prompt_tokens_details":{"cached_tokens":3}})"));
 }
@@ -30,7 +30,7 @@ TEST(ApiResponseFormat, ChatCompletionWithContentAndReasoning) {
   ChatChoiceResult c;
   c.content = "4";
   c.reasoning = "2+2";
-  json j = chat_completion(kMeta, c, {7, 2, 0});
+  json j = chat_completion(kMeta, c, {.prompt_tokens = 7, .completion_tokens = 2, .cached_tokens = 0});
   EXPECT_EQ(
       j, json::parse(R"({"id":"chatcmpl-abc","object":"chat.completion","created":1700000000,"model":"qwen3",
       "choices":[{"index":0,"message":{"role":"assistant","content":"4","reasoning_content":"2+2"},
@@ -83,7 +83,7 @@ TEST(ApiResponseFormat, ChatChunks) {
   EXPECT_EQ(fin["choices"][0]["delta"], json::object());
   EXPECT_EQ(fin["choices"][0]["finish_reason"], "length");
 
-  json usage = chat_chunk_usage(kMeta, {3, 4, 1});
+  json usage = chat_chunk_usage(kMeta, {.prompt_tokens = 3, .completion_tokens = 4, .cached_tokens = 1});
   EXPECT_EQ(usage["choices"], json::array());
   EXPECT_EQ(usage["usage"]["total_tokens"], 7);
   EXPECT_EQ(usage["object"], "chat.completion.chunk");
@@ -111,7 +111,8 @@ TEST(ApiResponseFormat, TextCompletion) {
   CompletionChoiceResult c;
   c.text = " there";
   c.finish_reason = "length";
-  json j = text_completion({"cmpl-1", "m", 5}, c, {2, 1, 0});
+  json j = text_completion({"cmpl-1", "m", 5}, c,
+                           {.prompt_tokens = 2, .completion_tokens = 1, .cached_tokens = 0});
   EXPECT_EQ(j, json::parse(R"({"id":"cmpl-1","object":"text_completion","created":5,"model":"m",
       "choices":[{"index":0,"text":" there","logprobs":null,"finish_reason":"length"}],
       "usage":{"prompt_tokens":2,"completion_tokens":1,"total_tokens":3,"prompt_tokens_details":{"cached_tokens":0}}})"));
@@ -122,7 +123,8 @@ TEST(ApiResponseFormat, TextCompletion) {
   json chunk = text_completion_chunk({"cmpl-1", "m", 5}, piece);
   EXPECT_TRUE(chunk["choices"][0]["finish_reason"].is_null());
   EXPECT_FALSE(chunk.contains("usage"));
-  json usage = text_completion_usage_chunk({"cmpl-1", "m", 5}, {1, 1, 0});
+  json usage = text_completion_usage_chunk({"cmpl-1", "m", 5},
+                                           {.prompt_tokens = 1, .completion_tokens = 1, .cached_tokens = 0});
   EXPECT_EQ(usage["choices"], json::array());
   EXPECT_EQ(usage["usage"]["total_tokens"], 2);
 }

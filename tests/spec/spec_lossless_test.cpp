@@ -37,18 +37,36 @@ std::unique_ptr<Model> load(const std::string& arch) {
 }
 
 // Drafts the reference continuation (the plain output) from wherever the
-// context is, with every `wrong_every`-th draft token replaced: accepts and
-// rejects are both guaranteed.
+// context is, with every `wrong_every`-th token of the main path replaced:
+// accepts and rejects are both guaranteed. With a node budget beyond the
+// path, each wrong token gets a sibling carrying the right one and the two
+// tokens after it, so the walk must take a node that is not a first child.
 class OracleDrafter : public runtime::Drafter {
  public:
   OracleDrafter(std::vector<int32_t> reference, int wrong_every, int32_t n_vocab)
       : reference_(std::move(reference)), wrong_every_(wrong_every), n_vocab_(n_vocab) {}
-  void draft(std::span<const int32_t> context, int64_t max_tokens, std::vector<int32_t>& out) override {
+  void draft(std::span<const int32_t> context, const runtime::DraftBudget& budget,
+             runtime::DraftTree& out) override {
     out.clear();
-    for (int64_t i = 0; i < max_tokens && context.size() + size_t(i) < reference_.size(); ++i) {
-      int32_t t = reference_[context.size() + size_t(i)];
-      if (++calls_ % wrong_every_ == 0) t = (t + 1) % n_vocab_;
-      out.push_back(t);
+    const bool tree = budget.max_nodes > budget.max_depth;
+    int32_t parent = -1;
+    for (int64_t i = 0; i < budget.max_depth && context.size() + size_t(i) < reference_.size(); ++i) {
+      const int32_t right = reference_[context.size() + size_t(i)];
+      if (++calls_ % wrong_every_ != 0) {
+        if (out.size() >= budget.max_nodes) break;
+        parent = out.add(right, parent);
+        continue;
+      }
+      if (out.size() >= budget.max_nodes) break;
+      const int32_t wrong_node = out.add((right + 1) % n_vocab_, parent);
+      if (tree) {
+        int32_t p = parent;
+        for (int64_t k = i; k < i + 3 && context.size() + size_t(k) < reference_.size(); ++k) {
+          if (out.size() >= budget.max_nodes) break;
+          p = out.add(reference_[context.size() + size_t(k)], p);
+        }
+      }
+      parent = wrong_node;
     }
   }
 
@@ -84,7 +102,11 @@ TEST_P(SpecLossless, GeneratorMatchesPlainGreedyForEveryDraftLength) {
   ASSERT_EQ(int64_t(ref.tokens.size()), n);
   std::vector<int32_t> full = prompt;
   full.insert(full.end(), ref.tokens.begin(), ref.tokens.end());
-  for (int max_draft : {1, 3, 8, 14}) {
+  struct Case {
+    int max_draft, tree_nodes;
+  };
+  for (const Case c : {Case{1, 0}, Case{3, 0}, Case{8, 0}, Case{14, 0}, Case{4, 12}, Case{8, 24}}) {
+    const int max_draft = c.max_draft;
     for (bool oracle : {true, false}) {
       OracleDrafter oracle_drafter(full, 3, int32_t(model->info().n_vocab));
       NgramDrafter ngram(1, 4);
@@ -95,6 +117,7 @@ TEST_P(SpecLossless, GeneratorMatchesPlainGreedyForEveryDraftLength) {
       o.stop_at_eos = false;
       o.spec.mode = runtime::SpecMode::kNgram;
       o.spec.max_draft = max_draft;
+      o.spec.tree_nodes = c.tree_nodes;
       o.spec_adaptive = false;  // every step drafts: the rollback paths run as often as they can
       o.drafter = oracle ? static_cast<runtime::Drafter*>(&oracle_drafter) : &ngram;
       auto r = gen.generate(prompt, o);
@@ -107,7 +130,13 @@ TEST_P(SpecLossless, GeneratorMatchesPlainGreedyForEveryDraftLength) {
         if (max_draft >= 3) {
           EXPECT_LT(r->spec.accepted, r->spec.drafted) << "the oracle's wrong tokens were accepted";
         }
-        if (model->info().recurrent() && max_draft >= 3) {
+        // Where the device runs draft trees (the CPU), every draft on a
+        // hybrid model and every branching draft is verified as a tree (no
+        // snapshot, no replay); elsewhere a hybrid model rolls back by replay.
+        if (model->tree_verify() && (model->info().recurrent() || c.tree_nodes > 0)) {
+          EXPECT_EQ(r->spec.tree_steps, r->spec.steps);
+          EXPECT_EQ(r->spec.replays, 0);
+        } else if (model->info().recurrent() && max_draft >= 3) {
           EXPECT_GT(r->spec.replays, 0);
         }
         // Fewer forwards than tokens: the accepted drafts came in batches.
@@ -128,7 +157,7 @@ TEST_P(SpecLossless, EngineConcurrentRequestsMatchPlainGreedy) {
   const int64_t n = 24;
   std::vector<GenerateResult> ref;
   for (const auto& p : prompts) ref.push_back(plain(*model, p, n));
-  for (int max_draft : {2, 6}) {
+  for (const auto& [max_draft, tree_nodes] : {std::pair{2, 0}, std::pair{6, 0}, std::pair{4, 10}}) {
     runtime::EngineOptions eo;
     eo.n_slots = 3;  // 4 requests: one waits
     eo.n_ctx = 256;
@@ -137,6 +166,7 @@ TEST_P(SpecLossless, EngineConcurrentRequestsMatchPlainGreedy) {
     eo.make_drafter = drafter_factory();
     eo.spec.mode = runtime::SpecMode::kNgram;
     eo.spec.max_draft = max_draft;
+    eo.spec.tree_nodes = tree_nodes;
     eo.spec.ngram_min = 1;
     runtime::BatchEngine engine(*model, eo);
     std::vector<std::unique_ptr<testing::Collector>> cs;

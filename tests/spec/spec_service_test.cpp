@@ -59,7 +59,7 @@ TEST(SpeculativeApi, ChatIsIdenticalAndUsageReportsTheDrafts) {
     const json& c = e["choices"][0];
     if (c["delta"].contains("content")) text += c["delta"]["content"].get<std::string>();
   }
-  EXPECT_EQ(text, p["choices"][0]["message"]["content"]);
+  EXPECT_EQ(text, p["choices"][0]["message"]["content"].get<std::string>());
   EXPECT_TRUE(reported);
 
   const ApiReply m = f.get("/metrics");
@@ -74,6 +74,10 @@ TEST(SpeculativeApi, ServerDefaultAndTheOtherApis) {
   json req = json::parse(kRepeat);
   const json on = json::parse(f.post("/v1/chat/completions", req.dump()).body);
   EXPECT_EQ(on["usage"]["speculative"]["mode"], "ngram");
+  req["speculative"] = {{"mode", "ngram"}, {"max", 4}, {"tree", 10}};
+  const json tree = json::parse(f.post("/v1/chat/completions", req.dump()).body);
+  EXPECT_EQ(tree["usage"]["speculative"]["mode"], "ngram");
+  EXPECT_EQ(tree["choices"][0]["message"]["content"], on["choices"][0]["message"]["content"]);
   req["speculative"] = "none";
   const json off = json::parse(f.post("/v1/chat/completions", req.dump()).body);
   EXPECT_FALSE(off["usage"].contains("speculative"));
@@ -100,7 +104,7 @@ TEST(SpeculativeApi, ServerDefaultAndTheOtherApis) {
 
 TEST(SpeculativeApi, BadValuesAre400sNamingTheField) {
   Fixture f(spec_engine(runtime::SpecMode::kNone));
-  for (const json& bad : {json{{"mode", "warp"}}, json{{"max", 0}}, json{{"max", 1000}}, json{{"tree", 4}},
+  for (const json& bad : {json{{"mode", "warp"}}, json{{"max", 0}}, json{{"max", 1000}}, json{{"tree", 64}},
                           json{{"mode", "dflash"}}, json{{"depth", 3}}, json(42), json("fast")}) {
     json req = json::parse(kRepeat);
     req["speculative"] = bad;

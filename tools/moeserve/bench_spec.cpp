@@ -94,6 +94,7 @@ Result<std::vector<std::pair<int64_t, double>>> verify_curve(runtime::Model& mod
 
 struct RunResult {
   std::vector<int32_t> tokens;
+  bool reproducible = true;  // every run (the warm-up too) gave the same tokens
   double tok_s = 0.0;
   runtime::SpecCounters spec;
 };
@@ -110,11 +111,12 @@ Result<RunResult> run_prompt(runtime::Generator& gen, const std::vector<int32_t>
   double tokens = 0.0, seconds = 0.0;
   for (int rep = -1; rep < repetitions; ++rep) {
     MOESERVE_ASSIGN_OR_RETURN(runtime::GenerateResult r, gen.generate(prompt, go));
+    if (rep > -1 && r.tokens != out.tokens) out.reproducible = false;
+    out.tokens = r.tokens;
     if (rep < 0) continue;
     // Decode alone (the first token comes from prefill, the same either way).
     tokens += double(r.tokens.size() > 0 ? r.tokens.size() - 1 : 0);
     seconds += r.decode_seconds;
-    out.tokens = r.tokens;
     out.spec += r.spec;
   }
   out.tok_s = seconds > 0.0 ? tokens / seconds : 0.0;
@@ -150,6 +152,7 @@ Result<SpecBenchResult> bench_speculative(runtime::Model& model, const SpecBench
     row.acceptance_length = fast.spec.mean_acceptance_length();
     row.accepted_share = fast.spec.drafted > 0 ? double(fast.spec.accepted) / double(fast.spec.drafted) : 0.0;
     row.identical = plain.tokens == fast.tokens;
+    row.plain_reproducible = plain.reproducible;
     result.rows.push_back(row);
   }
   return result;

@@ -155,6 +155,9 @@ Status run_serve(ServeCliOptions o) {
   eo.prefix_cache_bytes = o.prefix_cache_mb << 20;
   eo.spec = spec_config;  // requests may choose their own ("speculative")
   eo.make_drafter = spec::drafter_factory();
+  // A step's verify rows: 16 keep the GPU's row-count-independent kernels;
+  // a larger draft tree asked for gets its rows.
+  eo.spec_step_rows = std::max<int64_t>(16, 1 + std::max(spec_config.max_draft, spec_config.tree_nodes));
   const runtime::MemoryPlanRequest want{.n_sequences = eo.n_slots,
                                         .n_ctx = eo.n_ctx,
                                         .n_batch = eo.n_batch,

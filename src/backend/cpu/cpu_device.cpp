@@ -49,6 +49,11 @@ Status CpuDevice::copy_to_host(void* host, const void* src, size_t bytes) {
   return Status::ok();
 }
 
+Status CpuDevice::copy_within(void* dst, const void* src, size_t bytes) {
+  if (bytes > 0) std::memmove(dst, src, bytes);
+  return Status::ok();
+}
+
 Status CpuDevice::fill_zero(void* dst, size_t bytes) {
   if (bytes > 0) std::memset(dst, 0, bytes);
   return Status::ok();

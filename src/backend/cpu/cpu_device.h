@@ -38,6 +38,8 @@ class CpuDevice final : public Device {
   Status copy_to_device(void* dst, const void* host, size_t bytes) override;
   Status copy_to_host(void* host, const void* src, size_t bytes) override;
   Status fill_zero(void* dst, size_t bytes) override;
+  Status copy_within(void* dst, const void* src, size_t bytes) override;
+  bool supports_tree_verify() const override { return true; }
   Result<PlacedWeights> place_weights(std::span<const WeightRef> weights) override;
   Result<std::unique_ptr<Ops>> create_ops() override;
   Result<std::unique_ptr<ExpertBackend>> create_expert_backend() override;

@@ -54,6 +54,7 @@ class CpuOps final : public Ops {
 
   Status begin_batch(const BatchLayout& layout) override {
     layout_ = layout;
+    build_tree_paths();
     // The rotations depend only on the positions: one table per RoPE, once per forward.
     const int64_t T = int64_t(layout.tokens.size());
     ropes_.assign(layout.ropes.begin(), layout.ropes.end());
@@ -176,7 +177,34 @@ class CpuOps final : public Ops {
     int64_t row0, n;
   };
   std::vector<QueryBlock> query_blocks_;
+  // Draft trees: each tree row's ancestors (root first, itself last) as
+  // rows of its slice, concatenated; tree_path_at_[row] is where its own
+  // path starts (-1: not a tree row). Built by begin_batch.
+  std::vector<int32_t> tree_paths_, tree_path_at_;
+  void build_tree_paths();
+  Status gated_delta_net_tree(const GatedDeltaNetArgs& a, const SequenceSlice& seq,
+                              const cpu::GdnMixerArgs& base);
 };
+
+void CpuOps::build_tree_paths() {
+  tree_paths_.clear();
+  tree_path_at_.clear();
+  if (layout_.row_parent.empty()) return;
+  const int64_t T = int64_t(layout_.tokens.size());
+  tree_path_at_.assign(size_t(T), -1);
+  std::vector<int32_t> path;
+  for (int64_t t = 0; t < T; ++t) {
+    const SequenceSlice& q = layout_.slices[size_t(layout_.row_slice[size_t(t)])];
+    if (q.tree_parents.empty()) continue;
+    path.clear();
+    for (int64_t r = t; r >= 0; r = layout_.row_parent[size_t(r)]) {
+      path.push_back(int32_t(r - q.row0));
+      if (r == q.row0) break;
+    }
+    tree_path_at_[size_t(t)] = int32_t(tree_paths_.size());
+    tree_paths_.insert(tree_paths_.end(), path.rbegin(), path.rend());
+  }
+}
 
 Status CpuOps::qk_norm_rope_store(const QkNormRopeArgs& a) {
   if (a.rope < 0 || (a.rope > 0 && size_t(a.rope) >= ropes_.size())) {
@@ -193,7 +221,8 @@ Status CpuOps::qk_norm_rope_store(const QkNormRopeArgs& a) {
   for_each_index(pool_, T, [&](int64_t t) {
     const KvLayerView& cache =
         layout_.slices[size_t(layout_.row_slice[size_t(t)])].kv.layers[size_t(a.layer)];
-    const int64_t pos = layout_.row_pos[size_t(t)];
+    const int64_t slot =
+        layout_.row_slot[size_t(t)];  // a draft tree's row is stored by row, rotated by depth
     const float* cs = table + t * n_rot;
     for (int64_t h = 0; h < a.n_head; ++h) {
       float* qh = a.q + t * qd + h * hd;
@@ -205,8 +234,8 @@ Status CpuOps::qk_norm_rope_store(const QkNormRopeArgs& a) {
       if (a.k_norm != nullptr) k_.rms_norm(kh, a.k_norm->f32(), kh, hd, a.eps);
       if (n_rot > 0) k_.rope_neox(kh, n_rot, cs);
     }
-    k_.quantize_row[dtype_slot(DType::F16)](a.k + t * kvd, cache.k + pos * kvd, kvd);
-    k_.quantize_row[dtype_slot(DType::F16)](a.v + t * kvd, cache.v + pos * kvd, kvd);
+    k_.quantize_row[dtype_slot(DType::F16)](a.k + t * kvd, cache.k + slot * kvd, kvd);
+    k_.quantize_row[dtype_slot(DType::F16)](a.v + t * kvd, cache.v + slot * kvd, kvd);
   });
   return Status::ok();
 }
@@ -281,6 +310,42 @@ Status CpuOps::gated_delta_net(const GatedDeltaNetArgs& a) {
     m.ssm_state = state + int64_t(a.conv_kernel - 1) * conv_dim;
     m.norm_eps = a.norm_eps;
     m.pool = pool_;
+    if (!seq.tree_parents.empty()) {
+      MOESERVE_RETURN_IF_ERROR(gated_delta_net_tree(a, seq, m));
+      continue;
+    }
+    MOESERVE_RETURN_IF_ERROR(cpu::gdn_mixer_core(m));
+  }
+  return Status::ok();
+}
+
+// A draft tree: row by row, each from its parent's state (the root from
+// the sequence's), into its own node state; the sequence's state stays as
+// it was. One row at a time is exactly a decode step's arithmetic.
+Status CpuOps::gated_delta_net_tree(const GatedDeltaNetArgs& a, const SequenceSlice& seq,
+                                    const cpu::GdnMixerArgs& base) {
+  const KvLayerView& cache = seq.kv.layers[size_t(a.layer)];
+  const int64_t conv_dim = a.conv_dim(), n_v = a.n_v_heads, vd = n_v * a.head_v_dim;
+  const int64_t floats = a.state_floats();
+  if (cache.node_states == nullptr || cache.max_nodes < seq.n_tokens) {
+    return make_error(StatusCode::kInternal,
+                      "gated_delta_net: layer {} has room for {} draft-tree states, {} needed", a.layer,
+                      cache.max_nodes, seq.n_tokens);
+  }
+  for (int64_t j = 0; j < seq.n_tokens; ++j) {
+    const int32_t parent = seq.tree_parents[size_t(j)];
+    const float* from = parent < 0 ? cache.state : cache.node_states + int64_t(parent) * floats;
+    float* node = cache.node_states + j * floats;
+    std::copy(from, from + floats, node);
+    cpu::GdnMixerArgs m = base;
+    m.n_tokens = 1;
+    m.qkv = base.qkv + j * conv_dim;
+    m.b = base.b + j * n_v;
+    m.a = base.a + j * n_v;
+    m.z = base.z + j * vd;
+    m.out = base.out + j * vd;
+    m.conv_state = node;
+    m.ssm_state = node + int64_t(a.conv_kernel - 1) * conv_dim;
     MOESERVE_RETURN_IF_ERROR(cpu::gdn_mixer_core(m));
   }
   return Status::ok();
@@ -296,8 +361,10 @@ Status CpuOps::attention(const AttentionOpArgs& a) {
   query_blocks_.clear();
   for (size_t i = 0; i < layout_.slices.size(); ++i) {
     const SequenceSlice& q = layout_.slices[i];
-    for (int64_t r = 0; r < q.n_tokens; r += kQueryBlock) {
-      query_blocks_.push_back({int32_t(i), q.row0 + r, std::min(kQueryBlock, q.n_tokens - r)});
+    // A draft tree's rows see different keys: one row a block.
+    const int64_t block = q.tree_parents.empty() ? kQueryBlock : 1;
+    for (int64_t r = 0; r < q.n_tokens; r += block) {
+      query_blocks_.push_back({int32_t(i), q.row0 + r, std::min(block, q.n_tokens - r)});
     }
   }
   const int64_t n_blocks = int64_t(query_blocks_.size());
@@ -323,6 +390,14 @@ Status CpuOps::attention(const AttentionOpArgs& a) {
     c.q_pos0 = p0;
     c.scale = a.scale;
     c.window = a.window;
+    if (!seq.tree_parents.empty()) {
+      // Keys at positions pos0.. are the row's ancestors (AttentionArgs::tree_base).
+      const int64_t pos = layout_.row_pos[size_t(t0)];
+      c.q_pos0 = pos;
+      c.n_kv = pos + 1;
+      c.tree_base = seq.pos0;
+      c.tree_path = tree_paths_.data() + tree_path_at_[size_t(t0)];
+    }
     k_.attention(c);
   };
   if (pool_ != nullptr) {

@@ -115,6 +115,13 @@ Status CudaDevice::copy_to_host(void* host, const void* src, size_t bytes) {
   return Status::ok();
 }
 
+Status CudaDevice::copy_within(void* dst, const void* src, size_t bytes) {
+  if (bytes == 0 || dst == src) return Status::ok();
+  MOESERVE_RETURN_IF_ERROR(activate());
+  MOESERVE_CUDA_RETURN_IF_ERROR(cudaMemcpy(dst, src, bytes, cudaMemcpyDeviceToDevice));
+  return Status::ok();
+}
+
 Status CudaDevice::fill_zero(void* dst, size_t bytes) {
   if (bytes == 0) return Status::ok();
   MOESERVE_RETURN_IF_ERROR(activate());

@@ -42,6 +42,10 @@ Result<uint8_t*> CudaOps::pinned(size_t bytes) {
 
 // One upload: [tokens][row_seq][row_pos][logit rows][k tables][v tables][query blocks].
 Status CudaOps::begin_batch(const BatchLayout& layout) {
+  if (!layout.row_parent.empty()) {
+    return make_error(StatusCode::kUnsupported,
+                      "draft trees (tree verify) do not run on CUDA yet (Device::supports_tree_verify)");
+  }
   if (mode_ != Mode::kEager) abandon_graph();  // the last forward failed halfway
   MOESERVE_RETURN_IF_ERROR(device_.activate());
   MOESERVE_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_));  // the last forward (and its upload) is done

@@ -30,6 +30,13 @@ struct AttnRows {
   float l[kMaxRowsPerPass];
 };
 
+// The cache row of the key at position j (AttentionArgs::tree_base). Here,
+// not in a shared header: code inlined from a header into a SIMD file could
+// be picked by the linker for callers on CPUs without those instructions.
+inline int64_t key_row(const moeserve::cpu::AttentionArgs& a, int64_t j) {
+  return j < a.tree_base ? j : a.tree_base + a.tree_path[j - a.tree_base];
+}
+
 // s[r][jj] = scale * dot(q_r, k_row(j0 + jj)) for jj < n_keys.
 template <class V, int R>
 void attn_scores(const AttnRows& rows, const moeserve::cpu::AttentionArgs& a, int64_t j0, int n_keys,
@@ -37,7 +44,7 @@ void attn_scores(const AttnRows& rows, const moeserve::cpu::AttentionArgs& a, in
   constexpr int W = V::kWidth;
   const int64_t d = a.head_dim;
   for (int jj = 0; jj < n_keys; ++jj) {
-    const uint16_t* k = a.k + (j0 + jj) * a.kv_stride;
+    const uint16_t* k = a.k + key_row(a, j0 + jj) * a.kv_stride;
     typename V::Reg acc[R];
     for (int r = 0; r < R; ++r) acc[r] = V::zero();
     int64_t i = 0;
@@ -104,7 +111,7 @@ void attn_accumulate_v(const AttnRows& rows, const moeserve::cpu::AttentionArgs&
     typename V::Reg acc[R];
     for (int r = 0; r < R; ++r) acc[r] = full ? V::load(rows.out[r] + i) : V::load_partial(rows.out[r] + i, left);
     for (int jj = 0; jj < n_keys; ++jj) {
-      const uint16_t* v = a.v + (j0 + jj) * a.kv_stride + i;
+      const uint16_t* v = a.v + key_row(a, j0 + jj) * a.kv_stride + i;
       const auto vv = full ? V::load_f16(v) : V::load_f16_partial(v, left);
       for (int r = 0; r < R; ++r) acc[r] = V::fmadd(V::set1(p[r][jj]), vv, acc[r]);
     }

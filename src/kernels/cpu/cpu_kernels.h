@@ -64,6 +64,13 @@ struct AttentionArgs {
   bool causal = true;
   float scale = 1.0f;          // usually 1/sqrt(head_dim)
   int64_t window = 0;          // 0: unlimited; else keys j with p - j < window
+  // A draft tree's query (speculative decoding): the keys at positions
+  // tree_base and after are not cache rows tree_base.. but the query's
+  // ancestors, position tree_base + i being cache row tree_base + tree_path[i].
+  // The keys are visited in position order either way, so a tree row gives
+  // bit for bit what the same row gives after its path is in the cache.
+  int64_t tree_base = INT64_MAX;
+  const int32_t* tree_path = nullptr;
 };
 
 struct CpuKernels {

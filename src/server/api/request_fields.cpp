@@ -268,8 +268,8 @@ void read_speculative(const ojson& body, GenerationParams& p) {
     if (auto max = read_integer(*v, "max", 1, runtime::kSpecMaxDraftLimit,
                                 "an integer 1.." + std::to_string(runtime::kSpecMaxDraftLimit)))
       sp.max_draft = int(*max);
-    if (auto tree = read_integer(*v, "tree", 0, 2 * runtime::kSpecMaxDraftLimit,
-                                 "an integer 0.." + std::to_string(2 * runtime::kSpecMaxDraftLimit)))
+    if (auto tree = read_integer(*v, "tree", 0, runtime::kSpecMaxDraftLimit,
+                                 "an integer 0.." + std::to_string(runtime::kSpecMaxDraftLimit)))
       sp.tree_nodes = int(*tree);
   } else {
     fail("'speculative' must be an object {\"mode\": ..., \"max\": ..., \"tree\": ...} or a mode name",

@@ -78,20 +78,25 @@ void top_k_ref(const float* x, int64_t n, int64_t k, int32_t* out_idx) {
 }
 
 // One query row: scores for every visible key, softmax, weighted sum of V.
+// The cache row of the key at position j (AttentionArgs::tree_base).
+int64_t key_row(const AttentionArgs& a, int64_t j) {
+  return j < a.tree_base ? j : a.tree_base + a.tree_path[j - a.tree_base];
+}
+
 void attention_row_ref(const AttentionArgs& a, const float* q, float* out, int64_t key_begin, int64_t key_end,
                        std::vector<float>& scores) {
   std::fill(out, out + a.head_dim, 0.0f);
   if (key_end <= key_begin) return;
   scores.resize(size_t(key_end - key_begin));
   for (int64_t j = key_begin; j < key_end; ++j) {
-    const uint16_t* k = a.k + j * a.kv_stride;
+    const uint16_t* k = a.k + key_row(a, j) * a.kv_stride;
     float dot = 0.0f;
     for (int64_t d = 0; d < a.head_dim; ++d) dot += q[d] * fp16_to_fp32(k[d]);
     scores[size_t(j - key_begin)] = dot * a.scale;
   }
   softmax_ref(scores.data(), key_end - key_begin);
   for (int64_t j = key_begin; j < key_end; ++j) {
-    const uint16_t* v = a.v + j * a.kv_stride;
+    const uint16_t* v = a.v + key_row(a, j) * a.kv_stride;
     const float p = scores[size_t(j - key_begin)];
     for (int64_t d = 0; d < a.head_dim; ++d) out[d] += p * fp16_to_fp32(v[d]);
   }
