@@ -12,14 +12,19 @@ m30=/tmp/30b-skew0.gguf
 case "${1:-start}" in
   start)
     nvidia-smi --query-gpu=name,memory.total --format=csv,noheader
-    scripts/device/build.sh build-gpu 90a moeserve test_spec test_runtime test_server \
-      > "$out/build.log" 2>&1 || { tail -30 "$out/build.log"; exit 1; }
+    scripts/device/build.sh build-gpu 90a moeserve test_spec test_runtime test_server test_kernels_gpu test_models \
+      test_moe > "$out/build.log" 2>&1 || { grep -E 'error|FAILED' -A3 "$out/build.log" | head -40; exit 1; }
     cp "$bin" /tmp/moeserve-mm
     if [ ! -f "$m30.done" ] && ! pgrep -f moeserve-mm >/dev/null; then
       setsid nohup sh -c "/tmp/moeserve-mm make-model --arch qwen3moe --preset 30b-a3b --type q4_k_m --quick-quant \
         --router-skew 0 -o $m30 && touch $m30.done" > /tmp/make30.log 2>&1 < /dev/null &
     fi
-    for t in spec runtime server; do
+    build-gpu/tests/kernels_gpu/test_kernels_gpu > "$out/kernels_gpu.log" 2>&1
+    echo "kernels_gpu: $(grep -E '^\[  (PASSED|FAILED)' "$out/kernels_gpu.log" | tr '\n' ' ')"
+    grep -E '^\[  FAILED|Failure' -A6 "$out/kernels_gpu.log" | head -30
+    build-gpu/tests/models/test_models --gtest_filter='*Gpu*:Placement*:ExpertSplit*' > "$out/models.log" 2>&1
+    echo "models (gpu): $(grep -E '^\[  (PASSED|FAILED)|parity-gpu' "$out/models.log" | tr '\n' ' ')"
+    for t in spec runtime server moe; do
       MOESERVE_TEST_DEVICE=cuda build-gpu/tests/$t/test_$t > "$out/$t.log" 2>&1
       echo "$t (cuda): $(grep -E '^\[  (PASSED|FAILED)' "$out/$t.log" | tr '\n' ' ')"
       grep -E '^\[  FAILED|Failure' -A6 "$out/$t.log" | head -30
@@ -28,6 +33,9 @@ case "${1:-start}" in
       echo "== $arch tiny, cuda"
       $bin bench -m tests/data/models/$arch-tiny.bf16.gguf -p 64 -n 128 -r 2 --device cuda --spec ngram 2>&1 \
         | tee "$out/bench_tiny_$arch.txt" | sed -n '/verify cost/,$p'
+      echo "== $arch tiny, cuda, draft tree of 16"
+      $bin bench -m tests/data/models/$arch-tiny.bf16.gguf -p 64 -n 128 -r 2 --device cuda --spec ngram --spec-tree 16 \
+        2>&1 | sed -n '/speculative decoding/,$p'
     done;;
   bench)
     for i in $(seq 1 100); do [ -f "$m30.done" ] && break; sleep 5; done

@@ -32,6 +32,7 @@ class CudaDevice final : public Device {
   Status copy_to_host(void* host, const void* src, size_t bytes) override;
   Status fill_zero(void* dst, size_t bytes) override;
   Status copy_within(void* dst, const void* src, size_t bytes) override;
+  bool supports_tree_verify() const override { return true; }
   Result<PlacedWeights> place_weights(std::span<const WeightRef> weights) override;
   Result<std::unique_ptr<Ops>> create_ops() override;
   Result<double> pin_host_memory(std::span<const uint8_t> bytes) override;

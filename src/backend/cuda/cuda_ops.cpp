@@ -42,10 +42,6 @@ Result<uint8_t*> CudaOps::pinned(size_t bytes) {
 
 // One upload: [tokens][row_seq][row_pos][logit rows][k tables][v tables][query blocks].
 Status CudaOps::begin_batch(const BatchLayout& layout) {
-  if (!layout.row_parent.empty()) {
-    return make_error(StatusCode::kUnsupported,
-                      "draft trees (tree verify) do not run on CUDA yet (Device::supports_tree_verify)");
-  }
   if (mode_ != Mode::kEager) abandon_graph();  // the last forward failed halfway
   MOESERVE_RETURN_IF_ERROR(device_.activate());
   MOESERVE_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_));  // the last forward (and its upload) is done
@@ -67,9 +63,12 @@ Status CudaOps::begin_batch(const BatchLayout& layout) {
   n_logit_rows_ = int64_t(layout.logit_rows.size());
   std::vector<cuda::QueryBlock> blocks;
   max_block_rows_ = 0;
+  const bool trees = !layout.row_parent.empty();
   for (const SequenceSlice& s : layout.slices) {
-    for (int64_t r = 0; r < s.n_tokens; r += kQueryBlockRows) {
-      const int64_t n = std::min(kQueryBlockRows, s.n_tokens - r);
+    // A draft tree's rows see different keys: a block each.
+    const int64_t block_rows = s.tree_parents.empty() ? kQueryBlockRows : 1;
+    for (int64_t r = 0; r < s.n_tokens; r += block_rows) {
+      const int64_t n = std::min(block_rows, s.n_tokens - r);
       blocks.push_back({int32_t(s.row0 + r), int32_t(n)});
       max_block_rows_ = std::max(max_block_rows_, n);
     }
@@ -82,7 +81,11 @@ Status CudaOps::begin_batch(const BatchLayout& layout) {
   const size_t states_at = 4 * rows_bytes + 2 * table_bytes + block_bytes;
   const size_t seq_rows_at = states_at + table_bytes;
   const size_t forward_at = seq_rows_at + align_up(size_t(2 * n_seq_) * sizeof(int32_t));
-  const size_t total = forward_at + sizeof(uint32_t);
+  // Draft trees: each row's cache row, its keys, its parent; the node-state tables.
+  const size_t tree_at = forward_at + align_up(sizeof(uint32_t));
+  const size_t tree_info_bytes = trees ? align_up(size_t(n_rows_ * cuda::kTreeRowInfo) * sizeof(int32_t)) : 0;
+  const size_t tree_bytes = trees ? 2 * rows_bytes + tree_info_bytes + table_bytes : 0;
+  const size_t total = tree_at + tree_bytes;
   MOESERVE_ASSIGN_OR_RETURN(uint8_t * host, pinned(total));
   auto* tokens = reinterpret_cast<int32_t*>(host);
   auto* seq = reinterpret_cast<int32_t*>(host + rows_bytes);
@@ -118,6 +121,7 @@ Status CudaOps::begin_batch(const BatchLayout& layout) {
   std::memcpy(host + 4 * rows_bytes + 2 * table_bytes, blocks.data(),
               blocks.size() * sizeof(cuda::QueryBlock));
   std::memcpy(host + forward_at, &forward_, sizeof(forward_));
+  if (trees) write_tree_layout(layout, host + tree_at, rows_bytes, tree_info_bytes);
   MOESERVE_ASSIGN_OR_RETURN(void* dev, layout_mem_.get(total, "workspace (batch layout)"));
   auto* d = static_cast<uint8_t*>(dev);
   tokens_ = reinterpret_cast<const int32_t*>(d);
@@ -130,16 +134,53 @@ Status CudaOps::begin_batch(const BatchLayout& layout) {
   state_tables_ = reinterpret_cast<float* const*>(d + states_at);
   seq_rows_ = reinterpret_cast<const int32_t*>(d + seq_rows_at);
   forward_on_device_ = reinterpret_cast<const uint32_t*>(d + forward_at);
+  row_slot_ = trees ? reinterpret_cast<const int32_t*>(d + tree_at) : nullptr;
+  row_parent_ = trees ? reinterpret_cast<const int32_t*>(d + tree_at + rows_bytes) : nullptr;
+  row_tree_ = trees ? reinterpret_cast<const int32_t*>(d + tree_at + 2 * rows_bytes) : nullptr;
+  node_tables_ = trees ? reinterpret_cast<float* const*>(d + tree_at + 2 * rows_bytes + tree_info_bytes) : nullptr;
   MOESERVE_RETURN_IF_ERROR(place_rope_tables());
   mode_ = Mode::kEager;
   // (A forward with host experts is captured when they go through mailboxes.)
   if (!layout.profiling && !layout.count_experts && (!device_.has_host_experts() || use_mailboxes_)) {
     MOESERVE_RETURN_IF_ERROR(start_graph(
-        {n_rows_, n_seq_, n_blocks_, max_block_rows_, max_kv_, n_logit_rows_, layout.argmax ? 1 : 0}));
+        {n_rows_, n_seq_, n_blocks_, max_block_rows_, max_kv_, n_logit_rows_, layout.argmax ? 1 : 0, trees ? 1 : 0}));
   }
   if (mode_ == Mode::kReplay) return Status::ok();  // the graph holds the upload
   MOESERVE_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(dev, host, total, cudaMemcpyHostToDevice, stream_));
   return compute_rope_tables();
+}
+
+// A batch with draft trees (BatchLayout::row_parent): into `at`, each row's
+// cache row, its parent within its sequence (-1: a root, or outside a
+// tree), its keys (cuda::kTreeRowInfo), then the node-state tables.
+void CudaOps::write_tree_layout(const BatchLayout& layout, uint8_t* at, size_t rows_bytes, size_t info_bytes) {
+  auto* slot = reinterpret_cast<int32_t*>(at);
+  auto* parent = reinterpret_cast<int32_t*>(at + rows_bytes);
+  auto* info = reinterpret_cast<int32_t*>(at + 2 * rows_bytes);
+  auto* nodes = reinterpret_cast<float**>(at + 2 * rows_bytes + info_bytes);
+  for (int64_t t = 0; t < n_rows_; ++t) {
+    const SequenceSlice& q = layout.slices[size_t(layout.row_slice[size_t(t)])];
+    slot[t] = int32_t(layout.row_slot[size_t(t)]);
+    const int32_t p = layout.row_parent[size_t(t)];
+    parent[t] = p < 0 ? -1 : int32_t(p - q.row0);
+    int32_t* row_info = info + t * cuda::kTreeRowInfo;
+    row_info[0] = -1;
+    if (q.tree_parents.empty()) continue;
+    // The path root..row as rows of the slice, position pos0 + i at [1 + i].
+    const int64_t depth = layout.row_pos[size_t(t)] - q.pos0;
+    row_info[0] = int32_t(q.pos0);
+    int64_t r = t;
+    for (int64_t i = depth; i >= 0; --i) {
+      row_info[1 + i] = int32_t(r - q.row0);
+      r = layout.row_parent[size_t(r)];
+    }
+  }
+  for (int64_t s = 0; s < n_seq_; ++s) {
+    const SequenceSlice& q = layout.slices[size_t(s)];
+    for (int64_t l = 0; l < n_layer_; ++l) {
+      nodes[s * n_layer_ + l] = q.tree_parents.empty() ? nullptr : q.kv.layers[size_t(l)].node_states;
+    }
+  }
 }
 
 // Called with the stream idle (begin_batch synchronised it). A captured
@@ -373,7 +414,8 @@ Status CudaOps::matmul(std::span<const MatmulOp> group) {
 
 Status CudaOps::gated_delta_net(const GatedDeltaNetArgs& a) {
   cuda::GdnArgs g;
-  g.batch = {seq_rows_, row_seq_, state_tables_, n_seq_, n_layer_, a.layer, n_rows_};
+  g.batch = {seq_rows_, row_seq_, state_tables_, n_seq_, n_layer_, a.layer, n_rows_,
+             row_parent_, node_tables_, a.state_floats()};
   const size_t scratch_bytes = size_t(n_rows_ * a.conv_dim()) * sizeof(float);
   MOESERVE_ASSIGN_OR_RETURN(void* scratch, gdn_mem_.get(scratch_bytes, "workspace (DeltaNet)"));
   g.scratch = static_cast<float*>(scratch);
@@ -417,7 +459,7 @@ Status CudaOps::qk_norm_rope_store(const QkNormRopeArgs& a) {
     c.cos_sin = rope_tables_[size_t(a.rope)];
   }
   c.rms_eps = a.eps;
-  c.rows = {row_seq_, row_pos_, n_rows_};
+  c.rows = {row_seq_, row_pos_, n_rows_, row_slot_, row_tree_};
   c.kv = {k_tables_, v_tables_, n_layer_};
   c.layer = a.layer;
   return cuda::qk_norm_rope_store(c, stream_);
@@ -432,7 +474,7 @@ Status CudaOps::attention(const AttentionOpArgs& a) {
   c.n_head_kv = a.n_head_kv;
   c.head_dim = a.head_dim;
   c.scale = a.scale;
-  c.rows = {row_seq_, row_pos_, n_rows_};
+  c.rows = {row_seq_, row_pos_, n_rows_, row_slot_, row_tree_};
   c.kv = {k_tables_, v_tables_, n_layer_};
   c.layer = a.layer;
   c.blocks = blocks_;

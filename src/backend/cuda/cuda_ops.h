@@ -175,7 +175,7 @@ class CudaOps final : public Ops {
 
  private:
   // The shape of a forward: what a captured graph's launches depend on.
-  using GraphKey = std::array<int64_t, 7>;
+  using GraphKey = std::array<int64_t, 8>;
   enum class Mode { kEager, kCapture, kReplay };
   static constexpr size_t kMaxGraphs = 64;
   static bool graphs_enabled() {
@@ -186,6 +186,7 @@ class CudaOps final : public Ops {
     return on;
   }
   Status start_graph(const GraphKey& key);
+  void write_tree_layout(const BatchLayout& layout, uint8_t* at, size_t rows_bytes, size_t info_bytes);
   Status end_graph();
   void abandon_graph();
   void forget_graphs();
@@ -222,6 +223,13 @@ class CudaOps final : public Ops {
   uint16_t* const* k_tables_ = nullptr;
   uint16_t* const* v_tables_ = nullptr;
   float* const* state_tables_ = nullptr;  // [n_seq][n_layer] recurrent states (null for attention layers)
+  // Draft trees (null without): each row's cache row, [n_rows][kTreeRowInfo]
+  // tree rows' keys, each row's parent within its sequence, and [n_seq][n_layer]
+  // the node-state tables (null for a sequence that is not a tree).
+  const int32_t* row_slot_ = nullptr;
+  const int32_t* row_tree_ = nullptr;
+  const int32_t* row_parent_ = nullptr;
+  float* const* node_tables_ = nullptr;
   const int32_t* seq_rows_ = nullptr;     // [n_seq][2]: first row, rows
   const cuda::QueryBlock* blocks_ = nullptr;
   int64_t n_logit_rows_ = 0;

@@ -60,6 +60,7 @@ struct Params {
   float* out;
   const int32_t* row_seq;
   const int32_t* row_pos;
+  const int32_t* row_tree;  // draft-tree rows' keys (RowLayout::row_tree); null: none
   uint16_t* const* k_tab;
   uint16_t* const* v_tab;
   const QueryBlock* blocks;
@@ -143,13 +144,14 @@ struct Tile {
 // or, before a window, stale, and a NaN there would poison 0 * V).
 template <int HD, int W>
 __device__ inline void load_kv_tile(uint16_t* sk, uint16_t* sv, const uint16_t* kbase, const uint16_t* vbase,
-                                    int64_t kv_stride, int key0, int kv_begin, int kv_end) {
+                                    int64_t kv_stride, int key0, int kv_begin, int kv_end, const int32_t* tree) {
   using T = Tile<HD, W>;
   for (int c = threadIdx.x; c < T::KT * T::CH; c += W * 32) {
     const int key = c / T::CH, ch = c % T::CH;
     const int j = key0 + key;
     const bool ok = j >= kv_begin && j < kv_end;
-    const int64_t off = ok ? int64_t(j) * kv_stride + ch * 8 : 0;
+    // A draft tree's row reads its ancestors where its positions go past the cache.
+    const int64_t off = ok ? int64_t(tree_key_row(tree, j)) * kv_stride + ch * 8 : 0;
     cp_async16(sk + swz<HD>(key, ch), kbase + off, ok ? 16 : 0);
     cp_async16(sv + swz<HD>(key, ch), vbase + off, ok ? 16 : 0);
   }
@@ -357,6 +359,7 @@ __global__ void __launch_bounds__(W * 32) attention_kernel(const Params p) {
   if (tile * T::QT >= nq) return;  // uniform over the CTA
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, gq = lane >> 2, tq = lane & 3;
   const int seq = p.row_seq[blk.row0];
+  const int32_t* tree = row_tree_info(p.row_tree, blk.row0);  // a tree row is a block of its own
 
   WarpState<HD> st;
   QueryRow qr[2];
@@ -397,7 +400,7 @@ __global__ void __launch_bounds__(W * 32) attention_kernel(const Params p) {
 #pragma unroll
   for (int t = 0; t < T::STAGES - 1; ++t) {
     if (t < n_tiles) {
-      load_kv_tile<HD, W>(sk[t], sv[t], kbase, vbase, kv_stride, kb + t * T::KT, kv_begin, kv_end);
+      load_kv_tile<HD, W>(sk[t], sv[t], kbase, vbase, kv_stride, kb + t * T::KT, kv_begin, kv_end, tree);
     }
     cp_async_commit();
   }
@@ -407,7 +410,7 @@ __global__ void __launch_bounds__(W * 32) attention_kernel(const Params p) {
     const int tn = t + T::STAGES - 1;
     if (tn < n_tiles) {
       load_kv_tile<HD, W>(sk[tn % T::STAGES], sv[tn % T::STAGES], kbase, vbase, kv_stride, kb + tn * T::KT,
-                          kv_begin, kv_end);
+                          kv_begin, kv_end, tree);
     }
     cp_async_commit();
     const int key0 = kb + t * T::KT;
@@ -669,6 +672,7 @@ Status attention(const AttentionArgs& a, cudaStream_t stream) {
   p.out = a.out;
   p.row_seq = a.rows.row_seq;
   p.row_pos = a.rows.row_pos;
+  p.row_tree = a.rows.row_tree;
   p.k_tab = a.kv.k;
   p.v_tab = a.kv.v;
   p.blocks = a.blocks;

@@ -12,12 +12,35 @@
 
 namespace moeserve::cuda {
 
+// Per row of a draft tree (speculative decoding's tree verify), int32s:
+// [0] the tree's first cache row (its slice's pos0), or -1 for a row
+// outside any tree; [1 + i] the cache row (minus [0]) of the row's ancestor
+// at position [0] + i — its path from the tree's root, itself last.
+inline constexpr int kTreeRowInfo = 65;
+
 // Where each row of the batch belongs (device arrays, n_rows entries).
 struct RowLayout {
   const int32_t* row_seq = nullptr;  // sequence slot of the row (index into the cache tables)
   const int32_t* row_pos = nullptr;  // position of the row within its sequence
   int64_t n_rows = 0;
+  // Optional, for draft trees: the cache row each row's K/V goes to (null:
+  // row_pos), and [n_rows][kTreeRowInfo] tree rows' keys (null: no trees).
+  // A tree row must be a query block of its own.
+  const int32_t* row_slot = nullptr;
+  const int32_t* row_tree = nullptr;
 };
+
+#ifdef __CUDACC__
+// The cache row of the key at position j for a row with tree info `tree`
+// (null: j itself).
+__device__ __forceinline__ int tree_key_row(const int32_t* tree, int j) {
+  return tree == nullptr || j < tree[0] ? j : tree[0] + tree[1 + j - tree[0]];
+}
+// A row's tree info, or null.
+__device__ __forceinline__ const int32_t* row_tree_info(const int32_t* row_tree, int64_t row) {
+  return row_tree != nullptr && row_tree[row * kTreeRowInfo] >= 0 ? row_tree + row * kTreeRowInfo : nullptr;
+}
+#endif
 
 // The per-sequence cache tables (device arrays of device pointers).
 struct KvTables {

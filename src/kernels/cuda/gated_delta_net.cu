@@ -49,6 +49,31 @@ __device__ __forceinline__ float warp_sum(float v) {
   return v;
 }
 
+// ---- draft trees ------------------------------------------------------------
+__device__ __forceinline__ bool is_tree(const GdnBatch& b, int s) {
+  return b.node_tables != nullptr && b.node_tables[int64_t(s) * b.n_layer + b.layer] != nullptr;
+}
+
+// x[0..n) = the last n raw inputs of channel c on the way to the tree's row
+// i (local), oldest first: row i, its parent, ... the root, then the
+// sequence's conv state from its newest row back.
+__device__ __forceinline__ void gather_tree_window(const GdnBatch& b, const float* qkv, const float* state,
+                                                   int conv_dim, int K, int n, int row0, int i, int c,
+                                                   float (&x)[kMaxConvKernel]) {
+  int cur = i, back = 0;
+#pragma unroll
+  for (int j = kMaxConvKernel - 1; j >= 0; --j) {
+    if (j >= n) continue;
+    if (cur >= 0) {
+      x[j] = qkv[int64_t(row0 + cur) * conv_dim + c];
+      cur = b.row_parent[row0 + cur];
+    } else {
+      x[j] = state[int64_t(K - 2 - back) * conv_dim + c];
+      ++back;
+    }
+  }
+}
+
 // ---- causal depthwise conv + SiLU ------------------------------------------
 // One thread per (channel, row): y = silu(sum_j w[j] x[i - (K-1) + j]) with
 // x before the sequence's first row read from the conv state. Out of place,
@@ -69,6 +94,17 @@ __global__ void conv_silu_kernel(GdnBatch b, const float* qkv, float* y, const f
   const int i = int(r) - row0;
   const float* state = b.state_tables[int64_t(s) * b.n_layer + b.layer];
   float acc = 0.0f;
+  if (is_tree(b, s)) {
+    // A draft tree's row: its window runs along its ancestors, then into the state.
+    float x[kMaxConvKernel];
+    gather_tree_window(b, qkv, state, conv_dim, K, K, row0, i, c, x);
+#pragma unroll
+    for (int j = 0; j < kMaxConvKernel; ++j) {
+      if (j < K) acc += w[j] * x[j];
+    }
+    y[r * conv_dim + c] = silu(acc);
+    return;
+  }
 #pragma unroll
   for (int j = 0; j < kMaxConvKernel; ++j) {
     if (j < K) {
@@ -90,6 +126,19 @@ __global__ void conv_state_kernel(GdnBatch b, const float* qkv, int conv_dim, in
   if (c >= conv_dim) return;
   float* state = b.state_tables[int64_t(s) * b.n_layer + b.layer];
   const int row0 = b.seq_rows[2 * s], n = b.seq_rows[2 * s + 1];
+  if (is_tree(b, s)) {
+    // Each row's conv state into its node state; the sequence's stays.
+    float* nodes = b.node_tables[int64_t(s) * b.n_layer + b.layer];
+    for (int t = 0; t < n; ++t) {
+      float x[kMaxConvKernel];
+      gather_tree_window(b, qkv, state, conv_dim, K, K - 1, row0, t, c, x);
+#pragma unroll
+      for (int j = 0; j < kMaxConvKernel - 1; ++j) {
+        if (j < K - 1) nodes[t * b.state_floats + int64_t(j) * conv_dim + c] = x[j];
+      }
+    }
+    return;
+  }
   float next[kMaxConvKernel];
 #pragma unroll
   for (int j = 0; j < kMaxConvKernel - 1; ++j) {
@@ -150,11 +199,23 @@ __global__ void delta_rule_kernel(GdnBatch bt, float* qkv, const float* beta, co
   float* state = bt.state_tables[int64_t(s) * bt.n_layer + bt.layer] + ssm_offset + int64_t(h) * dk * dv;
   const int row0 = bt.seq_rows[2 * s], n = bt.seq_rows[2 * s + 1];
   if (n >= skip_from) return;  // the whole block: n is the sequence's
+  // A draft tree: each row starts from its parent's state (in the registers
+  // when the parent is the row before) and leaves its own in its node state.
+  float* nodes = is_tree(bt, s) ? bt.node_tables[int64_t(s) * bt.n_layer + bt.layer] + ssm_offset + int64_t(h) * dk * dv
+                                : nullptr;
   float S[kStatePerThread];
 #pragma unroll
   for (int i = 0; i < kStatePerThread; ++i) S[i] = state[int64_t(k0 + i) * dv + v];
   const int qk_width = n_k * dk;
   for (int t = 0; t < n; ++t) {
+    if (nodes != nullptr && t > 0) {
+      const int parent = bt.row_parent[row0 + t];
+      if (parent != t - 1) {
+        // This thread's own entries, written by it earlier: no barrier needed.
+#pragma unroll
+        for (int i = 0; i < kStatePerThread; ++i) S[i] = nodes[parent * bt.state_floats + int64_t(k0 + i) * dv + v];
+      }
+    }
     float* row = qkv + int64_t(row0 + t) * conv_dim;
     __syncthreads();  // the last token's k and q are no longer read
     for (int i = tid; i < dk; i += int(blockDim.x)) {
@@ -184,7 +245,12 @@ __global__ void delta_rule_kernel(GdnBatch bt, float* qkv, const float* beta, co
 #pragma unroll
     for (int off = P / 2; off > 0; off >>= 1) o += __shfl_xor_sync(0xffffffffu, o, off);
     if (p == 0) *vp = o * q_scale;  // after every lane of the column read vt (the shuffles above)
+    if (nodes != nullptr) {
+#pragma unroll
+      for (int i = 0; i < kStatePerThread; ++i) nodes[t * bt.state_floats + int64_t(k0 + i) * dv + v] = S[i];
+    }
   }
+  if (nodes != nullptr) return;  // a tree leaves the sequence's state as it was
 #pragma unroll
   for (int i = 0; i < kStatePerThread; ++i) state[int64_t(k0 + i) * dv + v] = S[i];
 }
@@ -316,8 +382,10 @@ bool chunked_enabled() {
 }
 
 Status delta_rule(const GdnArgs& a, int64_t ssm_offset, int conv_dim, cudaStream_t stream) {
-  const bool chunked =
-      chunked_enabled() && a.batch.n_rows >= kChunkedMinTokens && delta_rule_chunked_supported(a);
+  // (A batch with draft trees runs every sequence on the recurrent kernel,
+  // which has the tree form.)
+  const bool chunked = chunked_enabled() && a.batch.n_rows >= kChunkedMinTokens && a.batch.node_tables == nullptr &&
+                       delta_rule_chunked_supported(a);
   if (!chunked || a.batch.n_seq > 1) {
     MOESERVE_RETURN_IF_ERROR(
         recurrent_delta_rule(a, ssm_offset, conv_dim, chunked ? kChunkedMinTokens : INT_MAX, stream));

@@ -32,6 +32,15 @@ struct GdnBatch {
   int64_t n_seq = 0, n_layer = 0;
   int layer = 0;
   int64_t n_rows = 0;
+  // Draft trees (speculative decoding; null: none). A sequence whose
+  // node-state table entry [n_seq][n_layer] is not null is a tree: its row
+  // t follows row_parent[row0 + t] (a row of the same sequence; -1: the
+  // root, which follows the sequence's state), the state after each row is
+  // written to its node state ([rows][state_floats], conv then SSM, as the
+  // sequence's), and the sequence's own state is left as it was.
+  const int32_t* row_parent = nullptr;
+  float* const* node_tables = nullptr;
+  int64_t state_floats = 0;
 };
 
 struct GdnArgs {

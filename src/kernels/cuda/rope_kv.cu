@@ -125,8 +125,10 @@ __global__ void __launch_bounds__(kThreads) qk_norm_rope_store_kernel(const QkNo
   uint16_t* v_dst = nullptr;
   if (seq >= 0 && pos >= 0) {
     const int64_t slot = int64_t(seq) * a.kv.n_layer + a.layer;
-    k_dst = a.kv.k[slot] + int64_t(pos) * kv_dim;
-    v_dst = a.kv.v[slot] + int64_t(pos) * kv_dim;
+    // A draft tree's row is stored by its row, rotated by its depth.
+    const int64_t at = a.rows.row_slot != nullptr ? a.rows.row_slot[row] : pos;
+    k_dst = a.kv.k[slot] + at * kv_dim;
+    v_dst = a.kv.v[slot] + at * kv_dim;
   }
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int64_t h = int64_t(blockIdx.y) * kWarps + warp;
