@@ -120,7 +120,7 @@ void run_tree_case(int64_t head_dim, int64_t n_head, int64_t n_head_kv, int64_t 
       }
       double sum = 0.0;
       for (double& x : w) sum += (x = std::exp(x - mx));
-      std::vector<float> want(size_t(head_dim));
+      std::vector<float> want(static_cast<size_t>(head_dim));
       for (int64_t d = 0; d < head_dim; ++d) {
         double acc = 0.0;
         for (size_t i = 0; i < keys.size(); ++i) acc += w[i] * fp16_to_fp32(V[size_t(keys[i] * kvd + koff + d)]);
