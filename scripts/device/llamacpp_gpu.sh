@@ -12,6 +12,8 @@
 #   here:  scripts/device/llamacpp_gpu.sh pack    # .llamasrc/llama.tar.xz (6 MB, git-ignored): carry .llamasrc
 #   there: scripts/device/llamacpp_gpu.sh build   # in the background (~5-10 min on 16 cores): /tmp/llama-build
 #   there: scripts/device/llamacpp_gpu.sh bench FILE [llama-bench args]   # waits for the build
+#   there: LLAMA_TARGETS="llama-bench llama-lookup" ... build   # also its prompt-lookup decoding example
+#   there: scripts/device/llamacpp_gpu.sh run TOOL [args]   # waits for the build, runs bin/TOOL
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 src=/tmp/llama-src
@@ -39,7 +41,7 @@ case "${1:-}" in
     touch /tmp/llama-build.started
     setsid nohup sh -c "cmake -S $src -B $build -G Ninja -DCMAKE_BUILD_TYPE=Release -DGGML_CUDA=ON \
       -DCMAKE_CUDA_ARCHITECTURES=90 -DGGML_NATIVE=ON -DLLAMA_BUILD_SERVER=OFF -DLLAMA_BUILD_TESTS=OFF \
-      -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_APP=OFF -DLLAMA_OPENSSL=OFF && ninja -C $build llama-bench \
+      -DLLAMA_BUILD_EXAMPLES=ON -DLLAMA_BUILD_APP=OFF -DLLAMA_OPENSSL=OFF && ninja -C $build ${LLAMA_TARGETS:-llama-bench} \
       && touch $build/.done" > /tmp/llama-build.log 2>&1 < /dev/null &
     echo "build started (log: /tmp/llama-build.log)";;
   bench)
@@ -49,7 +51,14 @@ case "${1:-}" in
     for i in $(seq 1 ${WAIT_STEPS:-100}); do [ -f "$build/.done" ] && break; sleep 5; done
     [ -f "$build/.done" ] || { echo "llama-bench is not built: $(tail -c 600 /tmp/llama-build.log)"; exit 1; }
     "$build/bin/llama-bench" -m "$f" "$@";;
+  run)
+    shift
+    tool=$1
+    shift
+    for i in $(seq 1 ${WAIT_STEPS:-100}); do [ -f "$build/.done" ] && break; sleep 5; done
+    [ -f "$build/.done" ] || { echo "$tool is not built: $(tail -c 600 /tmp/llama-build.log)"; exit 1; }
+    "$build/bin/$tool" "$@";;
   *)
-    sed -n 2,14p "$0"
+    sed -n 2,16p "$0"
     exit 2;;
 esac

@@ -2,6 +2,9 @@
 # Speculative decoding (issue 40) on the device machine:
 #   scripts/device/spec.sh start   # build, start making the 30b-a3b file, GPU tests, tiny-model benches
 #   scripts/device/spec.sh bench   # wait for the file, then plain vs --spec ngram, all-GPU and --n-cpu-moe 24
+#   scripts/device/spec.sh peer    # llama.cpp on the same file: llama-bench tg128 and llama-lookup (its
+#                                  # prompt-lookup decoding) on the code-editing prompt (carry .llamasrc;
+#                                  # LLAMA_TARGETS="llama-bench llama-lookup" scripts/device/llamacpp_gpu.sh build first)
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 export LD_LIBRARY_PATH=/tmp/devroot/usr/lib/x86_64-linux-gnu:${LD_LIBRARY_PATH:-}
@@ -44,5 +47,15 @@ case "${1:-start}" in
       echo "== 30b-a3b Q4_K_M, cuda $args"
       $bin bench -m $m30 -p 512 -n 128 -r 1 --device cuda $args --spec ngram ${SPEC_ARGS:-} 2>&1 \
         | tee "$out/bench_30b_${args// /_}.txt" | grep -E 'tg128|pp512|rows|ms|decode step|prompt|---|code|chat|error'
+    done;;
+  peer)
+    for i in $(seq 1 100); do [ -f "$m30.done" ] && break; sleep 5; done
+    python3 -c "import re,sys; l=open('bench/spec_prompts.txt').readline().rstrip('\\n'); sys.stdout.write(re.sub(r'\\\\([n\\\\])', lambda m: '\\n' if m.group(1) == 'n' else '\\\\', l))" > /tmp/edit_prompt.txt
+    for args in "" "-ncmoe 24"; do
+      echo "== llama.cpp on 30b-a3b Q4_K_M ${args}"
+      WAIT_STEPS=150 scripts/device/llamacpp_gpu.sh bench $m30 -p 0 -n 128 -r 2 -ngl 99 -fa 1 $args 2>&1 | grep -E 'tg128|error'
+      long=${args/-ncmoe/--n-cpu-moe}
+      scripts/device/llamacpp_gpu.sh run llama-lookup -m $m30 -f /tmp/edit_prompt.txt -n 128 --draft-max 8 -ngl 99 \
+        -fa on --temp 0 $long 2>&1 | grep -E 'decoded|n_drafted|n_accept|accept  |error' | sed 's/^/  lookup: /'
     done;;
 esac

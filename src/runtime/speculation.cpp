@@ -104,6 +104,7 @@ double StepCostModel::estimate(int64_t rows) const {
 }
 
 int64_t DraftLengthPolicy::choose(const StepCostModel& cost, int64_t base_rows, int64_t limit) {
+  probing_ = false;  // a probe the drafter found nothing for tells nothing
   limit = std::min<int64_t>(limit, max_draft_);
   if (limit <= 0) return 0;
   const double plain = cost.estimate(base_rows);
@@ -123,11 +124,13 @@ int64_t DraftLengthPolicy::choose(const StepCostModel& cost, int64_t base_rows, 
   if (best_rate <= 1.05 / plain) best = 0;
   if (best > 0) {
     idle_steps_ = 0;
+    probe_every_ = kProbeEvery;
     return best;
   }
   // Off: probe now and then with a short draft, to notice when drafts start to hit.
-  if (++idle_steps_ >= kProbeEvery) {
+  if (++idle_steps_ >= probe_every_) {
     idle_steps_ = 0;
+    probing_ = true;
     return std::min<int64_t>(limit, 2);
   }
   return 0;
@@ -135,6 +138,8 @@ int64_t DraftLengthPolicy::choose(const StepCostModel& cost, int64_t base_rows, 
 
 void DraftLengthPolicy::observe(int64_t drafted, int64_t accepted) {
   if (drafted <= 0) return;
+  if (probing_) probe_every_ = accepted > 0 ? kProbeEvery : std::min(2 * probe_every_, kProbeEveryMax);
+  probing_ = false;
   // The per-token acceptance a of a chain that kept `accepted` of
   // `drafted`: each token is kept with probability a until the first miss;
   // estimate it as kept / (kept + misses), misses being 1 unless all were kept.
@@ -217,9 +222,15 @@ Result<std::vector<int32_t>> SpecSequence::begin(Sequence& seq, int32_t pending,
   snapshot_.reset();
   tree_parents_.clear();
   const bool recurrent = seq.kv().recurrent();
+  // A draft tree needs room for each row's recurrent state; where the
+  // device has none to spare, the draft's main chain goes the snapshot way.
+  if (!draft.empty() && tree_verify && (recurrent || !draft.is_chain()) &&
+      !seq.kv().reserve_tree_nodes(draft.size() + 1).is_ok()) {
+    tree_verify = false;
+    draft.keep_main_chain();
+  }
   if (!draft.empty() && tree_verify && (recurrent || !draft.is_chain())) {
     // A draft tree: row 0 the pending token, row 1 + i node i.
-    MOESERVE_RETURN_IF_ERROR(seq.kv().reserve_tree_nodes(draft.size() + 1));
     tree_parents_.push_back(-1);
     for (int32_t p : draft.parents) tree_parents_.push_back(p + 1);
   } else if (!draft.empty() && recurrent) {

@@ -144,8 +144,8 @@ class StepCostModel {
 // the most expected tokens per second — E(n) = (1 - a^(n+1)) / (1 - a)
 // tokens for cost(rows + n) seconds — against plain decoding's 1 token for
 // cost(rows). When no length beats plain decoding it drafts nothing, and
-// probes again with a short draft every `probe_every` steps, so a prompt
-// whose drafts start to hit gets them back.
+// probes again with a short draft now and then (less often while probes
+// keep missing), so a prompt whose drafts start to hit gets them back.
 class DraftLengthPolicy {
  public:
   explicit DraftLengthPolicy(int max_draft = 8) : max_draft_(max_draft) {}
@@ -160,7 +160,12 @@ class DraftLengthPolicy {
   int max_draft_;
   double acceptance_ = 0.6;  // prior: optimistic enough to try
   int64_t idle_steps_ = 0;
-  static constexpr int64_t kProbeEvery = 16;
+  // Steps between probes while drafting is off: doubles after a probe
+  // that kept nothing (up to kProbeEveryMax), back to kProbeEvery once
+  // drafting pays again — a prompt that never repeats costs ever fewer probes.
+  static constexpr int64_t kProbeEvery = 16, kProbeEveryMax = 256;
+  int64_t probe_every_ = kProbeEvery;
+  bool probing_ = false;
 };
 
 // Walks a verified draft tree: from the root (the pending token's row),

@@ -111,6 +111,15 @@ TEST(DraftLengthPolicy, DraftsWhenCheapAndStopsWhenDraftsMiss) {
   int64_t drafted = 0;
   for (int i = 0; i < 32; ++i) drafted += p.choose(flat, 1, 8);
   EXPECT_LE(drafted, 2 * 2) << "only the periodic probes may draft";
+  // Probes that miss come less often: 16 steps, then 32, 64, ...
+  int64_t probes = 0;
+  for (int i = 0; i < 16 + 32 + 64; ++i) {
+    if (const int64_t n = p.choose(flat, 1, 8); n > 0) {
+      ++probes;
+      p.observe(n, 0);
+    }
+  }
+  EXPECT_EQ(probes, 3);
   for (int i = 0; i < 20; ++i) p.observe(8, 8);  // drafts hit again
   EXPECT_GT(p.choose(flat, 1, 8), 4);
 

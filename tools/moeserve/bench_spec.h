@@ -22,7 +22,7 @@ struct SpecBenchOptions {
   runtime::SpecConfig spec;
   int64_t n_gen = 128;       // tokens generated per prompt
   int repetitions = 1;       // timed runs of each prompt (after one warm-up)
-  std::string prompts_path;  // one prompt a line ("\n" written as \n); empty: the built-in sets
+  std::string prompts_path;  // one prompt a line (\n for a newline, \\ for a backslash); empty: the built-in sets
   bool json = false;
 };
 

@@ -328,7 +328,7 @@ void register_bench(CLI::App& app) {
   add_spec_flags(cmd, &o->spec);
   cmd->add_option(
       "--spec-prompts", o->spec_prompts,
-      "With --spec: prompts to measure, one a line (\\n for a newline); default: built-in code-editing, "
+      "With --spec: prompts to measure, one a line (\\n for a newline, \\\\ for a backslash); default: built-in code-editing, "
       "code-completion and chat prompts");
   cmd->add_flag("--profile", o->profile, "Also print where the forward time goes (timers per part)");
   cmd->callback([o] {
