@@ -45,7 +45,7 @@ case "${1:-start}" in
     [ -f "$m30.done" ] || { echo "model not ready: $(tail -c 300 /tmp/make30.log)"; exit 1; }
     for args in "" "--n-cpu-moe 24"; do
       echo "== 30b-a3b Q4_K_M, cuda $args"
-      $bin bench -m $m30 -p 512 -n 128 -r 1 --device cuda $args --spec ngram ${SPEC_ARGS:-} 2>&1 \
+      $bin bench -m $m30 -p 512 -n 128 -r ${REPS:-1} --device cuda $args --spec ngram ${SPEC_ARGS:-} 2>&1 \
         | tee "$out/bench_30b_${args// /_}.txt" | grep -E 'tg128|pp512|rows|ms|decode step|prompt|---|code|chat|error'
     done;;
   peer)
