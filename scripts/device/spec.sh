@@ -41,6 +41,11 @@ case "${1:-start}" in
         2>&1 | sed -n '/speculative decoding/,$p'
     done;;
   bench)
+    if [ ! -f "$m30.done" ] && ! pgrep -f moeserve-mm >/dev/null; then
+      cp "$bin" /tmp/moeserve-mm
+      /tmp/moeserve-mm make-model --arch qwen3moe --preset 30b-a3b --type q4_k_m --quick-quant --router-skew 0 \
+        -o $m30 > /tmp/make30.log 2>&1 && touch $m30.done
+    fi
     for i in $(seq 1 100); do [ -f "$m30.done" ] && break; sleep 5; done
     [ -f "$m30.done" ] || { echo "model not ready: $(tail -c 300 /tmp/make30.log)"; exit 1; }
     for args in "" "--n-cpu-moe 24"; do
