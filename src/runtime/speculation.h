@@ -108,10 +108,10 @@ using DrafterFactory = std::function<std::unique_ptr<Drafter>(const SpecConfig&)
 
 // What speculation did for a request or an engine.
 struct SpecCounters {
-  int64_t steps = 0;     // forwards that carried a draft
-  int64_t drafted = 0;   // draft tokens verified (tree nodes)
-  int64_t accepted = 0;  // ... of them accepted
-  int64_t replays = 0;   // rollbacks of a recurrent state (snapshot restored, tokens fed again)
+  int64_t steps = 0;       // forwards that carried a draft
+  int64_t drafted = 0;     // draft tokens verified (tree nodes)
+  int64_t accepted = 0;    // ... of them accepted
+  int64_t replays = 0;     // rollbacks of a recurrent state (snapshot restored, tokens fed again)
   int64_t tree_steps = 0;  // steps verified as a draft tree (rows see their ancestors only)
   double draft_seconds = 0.0;
   double verify_seconds = 0.0;  // the share of the forwards' time that was draft rows

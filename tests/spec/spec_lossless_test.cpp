@@ -192,6 +192,48 @@ TEST_P(SpecLossless, EngineConcurrentRequestsMatchPlainGreedy) {
   }
 }
 
+// Experts split between the device and the host (on a GPU: hot experts
+// there, cold ones on the CPU threads; on the CPU both halves computed by
+// it): a verify's rows go through both, and the output stays plain decoding's.
+TEST(SpecLosslessHybrid, SplitExpertsMatchPlainGreedy) {
+  for (const char* arch : {"qwen3moe", "qwen35moe"}) {
+    auto probe = load(arch);
+    ASSERT_NE(probe, nullptr);
+    const int64_t n_layer = probe->info().n_layer, n_expert = probe->info().n_expert;
+    probe.reset();
+    std::vector<int32_t> even;
+    for (int32_t e = 0; e < n_expert; e += 2) even.push_back(e);
+    runtime::ModelLoadOptions lo{.n_threads = 2, .device = testing::test_device()};
+    lo.gpu_experts.assign(size_t(n_layer), even);
+    lo.split_experts = true;
+    auto m = Model::load(model_path(arch), lo);
+    ASSERT_TRUE(m.is_ok()) << m.status().to_string();
+    Model& model = **m;
+    const std::vector<int32_t> prompt = model.tokenizer().encode(kRepetitivePrompt);
+    const int64_t n = 32;
+    const GenerateResult ref = plain(model, prompt, n);
+    std::vector<int32_t> full = prompt;
+    full.insert(full.end(), ref.tokens.begin(), ref.tokens.end());
+    for (int tree_nodes : {0, 12}) {
+      OracleDrafter oracle(full, 3, int32_t(model.info().n_vocab));
+      Generator gen(model, 256);
+      GenerateOptions o;
+      o.max_tokens = n;
+      o.sampling.temperature = 0.0f;
+      o.stop_at_eos = false;
+      o.spec.mode = runtime::SpecMode::kNgram;
+      o.spec.max_draft = 6;
+      o.spec.tree_nodes = tree_nodes;
+      o.spec_adaptive = false;
+      o.drafter = &oracle;
+      auto r = gen.generate(prompt, o);
+      ASSERT_TRUE(r.is_ok()) << r.status().to_string();
+      EXPECT_EQ(r->tokens, ref.tokens) << arch << " tree " << tree_nodes;
+      EXPECT_GT(r->spec.accepted, 0);
+    }
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Architectures, SpecLossless,
                          ::testing::Values("qwen3", "qwen3moe", "qwen35", "qwen35moe", "laguna"));
 
