@@ -6,14 +6,8 @@
 #include "runtime/generator_sink.h"
 
 namespace moeserve::runtime {
-namespace {
-
-using Clock = std::chrono::steady_clock;
-double seconds_since(Clock::time_point t0) {
-  return std::chrono::duration<double>(Clock::now() - t0).count();
-}
-
-}  // namespace
+using generator_detail::Clock;
+using generator_detail::seconds_since;
 
 const char* stop_reason_name(StopReason reason) {
   switch (reason) {

@@ -11,6 +11,14 @@
 #include "tokenizer/tokenizer.h"
 
 namespace moeserve::runtime {
+namespace generator_detail {
+
+using Clock = std::chrono::steady_clock;
+inline double seconds_since(Clock::time_point t0) {
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+}  // namespace generator_detail
 
 class Generator::TokenSink {
  public:

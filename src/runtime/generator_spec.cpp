@@ -8,14 +8,8 @@
 #include "runtime/generator_sink.h"
 
 namespace moeserve::runtime {
-namespace {
-
-using Clock = std::chrono::steady_clock;
-double seconds_since(Clock::time_point t0) {
-  return std::chrono::duration<double>(Clock::now() - t0).count();
-}
-
-}  // namespace
+using generator_detail::Clock;
+using generator_detail::seconds_since;
 
 Status Generator::verify(std::span<const int32_t> rows, int64_t first_logit_row, float* logits,
                          int32_t* greedy, std::span<const int32_t> tree_parents) {
