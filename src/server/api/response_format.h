@@ -35,7 +35,7 @@ struct Usage {
   int64_t completion_tokens = 0;
   int64_t cached_tokens = 0;  // prompt tokens served from the prefix cache
   // Speculative decoding (moeserve's extension; reported when the request ran with it).
-  std::string speculative_mode;  // empty: none
+  std::string speculative_mode{};  // empty: none
   int64_t draft_tokens = 0, accepted_draft_tokens = 0, draft_steps = 0;
 
   json to_json() const;
