@@ -52,7 +52,7 @@ struct RequestStats {
   double first_token_seconds = 0.0;  // submit -> first token
   double total_seconds = 0.0;
   std::string tail_text;  // text released at the end (held-back bytes), also sent as a last token-less piece
-  std::string stop_string;  // reason kStopString: which of the request's stop strings
+  std::string stop_string;               // reason kStopString: which of the request's stop strings
   SpecMode spec_mode = SpecMode::kNone;  // the speculation the request ran with
   SpecCounters spec;                     // drafted and accepted tokens
 };
@@ -99,6 +99,9 @@ struct EngineOptions {
   // equal one-row decode bit for bit, and past it a verify costs more
   // than it saves. At least each sequence's own row.
   int64_t spec_step_rows = 16;
+  // Draft lengths follow DraftLengthPolicy; off: every step drafts all it
+  // may (tests and sweeps).
+  bool spec_adaptive = true;
   // Fault injection for tests: returning true makes the next step fail as
   // if an allocation had (std::bad_alloc).
   std::function<bool()> inject_step_allocation_failure;

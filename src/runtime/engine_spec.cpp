@@ -35,7 +35,8 @@ Status BatchEngine::plan_decode_rows(Slot& s, int64_t base_rows, int64_t draft_b
     const int64_t left = s.req.max_tokens - s.stats.completion_tokens;
     const int64_t max_nodes = std::max(c.max_draft, c.tree_nodes);
     const int64_t limit = left > 1 ? std::min<int64_t>({room, draft_budget, max_nodes}) : 0;
-    const int64_t nodes = s.draft_policy.choose(step_costs_, base_rows, limit);
+    const int64_t nodes =
+        options_.spec_adaptive ? s.draft_policy.choose(step_costs_, base_rows, limit) : limit;
     if (nodes > 0) {
       const double t0 = now_seconds();
       s.spec.history(s.seq, s.history);
