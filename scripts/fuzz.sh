@@ -86,6 +86,7 @@ printf '%s' '{"prompt":[1,2,3],"logprobs":2,"echo":true,"seed":-1,"n":1}' >"$api
 printf '%s' '{"messages":[{"role":"user","content":"w"}],"response_format":{"type":"json_schema","json_schema":{"name":"a","schema":{"type":"object","properties":{"n":{"type":"integer"},"t":{"type":"array","items":{"$ref":"#/$defs/T"},"maxItems":3}},"required":["n"],"$defs":{"T":{"anyOf":[{"type":"string","maxLength":4},{"enum":[1,"x",null]}]}}}}}}' >"$api_seeds/schema"
 printf '%s' '{"messages":[{"role":"user","content":"w"}],"grammar":"root ::= (\"a\" | [b-d]+ x){2,5}\nx ::= [^\\x00-\\x1f\\u00e9]? # c\n"}' >"$api_seeds/grammar"
 printf '%s' '{"content":"hello","add_special":true,"with_pieces":true,"tokens":[1,2]}' >"$api_seeds/tokenize"
+printf '%s' '{"messages":[{"role":"user","content":"w"}],"speculative":{"mode":"ngram","max":6,"tree":16}}' >"$api_seeds/speculative"
 printf '%s' '{"format":"moeserve-placement","version":1,"model":{"fingerprint":"00112233aabbccdd"},"layers":[{"layer":0,"hot":[1,7]},{"layer":2,"hot":[0]}]}' >"$api_seeds/placement"
 printf '%s' '{"format":"moeserve-expert-stats","version":1,"model":{"arch":"qwen3moe","fingerprint":"00112233aabbccdd","n_layer":3,"n_expert":8,"n_expert_used":2},"prefill_tokens":1,"decode_tokens":0,"layers":[{"layer":0,"prefill":[1,0,0,0,0,0,0,1],"decode":[0,0,0,0,0,0,0,0]}]}' >"$api_seeds/stats"
 printf '\x07\x03%s' '<think>
@@ -99,7 +100,7 @@ api_dict=$build/fuzz-seeds/server_api.dict
 printf '%s\n' '"\"messages\""' '"\"role\""' '"\"content\""' '"\"assistant\""' '"\"tool_calls\""' '"\"function\""' \
   '"\"arguments\""' '"\"tools\""' '"\"prompt\""' '"\"temperature\""' '"\"stop\""' '"\"logprobs\""' '"<think>"' \
   '"</think>"' '"<tool_call>"' '"</tool_call>"' '"\"name\""' '"\"layers\""' '"\"hot\""' '"\"layer\""' \
-  '"\"fingerprint\""' '"\"prefill\""' '"\"decode\""' >"$api_dict"
+  '"\"fingerprint\""' '"\"prefill\""' '"\"decode\""' '"\"speculative\""' '"\"mode\""' '"\"tree\""' >"$api_dict"
 if ! "$build/fuzz/fuzz_server_api" -max_total_time="$per_target" -max_len=4096 -malloc_limit_mb=256 -rss_limit_mb=2048 \
   -timeout=10 -dict="$api_dict" -artifact_prefix="$artifacts/" -print_final_stats=1 "$api_corpus" "$api_seeds"; then
   echo "fuzz.sh: fuzz_server_api found a problem; reproduce with: $build/fuzz/fuzz_server_api $artifacts/<crash file>" >&2

@@ -2,6 +2,7 @@
 
 #include <chrono>
 #include <cstdlib>
+#include <string_view>
 
 #include "backend/devices.h"
 #include "core/log.h"
@@ -311,6 +312,13 @@ Result<KvCache> Model::new_kv_cache(int64_t capacity) {
 }
 
 bool Model::tree_verify() const {
+  // MOESERVE_SPEC_TREES=0: no draft trees (chains only; a hybrid model rolls
+  // back by snapshot and replay), to compare the two.
+  static const bool allowed = [] {
+    const char* v = std::getenv("MOESERVE_SPEC_TREES");
+    return v == nullptr || std::string_view(v) != "0";
+  }();
+  if (!allowed) return false;
   const models::Placement& p = net_->placement();
   if (p.io == nullptr || !p.io->supports_tree_verify()) return false;
   for (const backend::Device* d : p.layers) {
