@@ -206,10 +206,11 @@ class BatchEngine {
   EngineStats totals_;                  // counters under mu_
   std::atomic<int64_t> active_{0}, kv_used_{0};
   std::vector<float> logits_;
-  std::vector<int32_t> greedy_;  // each logit row's arg-max
-  std::vector<float> masked_;    // constrained_sample's copy of one row
-  StepCostModel step_costs_;     // decode-only steps' time by rows (the draft policy's input)
-  bool tree_verify_ = false;     // the model's devices run draft trees (Model::tree_verify)
+  std::vector<int32_t> greedy_;       // each logit row's arg-max
+  std::vector<float> masked_;         // constrained_sample's copy of one row
+  StepCostModel step_costs_;          // decode-only steps' time by rows (the draft policy's input)
+  bool tree_verify_ = false;          // the model's devices run draft trees (Model::tree_verify)
+  AcceptancePrior acceptance_prior_;  // finished requests' draft acceptance (engine thread)
   Status status_;
   std::unique_ptr<models::Workspace> ws_;
   std::thread thread_;

@@ -128,6 +128,7 @@ class Generator {
   Model& model_;
   Sequence seq_;
   StepCostModel step_costs_;
+  AcceptancePrior acceptance_prior_;  // earlier generations' draft acceptance
   std::unique_ptr<models::Workspace> ws_;
   Status status_;
   models::ForwardProfile* profile_ = nullptr;

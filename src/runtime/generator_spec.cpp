@@ -45,7 +45,7 @@ Status Generator::decode_speculative(const GenerateOptions& options, Sampler& sa
   const SpecConfig& spec_config = options.spec;
   const int64_t max_nodes = std::max(spec_config.max_draft, spec_config.tree_nodes);
   SpecSequence spec;
-  DraftLengthPolicy policy{static_cast<int>(max_nodes)};
+  DraftLengthPolicy policy{static_cast<int>(max_nodes), acceptance_prior_.value()};
   std::vector<int32_t> history, greedy;
   DraftTree draft;
   int32_t next = first;
@@ -115,6 +115,7 @@ Status Generator::decode_speculative(const GenerateOptions& options, Sampler& sa
     if (n_draft > 0) policy.observe(std::max<int64_t>(draft.depth(), 1), int64_t(walk.path().size()));
     if (!more) break;
   }
+  acceptance_prior_.add(policy);
   return Status::ok();
 }
 

@@ -138,6 +138,7 @@ int64_t DraftLengthPolicy::choose(const StepCostModel& cost, int64_t base_rows, 
 
 void DraftLengthPolicy::observe(int64_t drafted, int64_t accepted) {
   if (drafted <= 0) return;
+  observed_ = true;
   if (probing_) probe_every_ = accepted > 0 ? kProbeEvery : std::min(2 * probe_every_, kProbeEveryMax);
   probing_ = false;
   // The per-token acceptance a of a chain that kept `accepted` of

@@ -148,17 +148,23 @@ class StepCostModel {
 // keep missing), so a prompt whose drafts start to hit gets them back.
 class DraftLengthPolicy {
  public:
-  explicit DraftLengthPolicy(int max_draft = 8) : max_draft_(max_draft) {}
+  // `prior`: the per-token acceptance to start from (what earlier requests
+  // measured; kPriorAcceptance without any).
+  static constexpr double kPriorAcceptance = 0.6;
+  explicit DraftLengthPolicy(int max_draft = 8, double prior = kPriorAcceptance)
+      : max_draft_(max_draft), acceptance_(prior) {}
   // base_rows: the step's rows without this draft; limit: what fits
   // (context, max_tokens left, the step's row budget).
   int64_t choose(const StepCostModel& cost, int64_t base_rows, int64_t limit);
   // After a verify of `drafted` tokens of which `accepted` were kept.
   void observe(int64_t drafted, int64_t accepted);
   double acceptance() const { return acceptance_; }
+  // Whether observe() has seen a verify (the estimate is a measurement).
+  bool measured() const { return observed_; }
 
  private:
   int max_draft_;
-  double acceptance_ = 0.6;  // prior: optimistic enough to try
+  double acceptance_ = kPriorAcceptance;
   int64_t idle_steps_ = 0;
   // Steps between probes while drafting is off: doubles after a probe
   // that kept nothing (up to kProbeEveryMax), back to kProbeEvery once
@@ -166,6 +172,21 @@ class DraftLengthPolicy {
   static constexpr int64_t kProbeEvery = 16, kProbeEveryMax = 256;
   int64_t probe_every_ = kProbeEvery;
   bool probing_ = false;
+  bool observed_ = false;
+};
+
+// The acceptance new requests start from: an average over the requests
+// that measured one, so a stream of prompts whose drafts miss stops paying
+// for an optimistic start on each (a probe still finds a prompt that hits).
+class AcceptancePrior {
+ public:
+  double value() const { return value_; }
+  void add(const DraftLengthPolicy& finished) {
+    if (finished.measured()) value_ += 0.25 * (finished.acceptance() - value_);
+  }
+
+ private:
+  double value_ = DraftLengthPolicy::kPriorAcceptance;
 };
 
 // Walks a verified draft tree: from the root (the pending token's row),

@@ -131,6 +131,25 @@ TEST(DraftLengthPolicy, DraftsWhenCheapAndStopsWhenDraftsMiss) {
   EXPECT_EQ(q.choose(flat, 1, 0), 0) << "no room: no draft";
 }
 
+TEST(AcceptancePrior, FollowsFinishedRequestsThatMeasured) {
+  AcceptancePrior prior;
+  EXPECT_EQ(prior.value(), DraftLengthPolicy::kPriorAcceptance);
+  DraftLengthPolicy unmeasured(8, prior.value());
+  prior.add(unmeasured);  // drafted nothing: tells nothing
+  EXPECT_EQ(prior.value(), DraftLengthPolicy::kPriorAcceptance);
+  for (int r = 0; r < 8; ++r) {
+    DraftLengthPolicy missing(8, prior.value());
+    for (int i = 0; i < 4; ++i) missing.observe(8, 0);
+    prior.add(missing);
+  }
+  EXPECT_LT(prior.value(), 0.1);
+  // A request starting from that prior drafts nothing on a machine where rows cost.
+  StepCostModel steep;
+  for (int rows = 1; rows <= 9; ++rows) steep.record(rows, 0.001 * (1.0 + 0.5 * rows));
+  DraftLengthPolicy next(8, prior.value());
+  EXPECT_EQ(next.choose(steep, 1, 8), 0);
+}
+
 TEST(SpecConfig, ValidationNamesTheKnob) {
   SpecConfig c;
   c.mode = SpecMode::kNgram;
