@@ -8,12 +8,15 @@ void add_spec_flags(CLI::App* cmd, SpecCliOptions* o) {
   cmd->add_option(
          "--spec", o->mode,
          "Speculative decoding: none; ngram (drafts copied from the prompt and the text so far: code "
-         "edits, quoting); dflash (a draft model, --draft); auto (chosen per request from measured "
-         "acceptance and cost). Output is the same as without; drafting stops by itself when it "
+         "edits, quoting); auto (today n-gram drafts too); dflash (a draft model, --draft; not "
+         "implemented yet). Output is the same as without; drafting stops by itself when it "
          "would be slower")
       ->capture_default_str();
-  cmd->add_option("--spec-max", o->max_draft, "Tokens drafted per step at most")->capture_default_str();
-  cmd->add_option("--spec-tree", o->tree_nodes, "DDTree node budget (0: a chain)")->capture_default_str();
+  cmd->add_option("--spec-max", o->max_draft, "Tokens drafted per step at most, along one path (1..63)")
+      ->capture_default_str();
+  cmd->add_option("--spec-tree", o->tree_nodes,
+                  "Draft-tree node budget (0: a chain; 1..63: several continuations verified at once)")
+      ->capture_default_str();
   cmd->add_option("--spec-ngram-min", o->ngram_min, "n-gram drafts: the shortest suffix that may match")
       ->capture_default_str();
   cmd->add_option("--spec-ngram-max", o->ngram_max, "n-gram drafts: the longest suffix, tried first")
