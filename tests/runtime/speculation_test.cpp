@@ -18,6 +18,17 @@
 namespace moeserve::runtime {
 namespace {
 
+// Sampling over every token (no top-k, top-p or min-p) at a temperature.
+SamplerOptions unfiltered(float temperature, uint64_t seed) {
+  SamplerOptions so;
+  so.temperature = temperature;
+  so.top_k = 0;
+  so.top_p = 1.0f;
+  so.min_p = 0.0f;
+  so.seed = seed;
+  return so;
+}
+
 // Draws with a fixed draft token must follow the sampler's distribution:
 // P(x) = p(d)[x = d] + (1 - p(d)) p(x) / (1 - p(d)) for x != d.
 void expect_distribution_kept(const SamplerOptions& so, int32_t draft) {
@@ -62,12 +73,7 @@ void expect_distribution_kept(const SamplerOptions& so, int32_t draft) {
 }
 
 TEST(SampleAgainstDraft, KeepsTheDistribution) {
-  SamplerOptions so;
-  so.temperature = 0.9f;
-  so.top_k = 0;
-  so.top_p = 1.0f;
-  so.min_p = 0.0f;
-  so.seed = 7;
+  SamplerOptions so = unfiltered(0.9f, 7);
   expect_distribution_kept(so, 0);  // a likely draft
   expect_distribution_kept(so, 5);  // an unlikely one
   so.repeat_penalty = 1.3f;         // penalties and filters change the distribution: still kept
@@ -283,12 +289,7 @@ TEST(DraftTree, ChainsTreesAndTheWalk) {
 }
 
 TEST(SampleAgainstDrafts, SeveralCandidatesKeepTheDistribution) {
-  SamplerOptions so;
-  so.temperature = 1.0f;
-  so.top_k = 0;
-  so.top_p = 1.0f;
-  so.min_p = 0.0f;
-  so.seed = 3;
+  const SamplerOptions so = unfiltered(1.0f, 3);
   const std::vector<float> logits = {1.0f, 2.0f, 0.5f, 1.5f, -1.0f};
   Sampler reference(so), s(so);
   const std::vector<TokenProb> dist = reference.distribution(logits, {});

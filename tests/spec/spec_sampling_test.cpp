@@ -72,6 +72,18 @@ TEST(SpecSampling, EngineKeepsTheDistribution) {
   const int kDraws = 500;
   std::map<int64_t, int> second[2], pair[2];
   int64_t drafted = 0, accepted = 0;
+  // Waits for a batch of requests and counts what they sampled.
+  auto collect = [&](std::vector<std::unique_ptr<testing::Collector>>& cs, int spec) {
+    for (auto& c : cs) c->wait();
+    for (auto& c : cs) {
+      ASSERT_EQ(c->tokens.size(), 4u);
+      ++second[spec][c->tokens[1]];
+      ++pair[spec][int64_t(c->tokens[1]) * 1000003 + c->tokens[2]];
+      drafted += c->stats.spec.drafted;
+      accepted += c->stats.spec.accepted;
+    }
+    cs.clear();
+  };
   for (int spec = 0; spec < 2; ++spec) {
     std::vector<std::unique_ptr<testing::Collector>> cs;
     for (int i = 0; i < kDraws; ++i) {
@@ -89,26 +101,9 @@ TEST(SpecSampling, EngineKeepsTheDistribution) {
       cs.push_back(std::make_unique<testing::Collector>());
       cs.back()->attach(r);
       ASSERT_TRUE(engine.submit(std::move(r)).is_ok());
-      if (cs.size() >= 32) {  // stay within the queue
-        for (auto& c : cs) c->wait();
-        for (auto& c : cs) {
-          ASSERT_EQ(c->tokens.size(), 4u);
-          ++second[spec][c->tokens[1]];
-          ++pair[spec][int64_t(c->tokens[1]) * 1000003 + c->tokens[2]];
-          drafted += c->stats.spec.drafted;
-          accepted += c->stats.spec.accepted;
-        }
-        cs.clear();
-      }
+      if (cs.size() >= 32) collect(cs, spec);  // stay within the queue
     }
-    for (auto& c : cs) c->wait();
-    for (auto& c : cs) {
-      ASSERT_EQ(c->tokens.size(), 4u);
-      ++second[spec][c->tokens[1]];
-      ++pair[spec][int64_t(c->tokens[1]) * 1000003 + c->tokens[2]];
-      drafted += c->stats.spec.drafted;
-      accepted += c->stats.spec.accepted;
-    }
+    collect(cs, spec);
   }
   EXPECT_GT(drafted, kDraws) << "drafts were verified in most requests";
   EXPECT_GT(accepted, 0);
