@@ -182,14 +182,23 @@ Status KvCache::accept_tree(std::span<const int32_t> path) {
   for (size_t l = 0; l < layers_.size(); ++l) {
     if (layers_[l].kv) {
       backend::Device* d = k_[l].device();
-      // Rows only move down (path[i] >= i), in order: no source is overwritten before it is read.
-      for (int64_t i = 1; i < n; ++i) {
-        const int64_t from = used_ + path[size_t(i)], to = used_ + i;
-        if (from == to) continue;
-        MOESERVE_RETURN_IF_ERROR(d->copy_within(k_[l].as<uint8_t>() + to * row_bytes,
-                                                k_[l].as<uint8_t>() + from * row_bytes, row_bytes));
-        MOESERVE_RETURN_IF_ERROR(d->copy_within(v_[l].as<uint8_t>() + to * row_bytes,
-                                                v_[l].as<uint8_t>() + from * row_bytes, row_bytes));
+      // Rows only move down (path[i] >= i), in order: no source is overwritten
+      // before it is read. A branch's rows are consecutive, so runs of them
+      // move in one copy each (a device copy is a call, on a GPU a sync),
+      // cut short where source and destination would overlap.
+      for (int64_t i = 1; i < n;) {
+        const int64_t shift = path[size_t(i)] - i;
+        int64_t run = 1;
+        while (i + run < n && path[size_t(i + run)] - (i + run) == shift && run < shift) ++run;
+        if (shift > 0) {
+          const size_t at = size_t(used_ + i) * row_bytes, from = size_t(used_ + i + shift) * row_bytes;
+          const size_t bytes = size_t(run) * row_bytes;
+          MOESERVE_RETURN_IF_ERROR(
+              d->copy_within(k_[l].as<uint8_t>() + at, k_[l].as<uint8_t>() + from, bytes));
+          MOESERVE_RETURN_IF_ERROR(
+              d->copy_within(v_[l].as<uint8_t>() + at, v_[l].as<uint8_t>() + from, bytes));
+        }
+        i += shift > 0 ? run : 1;
       }
     }
     if (layers_[l].state_floats > 0) {

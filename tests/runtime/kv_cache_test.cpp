@@ -1,5 +1,4 @@
 #include <gtest/gtest.h>
-
 #include <unistd.h>
 
 #include <cstdio>
@@ -30,6 +29,42 @@ size_t resident_bytes() {
 
 // A cache is not zero-filled up front: an idle 128 MiB cache costs (almost)
 // no resident memory, and rows become resident as they are written.
+// A draft tree's accepted path moves into consecutive rows, runs of
+// consecutive rows and single ones alike, each row's K and V whole.
+TEST(KvCache, AcceptTreeMovesThePathIntoPlace) {
+  const int64_t kv_dim = 4, used = 3;
+  KvCache kv(2, kv_dim, 32);
+  kv.set_used(used);
+  const models::KvView v = kv.view();
+  for (int64_t l = 0; l < 2; ++l) {
+    for (int64_t r = 0; r < 32; ++r) {
+      for (int64_t c = 0; c < kv_dim; ++c) {
+        v.layers[size_t(l)].k[r * kv_dim + c] = uint16_t(1000 * l + 10 * r + c);
+        v.layers[size_t(l)].v[r * kv_dim + c] = uint16_t(5000 + 1000 * l + 10 * r + c);
+      }
+    }
+  }
+  // Tree rows (relative to `used`): the root, a jump, a run of three, a run of two past another jump.
+  const std::vector<int32_t> path = {0, 2, 5, 6, 7, 11, 12};
+  ASSERT_TRUE(kv.accept_tree(path).is_ok());
+  EXPECT_EQ(kv.used(), used + int64_t(path.size()));
+  for (int64_t l = 0; l < 2; ++l) {
+    for (size_t i = 0; i < path.size(); ++i) {
+      const int64_t src = used + path[i], dst = used + int64_t(i);
+      for (int64_t c = 0; c < kv_dim; ++c) {
+        EXPECT_EQ(v.layers[size_t(l)].k[dst * kv_dim + c], uint16_t(1000 * l + 10 * src + c))
+            << l << " " << i;
+        EXPECT_EQ(v.layers[size_t(l)].v[dst * kv_dim + c], uint16_t(5000 + 1000 * l + 10 * src + c));
+      }
+    }
+    for (int64_t c = 0; c < kv_dim; ++c) {  // the rows before the tree stay
+      EXPECT_EQ(v.layers[size_t(l)].k[(used - 1) * kv_dim + c], uint16_t(1000 * l + 10 * (used - 1) + c));
+    }
+  }
+  const int32_t bad[] = {1, 2};  // a path must start at the root
+  EXPECT_FALSE(kv.accept_tree(bad).is_ok());
+}
+
 TEST(KvCache, IdleCacheIsNotResident) {
   const size_t before = resident_bytes();
   if (before == 0) GTEST_SKIP() << "no /proc/self/statm";
