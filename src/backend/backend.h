@@ -243,6 +243,10 @@ struct AttentionOpArgs {
   int layer = 0;
   // > 0: sliding window, a query at position p sees keys j with p - j < window.
   int64_t window = 0;
+  // Not causal: every row sees every key of its slice (cache rows below
+  // pos0 + n_tokens), as a block-diffusion draft's block does (its rows
+  // are predicted together). Slices without draft trees only.
+  bool whole_slice = false;
 };
 
 enum class RouterGating { kSoftmax, kSigmoid };
@@ -352,6 +356,9 @@ class Ops {
   // Copies between this device's memory and the host, ordered with the ops.
   virtual Status download(void* host, const void* src, size_t bytes) = 0;
   virtual Status upload(void* dst, const void* host, size_t bytes) = 0;
+  // Within this device's memory, ordered with the ops (a GPU records it in
+  // the forward's graph); the regions must not overlap.
+  virtual Status copy(void* dst, const void* src, size_t bytes) = 0;
   virtual Status finish() = 0;
   // The caller's buffers that ops were given may have moved (a workspace
   // grew): forget any work recorded with the old addresses (a GPU's

@@ -28,7 +28,8 @@ constexpr ArchName kArchitectures[] = {{"Qwen3MoeForCausalLM", "qwen3moe"},
                                        {"Qwen3_5ForCausalLM", "qwen35"},
                                        {"Qwen3_5MoeForConditionalGeneration", "qwen35moe"},
                                        {"Qwen3_5ForConditionalGeneration", "qwen35"},
-                                       {"LagunaForCausalLM", "laguna"}};
+                                       {"LagunaForCausalLM", "laguna"},
+                                       {"DFlashDraftModel", "dflash"}};
 
 Result<std::string> read_architecture(const ConfigReader& r, std::string_view name, std::string& hf_arch) {
   const json& root = r.root();
@@ -97,6 +98,10 @@ Result<HfModelConfig> parse_checked(const json& root, std::string_view name) {
   }
   if (c.arch == "laguna") {
     MOESERVE_RETURN_IF_ERROR(parse_laguna_config(root, name, c));
+    return c;
+  }
+  if (c.arch == "dflash") {
+    MOESERVE_RETURN_IF_ERROR(parse_dflash_config(root, name, c));
     return c;
   }
   MOESERVE_RETURN_IF_ERROR(read_common_hparams(r, c));
@@ -168,6 +173,10 @@ Result<HfModelConfig> load_hf_config(const std::string& dir) {
 }
 
 void write_hf_hparams(const HfModelConfig& c, GgufWriter& w) {
+  if (c.arch == "dflash") {
+    write_dflash_hparams(c, w);
+    return;
+  }
   if (c.hybrid) {
     write_qwen35_hparams(c, w);
     return;

@@ -20,6 +20,7 @@
 #include <string_view>
 #include <vector>
 
+#include "convert/hf_dflash.h"
 #include "convert/laguna_gguf.h"
 #include "core/status.h"
 #include "format/gguf_writer.h"
@@ -63,6 +64,9 @@ struct HfModelConfig {
   LagunaGgufParams laguna;
   std::vector<bool> gate_per_element;
   std::vector<int64_t> eos_token_ids;
+
+  // DFlash drafts only (hf_dflash.h).
+  DflashGgufParams dflash;
 
   // What the conversion leaves out on purpose (MTP layers, ...), one line each.
   std::vector<std::string> notes;

@@ -41,20 +41,25 @@ Result<ConvertSummary> convert_hf_model(const ConvertOptions& options) {
   MOESERVE_ASSIGN_OR_RETURN(job->model, SafetensorsModel::open_dir(options.hf_dir));
   std::vector<std::string> notes = config.notes;
   MOESERVE_ASSIGN_OR_RETURN(job->plan, plan_hf_tensors(config, job->model, &notes));
-  MOESERVE_ASSIGN_OR_RETURN(tok::VocabData vocab, load_hf_vocab(options.hf_dir, config));
+  // A DFlash draft has no tokenizer of its own: it uses its target's.
+  const bool draft = config.arch == "dflash";
+  tok::VocabData vocab;
+  if (!draft) {
+    MOESERVE_ASSIGN_OR_RETURN(vocab, load_hf_vocab(options.hf_dir, config));
+  }
 
   GgufWriter writer;
   write_hf_hparams(config, writer);
   writer.set_string(keys::kName, model_name(options.hf_dir));
   writer.set_u32(keys::kFileType, uint32_t(options.file_type));
   if (file_type_is_quantized(options.file_type)) writer.set_u32(keys::kQuantizationVersion, 2);
-  MOESERVE_RETURN_IF_ERROR(write_vocab_keys(vocab, config.vocab_size, writer));
+  if (!draft) MOESERVE_RETURN_IF_ERROR(write_vocab_keys(vocab, config.vocab_size, writer));
 
   ConvertSummary summary;
   summary.arch = config.arch;
   summary.notes = std::move(notes);
   for (const std::string& note : summary.notes) MOESERVE_LOG_INFO("convert: {}", note);
-  summary.n_tokens = size_t(config.vocab_size);
+  summary.n_tokens = draft ? 0 : size_t(config.vocab_size);
   for (const PlannedTensor& t : job->plan) {
     const DType type = choose_tensor_type(options.file_type, {t.name, t.ne, int(config.n_layer), int(config.n_expert),
                                                               config.tie_word_embeddings});

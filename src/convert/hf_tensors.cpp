@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "convert/hf_dflash.h"
 #include "convert/hf_internal.h"
 #include "convert/hf_laguna.h"
 #include "convert/hf_qwen35.h"
@@ -261,7 +262,8 @@ void PlannedTensor::read_rows(int64_t begin, int64_t end, float* out) const {
 Result<std::vector<PlannedTensor>> plan_hf_tensors(const HfModelConfig& config, const SafetensorsModel& model,
                                                    std::vector<std::string>* notes) {
   HfTensorPlanner planner(config, model);
-  MOESERVE_RETURN_IF_ERROR(config.arch == "laguna" ? plan_laguna_tensors(planner)
+  MOESERVE_RETURN_IF_ERROR(config.arch == "dflash"   ? plan_dflash_tensors(planner)
+                           : config.arch == "laguna" ? plan_laguna_tensors(planner)
                            : config.hybrid         ? plan_qwen35_tensors(planner)
                                                    : plan_qwen3(planner, config));
   if (notes != nullptr) notes->insert(notes->end(), planner.notes().begin(), planner.notes().end());

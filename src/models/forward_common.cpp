@@ -233,4 +233,26 @@ Status norm_rope_attend(backend::Ops& ops, ForwardProfile* profile, const CacheA
   return ops.attention(t);
 }
 
+Status check_capture(const ForwardBatch& b, int64_t n_layer) {
+  if (b.capture_layers.empty()) return Status::ok();
+  if (b.captured == nullptr) return make_error(StatusCode::kInvalidArgument, "capture: no destination");
+  for (size_t k = 0; k < b.capture_layers.size(); ++k) {
+    const int32_t l = b.capture_layers[k];
+    if (l < 0 || l >= n_layer || (k > 0 && l <= b.capture_layers[k - 1])) {
+      return make_error(StatusCode::kInvalidArgument,
+                        "capture: layer {} (capture layers must be ascending ids below {})", l, n_layer);
+    }
+  }
+  return Status::ok();
+}
+
+Status ensure_capture_buffer(backend::Device& device, backend::Ops& ops, backend::DeviceMemory& mem,
+                             size_t bytes) {
+  if (mem.bytes() >= bytes) return Status::ok();
+  mem.reset();
+  MOESERVE_ASSIGN_OR_RETURN(mem, device.allocate(bytes, "workspace (captured hidden rows)"));
+  ops.buffers_moved();
+  return Status::ok();
+}
+
 }  // namespace moeserve::models

@@ -69,6 +69,14 @@ backend::BatchLayout batch_layout(const ForwardBatch& b, const BatchRows& rows,
 Status move_rows(backend::Ops& from, const float* src, backend::Ops& to, float* dst, int64_t T, int64_t width,
                  std::vector<float>& staging);
 
+// kInvalidArgument unless the capture layers are ascending layer ids with
+// a destination.
+Status check_capture(const ForwardBatch& b, int64_t n_layer);
+// `mem` holds at least `bytes` (grown on `device`; the ops forget their
+// recorded work when it moves).
+Status ensure_capture_buffer(backend::Device& device, backend::Ops& ops, backend::DeviceMemory& mem,
+                             size_t bytes);
+
 // The output head on `device`: final norm of the logit rows, the output
 // matrix, greedy ids and the logits' download as the batch asks.
 struct OutputHeadArgs {
@@ -96,6 +104,9 @@ class DeviceWorkspace final : public Workspace {
   std::vector<Buffers> devices;
   BatchRows rows;              // the batch as the host sees it
   std::vector<float> staging;  // hidden rows crossing devices
+  // Per device (as `devices`): captured hidden rows (ForwardBatch::capture_layers)
+  // until the forward's end, [layers][rows][n_embd].
+  std::vector<backend::DeviceMemory> captures;
 
   Buffers* find(const backend::Device* d) {
     for (Buffers& b : devices) {
@@ -187,9 +198,15 @@ Status walk_layers(const ForwardBatch& b, DeviceWorkspace<Buffers>& ws, const Wa
   const int64_t T = int64_t(b.tokens.size());
   if (T == 0) return Status::ok();
   MOESERVE_RETURN_IF_ERROR(check_batch(b, s.limits, ws.rows));
+  MOESERVE_RETURN_IF_ERROR(check_capture(b, s.limits.n_layer));
   const backend::BatchLayout layout = batch_layout(b, ws.rows, s.ropes, s.profile != nullptr);
-  for (Buffers& d : ws.devices) {
+  ws.captures.resize(ws.devices.size());
+  const size_t capture_bytes = b.capture_layers.size() * size_t(T * s.n_embd) * sizeof(float);
+  for (size_t i = 0; i < ws.devices.size(); ++i) {
+    Buffers& d = ws.devices[i];
     MOESERVE_RETURN_IF_ERROR(ensure(d, T));
+    // Before begin_batch: a GPU's captured graphs must not see it move.
+    MOESERVE_RETURN_IF_ERROR(ensure_capture_buffer(*d.device, *d.ops, ws.captures[i], capture_bytes));
     MOESERVE_RETURN_IF_ERROR(d.ops->begin_batch(layout));
   }
   Buffers& io = *ws.find(s.placement->io);
@@ -205,15 +222,24 @@ Status walk_layers(const ForwardBatch& b, DeviceWorkspace<Buffers>& ws, const Wa
     current = &to;
     return Status::ok();
   };
+  auto capture_index = [&](int il) -> int64_t {
+    const auto it = std::find(b.capture_layers.begin(), b.capture_layers.end(), il);
+    return it == b.capture_layers.end() ? -1 : int64_t(it - b.capture_layers.begin());
+  };
+  const size_t layer_bytes = size_t(T * s.n_embd) * sizeof(float);
   for (int il = 0; il < int(s.limits.n_layer); ++il) {
     Buffers& d = *ws.find(s.placement->layer(il));
     const bool moved = current != &d;
     MOESERVE_RETURN_IF_ERROR(move_to(d));
     MOESERVE_RETURN_IF_ERROR(layer(d, il, T, moved));
+    if (const int64_t k = capture_index(il); k >= 0) {
+      uint8_t* at = ws.captures[size_t(&d - ws.devices.data())].template as<uint8_t>() + size_t(k) * layer_bytes;
+      MOESERVE_RETURN_IF_ERROR(d.ops->copy(at, d.x.template as<float>(), layer_bytes));
+    }
   }
   MOESERVE_RETURN_IF_ERROR(move_to(io));
   ScopedTimer timer(s.profile, &ForwardProfile::lm_head, *io.ops);
-  return output_head({.device = io.device,
+  MOESERVE_RETURN_IF_ERROR(output_head({.device = io.device,
                       .ops = io.ops.get(),
                       .x = io.x.template as<float>(),
                       .final_rows = &io.final_rows,
@@ -223,7 +249,14 @@ Status walk_layers(const ForwardBatch& b, DeviceWorkspace<Buffers>& ws, const Wa
                       .n_embd = s.n_embd,
                       .n_vocab = s.limits.n_vocab,
                       .eps = s.eps},
-                     b);
+                     b));
+  // The captured rows to the host, after the output head (the forward's graph has ended there).
+  for (size_t k = 0; k < b.capture_layers.size(); ++k) {
+    Buffers& d = *ws.find(s.placement->layer(b.capture_layers[k]));
+    const uint8_t* at = ws.captures[size_t(&d - ws.devices.data())].template as<uint8_t>() + k * layer_bytes;
+    MOESERVE_RETURN_IF_ERROR(d.ops->download(b.captured + k * size_t(T * s.n_embd), at, layer_bytes));
+  }
+  return Status::ok();
 }
 
 // Weights grouped by the device that gets them; place() hands each device

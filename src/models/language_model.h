@@ -41,6 +41,12 @@ struct ForwardBatch {
   // Rows [0, decode_rows) are sequences' next tokens (decode), the rest
   // prompt chunks; only routing statistics read it.
   int64_t decode_rows = 0;
+  // Optional: every row's hidden state after these layers (ascending ids;
+  // the residual stream a layer hands the next, before any final norm), for
+  // a draft model that reads the target's features (DFlash). `captured` is
+  // host memory [capture_layers.size()][rows][n_embd].
+  std::span<const int32_t> capture_layers;
+  float* captured = nullptr;
 };
 
 // Wall time per part of the forward pass (nanoseconds), for profiling. On
@@ -114,11 +120,20 @@ class Workspace {
   virtual ~Workspace() = default;
 };
 
+// The token embedding and the output head as placed on `device` (a draft
+// model that shares them computes there: DFlash).
+struct TokenIo {
+  const WeightView* embedding = nullptr;  // [n_vocab][n_embd] rows
+  const WeightView* output = nullptr;     // [n_vocab][n_embd] matrix (may be the embedding)
+  backend::Device* device = nullptr;
+};
+
 class LanguageModel {
  public:
   virtual ~LanguageModel() = default;
   virtual const ModelInfo& info() const = 0;
   virtual const Placement& placement() const = 0;
+  virtual TokenIo token_io() const = 0;
   virtual Result<std::unique_ptr<Workspace>> create_workspace(int64_t max_tokens) = 0;
   // Runs the chunk, appends its K/V to the caches at their positions, writes
   // logits. Errors (bad token id, cache too small) leave the cache rows

@@ -254,6 +254,7 @@ bool BatchEngine::step() {
   std::vector<DecodePlan> plans;               // the decoding slots, their rows first
   std::vector<Slot*> row_owner;                // per prompt-completion logit row, after the plans' rows
   std::vector<std::pair<Slot*, int64_t>> fed;  // prompt chunks: slot, tokens appended
+  std::vector<int64_t> fed_row0;               // ... and each chunk's first row
   int64_t n_decode = 0, n_prefill = 0;
   // Each decoding slot's row (plus the tokens a recurrent rollback replays);
   // the drafts share what is left of the step's verify rows.
@@ -297,6 +298,7 @@ bool BatchEngine::step() {
       row_owner.push_back(s);
     }
     fed.push_back({s, n});
+    fed_row0.push_back(int64_t(tokens.size()) - n);
     budget -= n;
     n_prefill += n;
   }
@@ -316,6 +318,8 @@ bool BatchEngine::step() {
   b.logits = want_logits ? logits_.data() : nullptr;
   b.greedy = greedy_.data();
   b.decode_rows = n_decode;  // the decoding slots' rows come first
+  b.capture_layers = step_feature_layers();
+  b.captured = captured_.prepare(b.capture_layers, int64_t(tokens.size()), model_.info().n_embd);
   const double t0 = now_seconds();
   const Status st = model_.net().forward(b, *ws_);
   const double dt = now_seconds() - t0;
@@ -342,7 +346,12 @@ bool BatchEngine::step() {
     totals_.prefill_seconds += dt * double(n_prefill) / total;
   }
   maybe_promote(n_decode + n_prefill);
-  for (auto& [s, n] : fed) {
+  std::vector<int32_t> picks;
+  for (size_t i = 0; i < fed.size(); ++i) {
+    auto& [s, n] = fed[i];
+    picks.resize(size_t(n));
+    for (int64_t j = 0; j < n; ++j) picks[size_t(j)] = int32_t(j);
+    hand_features(*s, s->seq.position(), fed_row0[i], picks);
     s->seq.append(std::span<const int32_t>(s->req.prompt).subspan(size_t(s->prompt_done), size_t(n)));
     s->prompt_done += n;
     if (snapshot_prompts() && s->prompt_done == int64_t(s->req.prompt.size()) - 1) {

@@ -180,7 +180,12 @@ class BatchEngine {
     Slot* slot = nullptr;
     size_t first_logit = 0;  // index of its first logit row in the step's logit rows
     int64_t n_draft = 0;
+    int64_t row0 = 0;  // its first row in the step
   };
+  // The layers a step captures for drafters that read the target's hidden
+  // rows (empty: none), and handing a slot's kept rows to its drafter.
+  std::span<const int32_t> step_feature_layers() const;
+  void hand_features(Slot& s, int64_t pos0, int64_t row0, std::span<const int32_t> picks);
   Status plan_decode_rows(Slot& slot, int64_t base_rows, int64_t draft_budget, std::vector<int32_t>& tokens,
                           std::vector<models::SequenceSlice>& slices, std::vector<int64_t>& logit_rows,
                           std::vector<DecodePlan>& plans);
@@ -207,6 +212,8 @@ class BatchEngine {
   std::atomic<int64_t> active_{0}, kv_used_{0};
   std::vector<float> logits_;
   std::vector<int32_t> greedy_;       // each logit row's arg-max
+  CapturedRows captured_;             // the step's captured hidden rows (drafters' features)
+  std::vector<float> feature_rows_;   // scratch
   std::vector<float> masked_;         // constrained_sample's copy of one row
   StepCostModel step_costs_;          // decode-only steps' time by rows (the draft policy's input)
   bool tree_verify_ = false;          // the model's devices run draft trees (Model::tree_verify)

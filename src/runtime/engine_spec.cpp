@@ -53,7 +53,7 @@ Status BatchEngine::plan_decode_rows(Slot& s, int64_t base_rows, int64_t draft_b
   const int64_t n_draft = s.spec.draft().size();
   const int64_t row0 = int64_t(tokens.size());
   slices.push_back({row0, int64_t(rows.size()), s.seq.position(), s.seq.kv().view(), s.spec.tree_parents()});
-  DecodePlan plan{&s, logit_rows.size(), n_draft};
+  DecodePlan plan{&s, logit_rows.size(), n_draft, row0};
   for (int64_t j = 0; j <= n_draft; ++j) logit_rows.push_back(row0 + int64_t(rows.size()) - 1 - n_draft + j);
   tokens.insert(tokens.end(), rows.begin(), rows.end());
   plans.push_back(plan);
@@ -81,6 +81,7 @@ int64_t BatchEngine::finish_decode_rows(const DecodePlan& p, const float* logits
       finish(s, kept);
       return 0;
     }
+    hand_features(s, s.spec.committed_pos0(), p.row0, s.spec.committed_rows());
     handle_logits(s, logits == nullptr ? nullptr : row(0).data(), greedy[p.first_logit]);
     return 1;
   }
@@ -115,6 +116,7 @@ int64_t BatchEngine::finish_decode_rows(const DecodePlan& p, const float* logits
     finish(s, kept);
     return 0;
   }
+  hand_features(s, s.spec.committed_pos0(), p.row0, s.spec.committed_rows());
   s.draft_policy.observe(std::max<int64_t>(depth, 1), int64_t(walk.path().size()));
   int64_t emitted = 0;
   for (size_t i = 0; i < out.size() && s.busy; ++i) {
@@ -122,6 +124,24 @@ int64_t BatchEngine::finish_decode_rows(const DecodePlan& p, const float* logits
     ++emitted;
   }
   return emitted;
+}
+
+// Drafters of one engine come from one factory: those that read features
+// read the same layers.
+std::span<const int32_t> BatchEngine::step_feature_layers() const {
+  for (const auto& s : slots_) {
+    if (s->busy && s->drafter != nullptr && !s->drafter->feature_layers().empty())
+      return s->drafter->feature_layers();
+  }
+  return {};
+}
+
+void BatchEngine::hand_features(Slot& s, int64_t pos0, int64_t row0, std::span<const int32_t> picks) {
+  if (s.drafter == nullptr || picks.empty() || captured_.empty()) return;
+  const std::span<const int32_t> wanted = s.drafter->feature_layers();
+  if (!std::equal(wanted.begin(), wanted.end(), captured_.layers.begin(), captured_.layers.end())) return;
+  captured_.gather(row0, picks, feature_rows_);
+  s.drafter->observe_features(pos0, feature_rows_, int64_t(picks.size()));
 }
 
 }  // namespace moeserve::runtime

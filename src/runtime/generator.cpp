@@ -115,10 +115,29 @@ Status Generator::run_chunks(std::span<const int32_t> tokens, int64_t n_batch, f
       b.logits = last_logits;
       b.greedy = greedy;
     }
+    prepare_capture(b, int64_t(chunk.size()));
     MOESERVE_RETURN_IF_ERROR(model_.net().forward(b, *ws_, profile_));
+    if (feature_drafter_ != nullptr) {
+      std::vector<int32_t> all(chunk.size());
+      for (size_t i = 0; i < all.size(); ++i) all[i] = int32_t(i);
+      hand_features(seq_.position(), 0, all);
+    }
     seq_.append(chunk);
   }
   return Status::ok();
+}
+
+float* Generator::prepare_capture(models::ForwardBatch& b, int64_t rows) {
+  if (feature_drafter_ == nullptr) return nullptr;
+  b.capture_layers = feature_drafter_->feature_layers();
+  b.captured = captured_.prepare(b.capture_layers, rows, model_.info().n_embd);
+  return b.captured;
+}
+
+void Generator::hand_features(int64_t pos0, int64_t row0, std::span<const int32_t> picks) {
+  if (feature_drafter_ == nullptr || picks.empty() || captured_.empty()) return;
+  captured_.gather(row0, picks, feature_rows_);
+  feature_drafter_->observe_features(pos0, feature_rows_, int64_t(picks.size()));
 }
 
 Status Generator::decode(int32_t token, std::span<float> logits) {
@@ -150,6 +169,15 @@ Result<GenerateResult> Generator::generate(std::span<const int32_t> prompt, cons
   }
   GenerateResult r;
   r.prompt_tokens = int64_t(prompt.size());
+  // The drafter's features come from this generation's forwards only.
+  struct FeatureScope {
+    Drafter*& slot;
+    ~FeatureScope() { slot = nullptr; }
+  } feature_scope{feature_drafter_};
+  const bool wants_features =
+      options.drafter != nullptr && options.spec.enabled() && !options.drafter->feature_layers().empty();
+  feature_drafter_ = wants_features ? options.drafter : nullptr;
+  if (options.drafter != nullptr) options.drafter->reset();
   Sampler sampler(options.sampling);
   // Plain greedy decoding takes the arg-max where the logits are computed:
   // one id a step crosses to the host instead of the vocabulary's logits.

@@ -133,6 +133,15 @@ class Generator {
   Status status_;
   models::ForwardProfile* profile_ = nullptr;
   std::span<int64_t> expert_counts_;
+  // During generate(), a drafter that reads the target's hidden rows: each
+  // forward captures its layers, and the rows the cache keeps go to it.
+  Drafter* feature_drafter_ = nullptr;
+  CapturedRows captured_;
+  std::vector<float> feature_rows_;
+  // Sets up the capture for a forward of `rows` rows (null: none wanted).
+  float* prepare_capture(models::ForwardBatch& b, int64_t rows);
+  // Hands the drafter rows row0 + picks[i] of the last forward, at positions pos0...
+  void hand_features(int64_t pos0, int64_t row0, std::span<const int32_t> picks);
 };
 
 }  // namespace moeserve::runtime

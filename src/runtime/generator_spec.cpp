@@ -34,6 +34,7 @@ Status Generator::verify(std::span<const int32_t> rows, int64_t first_logit_row,
   b.logit_rows = logit_rows;
   b.logits = logits;
   b.greedy = greedy;
+  prepare_capture(b, n);
   return model_.net().forward(b, *ws_, profile_);
 }
 
@@ -112,6 +113,7 @@ Status Generator::decode_speculative(const GenerateOptions& options, Sampler& sa
       if (!(more = sink.push(next))) break;
     }
     MOESERVE_RETURN_IF_ERROR(spec.commit(seq_, walk.path(), &r.spec));
+    hand_features(spec.committed_pos0(), 0, spec.committed_rows());
     if (n_draft > 0) policy.observe(std::max<int64_t>(draft.depth(), 1), int64_t(walk.path().size()));
     if (!more) break;
   }

@@ -45,10 +45,6 @@ Status validate_spec_config(const SpecConfig& c, std::string_view prefix) {
                       "{} and {} must satisfy 1 <= min <= max <= {}, got {} and {}", name("ngram-min"),
                       name("ngram-max"), kSpecNgramLimit, c.ngram_min, c.ngram_max);
   }
-  if (c.mode == SpecMode::kDflash) {
-    return make_error(StatusCode::kUnsupported,
-                      "speculative mode dflash (a draft model) is not implemented yet; use ngram or auto");
-  }
   return Status::ok();
 }
 
@@ -260,10 +256,13 @@ Status SpecSequence::commit(Sequence& seq, std::span<const int32_t> path, SpecCo
   std::vector<int32_t> tokens;
   for (int32_t r : kept_rows_) tokens.push_back(rows_[size_t(r)]);
   Status st = Status::ok();
+  committed_pos0_ = seq.position();
+  committed_ = kept_rows_;
   if (!tree_parents_.empty()) {
     st = seq.accept_tree(kept_rows_, tokens);
     replay_.clear();
   } else if (snapshot_ && accepted < draft_.size()) {
+    committed_.clear();
     // The state has seen the rejected rows: back to the snapshot, and the
     // kept rows go again in front of the next step.
     st = seq.restore(*snapshot_);
@@ -282,11 +281,33 @@ Status SpecSequence::commit(Sequence& seq, std::span<const int32_t> path, SpecCo
 }
 
 void SpecSequence::reset() {
+  committed_.clear();
   replay_.clear();
   draft_.clear();
   rows_.clear();
   tree_parents_.clear();
   snapshot_.reset();
+}
+
+float* CapturedRows::prepare(std::span<const int32_t> wanted, int64_t forward_rows, int64_t width) {
+  layers.assign(wanted.begin(), wanted.end());
+  rows = forward_rows;
+  n_embd = width;
+  if (layers.empty()) return nullptr;
+  data.resize(layers.size() * size_t(rows * n_embd));
+  return data.data();
+}
+
+void CapturedRows::gather(int64_t row0, std::span<const int32_t> picks, std::vector<float>& out) const {
+  const size_t L = layers.size(), H = size_t(n_embd);
+  out.resize(picks.size() * L * H);
+  for (size_t i = 0; i < picks.size(); ++i) {
+    const size_t row = size_t(row0 + picks[i]);
+    for (size_t l = 0; l < L; ++l) {
+      const float* src = data.data() + (l * size_t(rows) + row) * H;
+      std::copy(src, src + H, out.data() + (i * L + l) * H);
+    }
+  }
 }
 
 }  // namespace moeserve::runtime

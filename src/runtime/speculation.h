@@ -98,10 +98,38 @@ struct DraftBudget {
 
 // Proposes the tokens that will likely follow `context` (the sequence so
 // far, its next token included) within the budget; may return fewer, or none.
+//
+// A drafter that learns from the target's hidden states (DFlash) names the
+// target layers it reads; the caller then captures them in every forward
+// of the sequence (ForwardBatch::capture_layers) and hands over the rows
+// the sequence's cache kept, in position order, as they are committed.
 class Drafter {
  public:
   virtual ~Drafter() = default;
   virtual void draft(std::span<const int32_t> context, const DraftBudget& budget, DraftTree& out) = 0;
+  // A new sequence starts (what was learnt of the last one is dropped).
+  virtual void reset() {}
+  virtual std::span<const int32_t> feature_layers() const { return {}; }
+  // `n` committed rows from position `pos0` on: [n][feature_layers().size() * n_embd].
+  virtual void observe_features(int64_t pos0, std::span<const float> rows, int64_t n) {
+    (void)pos0, (void)rows, (void)n;
+  }
+  // What went wrong last, if anything (a draft model's device error): the
+  // caller logs it; drafting stops, decoding goes on.
+  virtual Status status() const { return Status::ok(); }
+};
+
+// A forward's captured hidden rows ([layers][rows][n_embd], the layout of
+// ForwardBatch::captured), and the rows a drafter is handed from them.
+struct CapturedRows {
+  std::vector<int32_t> layers;
+  std::vector<float> data;
+  int64_t rows = 0, n_embd = 0;
+  // Sizes `data` for a forward of `rows` rows (no layers: nothing captured).
+  float* prepare(std::span<const int32_t> wanted, int64_t forward_rows, int64_t width);
+  bool empty() const { return layers.empty(); }
+  // Rows row0 + picks[i] as [picks.size()][layers * n_embd].
+  void gather(int64_t row0, std::span<const int32_t> picks, std::vector<float>& out) const;
 };
 // Makes a request's drafter (null: this mode has none here).
 using DrafterFactory = std::function<std::unique_ptr<Drafter>(const SpecConfig&)>;
@@ -236,9 +264,14 @@ class SpecSequence {
   // those tokens to replay.
   Status commit(Sequence& seq, std::span<const int32_t> path, SpecCounters* counters);
   void reset();
+  // After commit: the step's rows that entered the cache, in position order
+  // from `committed_pos0()` (empty when the step went back to its snapshot).
+  std::span<const int32_t> committed_rows() const { return committed_; }
+  int64_t committed_pos0() const { return committed_pos0_; }
 
  private:
-  std::vector<int32_t> replay_, rows_, tree_parents_, kept_rows_;
+  std::vector<int32_t> replay_, rows_, tree_parents_, kept_rows_, committed_;
+  int64_t committed_pos0_ = 0;
   DraftTree draft_;
   std::optional<Sequence::Snapshot> snapshot_;
 };

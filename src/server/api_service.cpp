@@ -295,6 +295,13 @@ ApiReply ApiService::run(std::vector<int32_t> prompt, const api::GenerationParam
     const runtime::SpecConfig spec = params.speculative->over(engine_.options().spec);
     const Status valid = runtime::validate_spec_config(spec, "speculative");
     if (!valid.is_ok()) return error_reply(api::invalid_request(valid.message(), "speculative"));
+    const auto& make = engine_.options().make_drafter;
+    if (spec.mode == runtime::SpecMode::kDflash && (!make || make(spec) == nullptr)) {
+      return error_reply(api::invalid_request(
+          "speculative.mode dflash needs a draft model, and this server was started without one "
+          "(start it with --draft FILE, or ask for ngram or auto)",
+          "speculative"));
+    }
     er.spec = spec;
   }
   er.prompt = std::move(prompt);

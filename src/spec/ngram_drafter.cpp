@@ -52,13 +52,4 @@ void NgramDrafter::draft(std::span<const int32_t> context, const runtime::DraftB
   }
 }
 
-runtime::DrafterFactory drafter_factory() {
-  return [](const runtime::SpecConfig& c) -> std::unique_ptr<runtime::Drafter> {
-    if (c.mode == runtime::SpecMode::kNgram || c.mode == runtime::SpecMode::kAuto) {
-      return std::make_unique<NgramDrafter>(c.ngram_min, c.ngram_max);
-    }
-    return nullptr;
-  };
-}
-
 }  // namespace moeserve::spec

@@ -26,9 +26,4 @@ class NgramDrafter : public runtime::Drafter {
   int min_, max_;
 };
 
-// The drafters this build has, by mode: ngram (and auto, which is n-gram
-// lookup under the adaptive policy); null for none and for dflash, which
-// needs a draft model.
-runtime::DrafterFactory drafter_factory();
-
 }  // namespace moeserve::spec

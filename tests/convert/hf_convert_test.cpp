@@ -408,7 +408,7 @@ TEST_F(HfConvert, BadInputsGiveClearErrors) {
        "'LlamaForCausalLM' is not supported (supported: Qwen3MoeForCausalLM (qwen3moe), Qwen3ForCausalLM "
        "(qwen3), Qwen3_5MoeForCausalLM (qwen35moe), Qwen3_5ForCausalLM (qwen35), "
        "Qwen3_5MoeForConditionalGeneration (qwen35moe), Qwen3_5ForConditionalGeneration (qwen35), "
-       "LagunaForCausalLM (laguna))"},
+       "LagunaForCausalLM (laguna), DFlashDraftModel (dflash))"},
       {"bad config type", [](TinyHfModel& m, const fs::path&) { m.config()["hidden_size"] = "32"; },
        "'hidden_size' must be a positive integer"},
       {"missing key", [](TinyHfModel& m, const fs::path&) { m.config().erase("num_hidden_layers"); },

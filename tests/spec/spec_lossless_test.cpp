@@ -15,7 +15,7 @@
 #include "runtime/batch_engine.h"
 #include "runtime/engine_collector.h"
 #include "runtime/generator.h"
-#include "spec/ngram_drafter.h"
+#include "spec/drafter_factory.h"
 #include "test_device.h"
 
 namespace moeserve::spec {

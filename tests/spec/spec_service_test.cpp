@@ -6,7 +6,7 @@
 #include <gtest/gtest.h>
 
 #include "server/service_fixture.h"
-#include "spec/ngram_drafter.h"
+#include "spec/drafter_factory.h"
 
 namespace moeserve::server::service_test {
 namespace {

@@ -9,7 +9,7 @@
 #include <random>
 
 #include "runtime/generator.h"
-#include "spec/ngram_drafter.h"
+#include "spec/drafter_factory.h"
 
 namespace moeserve::tools {
 namespace {
@@ -132,7 +132,7 @@ Result<SpecBenchResult> bench_speculative(runtime::Model& model, const SpecBench
   if (!o.prompts_path.empty()) {
     MOESERVE_ASSIGN_OR_RETURN(sets, read_prompts(o.prompts_path));
   }
-  std::unique_ptr<runtime::Drafter> drafter = spec::drafter_factory()(o.spec);
+  std::unique_ptr<runtime::Drafter> drafter = o.make_drafter ? o.make_drafter(o.spec) : nullptr;
   if (drafter == nullptr) {
     return make_error(StatusCode::kUnsupported, "bench --spec {}: no drafter for this mode",
                       runtime::spec_mode_name(o.spec.mode));

@@ -25,6 +25,7 @@
 #include "tools/moeserve/commands.h"
 #include "tools/moeserve/expert_flags.h"
 #include "tools/moeserve/expert_worker_flags.h"
+#include "spec/drafter_factory.h"
 #include "tools/moeserve/spec_flags.h"
 
 namespace moeserve::tools {
@@ -150,6 +151,7 @@ Status run_bench(const BenchOptions& o) {
       std::unique_ptr<ipc::WorkerExpertBackend> worker,
       apply_expert_worker_flags(o.model_path, o.experts.placement_path, o.worker, &load));
   MOESERVE_ASSIGN_OR_RETURN(std::unique_ptr<runtime::Model> model, runtime::Model::load(o.model_path, load));
+  MOESERVE_ASSIGN_OR_RETURN(std::shared_ptr<spec::DflashModel> draft_model, load_draft_model(o.spec, model->net()));
   const models::ModelInfo& info = model->info();
   // The per-expert variant is only for comparing dispatch strategies.
   backend::PerExpertMatmulBackend per_expert(&model->pool());
@@ -277,6 +279,7 @@ Status run_bench(const BenchOptions& o) {
   }
   if (spec_config.enabled()) {
     SpecBenchOptions so{.spec = spec_config,
+                        .make_drafter = spec::drafter_factory(draft_model),
                         .n_gen = std::max<int64_t>(o.n_gen, 16),
                         .repetitions = std::max(1, o.repetitions),
                         .prompts_path = o.spec_prompts};

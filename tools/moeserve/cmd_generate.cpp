@@ -10,7 +10,7 @@
 #include "runtime/chat_prompt.h"
 #include "runtime/generator.h"
 #include "runtime/model.h"
-#include "spec/ngram_drafter.h"
+#include "spec/drafter_factory.h"
 #include "tools/moeserve/commands.h"
 #include "tools/moeserve/expert_flags.h"
 #include "tools/moeserve/expert_worker_flags.h"
@@ -75,7 +75,8 @@ Status run_generate(const GenerateCliOptions& o) {
   go.sampling = o.sampling;
   go.stop = o.stop;
   go.spec = spec_config;
-  std::unique_ptr<runtime::Drafter> drafter = spec::drafter_factory()(spec_config);
+  MOESERVE_ASSIGN_OR_RETURN(std::shared_ptr<spec::DflashModel> draft_model, load_draft_model(o.spec, model->net()));
+  std::unique_ptr<runtime::Drafter> drafter = spec::drafter_factory(draft_model)(spec_config);
   go.drafter = drafter.get();
   MOESERVE_ASSIGN_OR_RETURN(runtime::GenerateResult r, gen.generate(prompt, go, [](std::string_view piece) {
     std::fwrite(piece.data(), 1, piece.size(), stdout);

@@ -22,7 +22,7 @@
 #include "server/api_service.h"
 #include "server/http_server.h"
 #include "server/web_page.h"
-#include "spec/ngram_drafter.h"
+#include "spec/drafter_factory.h"
 #include "tools/moeserve/commands.h"
 #include "tools/moeserve/expert_flags.h"
 #include "tools/moeserve/expert_worker_flags.h"
@@ -154,7 +154,12 @@ Status run_serve(ServeCliOptions o) {
   eo.max_queue = o.queue;
   eo.prefix_cache_bytes = o.prefix_cache_mb << 20;
   eo.spec = spec_config;  // requests may choose their own ("speculative")
-  eo.make_drafter = spec::drafter_factory();
+  auto draft_model = load_draft_model(o.spec, (*model)->net());
+  if (!draft_model.is_ok()) {
+    stop_listener();
+    return draft_model.status();
+  }
+  eo.make_drafter = spec::drafter_factory(*draft_model);
   // A step's verify rows: 16 keep the GPU's row-count-independent kernels;
   // a larger draft tree asked for gets its rows.
   eo.spec_step_rows = std::max<int64_t>(16, 1 + std::max(spec_config.max_draft, spec_config.tree_nodes));

@@ -2,15 +2,21 @@
 
 #include <fmt/format.h>
 
+#include <filesystem>
+
+#include "core/log.h"
+#include "format/gguf.h"
+#include "models/dflash_weights.h"
+
 namespace moeserve::tools {
 
 void add_spec_flags(CLI::App* cmd, SpecCliOptions* o) {
   cmd->add_option(
          "--spec", o->mode,
          "Speculative decoding: none; ngram (drafts copied from the prompt and the text so far: code "
-         "edits, quoting); auto (today n-gram drafts too); dflash (a draft model, --draft; not "
-         "implemented yet). Output is the same as without; drafting stops by itself when it "
-         "would be slower")
+         "edits, quoting); dflash (a DFlash draft model, --draft FILE); auto (the DFlash draft when "
+         "--draft is given, n-gram drafts otherwise). Output is the same as without; drafting stops "
+         "by itself when it would be slower")
       ->capture_default_str();
   cmd->add_option("--spec-max", o->max_draft, "Tokens drafted per step at most, along one path (1..63)")
       ->capture_default_str();
@@ -21,7 +27,9 @@ void add_spec_flags(CLI::App* cmd, SpecCliOptions* o) {
       ->capture_default_str();
   cmd->add_option("--spec-ngram-max", o->ngram_max, "n-gram drafts: the longest suffix, tried first")
       ->capture_default_str();
-  cmd->add_option("--draft", o->draft_path, "Draft model for --spec dflash (safetensors directory or GGUF)");
+  cmd->add_option("--draft", o->draft_path,
+                  "DFlash draft model (GGUF; `moeserve convert` makes one from a DFlash checkpoint directory) "
+                  "for --spec dflash or auto");
 }
 
 Result<runtime::SpecConfig> resolve_spec_flags(const SpecCliOptions& o) {
@@ -38,13 +46,32 @@ Result<runtime::SpecConfig> resolve_spec_flags(const SpecCliOptions& o) {
     return make_error(StatusCode::kInvalidArgument, "--draft is for --spec dflash or auto, not --spec {}",
                       o.mode);
   }
-  if (!o.draft_path.empty()) {
-    return make_error(StatusCode::kUnsupported,
-                      "--draft {}: DFlash draft models are not implemented yet; use --spec ngram or auto",
-                      o.draft_path);
-  }
   MOESERVE_RETURN_IF_ERROR(runtime::validate_spec_config(c));
+  if (!o.draft_path.empty()) MOESERVE_RETURN_IF_ERROR(check_draft_file(o.draft_path));
   return c;
+}
+
+Status check_draft_file(const std::string& path) {
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec)) {
+    return make_error(StatusCode::kInvalidArgument,
+                      "--draft {} is a directory: convert the checkpoint first (moeserve convert {} draft.gguf) "
+                      "and pass the GGUF file",
+                      path, path);
+  }
+  MOESERVE_ASSIGN_OR_RETURN(GgufFile file, GgufFile::open(path));
+  MOESERVE_ASSIGN_OR_RETURN(models::DflashHParams hp, models::load_dflash_hparams(file));
+  (void)hp;
+  return Status::ok();
+}
+
+Result<std::shared_ptr<spec::DflashModel>> load_draft_model(const SpecCliOptions& o,
+                                                            const models::LanguageModel& target) {
+  if (o.draft_path.empty()) return std::shared_ptr<spec::DflashModel>();
+  Result<std::shared_ptr<spec::DflashModel>> m = spec::DflashModel::load(o.draft_path, target);
+  if (!m.is_ok()) return make_error(m.status().code(), "--draft {}: {}", o.draft_path, m.status().message());
+  MOESERVE_LOG_INFO("{}", (*m)->description());
+  return m;
 }
 
 std::string spec_summary_line(runtime::SpecMode mode, const runtime::SpecCounters& c) {

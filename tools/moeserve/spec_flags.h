@@ -7,7 +7,9 @@
 #include <string>
 
 #include "core/status.h"
+#include "models/language_model.h"
 #include "runtime/speculation.h"
+#include "spec/dflash_drafter.h"
 
 namespace moeserve::tools {
 
@@ -23,6 +25,11 @@ void add_spec_flags(CLI::App* cmd, SpecCliOptions* o);
 // The flags as a checked configuration; an error names the flag and what
 // to do (call before loading anything, so a bad flag starts nothing).
 Result<runtime::SpecConfig> resolve_spec_flags(const SpecCliOptions& o);
+// The --draft file exists and is a DFlash draft (checked before the target loads).
+Status check_draft_file(const std::string& path);
+// The --draft model for `target` (null without --draft); errors name the flag.
+Result<std::shared_ptr<spec::DflashModel>> load_draft_model(const SpecCliOptions& o,
+                                                            const models::LanguageModel& target);
 // "speculative (ngram): 42 steps, 120 drafted, 80 accepted (66.7%), mean
 // acceptance length 2.90 tokens a step | draft 0.3 ms, verify 812 ms".
 std::string spec_summary_line(runtime::SpecMode mode, const runtime::SpecCounters& c);

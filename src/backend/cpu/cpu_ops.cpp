@@ -138,6 +138,7 @@ class CpuOps final : public Ops {
     return Status::ok();
   }
   Status upload(void* dst, const void* host, size_t bytes) override { return download(dst, host, bytes); }
+  Status copy(void* dst, const void* src, size_t bytes) override { return download(dst, src, bytes); }
   Status finish() override { return Status::ok(); }
   Status argmax_rows(const float* x, int64_t n_rows, int64_t n_cols, int32_t* host_ids) override {
     for (int64_t r = 0; r < n_rows; ++r) {
@@ -390,6 +391,10 @@ Status CpuOps::attention(const AttentionOpArgs& a) {
     c.q_pos0 = p0;
     c.scale = a.scale;
     c.window = a.window;
+    if (a.whole_slice) {
+      c.causal = false;
+      c.n_kv = seq.pos0 + seq.n_tokens;
+    }
     if (!seq.tree_parents.empty()) {
       // Keys at positions pos0.. are the row's ancestors (AttentionArgs::tree_base).
       const int64_t pos = layout_.row_pos[size_t(t0)];

@@ -85,7 +85,9 @@ Status CudaOps::begin_batch(const BatchLayout& layout) {
   const size_t tree_at = forward_at + align_up(sizeof(uint32_t));
   const size_t tree_info_bytes = trees ? align_up(size_t(n_rows_ * cuda::kTreeRowInfo) * sizeof(int32_t)) : 0;
   const size_t tree_bytes = trees ? 2 * rows_bytes + tree_info_bytes + table_bytes : 0;
-  const size_t total = tree_at + tree_bytes;
+  // Last: each row's slice's last position (whole-slice attention).
+  const size_t end_pos_at = tree_at + tree_bytes;
+  const size_t total = end_pos_at + rows_bytes;
   MOESERVE_ASSIGN_OR_RETURN(uint8_t * host, pinned(total));
   auto* tokens = reinterpret_cast<int32_t*>(host);
   auto* seq = reinterpret_cast<int32_t*>(host + rows_bytes);
@@ -122,6 +124,11 @@ Status CudaOps::begin_batch(const BatchLayout& layout) {
               blocks.size() * sizeof(cuda::QueryBlock));
   std::memcpy(host + forward_at, &forward_, sizeof(forward_));
   if (trees) write_tree_layout(layout, host + tree_at, rows_bytes, tree_info_bytes);
+  auto* end_pos = reinterpret_cast<int32_t*>(host + end_pos_at);
+  for (int64_t t = 0; t < n_rows_; ++t) {
+    const SequenceSlice& q = layout.slices[size_t(layout.row_slice[size_t(t)])];
+    end_pos[t] = int32_t(q.pos0 + q.n_tokens - 1);
+  }
   MOESERVE_ASSIGN_OR_RETURN(void* dev, layout_mem_.get(total, "workspace (batch layout)"));
   auto* d = static_cast<uint8_t*>(dev);
   tokens_ = reinterpret_cast<const int32_t*>(d);
@@ -138,6 +145,7 @@ Status CudaOps::begin_batch(const BatchLayout& layout) {
   row_parent_ = trees ? reinterpret_cast<const int32_t*>(d + tree_at + rows_bytes) : nullptr;
   row_tree_ = trees ? reinterpret_cast<const int32_t*>(d + tree_at + 2 * rows_bytes) : nullptr;
   node_tables_ = trees ? reinterpret_cast<float* const*>(d + tree_at + 2 * rows_bytes + tree_info_bytes) : nullptr;
+  row_end_pos_ = reinterpret_cast<const int32_t*>(d + end_pos_at);
   MOESERVE_RETURN_IF_ERROR(place_rope_tables());
   mode_ = Mode::kEager;
   // (A forward with host experts is captured when they go through mailboxes.)
@@ -475,6 +483,13 @@ Status CudaOps::attention(const AttentionOpArgs& a) {
   c.head_dim = a.head_dim;
   c.scale = a.scale;
   c.rows = {row_seq_, row_pos_, n_rows_, row_slot_, row_tree_};
+  if (a.whole_slice) {
+    // Each row attends as if it were its slice's last: to every key the slice stores.
+    if (row_tree_ != nullptr) {
+      return make_error(StatusCode::kInvalidArgument, "attention: whole-slice rows in a batch with draft trees");
+    }
+    c.rows.row_pos = row_end_pos_;
+  }
   c.kv = {k_tables_, v_tables_, n_layer_};
   c.layer = a.layer;
   c.blocks = blocks_;

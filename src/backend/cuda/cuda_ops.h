@@ -165,6 +165,11 @@ class CudaOps final : public Ops {
     MOESERVE_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(dst, host, bytes, cudaMemcpyHostToDevice, stream_));
     return finish();
   }
+  Status copy(void* dst, const void* src, size_t bytes) override {
+    if (replaying() || bytes == 0) return Status::ok();
+    MOESERVE_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, stream_));
+    return Status::ok();
+  }
   Status finish() override {
     MOESERVE_RETURN_IF_ERROR(end_graph());
     MOESERVE_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_));
@@ -220,6 +225,7 @@ class CudaOps final : public Ops {
   const int32_t* tokens_ = nullptr;
   const int32_t* row_seq_ = nullptr;
   const int32_t* row_pos_ = nullptr;
+  const int32_t* row_end_pos_ = nullptr;  // each row's slice's last position (AttentionOpArgs::whole_slice)
   uint16_t* const* k_tables_ = nullptr;
   uint16_t* const* v_tables_ = nullptr;
   float* const* state_tables_ = nullptr;  // [n_seq][n_layer] recurrent states (null for attention layers)

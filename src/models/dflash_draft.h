@@ -1,0 +1,80 @@
+// The DFlash draft's forward (model-and-format-specs.md §6): a few Qwen3
+// layers that predict a block of tokens at once from the target's features.
+//
+// A sequence's draft context holds, per draft layer, the K/V of the rows the
+// target has committed: each row's features (the outputs of the target
+// layers the draft names, concatenated) go through fc and hidden_norm, then
+// k_proj / v_proj, k_norm and RoPE — no residual stream, so a row's K/V
+// never change and are computed once (extend). A proposal runs the block
+// [last token, MASK x (block_size - 1)] through the layers with the target's
+// embedding: each block row attends to the whole context and to every row
+// of the block (non-causal; causal with a window on sliding layers), and
+// the final norm and the target's output head give the logits of block
+// rows 1.. — row i predicts the token i places after the last one.
+//
+// It runs on the device that holds the target's embedding and output head
+// (TokenIo), so nothing but token ids, features and logits cross to the host.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "backend/backend.h"
+#include "models/dflash_weights.h"
+#include "models/language_model.h"
+
+namespace moeserve::models {
+
+// One sequence's draft context: K/V rows [capacity][kv_dim] per draft layer
+// on the draft's device; rows 0..length-1 are context, the block is written
+// after them (and overwritten by the next context rows).
+class DflashContext {
+ public:
+  int64_t length() const { return length_; }
+  void clear() { length_ = 0; }
+
+ private:
+  friend class DflashDraft;
+  std::vector<backend::DeviceMemory> k_, v_;
+  std::vector<KvLayerView> views_;
+  int64_t capacity_ = 0, length_ = 0;
+};
+
+class DflashDraft {
+ public:
+  // Checks the draft against the target (layers, hidden size, vocabulary)
+  // and places its weights on the target's io device.
+  static Result<std::unique_ptr<DflashDraft>> create(DflashHParams hp, DflashWeights w, const TokenIo& target,
+                                                     const ModelInfo& target_info);
+  const DflashHParams& hparams() const { return hp_; }
+  int64_t n_vocab() const { return n_vocab_; }
+  uint64_t n_bytes() const { return w_.n_bytes; }
+
+  Result<std::unique_ptr<Workspace>> create_workspace();
+  // Appends n rows of features (host, [n][feature_width]) to the context.
+  Status extend(DflashContext& ctx, std::span<const float> features, int64_t n, Workspace& ws);
+  // Runs the block after the context with `root` (the last token) first;
+  // logits of block rows 1..n_out to `logits` (host [n_out][n_vocab], raw:
+  // before output_multiplier / softcap) and/or their arg-max to `greedy`.
+  Status propose(DflashContext& ctx, int32_t root, int64_t n_out, float* logits, int32_t* greedy,
+                 Workspace& ws);
+
+ private:
+  DflashDraft(DflashHParams hp, DflashWeights w, const TokenIo& target, int64_t n_vocab);
+  class Forward;
+  Status reserve(DflashContext& ctx, int64_t rows);
+
+  DflashHParams hp_;
+  DflashWeights w_;
+  TokenIo target_;
+  Placement placement_;
+  int64_t n_vocab_ = 0;
+};
+
+// Loads a draft file for `target` (errors say what does not match). The
+// file must outlive the draft (its devices may use the weights in place).
+Result<std::unique_ptr<DflashDraft>> load_dflash_draft(const GgufFile& file, const LanguageModel& target);
+
+}  // namespace moeserve::models

@@ -1,0 +1,113 @@
+#include "spec/dflash_drafter.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+
+#include "core/log.h"
+#include "spec/ddtree.h"
+
+namespace moeserve::spec {
+namespace {
+// Observed rows wait for the next draft, or go into the context once this
+// many wait (a sequence whose drafting the policy has turned off keeps no backlog).
+constexpr int64_t kMaxWaitingRows = 256;
+// Candidates per draft position for a tree (DDTree's K).
+constexpr int kTreeTopK = 8;
+}  // namespace
+
+Result<std::shared_ptr<DflashModel>> DflashModel::load(const std::string& path,
+                                                       const models::LanguageModel& target) {
+  auto m = std::make_shared<DflashModel>();
+  MOESERVE_ASSIGN_OR_RETURN(GgufFile file, GgufFile::open(path));
+  m->file_.emplace(std::move(file));
+  MOESERVE_ASSIGN_OR_RETURN(m->draft_, models::load_dflash_draft(*m->file_, target));
+  MOESERVE_ASSIGN_OR_RETURN(m->ws_, m->draft_->create_workspace());
+  return m;
+}
+
+std::unique_ptr<runtime::Drafter> DflashModel::make_drafter() {
+  return std::make_unique<DflashDrafter>(shared_from_this());
+}
+
+std::string DflashModel::description() const {
+  const models::DflashHParams& h = draft_->hparams();
+  std::string layers;
+  for (int32_t l : h.target_layers) {
+    if (!layers.empty()) layers += ',';
+    layers += std::to_string(l);
+  }
+  return fmt::format("DFlash draft {}: {} layers, hidden {}, block {}, reads target layers {}, {:.1f} MiB",
+                     file_->name(), h.n_layer, h.n_embd, h.block_size, layers,
+                     double(draft_->n_bytes()) / (1024.0 * 1024.0));
+}
+
+DflashDrafter::DflashDrafter(std::shared_ptr<DflashModel> model) : model_(std::move(model)) {}
+
+void DflashDrafter::reset() {
+  ctx_.clear();
+  waiting_.clear();
+  n_waiting_ = 0;
+  status_ = Status::ok();
+}
+
+void DflashDrafter::fail(const Status& st) {
+  if (!status_.is_ok()) return;
+  status_ = st;
+  MOESERVE_LOG_WARN("DFlash drafting stops for this request: {}", st.message());
+}
+
+void DflashDrafter::observe_features(int64_t pos0, std::span<const float> rows, int64_t n) {
+  (void)pos0;  // rows arrive in position order; RoPE sees only distances
+  if (!status_.is_ok() || n <= 0) return;
+  waiting_.insert(waiting_.end(), rows.begin(), rows.end());
+  n_waiting_ += n;
+  if (n_waiting_ >= kMaxWaitingRows) {
+    std::lock_guard lock(model_->mu_);
+    if (Status st = flush_features(); !st.is_ok()) fail(st);
+  }
+}
+
+Status DflashDrafter::flush_features() {
+  if (n_waiting_ == 0) return Status::ok();
+  const Status st = model_->draft_->extend(ctx_, waiting_, n_waiting_, *model_->ws_);
+  waiting_.clear();
+  n_waiting_ = 0;
+  return st;
+}
+
+void DflashDrafter::draft(std::span<const int32_t> context, const runtime::DraftBudget& budget,
+                          runtime::DraftTree& out) {
+  out.clear();
+  if (!status_.is_ok() || context.empty()) return;
+  const models::DflashHParams& h = model_->hparams();
+  const int64_t depth = std::min<int64_t>(budget.max_depth, h.block_size - 1);
+  if (depth < 1 || budget.max_nodes < 1) return;
+  std::lock_guard lock(model_->mu_);
+  if (Status st = flush_features(); !st.is_ok()) return fail(st);
+  if (ctx_.length() == 0) return;  // no features yet (nothing to draft from)
+  const int32_t root = context.back();
+  const int64_t n_vocab = model_->draft_->n_vocab();
+  if (budget.max_nodes <= depth) {
+    // A chain: each row's arg-max, computed on the device.
+    greedy_.assign(size_t(depth), 0);
+    if (Status st = model_->draft_->propose(ctx_, root, depth, nullptr, greedy_.data(), *model_->ws_);
+        !st.is_ok())
+      return fail(st);
+    for (int64_t i = 0; i < depth; ++i) out.add(greedy_[size_t(i)], int32_t(i) - 1);
+    return;
+  }
+  logits_.resize(size_t(depth * n_vocab));
+  if (Status st = model_->draft_->propose(ctx_, root, depth, logits_.data(), nullptr, *model_->ws_);
+      !st.is_ok())
+    return fail(st);
+  std::vector<DepthCandidates> depths(static_cast<size_t>(depth));
+  const int k = int(std::min<int64_t>({budget.max_nodes, int64_t(kTreeTopK), n_vocab}));
+  for (int64_t d = 0; d < depth; ++d) {
+    top_log_probs(std::span<const float>(logits_.data() + d * n_vocab, size_t(n_vocab)), k,
+                  h.output_multiplier, h.logit_softcap, depths[size_t(d)]);
+  }
+  build_draft_tree(depths, budget, /*chain_seed=*/true, out);
+}
+
+}  // namespace moeserve::spec

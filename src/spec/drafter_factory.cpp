@@ -1,0 +1,18 @@
+#include "spec/drafter_factory.h"
+
+namespace moeserve::spec {
+
+runtime::DrafterFactory drafter_factory(std::shared_ptr<DflashModel> dflash) {
+  return [dflash](const runtime::SpecConfig& c) -> std::unique_ptr<runtime::Drafter> {
+    using runtime::SpecMode;
+    if (c.mode == SpecMode::kDflash || (c.mode == SpecMode::kAuto && dflash != nullptr)) {
+      return dflash != nullptr ? dflash->make_drafter() : nullptr;
+    }
+    if (c.mode == SpecMode::kNgram || c.mode == SpecMode::kAuto) {
+      return std::make_unique<NgramDrafter>(c.ngram_min, c.ngram_max);
+    }
+    return nullptr;
+  };
+}
+
+}  // namespace moeserve::spec
