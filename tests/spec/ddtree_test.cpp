@@ -62,7 +62,9 @@ TEST(DdTree, BestFirstKeepsTheMostProbablePrefixes) {
   EXPECT_GE(worst_in, std::log(0.27) - 1e-6);
   for (size_t i = 0; i < t.tokens.size(); ++i) {
     for (size_t j = i + 1; j < t.tokens.size(); ++j) {
-      if (t.parents[i] == t.parents[j]) EXPECT_NE(t.tokens[i], t.tokens[j]);
+      if (t.parents[i] == t.parents[j]) {
+        EXPECT_NE(t.tokens[i], t.tokens[j]);
+      }
     }
     EXPECT_LT(t.parents[i], int32_t(i));
   }
