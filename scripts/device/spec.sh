@@ -2,6 +2,8 @@
 # Speculative decoding (issue 40) on the device machine:
 #   scripts/device/spec.sh start   # build, start making the 30b-a3b file, GPU tests, tiny-model benches
 #   scripts/device/spec.sh bench   # wait for the file, then plain vs --spec ngram, all-GPU and --n-cpu-moe 24
+#   scripts/device/spec.sh dflash  # train a DFlash draft per tiny target (scripts/train_tiny/train_dflash.py),
+#                                  # convert it, bench plain vs ngram vs dflash chain / trees (DFLASH_ARCHES, DFLASH_SECONDS)
 #   scripts/device/spec.sh peer    # llama.cpp on the same file: llama-bench tg128 and llama-lookup (its
 #                                  # prompt-lookup decoding) on the code-editing prompt (carry .llamasrc;
 #                                  # LLAMA_TARGETS="llama-bench llama-lookup" scripts/device/llamacpp_gpu.sh build first)
@@ -52,6 +54,29 @@ case "${1:-start}" in
       echo "== 30b-a3b Q4_K_M, cuda $args"
       $bin bench -m $m30 -p 512 -n 128 -r ${REPS:-1} --device cuda $args --spec ngram ${SPEC_ARGS:-} 2>&1 \
         | tee "$out/bench_30b_${args// /_}.txt" | grep -E 'tg128|pp512|rows|ms|decode step|prompt|---|code|chat|error'
+    done;;
+  dflash)
+    [ -x "$bin" ] || scripts/device/build.sh build-gpu 90a moeserve > "$out/build.log" 2>&1
+    for arch in ${DFLASH_ARCHES:-qwen3 qwen3moe}; do
+      d=/tmp/dflash-$arch
+      echo "== train a DFlash draft for $arch-tiny (${DFLASH_SECONDS:-100} s)"
+      python3 scripts/train_tiny/train_dflash.py --arch $arch --out $d --seconds ${DFLASH_SECONDS:-100} \
+        > "$out/train_dflash_$arch.log" 2>&1 || { tail -20 "$out/train_dflash_$arch.log"; continue; }
+      grep -v '^step' "$out/train_dflash_$arch.log"; grep '^step' "$out/train_dflash_$arch.log" | tail -2
+      mkdir -p "$out/dflash-$arch" && cp $d/config.json $d/train_summary.json $d/model.safetensors "$out/dflash-$arch/"
+      $bin convert $d -o $d.gguf --type bf16 2>&1 | tail -1
+      m=tests/data/models/$arch-tiny.bf16.gguf
+      for spec in "ngram" "dflash --draft $d.gguf --spec-max 15" "dflash --draft $d.gguf --spec-max 15 --spec-tree 16" \
+                  "dflash --draft $d.gguf --spec-max 15 --spec-tree 32"; do
+        echo "== $arch tiny, cuda, --spec $spec"
+        $bin bench -m $m -p 64 -n 128 -r 2 --device cuda --spec $spec 2>&1 | sed -n '/speculative decoding/,$p'
+      done
+      echo "== $arch tiny, cpu, --spec dflash chain"
+      $bin bench -m $m -p 64 -n 128 -r 1 --spec dflash --draft $d.gguf --spec-max 15 2>&1 | sed -n '/speculative decoding/,$p'
+      $bin generate -m $m --device cuda -n 96 --temp 0 --spec dflash --draft $d.gguf --spec-max 15 \
+        -p "import os
+def main():
+    " 2>&1 | tail -3
     done;;
   peer)
     for i in $(seq 1 100); do [ -f "$m30.done" ] && break; sleep 5; done
