@@ -31,6 +31,12 @@ Result<std::unique_ptr<LanguageModel>> create_model(const GgufFile& file, const 
     return make_error(StatusCode::kNotFound, "{}: required key '{}' is missing", file.name(), keys::kArchitecture);
   }
   const std::string_view arch = file.architecture();
+  if (arch == "dflash") {
+    return make_error(StatusCode::kUnsupported,
+                      "{} is a DFlash draft model, not a model to run: load its target with -m and pass this "
+                      "file with --spec dflash --draft",
+                      file.name());
+  }
   for (const Architecture& a : kArchitectures) {
     if (a.name == arch) return a.create(file, placement);
   }

@@ -103,7 +103,7 @@ Status run_generate(const GenerateCliOptions& o) {
 void register_generate(CLI::App& app) {
   auto o = std::make_shared<GenerateCliOptions>();
   CLI::App* cmd = app.add_subcommand("generate", "Generate text from a prompt on the CPU (streams to stdout)");
-  cmd->add_option("-m,--model", o->model_path, "GGUF model file (qwen3moe or qwen3)")->required();
+  cmd->add_option("-m,--model", o->model_path, "GGUF model file (qwen3moe, qwen3, qwen35moe, qwen35 or laguna)")->required();
   cmd->add_option("-p,--prompt", o->prompt, "Prompt text")->required();
   cmd->add_option("-n,--n-predict", o->n_predict, "Maximum tokens to generate")->capture_default_str();
   cmd->add_flag("--chat", o->chat, "Wrap the prompt as a user message with the file's chat template");

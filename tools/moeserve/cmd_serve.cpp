@@ -255,7 +255,7 @@ void register_serve(CLI::App& app) {
                                      "OpenAI-compatible HTTP server (/v1/chat/completions, /v1/completions, "
                                      "/v1/responses, /v1/models, /metrics, web chat at /) that also speaks "
                                      "Anthropic's Messages API (/v1/messages) for coding agents");
-  cmd->add_option("-m,--model", o->model_path, "GGUF model file (qwen3moe or qwen3)")->required();
+  cmd->add_option("-m,--model", o->model_path, "GGUF model file (qwen3moe, qwen3, qwen35moe, qwen35 or laguna)")->required();
   cmd->add_option("--host", o->http.host, "Address to listen on (0.0.0.0: every interface)")
       ->capture_default_str();
   cmd->add_option("--port", o->http.port, "TCP port (0: pick a free one; the ready line tells which)")
