@@ -51,7 +51,7 @@ Status check_against_target(const DflashHParams& hp, const ModelInfo& t, const T
   auto mismatch = [&](const std::string& what) {
     return make_error(
         StatusCode::kInvalidArgument,
-        "the DFlash draft does not fit the target model ({} '{}'): {}; use the draft trained for "
+        "the DFlash draft does not fit the target model ({}, {} layers): {}; use the draft trained for "
         "this target",
         t.arch, t.n_layer, what);
   };

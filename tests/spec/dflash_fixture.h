@@ -6,8 +6,6 @@
 // error tests need.
 #pragma once
 
-#include <gtest/gtest.h>
-
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -37,7 +35,7 @@ struct DraftShape {
   uint32_t seed = 7;
 };
 
-inline void write_draft_checkpoint(const fs::path& dir, const DraftShape& s) {
+inline Status write_draft_checkpoint(const fs::path& dir, const DraftShape& s) {
   using nlohmann::json;
   fs::create_directories(dir);
   json c;
@@ -92,10 +90,10 @@ inline void write_draft_checkpoint(const fs::path& dir, const DraftShape& s) {
     add(p + "mlp.up_proj.weight", {s.ff, H}, false);
     add(p + "mlp.down_proj.weight", {H, s.ff}, false);
   }
-  auto bytes = write_safetensors(tensors, {{"format", "pt"}});
-  ASSERT_TRUE(bytes.is_ok()) << bytes.status().to_string();
+  MOESERVE_ASSIGN_OR_RETURN(std::vector<uint8_t> bytes, write_safetensors(tensors, {{"format", "pt"}}));
   std::ofstream(dir / "model.safetensors", std::ios::binary)
-      .write(reinterpret_cast<const char*>(bytes->data()), std::streamsize(bytes->size()));
+      .write(reinterpret_cast<const char*>(bytes.data()), std::streamsize(bytes.size()));
+  return Status::ok();
 }
 
 // The checkpoint converted to `gguf` (F32, so a reference can read it exactly).

@@ -55,7 +55,8 @@ DraftShape shape_for(const Model& m) {
 std::string make_draft(const std::string& name, const DraftShape& s) {
   const auto dir = std::filesystem::temp_directory_path() / ("moeserve_dflash_" + name);
   std::filesystem::remove_all(dir);
-  testing::write_draft_checkpoint(dir / "hf", s);
+  const Status written = testing::write_draft_checkpoint(dir / "hf", s);
+  EXPECT_TRUE(written.is_ok()) << written.to_string();
   const std::string gguf = (dir / "draft.gguf").string();
   const Status st = testing::convert_draft(dir / "hf", gguf);
   EXPECT_TRUE(st.is_ok()) << st.to_string();
@@ -90,7 +91,7 @@ TEST(DflashConvert, RefusesADflash2Checkpoint) {
   s.hidden = 32, s.vocab = 300, s.dflash2 = true;
   const auto dir = std::filesystem::temp_directory_path() / "moeserve_dflash_v2";
   std::filesystem::remove_all(dir);
-  testing::write_draft_checkpoint(dir, s);
+  ASSERT_TRUE(testing::write_draft_checkpoint(dir, s).is_ok());
   const Status st = testing::convert_draft(dir, dir / "out.gguf");
   EXPECT_EQ(st.code(), StatusCode::kUnsupported);
   EXPECT_NE(st.message().find("DFlash2"), std::string::npos) << st.message();
