@@ -27,7 +27,8 @@ case "${1:-start}" in
     build-gpu/tests/kernels_gpu/test_kernels_gpu > "$out/kernels_gpu.log" 2>&1
     echo "kernels_gpu: $(grep -E '^\[  (PASSED|FAILED)' "$out/kernels_gpu.log" | tr '\n' ' ')"
     grep -E '^\[  FAILED|Failure' -A6 "$out/kernels_gpu.log" | head -30
-    build-gpu/tests/models/test_models --gtest_filter='*Gpu*:Placement*:ExpertSplit*' > "$out/models.log" 2>&1
+    MOESERVE_TEST_DEVICE=cuda build-gpu/tests/models/test_models --gtest_filter='*Gpu*:Placement*:ExpertSplit*' \
+      > "$out/models.log" 2>&1
     echo "models (gpu): $(grep -E '^\[  (PASSED|FAILED)|parity-gpu' "$out/models.log" | tr '\n' ' ')"
     for t in spec runtime server moe; do
       MOESERVE_TEST_DEVICE=cuda build-gpu/tests/$t/test_$t > "$out/$t.log" 2>&1

@@ -150,7 +150,7 @@ def load_target(arch, device):
 
 # ---- the corpus (the targets' training text: the stdlib) -------------------
 
-def corpus_ids(tokenizer_path, max_bytes=24_000_000):
+def corpus_ids(tokenizer_path, max_bytes=10_000_000):
     from tokenizers import Tokenizer
     tok = Tokenizer.from_file(tokenizer_path)
     root = sysconfig.get_paths()["stdlib"]
@@ -158,15 +158,17 @@ def corpus_ids(tokenizer_path, max_bytes=24_000_000):
     for d, dirs, names in os.walk(root):
         dirs[:] = sorted(x for x in dirs if x not in {"site-packages", "dist-packages", "__pycache__"})
         files += [os.path.join(d, n) for n in sorted(names) if n.endswith(".py")]
-    train, held, total = [], [], 0
-    eos = tok.token_to_id("<|endoftext|>")
-    for i, p in enumerate(files):
+    texts, total = [], 0
+    for p in files:
         text = open(p, encoding="utf-8", errors="replace").read()
         total += len(text)
         if total > max_bytes:
             break
-        ids = tok.encode(text).ids + [eos]
-        (held if i % 50 == 49 else train).extend(ids)
+        texts.append(text)
+    eos = tok.token_to_id("<|endoftext|>")
+    train, held = [], []
+    for i, enc in enumerate(tok.encode_batch(texts)):
+        (held if i % 50 == 49 else train).extend(enc.ids + [eos])
     return np.array(train, dtype=np.int64), np.array(held, dtype=np.int64)
 
 
