@@ -46,6 +46,7 @@ Status BatchEngine::plan_decode_rows(Slot& s, int64_t base_rows, int64_t draft_b
       const int64_t budget_nodes = c.tree_nodes > 0 ? nodes : depth;
       s.drafter->draft(s.history, {.max_nodes = budget_nodes, .max_depth = depth}, s.draft);
       s.draft.truncate(budget_nodes);
+      s.draft_policy.observe_draft_time(now_seconds() - t0);
       s.stats.spec.draft_seconds += now_seconds() - t0;
     }
   }

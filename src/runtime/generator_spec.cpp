@@ -72,6 +72,7 @@ Status Generator::decode_speculative(const GenerateOptions& options, Sampler& sa
       const int64_t budget_nodes = spec_config.tree_nodes > 0 ? nodes : depth;
       options.drafter->draft(history, {.max_nodes = budget_nodes, .max_depth = depth}, draft);
       draft.truncate(budget_nodes);
+      policy.observe_draft_time(seconds_since(t_draft));
     }
     r.spec.draft_seconds += seconds_since(t_draft);
 

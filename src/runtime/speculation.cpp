@@ -112,6 +112,7 @@ int64_t DraftLengthPolicy::choose(const StepCostModel& cost, int64_t base_rows, 
     const double expected = (1.0 - std::pow(a, double(n + 1))) / (1.0 - a);
     double t = cost.estimate(base_rows + n);
     if (t <= 0.0) t = plain;
+    t += draft_seconds_;
     const double rate = expected / t;
     if (rate > best_rate) best_rate = rate, best = n;
   }
@@ -130,6 +131,12 @@ int64_t DraftLengthPolicy::choose(const StepCostModel& cost, int64_t base_rows, 
     return std::min<int64_t>(limit, 2);
   }
   return 0;
+}
+
+void DraftLengthPolicy::observe_draft_time(double seconds) {
+  if (!(seconds >= 0.0)) return;
+  draft_seconds_ = draft_timed_ ? draft_seconds_ + 0.25 * (seconds - draft_seconds_) : seconds;
+  draft_timed_ = true;
 }
 
 void DraftLengthPolicy::observe(int64_t drafted, int64_t accepted) {

@@ -170,8 +170,8 @@ class StepCostModel {
 // Per sequence: how many tokens to draft this step. Keeps the measured
 // rate at which draft tokens are accepted and picks the draft length with
 // the most expected tokens per second — E(n) = (1 - a^(n+1)) / (1 - a)
-// tokens for cost(rows + n) seconds — against plain decoding's 1 token for
-// cost(rows). When no length beats plain decoding it drafts nothing, and
+// tokens for cost(rows + n) + the draft's own time seconds — against plain
+// decoding's 1 token for cost(rows). When no length beats plain decoding it drafts nothing, and
 // probes again with a short draft now and then (less often while probes
 // keep missing), so a prompt whose drafts start to hit gets them back.
 class DraftLengthPolicy {
@@ -186,6 +186,10 @@ class DraftLengthPolicy {
   int64_t choose(const StepCostModel& cost, int64_t base_rows, int64_t limit);
   // After a verify of `drafted` tokens of which `accepted` were kept.
   void observe(int64_t drafted, int64_t accepted);
+  // The time a draft took (a draft model's forward: the price of a step
+  // with a draft on top of its verify rows; n-gram lookup's is ~0).
+  void observe_draft_time(double seconds);
+  double draft_seconds() const { return draft_seconds_; }
   double acceptance() const { return acceptance_; }
   // Whether observe() has seen a verify (the estimate is a measurement).
   bool measured() const { return observed_; }
@@ -201,6 +205,8 @@ class DraftLengthPolicy {
   int64_t probe_every_ = kProbeEvery;
   bool probing_ = false;
   bool observed_ = false;
+  double draft_seconds_ = 0.0;  // moving average of observe_draft_time
+  bool draft_timed_ = false;
 };
 
 // The acceptance new requests start from: an average over the requests

@@ -137,6 +137,22 @@ TEST(DraftLengthPolicy, DraftsWhenCheapAndStopsWhenDraftsMiss) {
   EXPECT_EQ(q.choose(flat, 1, 0), 0) << "no room: no draft";
 }
 
+TEST(DraftLengthPolicy, ADraftModelsOwnTimeCounts) {
+  StepCostModel flat;  // verify rows almost free
+  for (int r = 1; r <= 17; ++r) flat.record(r, 0.010 + 0.0001 * r);
+  DraftLengthPolicy p(8);
+  for (int i = 0; i < 20; ++i) p.observe(8, 4);  // 4 of 8 then a miss: a = 0.8, E(8) = 4.3 tokens
+  EXPECT_GT(p.choose(flat, 1, 8), 0);
+  // A draft that costs five decode steps cannot pay for 4.3 tokens.
+  for (int i = 0; i < 8; ++i) p.observe_draft_time(0.050);
+  EXPECT_NEAR(p.draft_seconds(), 0.050, 1e-12);
+  EXPECT_EQ(p.choose(flat, 1, 8), 0);
+  // A cheap one does.
+  for (int i = 0; i < 40; ++i) p.observe_draft_time(0.001);
+  EXPECT_LT(p.draft_seconds(), 0.002);
+  EXPECT_GT(p.choose(flat, 1, 8), 0);
+}
+
 TEST(AcceptancePrior, FollowsFinishedRequestsThatMeasured) {
   AcceptancePrior prior;
   EXPECT_EQ(prior.value(), DraftLengthPolicy::kPriorAcceptance);
