@@ -1,7 +1,8 @@
 // The drafters this build has, by mode: ngram; dflash when a draft model is
-// loaded; auto — the DFlash draft when one is loaded (n-gram lookup
-// otherwise), under the adaptive policy that turns drafting off where it
-// does not pay. Null for none, and for dflash without a draft model.
+// loaded; auto — with a draft model, n-gram lookup and the DFlash draft
+// step by step by their record (auto_drafter.h), else n-gram lookup —
+// under the adaptive policy that turns drafting off where it does not pay.
+// Null for none, and for dflash without a draft model.
 #pragma once
 
 #include <memory>

@@ -21,6 +21,7 @@
 #include "runtime/batch_engine.h"
 #include "runtime/engine_collector.h"
 #include "runtime/generator.h"
+#include "spec/auto_drafter.h"
 #include "spec/drafter_factory.h"
 #include "tensor/quantize.h"
 #include "test_device.h"
@@ -439,6 +440,27 @@ TEST_P(DflashRuntime, DflashDraftsDecodeExactlyAsPlainGreedy) {
       EXPECT_GT(r->spec.drafted, 0);
       EXPECT_TRUE(drafter->status().is_ok()) << drafter->status().to_string();
     }
+  }
+  // auto: n-gram lookup and the draft step by step, same output.
+  {
+    runtime::SpecConfig auto_config;
+    auto_config.mode = runtime::SpecMode::kAuto;
+    auto_config.max_draft = 6;
+    auto_config.ngram_min = 1;
+    std::unique_ptr<runtime::Drafter> drafter = drafter_factory(*draft)(auto_config);
+    ASSERT_NE(dynamic_cast<AutoDrafter*>(drafter.get()), nullptr);
+    Generator gen(*model, 256);
+    GenerateOptions o;
+    o.max_tokens = n;
+    o.sampling.temperature = 0.0f;
+    o.stop_at_eos = false;
+    o.spec = auto_config;
+    o.spec_adaptive = false;
+    o.drafter = drafter.get();
+    auto r = gen.generate(prompt, o);
+    ASSERT_TRUE(r.is_ok()) << r.status().to_string();
+    EXPECT_EQ(r->tokens, ref.tokens) << GetParam() << " auto";
+    EXPECT_GT(r->spec.drafted, 0);
   }
   // Concurrent requests in the engine.
   runtime::EngineOptions eo;

@@ -14,9 +14,9 @@ void add_spec_flags(CLI::App* cmd, SpecCliOptions* o) {
   cmd->add_option(
          "--spec", o->mode,
          "Speculative decoding: none; ngram (drafts copied from the prompt and the text so far: code "
-         "edits, quoting); dflash (a DFlash draft model, --draft FILE); auto (the DFlash draft when "
-         "--draft is given, n-gram drafts otherwise). Output is the same as without; drafting stops "
-         "by itself when it would be slower")
+         "edits, quoting); dflash (a DFlash draft model, --draft FILE); auto (with --draft, n-gram or "
+         "the draft each step, by what each keeps for the request; n-gram drafts otherwise). Output is "
+         "the same as without; drafting stops by itself when it would be slower")
       ->capture_default_str();
   cmd->add_option("--spec-max", o->max_draft, "Tokens drafted per step at most, along one path (1..63)")
       ->capture_default_str();

@@ -1,0 +1,63 @@
+#include "spec/auto_drafter.h"
+
+namespace moeserve::spec {
+
+AutoDrafter::AutoDrafter(std::unique_ptr<NgramDrafter> ngram, std::unique_ptr<runtime::Drafter> model)
+    : ngram_(std::move(ngram)), model_(std::move(model)) {}
+
+void AutoDrafter::reset() {
+  model_->reset();
+  last_.clear();
+  last_context_ = 0;
+  kept_[0] = kept_[1] = 1.0;
+  steps_[0] = steps_[1] = 0;
+  contested_ = 0;
+}
+
+// The tokens after the last proposal's context (its pending token first)
+// walked through its tree: how many of its nodes the target kept.
+void AutoDrafter::learn(std::span<const int32_t> context) {
+  if (last_.empty() || context.size() <= last_context_) return;
+  int32_t node = -1;
+  int64_t kept = 0;
+  for (size_t i = last_context_; i < context.size(); ++i) {
+    node = last_.child(node, context[i]);
+    if (node < 0) break;
+    ++kept;
+  }
+  double& k = kept_[last_source_];
+  k += 0.25 * (double(kept) - k);
+  ++steps_[last_source_];
+  last_.clear();
+}
+
+void AutoDrafter::draft(std::span<const int32_t> context, const runtime::DraftBudget& budget,
+                        runtime::DraftTree& out) {
+  learn(context);
+  out.clear();
+  ngram_->draft(context, budget, out);
+  Source source = kNgram;
+  if (out.empty()) {
+    source = kModel;
+  } else {
+    // Both could propose: the better record, the other one now and then.
+    const bool model_better = kept_[kModel] > kept_[kNgram];
+    const bool explore = ++contested_ % 16 == 0;
+    source = model_better != explore ? kModel : kNgram;
+  }
+  if (source == kModel) {
+    model_->draft(context, budget, candidate_);
+    if (!candidate_.empty() || out.empty()) {
+      out = candidate_;
+    } else {
+      source = kNgram;
+    }
+  }
+  last_ = out;
+  last_source_ = source;
+  // The proposal follows the whole context; the next call's context starts
+  // with it and adds the pending token's successors.
+  last_context_ = context.size();
+}
+
+}  // namespace moeserve::spec

@@ -1,0 +1,91 @@
+// --spec auto with a draft model: each step goes to the source with the
+// better record for this request, learnt from the tokens that followed its
+// proposals; the draft model stays fed with features whichever drafts.
+#include "spec/auto_drafter.h"
+
+#include <gtest/gtest.h>
+
+#include <memory>
+#include <vector>
+
+namespace moeserve::spec {
+namespace {
+
+// A draft model stand-in: drafts the reference continuation, `right` tokens
+// of it then a wrong one; counts its calls and the feature rows it was handed.
+class FakeModel : public runtime::Drafter {
+ public:
+  FakeModel(std::vector<int32_t> reference, int right) : reference_(std::move(reference)), right_(right) {}
+  void draft(std::span<const int32_t> context, const runtime::DraftBudget& budget,
+             runtime::DraftTree& out) override {
+    ++calls;
+    out.clear();
+    int32_t parent = -1;
+    for (int64_t i = 0; i < budget.max_depth && context.size() + size_t(i) < reference_.size(); ++i) {
+      const int32_t t = reference_[context.size() + size_t(i)];
+      parent = out.add(i < right_ ? t : t + 1, parent);
+    }
+  }
+  std::span<const int32_t> feature_layers() const override { return layers_; }
+  void observe_features(int64_t, std::span<const float>, int64_t n) override { rows += n; }
+  int64_t calls = 0, rows = 0;
+
+ private:
+  std::vector<int32_t> reference_;
+  int right_;
+  std::vector<int32_t> layers_{0};
+};
+
+// Runs the verify loop greedily against `reference` from `start` tokens:
+// each step keeps the draft's nodes that match, plus one token.
+int64_t run(AutoDrafter& d, const std::vector<int32_t>& reference, size_t start, int steps) {
+  size_t pos = start;
+  int64_t tokens = 0;
+  for (int s = 0; s < steps && pos + 1 < reference.size(); ++s) {
+    runtime::DraftTree t;
+    d.draft(std::span<const int32_t>(reference).first(pos), {.max_nodes = 6, .max_depth = 6}, t);
+    int32_t node = -1;
+    size_t kept = 0;
+    while (pos + kept < reference.size()) {
+      node = t.child(node, reference[pos + kept]);
+      if (node < 0) break;
+      ++kept;
+    }
+    pos += kept + 1;
+    tokens += int64_t(kept) + 1;
+  }
+  return tokens;
+}
+
+TEST(AutoDrafter, FollowsTheSourceThatKeepsMore) {
+  // Text that repeats (n-gram lookup finds matches), whose repeats diverge.
+  std::vector<int32_t> ref;
+  for (int rep = 0; rep < 40; ++rep) {
+    for (int i = 0; i < 6; ++i) ref.push_back(100 + i);
+    ref.push_back(200 + rep);  // a new token after each repeat
+  }
+  // The model knows the text well (5 right per proposal): it should win.
+  auto model = std::make_unique<FakeModel>(ref, 5);
+  FakeModel* m = model.get();
+  AutoDrafter good(std::make_unique<NgramDrafter>(1, 4), std::move(model));
+  run(good, ref, 8, 60);
+  EXPECT_GT(good.kept_per_step(AutoDrafter::kModel), good.kept_per_step(AutoDrafter::kNgram));
+  EXPECT_GT(good.steps(AutoDrafter::kModel), good.steps(AutoDrafter::kNgram));
+  EXPECT_GT(m->calls, 0);
+  // A model that is always wrong at once loses to the lookup wherever the
+  // lookup proposes: it drafts only where the lookup has nothing (after each
+  // new token) and on the exploring 16th contested step.
+  auto bad_model = std::make_unique<FakeModel>(ref, 0);
+  AutoDrafter bad(std::make_unique<NgramDrafter>(1, 4), std::move(bad_model));
+  const int64_t tokens = run(bad, ref, 8, 60);
+  EXPECT_LT(bad.kept_per_step(AutoDrafter::kModel), 0.5);
+  EXPECT_GT(bad.kept_per_step(AutoDrafter::kNgram), 2.0);
+  const int64_t steps = bad.steps(AutoDrafter::kNgram) + bad.steps(AutoDrafter::kModel);
+  EXPECT_GT(tokens, 2 * steps) << "the lookup's steps keep several tokens each";
+  // Features go to the model whichever source drafts.
+  bad.observe_features(0, std::vector<float>(3), 3);
+  EXPECT_EQ(bad.feature_layers().size(), 1u);
+}
+
+}  // namespace
+}  // namespace moeserve::spec
