@@ -13,7 +13,8 @@ double gib(uint64_t b) { return double(b) / double(1ull << 30); }
 Result<MemoryPlan> plan_device_memory(Model& model, const MemoryPlanRequest& r) {
   const models::ModelInfo& info = model.info();
   MemoryPlan plan;
-  plan.kv_bytes = uint64_t(r.n_sequences) * KvCache::bytes_for(info, r.n_ctx);
+  plan.kv_bytes = uint64_t(r.n_sequences) * (KvCache::bytes_for(info, r.n_ctx) +
+                                             r.extra_bytes_per_token * uint64_t(std::max<int64_t>(r.n_ctx, 0)));
   // Hidden, normed, q/k/v, attention and output rows, router or FFN rows,
   // the experts' (token, slot) rows, logits: an upper estimate per row.
   const uint64_t per_row = uint64_t(std::max<int64_t>(8 * info.n_embd + 4 * info.kv_dim + 4 * info.n_expert +
@@ -34,7 +35,8 @@ Result<MemoryPlan> plan_device_memory(Model& model, const MemoryPlanRequest& r) 
           "bytes per token), the workspace for --batch {} about {:.2f} GiB and the prefix cache "
           "{:.2f} GiB, but only {:.2f} GiB are available (bound by {}); lower --ctx-size, "
           "--parallel or --prefix-cache-mb",
-          r.n_sequences, r.n_ctx, gib(plan.kv_bytes), KvCache::bytes_for(info, 2) - KvCache::bytes_for(info, 1),
+          r.n_sequences, r.n_ctx, gib(plan.kv_bytes),
+          KvCache::bytes_for(info, 2) - KvCache::bytes_for(info, 1) + r.extra_bytes_per_token,
           r.n_batch, gib(plan.workspace_bytes), gib(r.prefix_cache_bytes), gib(plan.free_bytes),
           host.bound_by);
     }

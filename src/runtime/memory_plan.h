@@ -15,6 +15,9 @@ struct MemoryPlanRequest {
   int64_t n_ctx = 4096;             // --ctx-size per sequence
   int64_t n_batch = 512;            // rows per forward (the workspace)
   uint64_t prefix_cache_bytes = 0;  // host memory (--prefix-cache-mb)
+  // Per sequence and position on the model's device besides its KV cache
+  // (a DFlash draft's context K/V); counted with the KV cache.
+  uint64_t extra_bytes_per_token = 0;
 };
 
 struct MemoryPlan {

@@ -27,6 +27,10 @@ class DflashModel : public std::enable_shared_from_this<DflashModel> {
                                                    const models::LanguageModel& target);
   const models::DflashHParams& hparams() const { return draft_->hparams(); }
   std::unique_ptr<runtime::Drafter> make_drafter();
+  // A request's draft context on the device, per position (memory plans).
+  uint64_t context_bytes_per_token() const {
+    return uint64_t(hparams().n_layer) * 2 * uint64_t(hparams().kv_dim()) * sizeof(uint16_t);
+  }
   // A line for start-up logs: "DFlash draft: 5 layers, block 16, reads target layers 1,9,17,25,33".
   std::string description() const;
 

@@ -29,6 +29,18 @@ TEST(MemoryPlan, SmallRequestFitsOnTheHost) {
   EXPECT_GT(plan->free_bytes, plan->kv_bytes);
 }
 
+TEST(MemoryPlan, ADraftsContextCountsWithTheKvCache) {
+  auto model = load_cpu();
+  ASSERT_NE(model, nullptr);
+  MemoryPlanRequest r{.n_sequences = 3, .n_ctx = 1000, .n_batch = 64};
+  auto plain = plan_device_memory(*model, r);
+  ASSERT_TRUE(plain.is_ok()) << plain.status().to_string();
+  r.extra_bytes_per_token = 4096;
+  auto with_draft = plan_device_memory(*model, r);
+  ASSERT_TRUE(with_draft.is_ok()) << with_draft.status().to_string();
+  EXPECT_EQ(with_draft->kv_bytes, plain->kv_bytes + 3u * 1000u * 4096u);
+}
+
 TEST(MemoryPlan, ImpossibleRequestIsRefusedWithTheFlags) {
   auto model = load_cpu();
   ASSERT_TRUE(model);

@@ -163,10 +163,12 @@ Status run_serve(ServeCliOptions o) {
   // A step's verify rows: 16 keep the GPU's row-count-independent kernels;
   // a larger draft tree asked for gets its rows.
   eo.spec_step_rows = std::max<int64_t>(16, 1 + std::max(spec_config.max_draft, spec_config.tree_nodes));
-  const runtime::MemoryPlanRequest want{.n_sequences = eo.n_slots,
-                                        .n_ctx = eo.n_ctx,
-                                        .n_batch = eo.n_batch,
-                                        .prefix_cache_bytes = eo.prefix_cache_bytes};
+  const runtime::MemoryPlanRequest want{
+      .n_sequences = eo.n_slots,
+      .n_ctx = eo.n_ctx,
+      .n_batch = eo.n_batch,
+      .prefix_cache_bytes = eo.prefix_cache_bytes,
+      .extra_bytes_per_token = *draft_model != nullptr ? (*draft_model)->context_bytes_per_token() : 0};
   auto plan = runtime::plan_device_memory(**model, want);
   if (!plan.is_ok() && o.ctx_size == 0) {
     // No --ctx-size given: take the largest default context that fits.
@@ -175,8 +177,8 @@ Status run_serve(ServeCliOptions o) {
       fmt::print(stderr, "moeserve serve: context lowered from {} to {} tokens per slot to fit memory ({})\n",
                  eo.n_ctx, fits, plan.status().message());
       eo.n_ctx = fits;
-      plan = runtime::plan_device_memory(**model,
-                                         {want.n_sequences, fits, want.n_batch, want.prefix_cache_bytes});
+      plan = runtime::plan_device_memory(
+          **model, {want.n_sequences, fits, want.n_batch, want.prefix_cache_bytes, want.extra_bytes_per_token});
     }
   }
   if (!plan.is_ok()) {
