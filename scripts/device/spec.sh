@@ -79,6 +79,23 @@ case "${1:-start}" in
 def main():
     " 2>&1 | tail -3
     done;;
+  dflash30)
+    # A DFlash draft of the published shape for Qwen3-30B-A3B (5 layers, 32 heads of 128, FF 6144;
+    # random weights: acceptance ~0, so this measures the draft's cost and the policy switching it off).
+    for i in $(seq 1 100); do [ -f "$m30.done" ] && break; sleep 5; done
+    [ -f "$m30.done" ] || { echo "model not ready: $(tail -c 300 /tmp/make30.log)"; exit 1; }
+    d=/tmp/dflash-30b
+    if [ ! -f $d.gguf ]; then
+      build-gpu/tests/cli/dflash_cli_fixture $d 2048 48 151936 5 32 4 128 6144 && $bin convert $d -o $d.gguf --type bf16 2>&1 | tail -1
+    fi
+    for args in "" "--n-cpu-moe 24"; do
+      echo "== 30b-a3b Q4_K_M, cuda $args: generate --spec dflash (adaptive off: every step drafts 15)"
+      $bin generate -m $m30 --device cuda $args -n 64 --temp 0 --spec dflash --draft $d.gguf \
+        --spec-max 15 --spec-fixed -p "def fibonacci(n):" 2>&1 | grep -E 'speculative|decode|error'
+      echo "== 30b-a3b Q4_K_M, cuda $args: bench --spec auto --draft (adaptive)"
+      $bin bench -m $m30 -p 0 -n 128 -r 1 --device cuda $args --spec auto --draft $d.gguf --spec-max 15 2>&1 \
+        | sed -n '/speculative decoding/,$p'
+    done;;
   peer)
     for i in $(seq 1 100); do [ -f "$m30.done" ] && break; sleep 5; done
     python3 -c "import re,sys; l=open('bench/spec_prompts.txt').readline().rstrip('\\n'); sys.stdout.write(re.sub(r'\\\\([n\\\\])', lambda m: '\\n' if m.group(1) == 'n' else '\\\\', l))" > /tmp/edit_prompt.txt

@@ -100,8 +100,10 @@ struct RunResult {
 };
 
 Result<RunResult> run_prompt(runtime::Generator& gen, const std::vector<int32_t>& prompt, int64_t n_gen,
-                             runtime::Drafter* drafter, const runtime::SpecConfig& spec, int repetitions) {
+                             runtime::Drafter* drafter, const runtime::SpecConfig& spec, int repetitions,
+                             bool adaptive = true) {
   runtime::GenerateOptions go;
+  go.spec_adaptive = adaptive;
   go.max_tokens = n_gen;
   go.sampling.temperature = 0.0f;
   go.stop_at_eos = false;  // the same number of tokens every run
@@ -144,7 +146,7 @@ Result<SpecBenchResult> bench_speculative(runtime::Model& model, const SpecBench
     MOESERVE_RETURN_IF_ERROR(gen.status());
     MOESERVE_ASSIGN_OR_RETURN(RunResult plain, run_prompt(gen, prompt, o.n_gen, nullptr, {}, o.repetitions));
     MOESERVE_ASSIGN_OR_RETURN(RunResult fast,
-                              run_prompt(gen, prompt, o.n_gen, drafter.get(), o.spec, o.repetitions));
+                              run_prompt(gen, prompt, o.n_gen, drafter.get(), o.spec, o.repetitions, o.adaptive));
     SpecBenchRow row;
     row.name = set.name;
     row.plain_tok_s = plain.tok_s;

@@ -21,6 +21,7 @@ namespace moeserve::tools {
 struct SpecBenchOptions {
   runtime::SpecConfig spec;
   runtime::DrafterFactory make_drafter;  // spec::drafter_factory(the --draft model)
+  bool adaptive = true;                  // false: --spec-fixed
   int64_t n_gen = 128;       // tokens generated per prompt
   int repetitions = 1;       // timed runs of each prompt (after one warm-up)
   std::string prompts_path;  // one prompt a line (\n for a newline, \\ for a backslash); empty: the built-in sets

@@ -280,6 +280,7 @@ Status run_bench(const BenchOptions& o) {
   if (spec_config.enabled()) {
     SpecBenchOptions so{.spec = spec_config,
                         .make_drafter = spec::drafter_factory(draft_model),
+                        .adaptive = !o.spec.fixed,
                         .n_gen = std::max<int64_t>(o.n_gen, 16),
                         .repetitions = std::max(1, o.repetitions),
                         .prompts_path = o.spec_prompts};

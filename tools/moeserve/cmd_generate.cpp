@@ -75,6 +75,7 @@ Status run_generate(const GenerateCliOptions& o) {
   go.sampling = o.sampling;
   go.stop = o.stop;
   go.spec = spec_config;
+  go.spec_adaptive = !o.spec.fixed;
   MOESERVE_ASSIGN_OR_RETURN(std::shared_ptr<spec::DflashModel> draft_model, load_draft_model(o.spec, model->net()));
   std::unique_ptr<runtime::Drafter> drafter = spec::drafter_factory(draft_model)(spec_config);
   go.drafter = drafter.get();

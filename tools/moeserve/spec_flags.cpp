@@ -27,6 +27,9 @@ void add_spec_flags(CLI::App* cmd, SpecCliOptions* o) {
       ->capture_default_str();
   cmd->add_option("--spec-ngram-max", o->ngram_max, "n-gram drafts: the longest suffix, tried first")
       ->capture_default_str();
+  cmd->add_flag("--spec-fixed", o->fixed,
+               "Draft --spec-max tokens (or the --spec-tree budget) every step, even when drafting does not "
+               "pay (for measurements; default: the adaptive policy decides each step)");
   cmd->add_option("--draft", o->draft_path,
                   "DFlash draft model (GGUF; `moeserve convert` makes one from a DFlash checkpoint directory) "
                   "for --spec dflash or auto");

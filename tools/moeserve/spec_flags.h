@@ -19,6 +19,7 @@ struct SpecCliOptions {
   int tree_nodes = 0;
   int ngram_min = 2, ngram_max = 4;
   std::string draft_path;
+  bool fixed = false;  // --spec-fixed: no adaptive policy (measurements)
 };
 
 void add_spec_flags(CLI::App* cmd, SpecCliOptions* o);
