@@ -67,13 +67,11 @@ case "${1:-start}" in
       mkdir -p "$out/dflash-$arch" && cp $d/config.json $d/train_summary.json $d/model.safetensors "$out/dflash-$arch/"
       $bin convert $d -o $d.gguf --type bf16 2>&1 | tail -1
       m=tests/data/models/$arch-tiny.bf16.gguf
-      for spec in "ngram" "dflash --draft $d.gguf --spec-max 15" "dflash --draft $d.gguf --spec-max 15 --spec-tree 16" \
-                  "dflash --draft $d.gguf --spec-max 15 --spec-tree 32"; do
+      for spec in "ngram" "dflash --draft $d.gguf --spec-max 15" "dflash --draft $d.gguf --spec-max 15 --spec-fixed" \
+                  "dflash --draft $d.gguf --spec-max 15 --spec-tree 16 --spec-fixed" "auto --draft $d.gguf --spec-max 15"; do
         echo "== $arch tiny, cuda, --spec $spec"
         $bin bench -m $m -p 64 -n 128 -r 2 --device cuda --spec $spec 2>&1 | sed -n '/speculative decoding/,$p'
       done
-      echo "== $arch tiny, cpu, --spec dflash chain"
-      $bin bench -m $m -p 64 -n 128 -r 1 --spec dflash --draft $d.gguf --spec-max 15 2>&1 | sed -n '/speculative decoding/,$p'
       $bin generate -m $m --device cuda -n 96 --temp 0 --spec dflash --draft $d.gguf --spec-max 15 \
         -p "import os
 def main():
