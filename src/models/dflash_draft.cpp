@@ -87,7 +87,8 @@ Status check_against_target(const DflashHParams& hp, const ModelInfo& t, const T
 
 class DflashDraft::Forward {
  public:
-  Forward(const DflashDraft& m, DraftBuffers& d) : m_(m), hp_(m.hp_), w_(m.w_), d_(d), ops_(*d.ops) {}
+  Forward(const DflashDraft& m, DraftBuffers& d, ForwardProfile* profile)
+      : m_(m), hp_(m.hp_), w_(m.w_), d_(d), ops_(*d.ops), profile_(profile) {}
 
   // One batch over the context's cache: n rows at positions ctx.length...
   Status begin(DflashContext& ctx, std::span<const int32_t> tokens, std::span<const int64_t> logit_rows,
@@ -100,12 +101,13 @@ class DflashDraft::Forward {
     batch_.logit_rows = logit_rows;
     rope_ = {.n_rot = hp_.head_dim, .freq_base = hp_.rope_freq_base};
     MOESERVE_RETURN_IF_ERROR(check_batch(batch_, {hp_.n_layer, m_.n_vocab_, 0}, rows));
-    return ops_.begin_batch(batch_layout(batch_, rows, {&rope_, 1}, false));
+    return ops_.begin_batch(batch_layout(batch_, rows, {&rope_, 1}, profile_ != nullptr));
   }
 
   // Context rows: features (already in d.features) -> fc -> hidden_norm ->
   // each layer's K/V into the cache.
   Status context_rows(int64_t T) {
+    ScopedTimer timer(profile_, &ForwardProfile::other, ops_);  // context rows
     float *xn = d_.xn.as<float>(), *k = d_.k.as<float>(), *v = d_.v.as<float>(), *q = d_.q.as<float>();
     const backend::MatmulOp fc[] = {{&w_.fc, d_.features.as<float>(), d_.o.as<float>(), T}};
     MOESERVE_RETURN_IF_ERROR(ops_.matmul(fc));
@@ -141,8 +143,12 @@ class DflashDraft::Forward {
   // arg-maxes begin() was given).
   Status block_rows(int64_t T) {
     float* x = d_.x.as<float>();
-    MOESERVE_RETURN_IF_ERROR(ops_.embed(*m_.target_.embedding, x));
+    {
+      ScopedTimer timer(profile_, &ForwardProfile::embed, ops_);
+      MOESERVE_RETURN_IF_ERROR(ops_.embed(*m_.target_.embedding, x));
+    }
     for (int il = 0; il < int(hp_.n_layer); ++il) MOESERVE_RETURN_IF_ERROR(layer(il, T));
+    ScopedTimer timer(profile_, &ForwardProfile::lm_head, ops_);
     return output_head({.device = d_.device,
                         .ops = &ops_,
                         .x = x,
@@ -162,36 +168,43 @@ class DflashDraft::Forward {
     float *x = d_.x.as<float>(), *xn = d_.xn.as<float>(), *q = d_.q.as<float>(), *k = d_.k.as<float>();
     float *v = d_.v.as<float>(), *attn = d_.attn.as<float>(), *o = d_.o.as<float>();
     const int64_t H = hp_.n_embd;
-    MOESERVE_RETURN_IF_ERROR(ops_.rms_norm({.x = x,
-                                            .w = l.attn_norm.f32(),
-                                            .out = xn,
-                                            .n_rows = T,
-                                            .n_cols = H,
-                                            .eps = hp_.rms_eps,
-                                            .rows = {}}));
-    const backend::MatmulOp qkv[] = {{&l.attn_q, xn, q, T}, {&l.attn_k, xn, k, T}, {&l.attn_v, xn, v, T}};
-    MOESERVE_RETURN_IF_ERROR(ops_.matmul(qkv));
-    MOESERVE_RETURN_IF_ERROR(ops_.qk_norm_rope_store({.q = q,
-                                                      .k = k,
-                                                      .v = v,
-                                                      .q_norm = &l.attn_q_norm,
-                                                      .k_norm = &l.attn_k_norm,
-                                                      .n_head = hp_.n_head,
-                                                      .n_head_kv = hp_.n_head_kv,
-                                                      .head_dim = hp_.head_dim,
-                                                      .eps = hp_.rms_eps,
-                                                      .layer = il,
-                                                      .rope = 0}));
+    {
+      ScopedTimer timer(profile_, &ForwardProfile::attn_proj, ops_);
+      MOESERVE_RETURN_IF_ERROR(ops_.rms_norm({.x = x,
+                                              .w = l.attn_norm.f32(),
+                                              .out = xn,
+                                              .n_rows = T,
+                                              .n_cols = H,
+                                              .eps = hp_.rms_eps,
+                                              .rows = {}}));
+      const backend::MatmulOp qkv[] = {{&l.attn_q, xn, q, T}, {&l.attn_k, xn, k, T}, {&l.attn_v, xn, v, T}};
+      MOESERVE_RETURN_IF_ERROR(ops_.matmul(qkv));
+      MOESERVE_RETURN_IF_ERROR(ops_.qk_norm_rope_store({.q = q,
+                                                        .k = k,
+                                                        .v = v,
+                                                        .q_norm = &l.attn_q_norm,
+                                                        .k_norm = &l.attn_k_norm,
+                                                        .n_head = hp_.n_head,
+                                                        .n_head_kv = hp_.n_head_kv,
+                                                        .head_dim = hp_.head_dim,
+                                                        .eps = hp_.rms_eps,
+                                                        .layer = il,
+                                                        .rope = 0}));
+    }
     const bool sliding = hp_.sliding[size_t(il)];
-    MOESERVE_RETURN_IF_ERROR(ops_.attention({.q = q,
-                                             .out = attn,
-                                             .n_head = hp_.n_head,
-                                             .n_head_kv = hp_.n_head_kv,
-                                             .head_dim = hp_.head_dim,
-                                             .scale = float(1.0 / std::sqrt(double(hp_.head_dim))),
-                                             .layer = il,
-                                             .window = sliding ? hp_.sliding_window : 0,
-                                             .whole_slice = !hp_.causal[size_t(il)]}));
+    {
+      ScopedTimer timer(profile_, &ForwardProfile::attention, ops_);
+      MOESERVE_RETURN_IF_ERROR(ops_.attention({.q = q,
+                                               .out = attn,
+                                               .n_head = hp_.n_head,
+                                               .n_head_kv = hp_.n_head_kv,
+                                               .head_dim = hp_.head_dim,
+                                               .scale = float(1.0 / std::sqrt(double(hp_.head_dim))),
+                                               .layer = il,
+                                               .window = sliding ? hp_.sliding_window : 0,
+                                               .whole_slice = !hp_.causal[size_t(il)]}));
+    }
+    ScopedTimer timer(profile_, &ForwardProfile::dense_ffn, ops_);  // the output projection with the FFN
     const backend::MatmulOp out_proj[] = {{&l.attn_output, attn, o, T}};
     MOESERVE_RETURN_IF_ERROR(ops_.matmul(out_proj));
     MOESERVE_RETURN_IF_ERROR(ops_.add_rms_norm({.x = x,
@@ -215,6 +228,7 @@ class DflashDraft::Forward {
   const DflashWeights& w_;
   DraftBuffers& d_;
   Ops& ops_;
+  ForwardProfile* profile_;
   SequenceSlice slice_;
   ForwardBatch batch_;
   backend::RopeSpec rope_;
@@ -277,7 +291,8 @@ Status DflashDraft::reserve(DflashContext& ctx, int64_t rows) {
   return Status::ok();
 }
 
-Status DflashDraft::extend(DflashContext& ctx, std::span<const float> features, int64_t n, Workspace& ws) {
+Status DflashDraft::extend(DflashContext& ctx, std::span<const float> features, int64_t n, Workspace& ws,
+                           ForwardProfile* profile) {
   const int64_t width = hp_.feature_width();
   if (n < 0 || int64_t(features.size()) < n * width) {
     return make_error(StatusCode::kInvalidArgument, "DFlash extend: {} rows need {} floats, got {}", n,
@@ -293,7 +308,7 @@ Status DflashDraft::extend(DflashContext& ctx, std::span<const float> features, 
     MOESERVE_RETURN_IF_ERROR(
         d.ops->upload(d.features.data(), features.data() + r0 * width, size_t(T * width) * sizeof(float)));
     tokens.assign(size_t(T), 0);  // context rows have no token: ids only pass the batch's checks
-    Forward f(*this, d);
+    Forward f(*this, d, profile);
     MOESERVE_RETURN_IF_ERROR(f.begin(ctx, tokens, {}, w->rows));
     MOESERVE_RETURN_IF_ERROR(f.context_rows(T));
     ctx.length_ += T;
@@ -302,7 +317,7 @@ Status DflashDraft::extend(DflashContext& ctx, std::span<const float> features, 
 }
 
 Status DflashDraft::propose(DflashContext& ctx, int32_t root, int64_t n_out, float* logits, int32_t* greedy,
-                            Workspace& ws) {
+                            Workspace& ws, ForwardProfile* profile) {
   const int64_t B = hp_.block_size;
   if (n_out < 1 || n_out > B - 1 || root < 0 || root >= n_vocab_) {
     return make_error(StatusCode::kInvalidArgument, "DFlash propose: {} rows of a block of {} (root {})",
@@ -316,7 +331,7 @@ Status DflashDraft::propose(DflashContext& ctx, int32_t root, int64_t n_out, flo
   tokens[0] = root;
   std::vector<int64_t> rows(static_cast<size_t>(n_out));
   for (int64_t i = 0; i < n_out; ++i) rows[size_t(i)] = 1 + i;
-  Forward f(*this, d);
+  Forward f(*this, d, profile);
   MOESERVE_RETURN_IF_ERROR(f.begin(ctx, tokens, rows, w->rows, logits, greedy));
   return f.block_rows(B);
 }

@@ -54,12 +54,15 @@ class DflashDraft {
 
   Result<std::unique_ptr<Workspace>> create_workspace();
   // Appends n rows of features (host, [n][feature_width]) to the context.
-  Status extend(DflashContext& ctx, std::span<const float> features, int64_t n, Workspace& ws);
+  // `profile` (optional) adds each part's time (the forward then waits
+  // after each part, without a captured graph: for diagnosis).
+  Status extend(DflashContext& ctx, std::span<const float> features, int64_t n, Workspace& ws,
+                ForwardProfile* profile = nullptr);
   // Runs the block after the context with `root` (the last token) first;
   // logits of block rows 1..n_out to `logits` (host [n_out][n_vocab], raw:
   // before output_multiplier / softcap) and/or their arg-max to `greedy`.
   Status propose(DflashContext& ctx, int32_t root, int64_t n_out, float* logits, int32_t* greedy,
-                 Workspace& ws);
+                 Workspace& ws, ForwardProfile* profile = nullptr);
 
  private:
   DflashDraft(DflashHParams hp, DflashWeights w, const TokenIo& target, int64_t n_vocab);

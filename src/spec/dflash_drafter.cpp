@@ -3,6 +3,8 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <chrono>
+#include <cstdlib>
 
 #include "core/log.h"
 #include "spec/ddtree.h"
@@ -42,7 +44,24 @@ std::string DflashModel::description() const {
                      double(draft_->n_bytes()) / (1024.0 * 1024.0));
 }
 
-DflashDrafter::DflashDrafter(std::shared_ptr<DflashModel> model) : model_(std::move(model)) {}
+DflashDrafter::DflashDrafter(std::shared_ptr<DflashModel> model) : model_(std::move(model)) {
+  const char* p = std::getenv("MOESERVE_DFLASH_PROFILE");
+  if (p != nullptr && std::string(p) == "1") profile_ = std::make_unique<models::ForwardProfile>();
+}
+
+DflashDrafter::~DflashDrafter() {
+  if (profile_ == nullptr || profiled_steps_ == 0) return;
+  const double n = double(profiled_steps_), ms = 1e-6;
+  const models::ForwardProfile& p = *profile_;
+  MOESERVE_LOG_INFO(
+      "DFlash draft, per step ({} steps, waiting after each part): context rows {:.3f} ms, block embedding "
+      "{:.3f} ms, q/k/v {:.3f} ms, attention {:.3f} ms, output projection + FFN {:.3f} ms, output head "
+      "{:.3f} "
+      "ms, top-k and tree {:.3f} ms",
+      profiled_steps_, double(p.other) * ms / n, double(p.embed) * ms / n, double(p.attn_proj) * ms / n,
+      double(p.attention) * ms / n, double(p.dense_ffn) * ms / n, double(p.lm_head) * ms / n,
+      host_seconds_ * 1e3 / n);
+}
 
 void DflashDrafter::reset() {
   ctx_.clear();
@@ -70,7 +89,7 @@ void DflashDrafter::observe_features(int64_t pos0, std::span<const float> rows, 
 
 Status DflashDrafter::flush_features() {
   if (n_waiting_ == 0) return Status::ok();
-  const Status st = model_->draft_->extend(ctx_, waiting_, n_waiting_, *model_->ws_);
+  const Status st = model_->draft_->extend(ctx_, waiting_, n_waiting_, *model_->ws_, profile_.get());
   waiting_.clear();
   n_waiting_ = 0;
   return st;
@@ -87,20 +106,24 @@ void DflashDrafter::draft(std::span<const int32_t> context, const runtime::Draft
   if (Status st = flush_features(); !st.is_ok()) return fail(st);
   if (ctx_.length() == 0) return;  // no features yet (nothing to draft from)
   const int32_t root = context.back();
+  ++profiled_steps_;
   const int64_t n_vocab = model_->draft_->n_vocab();
-  if (budget.max_nodes <= depth) {
+  if (budget.max_nodes <= budget.max_depth) {
     // A chain: each row's arg-max, computed on the device.
     greedy_.assign(size_t(depth), 0);
-    if (Status st = model_->draft_->propose(ctx_, root, depth, nullptr, greedy_.data(), *model_->ws_);
+    if (Status st =
+            model_->draft_->propose(ctx_, root, depth, nullptr, greedy_.data(), *model_->ws_, profile_.get());
         !st.is_ok())
       return fail(st);
     for (int64_t i = 0; i < depth; ++i) out.add(greedy_[size_t(i)], int32_t(i) - 1);
     return;
   }
   logits_.resize(size_t(depth * n_vocab));
-  if (Status st = model_->draft_->propose(ctx_, root, depth, logits_.data(), nullptr, *model_->ws_);
+  if (Status st =
+          model_->draft_->propose(ctx_, root, depth, logits_.data(), nullptr, *model_->ws_, profile_.get());
       !st.is_ok())
     return fail(st);
+  const auto t0 = std::chrono::steady_clock::now();
   std::vector<DepthCandidates> depths(static_cast<size_t>(depth));
   const int k = int(std::min<int64_t>({budget.max_nodes, int64_t(kTreeTopK), n_vocab}));
   for (int64_t d = 0; d < depth; ++d) {
@@ -108,6 +131,7 @@ void DflashDrafter::draft(std::span<const int32_t> context, const runtime::Draft
                   h.output_multiplier, h.logit_softcap, depths[size_t(d)]);
   }
   build_draft_tree(depths, budget, /*chain_seed=*/true, out);
+  host_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
 }  // namespace moeserve::spec

@@ -45,6 +45,7 @@ class DflashModel : public std::enable_shared_from_this<DflashModel> {
 class DflashDrafter final : public runtime::Drafter {
  public:
   explicit DflashDrafter(std::shared_ptr<DflashModel> model);
+  ~DflashDrafter() override;
   void draft(std::span<const int32_t> context, const runtime::DraftBudget& budget,
              runtime::DraftTree& out) override;
   void reset() override;
@@ -63,6 +64,10 @@ class DflashDrafter final : public runtime::Drafter {
   std::vector<float> logits_;
   std::vector<int32_t> greedy_;
   Status status_;
+  // MOESERVE_DFLASH_PROFILE=1: where the draft's time goes (logged at the end).
+  std::unique_ptr<models::ForwardProfile> profile_;
+  int64_t profiled_steps_ = 0;
+  double host_seconds_ = 0.0;  // top-k and tree building
 };
 
 }  // namespace moeserve::spec
