@@ -318,6 +318,15 @@ struct ExpertFfnArgs {
   const ExpertSplit* split = nullptr;
 };
 
+struct TopKOpArgs {
+  const float* x = nullptr;  // [n_rows][n_cols], the device's memory
+  int64_t n_rows = 0, n_cols = 0;
+  int k = 1;  // 1..64, <= n_cols
+  float scale = 1.0f, softcap = 0.0f;
+  int32_t* host_ids = nullptr;
+  float* host_log_probs = nullptr;
+};
+
 // The ops of a forward pass on one device. One Ops per workspace: it holds
 // the op scratch (and on a GPU the stream), so two workspaces can run two
 // forwards at once. Ops enqueue work; finish() waits for all of it.
@@ -352,6 +361,11 @@ class Ops {
   // the lowest index, 0 when nothing is above -inf: the host sampler's
   // arg-max), written to host memory. Only the ids cross to the host.
   virtual Status argmax_rows(const float* x, int64_t n_rows, int64_t n_cols, int32_t* host_ids) = 0;
+  // Per row of x: the k largest entries of scale * x (capped as softcap *
+  // tanh(v / softcap) when softcap > 0; NaN as -inf), largest first, ties
+  // to the lower index, with their log-softmax over the row, to host memory
+  // [n_rows][k] (a draft's candidates per position for a draft tree).
+  virtual Status top_k_rows(const TopKOpArgs& a) = 0;
   virtual Status expert_ffn(const ExpertFfnArgs& a) = 0;
   // Copies between this device's memory and the host, ordered with the ops.
   virtual Status download(void* host, const void* src, size_t bytes) = 0;

@@ -316,24 +316,45 @@ Status DflashDraft::extend(DflashContext& ctx, std::span<const float> features, 
   return Status::ok();
 }
 
-Status DflashDraft::propose(DflashContext& ctx, int32_t root, int64_t n_out, float* logits, int32_t* greedy,
-                            Workspace& ws, ForwardProfile* profile) {
-  const int64_t B = hp_.block_size;
-  if (n_out < 1 || n_out > B - 1 || root < 0 || root >= n_vocab_) {
-    return make_error(StatusCode::kInvalidArgument, "DFlash propose: {} rows of a block of {} (root {})",
-                      n_out, B, root);
+Status DflashDraft::propose(DflashContext& ctx, int32_t root, const DraftOutputs& out, Workspace& ws,
+                            ForwardProfile* profile) {
+  const int64_t B = hp_.block_size, n_out = out.n_out;
+  if (n_out < 1 || n_out > B - 1 || root < 0 || root >= n_vocab_ || out.top_k < 0 || out.top_k > 64 ||
+      out.top_k > n_vocab_ || (out.top_k > 0 && (out.top_ids == nullptr || out.top_log_probs == nullptr))) {
+    return make_error(StatusCode::kInvalidArgument,
+                      "DFlash propose: {} rows of a block of {} (root {}, top-k {})", n_out, B, root,
+                      out.top_k);
   }
   MOESERVE_ASSIGN_OR_RETURN(DraftWorkspace * w, DraftWorkspace::of(ws, kDflashArch));
   DraftBuffers& d = w->devices.front();
   MOESERVE_RETURN_IF_ERROR(reserve(ctx, ctx.length_ + B));
   MOESERVE_RETURN_IF_ERROR(ensure_buffers(d, hp_, B));
-  std::vector<int32_t> tokens(size_t(B), hp_.mask_token_id);
+  std::vector<int32_t> tokens(static_cast<size_t>(B), hp_.mask_token_id);
   tokens[0] = root;
   std::vector<int64_t> rows(static_cast<size_t>(n_out));
   for (int64_t i = 0; i < n_out; ++i) rows[size_t(i)] = 1 + i;
+  // A forward's logit rows come back somehow: the arg-maxes when nothing else is asked.
+  std::vector<int32_t> argmax;
+  int32_t* greedy = out.greedy;
+  if (greedy == nullptr && out.logits == nullptr) {
+    argmax.resize(static_cast<size_t>(n_out));
+    greedy = argmax.data();
+  }
   Forward f(*this, d, profile);
-  MOESERVE_RETURN_IF_ERROR(f.begin(ctx, tokens, rows, w->rows, logits, greedy));
-  return f.block_rows(B);
+  MOESERVE_RETURN_IF_ERROR(f.begin(ctx, tokens, rows, w->rows, out.logits, greedy));
+  MOESERVE_RETURN_IF_ERROR(f.block_rows(B));
+  if (out.top_k == 0) return Status::ok();
+  // The logits stayed where the output head wrote them (the workspace's,
+  // or the caller's buffer on a host device).
+  const float* logits = out.logits != nullptr && d.device->host_memory() ? out.logits : d.logits.as<float>();
+  return d.ops->top_k_rows({.x = logits,
+                            .n_rows = n_out,
+                            .n_cols = n_vocab_,
+                            .k = out.top_k,
+                            .scale = hp_.output_multiplier,
+                            .softcap = hp_.logit_softcap,
+                            .host_ids = out.top_ids,
+                            .host_log_probs = out.top_log_probs});
 }
 
 Result<std::unique_ptr<DflashDraft>> load_dflash_draft(const GgufFile& file, const LanguageModel& target) {

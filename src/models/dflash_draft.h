@@ -42,6 +42,19 @@ class DflashContext {
   int64_t capacity_ = 0, length_ = 0;
 };
 
+// What a proposal hands back, per block row 1..n_out (host memory; each
+// pointer optional): its arg-max; its raw logits [n_out][n_vocab]; or its
+// top_k candidates with their log-probabilities [n_out][top_k] (after the
+// draft's output_multiplier and softcap), computed where the logits are.
+struct DraftOutputs {
+  int64_t n_out = 0;
+  int32_t* greedy = nullptr;
+  float* logits = nullptr;
+  int top_k = 0;
+  int32_t* top_ids = nullptr;
+  float* top_log_probs = nullptr;
+};
+
 class DflashDraft {
  public:
   // Checks the draft against the target (layers, hidden size, vocabulary)
@@ -59,10 +72,9 @@ class DflashDraft {
   Status extend(DflashContext& ctx, std::span<const float> features, int64_t n, Workspace& ws,
                 ForwardProfile* profile = nullptr);
   // Runs the block after the context with `root` (the last token) first;
-  // logits of block rows 1..n_out to `logits` (host [n_out][n_vocab], raw:
-  // before output_multiplier / softcap) and/or their arg-max to `greedy`.
-  Status propose(DflashContext& ctx, int32_t root, int64_t n_out, float* logits, int32_t* greedy,
-                 Workspace& ws, ForwardProfile* profile = nullptr);
+  // what comes back of block rows 1..out.n_out is what `out` asks for.
+  Status propose(DflashContext& ctx, int32_t root, const DraftOutputs& out, Workspace& ws,
+                 ForwardProfile* profile = nullptr);
 
  private:
   DflashDraft(DflashHParams hp, DflashWeights w, const TokenIo& target, int64_t n_vocab);

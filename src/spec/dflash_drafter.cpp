@@ -111,24 +111,25 @@ void DflashDrafter::draft(std::span<const int32_t> context, const runtime::Draft
   if (budget.max_nodes <= budget.max_depth) {
     // A chain: each row's arg-max, computed on the device.
     greedy_.assign(size_t(depth), 0);
-    if (Status st =
-            model_->draft_->propose(ctx_, root, depth, nullptr, greedy_.data(), *model_->ws_, profile_.get());
-        !st.is_ok())
+    const models::DraftOutputs o{.n_out = depth, .greedy = greedy_.data()};
+    if (Status st = model_->draft_->propose(ctx_, root, o, *model_->ws_, profile_.get()); !st.is_ok())
       return fail(st);
     for (int64_t i = 0; i < depth; ++i) out.add(greedy_[size_t(i)], int32_t(i) - 1);
     return;
   }
-  logits_.resize(size_t(depth * n_vocab));
-  if (Status st =
-          model_->draft_->propose(ctx_, root, depth, logits_.data(), nullptr, *model_->ws_, profile_.get());
-      !st.is_ok())
+  // A tree: each row's top candidates, computed on the device.
+  const int k = int(std::min<int64_t>({budget.max_nodes, int64_t(kTreeTopK), n_vocab}));
+  top_ids_.resize(size_t(depth * k));
+  top_log_probs_.resize(size_t(depth * k));
+  const models::DraftOutputs o{
+      .n_out = depth, .top_k = k, .top_ids = top_ids_.data(), .top_log_probs = top_log_probs_.data()};
+  if (Status st = model_->draft_->propose(ctx_, root, o, *model_->ws_, profile_.get()); !st.is_ok())
     return fail(st);
   const auto t0 = std::chrono::steady_clock::now();
   std::vector<DepthCandidates> depths(static_cast<size_t>(depth));
-  const int k = int(std::min<int64_t>({budget.max_nodes, int64_t(kTreeTopK), n_vocab}));
   for (int64_t d = 0; d < depth; ++d) {
-    top_log_probs(std::span<const float>(logits_.data() + d * n_vocab, size_t(n_vocab)), k,
-                  h.output_multiplier, h.logit_softcap, depths[size_t(d)]);
+    depths[size_t(d)].tokens.assign(top_ids_.begin() + d * k, top_ids_.begin() + (d + 1) * k);
+    depths[size_t(d)].log_probs.assign(top_log_probs_.begin() + d * k, top_log_probs_.begin() + (d + 1) * k);
   }
   build_draft_tree(depths, budget, /*chain_seed=*/true, out);
   host_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();

@@ -61,8 +61,8 @@ class DflashDrafter final : public runtime::Drafter {
   models::DflashContext ctx_;
   std::vector<float> waiting_;  // observed rows not yet in the context
   int64_t n_waiting_ = 0;
-  std::vector<float> logits_;
-  std::vector<int32_t> greedy_;
+  std::vector<int32_t> greedy_, top_ids_;
+  std::vector<float> top_log_probs_;
   Status status_;
   // MOESERVE_DFLASH_PROFILE=1: where the draft's time goes (logged at the end).
   std::unique_ptr<models::ForwardProfile> profile_;

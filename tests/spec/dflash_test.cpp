@@ -268,7 +268,8 @@ TEST(DflashDraft, ForwardMatchesAPlainReference) {
     const int64_t n_out = hp.block_size - 1, V = (*draft)->n_vocab();
     std::vector<float> logits(size_t(n_out * V));
     std::vector<int32_t> greedy(static_cast<size_t>(n_out));
-    const Status proposed = (*draft)->propose(ctx, root, n_out, logits.data(), greedy.data(), **ws);
+    const Status proposed = (*draft)->propose(
+        ctx, root, {.n_out = n_out, .greedy = greedy.data(), .logits = logits.data()}, **ws);
     ASSERT_TRUE(proposed.is_ok()) << proposed.to_string();
     const Rows ref = reference_block(*file, target->file(), hp, features, block);
     double max_ref = 0, max_err = 0;
@@ -283,8 +284,32 @@ TEST(DflashDraft, ForwardMatchesAPlainReference) {
     EXPECT_GT(max_ref, 0.0);
     // A second proposal from the same context gives the same block (the block's K/V are scratch).
     std::vector<int32_t> again(static_cast<size_t>(n_out));
-    ASSERT_TRUE((*draft)->propose(ctx, root, n_out, nullptr, again.data(), **ws).is_ok());
+    ASSERT_TRUE((*draft)->propose(ctx, root, {.n_out = n_out, .greedy = again.data()}, **ws).is_ok());
     EXPECT_EQ(again, greedy);
+    // The top candidates, computed where the logits are, agree with the reference's.
+    const int k = 5;
+    std::vector<int32_t> ids(static_cast<size_t>(n_out * k));
+    std::vector<float> lps(static_cast<size_t>(n_out * k));
+    ASSERT_TRUE(
+        (*draft)
+            ->propose(ctx, root,
+                      {.n_out = n_out, .top_k = k, .top_ids = ids.data(), .top_log_probs = lps.data()}, **ws)
+            .is_ok());
+    for (int64_t i = 0; i < n_out; ++i) {
+      EXPECT_EQ(ids[size_t(i * k)], greedy[size_t(i)]) << "row " << i;
+      double lse = -1e300;
+      for (int64_t t = 0; t < V; ++t) lse = std::max(lse, ref[size_t(i)][size_t(t)]);
+      double z = 0;
+      for (int64_t t = 0; t < V; ++t) z += std::exp(ref[size_t(i)][size_t(t)] - lse);
+      lse += std::log(z);
+      for (int j = 0; j < k; ++j) {
+        EXPECT_NEAR(lps[size_t(i * k + j)], ref[size_t(i)][size_t(ids[size_t(i * k + j)])] - lse,
+                    2e-2 * max_ref + 1e-3);
+        if (j > 0) {
+          EXPECT_LE(lps[size_t(i * k + j)], lps[size_t(i * k + j - 1)]);
+        }
+      }
+    }
   }
 }
 

@@ -129,7 +129,8 @@ class CpuOps final : public Ops {
                       int64_t head_dim) override;
   Status mul_sigmoid(float* x, const float* gate, int64_t n_rows, int64_t n_cols) override;
   Status mul_softplus(float* x, const float* gate, int64_t n_rows, int64_t n_gates, int64_t group) override;
-  Status add_sigmoid_scaled(float* y, const float* x, const float* s, int64_t n_rows, int64_t n_cols) override;
+  Status add_sigmoid_scaled(float* y, const float* x, const float* s, int64_t n_rows,
+                            int64_t n_cols) override;
   Status gated_delta_net(const GatedDeltaNetArgs& a) override;
 
   Status download(void* host, const void* src, size_t bytes) override {
@@ -140,6 +141,7 @@ class CpuOps final : public Ops {
   Status upload(void* dst, const void* host, size_t bytes) override { return download(dst, host, bytes); }
   Status copy(void* dst, const void* src, size_t bytes) override { return download(dst, src, bytes); }
   Status finish() override { return Status::ok(); }
+  Status top_k_rows(const TopKOpArgs& a) override;
   Status argmax_rows(const float* x, int64_t n_rows, int64_t n_cols, int32_t* host_ids) override {
     for (int64_t r = 0; r < n_rows; ++r) {
       const float* row = x + r * n_cols;
@@ -209,7 +211,8 @@ void CpuOps::build_tree_paths() {
 
 Status CpuOps::qk_norm_rope_store(const QkNormRopeArgs& a) {
   if (a.rope < 0 || (a.rope > 0 && size_t(a.rope) >= ropes_.size())) {
-    return make_error(StatusCode::kInvalidArgument, "qk_norm_rope_store: RoPE {} of {}", a.rope, ropes_.size());
+    return make_error(StatusCode::kInvalidArgument, "qk_norm_rope_store: RoPE {} of {}", a.rope,
+                      ropes_.size());
   }
   const int64_t n_rot = ropes_.empty() ? 0 : ropes_[size_t(a.rope)].n_rot;
   if (n_rot > a.head_dim || n_rot % 2 != 0) {
@@ -410,6 +413,50 @@ Status CpuOps::attention(const AttentionOpArgs& a) {
   } else {
     for (int64_t i = 0; i < n_blocks * a.n_head_kv; ++i) task(i, 0);
   }
+  return Status::ok();
+}
+
+Status CpuOps::top_k_rows(const TopKOpArgs& a) {
+  if (a.n_rows < 0 || a.n_cols < 1 || a.k < 1 || a.k > 64 || a.k > a.n_cols)
+    return make_error(StatusCode::kInvalidArgument, "top_k_rows: {} x {}, k {}", a.n_rows, a.n_cols, a.k);
+  for_each_index(pool_, a.n_rows, [&](int64_t r) {
+    const float* row = a.x + r * a.n_cols;
+    auto value = [&](int64_t i) {
+      float v = row[i] * a.scale;
+      if (a.softcap > 0.0f) v = a.softcap * std::tanh(v / a.softcap);
+      return std::isnan(v) ? -INFINITY : v;
+    };
+    float max = -INFINITY;
+    for (int64_t i = 0; i < a.n_cols; ++i) max = std::max(max, value(i));
+    double sum = 0.0;
+    if (max > -INFINITY) {
+      for (int64_t i = 0; i < a.n_cols; ++i) sum += std::exp(double(value(i) - max));
+    }
+    const double lse = max > -INFINITY ? double(max) + std::log(sum) : 0.0;
+    // The k best by (value desc, index asc): a bounded heap whose front is the worst kept.
+    using Entry = std::pair<float, int32_t>;
+    auto better = [](const Entry& x, const Entry& y) {
+      return x.first > y.first || (x.first == y.first && x.second < y.second);
+    };
+    std::vector<Entry> heap;
+    heap.reserve(size_t(a.k));
+    for (int64_t i = 0; i < a.n_cols; ++i) {
+      const Entry e{value(i), int32_t(i)};
+      if (int64_t(heap.size()) < a.k) {
+        heap.push_back(e);
+        std::push_heap(heap.begin(), heap.end(), better);
+      } else if (better(e, heap.front())) {
+        std::pop_heap(heap.begin(), heap.end(), better);
+        heap.back() = e;
+        std::push_heap(heap.begin(), heap.end(), better);
+      }
+    }
+    std::sort(heap.begin(), heap.end(), better);
+    for (int j = 0; j < a.k; ++j) {
+      a.host_ids[r * a.k + j] = heap[size_t(j)].second;
+      a.host_log_probs[r * a.k + j] = float(double(heap[size_t(j)].first) - lse);
+    }
+  });
   return Status::ok();
 }
 

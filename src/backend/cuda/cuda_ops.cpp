@@ -144,14 +144,15 @@ Status CudaOps::begin_batch(const BatchLayout& layout) {
   row_slot_ = trees ? reinterpret_cast<const int32_t*>(d + tree_at) : nullptr;
   row_parent_ = trees ? reinterpret_cast<const int32_t*>(d + tree_at + rows_bytes) : nullptr;
   row_tree_ = trees ? reinterpret_cast<const int32_t*>(d + tree_at + 2 * rows_bytes) : nullptr;
-  node_tables_ = trees ? reinterpret_cast<float* const*>(d + tree_at + 2 * rows_bytes + tree_info_bytes) : nullptr;
+  node_tables_ =
+      trees ? reinterpret_cast<float* const*>(d + tree_at + 2 * rows_bytes + tree_info_bytes) : nullptr;
   row_end_pos_ = reinterpret_cast<const int32_t*>(d + end_pos_at);
   MOESERVE_RETURN_IF_ERROR(place_rope_tables());
   mode_ = Mode::kEager;
   // (A forward with host experts is captured when they go through mailboxes.)
   if (!layout.profiling && !layout.count_experts && (!device_.has_host_experts() || use_mailboxes_)) {
-    MOESERVE_RETURN_IF_ERROR(start_graph(
-        {n_rows_, n_seq_, n_blocks_, max_block_rows_, max_kv_, n_logit_rows_, layout.argmax ? 1 : 0, trees ? 1 : 0}));
+    MOESERVE_RETURN_IF_ERROR(start_graph({n_rows_, n_seq_, n_blocks_, max_block_rows_, max_kv_, n_logit_rows_,
+                                          layout.argmax ? 1 : 0, trees ? 1 : 0}));
   }
   if (mode_ == Mode::kReplay) return Status::ok();  // the graph holds the upload
   MOESERVE_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(dev, host, total, cudaMemcpyHostToDevice, stream_));
@@ -161,7 +162,8 @@ Status CudaOps::begin_batch(const BatchLayout& layout) {
 // A batch with draft trees (BatchLayout::row_parent): into `at`, each row's
 // cache row, its parent within its sequence (-1: a root, or outside a
 // tree), its keys (cuda::kTreeRowInfo), then the node-state tables.
-void CudaOps::write_tree_layout(const BatchLayout& layout, uint8_t* at, size_t rows_bytes, size_t info_bytes) {
+void CudaOps::write_tree_layout(const BatchLayout& layout, uint8_t* at, size_t rows_bytes,
+                                size_t info_bytes) {
   auto* slot = reinterpret_cast<int32_t*>(at);
   auto* parent = reinterpret_cast<int32_t*>(at + rows_bytes);
   auto* info = reinterpret_cast<int32_t*>(at + 2 * rows_bytes);
@@ -422,8 +424,8 @@ Status CudaOps::matmul(std::span<const MatmulOp> group) {
 
 Status CudaOps::gated_delta_net(const GatedDeltaNetArgs& a) {
   cuda::GdnArgs g;
-  g.batch = {seq_rows_, row_seq_, state_tables_, n_seq_, n_layer_, a.layer, n_rows_,
-             row_parent_, node_tables_, a.state_floats()};
+  g.batch = {seq_rows_, row_seq_, state_tables_, n_seq_,       n_layer_,
+             a.layer,   n_rows_,  row_parent_,   node_tables_, a.state_floats()};
   const size_t scratch_bytes = size_t(n_rows_ * a.conv_dim()) * sizeof(float);
   MOESERVE_ASSIGN_OR_RETURN(void* scratch, gdn_mem_.get(scratch_bytes, "workspace (DeltaNet)"));
   g.scratch = static_cast<float*>(scratch);
@@ -486,7 +488,8 @@ Status CudaOps::attention(const AttentionOpArgs& a) {
   if (a.whole_slice) {
     // Each row attends as if it were its slice's last: to every key the slice stores.
     if (row_tree_ != nullptr) {
-      return make_error(StatusCode::kInvalidArgument, "attention: whole-slice rows in a batch with draft trees");
+      return make_error(StatusCode::kInvalidArgument,
+                        "attention: whole-slice rows in a batch with draft trees");
     }
     c.rows.row_pos = row_end_pos_;
   }
@@ -514,6 +517,20 @@ Status CudaOps::argmax_rows(const float* x, int64_t n_rows, int64_t n_cols, int3
     MOESERVE_RETURN_IF_ERROR(cuda::argmax_rows({x, n_rows, n_cols, static_cast<int32_t*>(ids)}, stream_));
   }
   return download(host_ids, ids, bytes);
+}
+
+Status CudaOps::top_k_rows(const TopKOpArgs& a) {
+  if (a.n_rows <= 0) return Status::ok();
+  const size_t n = size_t(a.n_rows) * size_t(std::max(a.k, 1));
+  MOESERVE_ASSIGN_OR_RETURN(void* mem, topk_mem_.get(2 * n * sizeof(float), "workspace (top-k rows)"));
+  auto* ids = static_cast<int32_t*>(mem);
+  auto* log_probs = reinterpret_cast<float*>(ids + n);
+  if (!replaying()) {
+    MOESERVE_RETURN_IF_ERROR(
+        cuda::top_k_rows({a.x, a.n_rows, a.n_cols, a.k, a.scale, a.softcap, ids, log_probs}, stream_));
+  }
+  MOESERVE_RETURN_IF_ERROR(download(a.host_ids, ids, n * sizeof(int32_t)));
+  return download(a.host_log_probs, log_probs, n * sizeof(float));
 }
 
 }  // namespace moeserve::backend::cuda_impl

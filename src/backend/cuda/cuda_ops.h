@@ -67,6 +67,7 @@ class CudaOps final : public Ops {
         rope_mem_(device, [this] { buffers_moved(); }),
         q8_mem_(device, [this] { buffers_moved(); }),
         ids_mem_(device, [this] { buffers_moved(); }),
+        topk_mem_(device, [this] { buffers_moved(); }),
         local_groups_mem_(device, [this] { buffers_moved(); }),
         copied_groups_mem_(device, [this] { buffers_moved(); }),
         gdn_mem_(device, [this] { buffers_moved(); }) {}
@@ -130,6 +131,7 @@ class CudaOps final : public Ops {
   Status gated_delta_net(const GatedDeltaNetArgs& a) override;
   Status route(const RouteOpArgs& a) override;
   Status argmax_rows(const float* x, int64_t n_rows, int64_t n_cols, int32_t* host_ids) override;
+  Status top_k_rows(const TopKOpArgs& a) override;
   Status expert_ffn(const ExpertFfnArgs& a) override;
   // A split layer of a small forward: its host pairs go through a mailbox
   // (host_mailbox.h), inside the forward's graph.
@@ -209,6 +211,7 @@ class CudaOps final : public Ops {
   Scratch layout_mem_, moe_mem_, attention_mem_, hidden_mem_, rope_mem_;
   Scratch q8_mem_;             // gemm's converted activations (cuda::gemm_scratch_bytes)
   Scratch ids_mem_;            // argmax_rows' ids before their download
+  Scratch topk_mem_;           // top_k_rows' ids and log-probabilities before their download
   Scratch local_groups_mem_;   // a split layer's groups of its local experts
   Scratch copied_groups_mem_;  // ... and of the host's experts copied over for a prefill chunk
   Scratch gdn_mem_;            // a DeltaNet layer's conv output and recurrence rows

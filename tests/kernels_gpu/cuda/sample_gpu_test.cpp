@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <algorithm>
 #include <cstdint>
 #include <random>
 #include <vector>
@@ -82,6 +83,73 @@ TEST_P(ArgmaxGpu, MatchesTheHostSampler) {
 INSTANTIATE_TEST_SUITE_P(Sizes, ArgmaxGpu,
                          ::testing::Combine(::testing::Values(1, 2, 5, 1023, 4099, 151936),
                                             ::testing::Values(0, 1, 3)));
+
+// top_k_rows against a plain double-precision reference: the k largest of
+// scale * x (softcapped), ties to the lower index, NaN as -inf, with their
+// log-softmax over the row.
+void top_k_ref(const float* row, int64_t n, int k, float scale, float softcap, std::vector<int32_t>& ids,
+               std::vector<double>& lps) {
+  std::vector<double> v(static_cast<size_t>(n));
+  double max = -INFINITY;
+  for (int64_t i = 0; i < n; ++i) {
+    float x = row[i] * scale;
+    if (softcap > 0.0f) x = softcap * std::tanh(x / softcap);
+    v[size_t(i)] = std::isnan(x) ? -INFINITY : double(x);
+    max = std::max(max, v[size_t(i)]);
+  }
+  double z = 0;
+  for (double x : v) z += std::isfinite(max) ? std::exp(x - max) : 0.0;
+  const double lse = std::isfinite(max) ? max + std::log(z) : 0.0;
+  std::vector<int32_t> order(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) order[size_t(i)] = int32_t(i);
+  std::stable_sort(order.begin(), order.end(), [&](int32_t a, int32_t b) { return v[size_t(a)] > v[size_t(b)]; });
+  ids.assign(order.begin(), order.begin() + k);
+  lps.clear();
+  for (int j = 0; j < k; ++j) lps.push_back(v[size_t(ids[size_t(j)])] - lse);
+}
+
+TEST(TopKGpu, MatchesAPlainReference) {
+  MOESERVE_REQUIRE_GPU();
+  for (const int64_t n : {int64_t(7), int64_t(4099), int64_t(151936)}) {
+    for (const int k : {1, 8, 64}) {
+      if (k > n) continue;
+      for (const float softcap : {0.0f, 30.0f}) {
+        const int64_t R = 9;
+        auto x = logit_rows(R, n, uint32_t(n + k));
+        DeviceArray<float> dx(x);
+        DeviceArray<int32_t> ids{size_t(R * k)};
+        DeviceArray<float> lps{size_t(R * k)};
+        ids.poison();
+        ASSERT_TRUE(cuda::top_k_rows({dx.get(), R, n, k, 1.5f, softcap, ids.get(), lps.get()}, nullptr).is_ok());
+        const auto got_ids = ids.download();
+        const auto got_lps = lps.download();
+        std::vector<int32_t> want_ids;
+        std::vector<double> want_lps;
+        for (int64_t r = 0; r < R; ++r) {
+          top_k_ref(x.data() + r * n, n, k, 1.5f, softcap, want_ids, want_lps);
+          const bool finite_row = std::isfinite(want_lps[0]);
+          for (int j = 0; j < k; ++j) {
+            const size_t at = size_t(r * k + j);
+            if (!finite_row) continue;  // an all -inf / NaN row: any ids, -inf log-probabilities
+            ASSERT_EQ(got_ids[at], want_ids[size_t(j)]) << "n " << n << " k " << k << " row " << r << " rank " << j;
+            if (std::isfinite(want_lps[size_t(j)])) {
+              EXPECT_NEAR(got_lps[at], want_lps[size_t(j)], 1e-4 * (1.0 + std::abs(want_lps[size_t(j)])));
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST(TopKGpuChecks, RejectsBadArguments) {
+  float v = 0.0f, lp = 0.0f;
+  int32_t id = 0;
+  EXPECT_EQ(cuda::top_k_rows({&v, 1, 4, 0, 1.0f, 0.0f, &id, &lp}, nullptr).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(cuda::top_k_rows({&v, 1, 4, 5, 1.0f, 0.0f, &id, &lp}, nullptr).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(cuda::top_k_rows({&v, 1, 100, 65, 1.0f, 0.0f, &id, &lp}, nullptr).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(cuda::top_k_rows({nullptr, 1, 4, 1, 1.0f, 0.0f, &id, &lp}, nullptr).code(), StatusCode::kInvalidArgument);
+}
 
 TEST(ArgmaxGpuChecks, RejectsBadArguments) {
   float v = 0.0f;
