@@ -250,7 +250,16 @@ Status walk_layers(const ForwardBatch& b, DeviceWorkspace<Buffers>& ws, const Wa
                       .n_vocab = s.limits.n_vocab,
                       .eps = s.eps},
                      b));
-  // The captured rows to the host, after the output head (the forward's graph has ended there).
+  // The captured rows to the host, after the output head (the forward's
+  // graph has ended there): in one copy when one device computed them all.
+  if (b.capture_layers.empty()) return Status::ok();
+  Buffers& first = *ws.find(s.placement->layer(b.capture_layers[0]));
+  const bool one_device = std::all_of(b.capture_layers.begin(), b.capture_layers.end(),
+                                      [&](int32_t l) { return ws.find(s.placement->layer(l)) == &first; });
+  if (one_device) {
+    return first.ops->download(b.captured, ws.captures[size_t(&first - ws.devices.data())].data(),
+                               b.capture_layers.size() * layer_bytes);
+  }
   for (size_t k = 0; k < b.capture_layers.size(); ++k) {
     Buffers& d = *ws.find(s.placement->layer(b.capture_layers[k]));
     const uint8_t* at = ws.captures[size_t(&d - ws.devices.data())].template as<uint8_t>() + k * layer_bytes;
