@@ -20,8 +20,7 @@ void BatchEngine::start_speculation(Slot& s) {
   s.drafter = options_.make_drafter(s.spec_config);
   if (s.drafter == nullptr) return;
   s.stats.spec_mode = s.spec_config.mode;
-  s.draft_policy = DraftLengthPolicy(std::max(s.spec_config.max_draft, s.spec_config.tree_nodes),
-                                     acceptance_prior_.value());
+  s.draft_policy = acceptance_prior_.policy(std::max(s.spec_config.max_draft, s.spec_config.tree_nodes));
 }
 
 Status BatchEngine::plan_decode_rows(Slot& s, int64_t base_rows, int64_t draft_budget,

@@ -46,7 +46,7 @@ Status Generator::decode_speculative(const GenerateOptions& options, Sampler& sa
   const SpecConfig& spec_config = options.spec;
   const int64_t max_nodes = std::max(spec_config.max_draft, spec_config.tree_nodes);
   SpecSequence spec;
-  DraftLengthPolicy policy{static_cast<int>(max_nodes), acceptance_prior_.value()};
+  DraftLengthPolicy policy = acceptance_prior_.policy(static_cast<int>(max_nodes));
   std::vector<int32_t> history, greedy;
   DraftTree draft;
   int32_t next = first;

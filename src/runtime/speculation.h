@@ -209,18 +209,32 @@ class DraftLengthPolicy {
   bool draft_timed_ = false;
 };
 
-// The acceptance new requests start from: an average over the requests
-// that measured one, so a stream of prompts whose drafts miss stops paying
-// for an optimistic start on each (a probe still finds a prompt that hits).
+// The acceptance and draft time new requests start from: averages over the
+// requests that measured them, so a stream of prompts whose drafts miss (or
+// a draft model too slow to pay) stops paying for an optimistic start on
+// each (a probe still finds a prompt that hits).
 class AcceptancePrior {
  public:
   double value() const { return value_; }
+  // What a draft took in the requests that timed one (0: none did yet).
+  double draft_seconds() const { return draft_seconds_; }
   void add(const DraftLengthPolicy& finished) {
     if (finished.measured()) value_ += 0.25 * (finished.acceptance() - value_);
+    if (finished.draft_seconds() > 0.0) {
+      draft_seconds_ = draft_seconds_ > 0.0 ? draft_seconds_ + 0.25 * (finished.draft_seconds() - draft_seconds_)
+                                            : finished.draft_seconds();
+    }
+  }
+  // A new request's policy: earlier requests' acceptance and draft time.
+  DraftLengthPolicy policy(int max_draft) const {
+    DraftLengthPolicy p(max_draft, value_);
+    if (draft_seconds_ > 0.0) p.observe_draft_time(draft_seconds_);
+    return p;
   }
 
  private:
   double value_ = DraftLengthPolicy::kPriorAcceptance;
+  double draft_seconds_ = 0.0;
 };
 
 // Walks a verified draft tree: from the root (the pending token's row),

@@ -170,6 +170,14 @@ TEST(AcceptancePrior, FollowsFinishedRequestsThatMeasured) {
   for (int rows = 1; rows <= 9; ++rows) steep.record(rows, 0.001 * (1.0 + 0.5 * rows));
   DraftLengthPolicy next(8, prior.value());
   EXPECT_EQ(next.choose(steep, 1, 8), 0);
+  // The draft time a finished request measured carries over too.
+  AcceptancePrior timed;
+  EXPECT_EQ(timed.draft_seconds(), 0.0);
+  DraftLengthPolicy slow(8);
+  slow.observe_draft_time(0.05);
+  timed.add(slow);
+  EXPECT_NEAR(timed.draft_seconds(), 0.05, 1e-12);
+  EXPECT_NEAR(timed.policy(8).draft_seconds(), 0.05, 1e-12);
 }
 
 TEST(SpecConfig, ValidationNamesTheKnob) {
