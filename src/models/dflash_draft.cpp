@@ -57,6 +57,12 @@ Status check_against_target(const DflashHParams& hp, const ModelInfo& t, const T
   };
   if (io.embedding == nullptr || io.output == nullptr || io.device == nullptr)
     return mismatch("the target does not expose its embedding and output head");
+  if (io.output_device != nullptr && io.output_device != io.device) {
+    return make_error(StatusCode::kUnsupported,
+                      "a DFlash draft needs the target's embedding and output head on one device, and this "
+                      "layer split puts them on {} and {}",
+                      io.device->name(), io.output_device->name());
+  }
   if (hp.n_embd != t.n_embd) {
     return mismatch(fmt::format("the draft's hidden size is {}, the target's {} (features would not match)",
                                 hp.n_embd, t.n_embd));

@@ -180,12 +180,12 @@ void WeightPlacement::add_experts(backend::Device* d, WeightView& gate, WeightVi
   add(d, down, backend::WeightUse::kExpertDown, n_expert, false, split);
 }
 
-void WeightPlacement::add_io(backend::Device* io, WeightView& token_embd, WeightView& output_norm,
+void WeightPlacement::add_io(const Placement& p, WeightView& token_embd, WeightView& output_norm,
                              WeightView& output, bool tied_output) {
   const bool tied = tied_output || output.data == token_embd.data;
-  add(io, token_embd, backend::WeightUse::kLookup, 1, tied);
-  add(io, output_norm, backend::WeightUse::kVector);
-  add(io, output, backend::WeightUse::kMatrix, 1, tied);
+  add(p.io, token_embd, backend::WeightUse::kLookup, 1, tied);
+  add(p.output(), output_norm, backend::WeightUse::kVector);
+  add(p.output(), output, backend::WeightUse::kMatrix, 1, tied);
 }
 
 Status WeightPlacement::place() {
@@ -211,6 +211,7 @@ std::vector<backend::Device*> placement_devices(const Placement& p, int64_t n_la
     if (std::find(devices.begin(), devices.end(), p.layer(il)) == devices.end())
       devices.push_back(p.layer(il));
   }
+  if (std::find(devices.begin(), devices.end(), p.output()) == devices.end()) devices.push_back(p.output());
   return devices;
 }
 

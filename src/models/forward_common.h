@@ -92,7 +92,7 @@ struct OutputHeadArgs {
 };
 Status output_head(const OutputHeadArgs& a, const ForwardBatch& b);
 
-// The placement's devices, each once: io first, then in layer order.
+// The placement's devices, each once: io first, then in layer order, then the head's.
 std::vector<backend::Device*> placement_devices(const Placement& p, int64_t n_layer);
 
 // A forward's workspace: per device of the placement, its op queue and the
@@ -190,7 +190,7 @@ struct WalkSpec {
 // out on every device (`ensure(buffers, rows)` sizes each one's
 // activations), the embedding on io, each layer on its device
 // (`layer(buffers, il, T, moved)`; `moved`: the hidden rows have just come
-// from another device), the hidden rows back to io, the output head.
+// from another device), the hidden rows to the head's device, the output head.
 // `Buffers` has device, ops, x, final_rows and logits.
 template <typename Buffers, typename Ensure, typename Layer>
 Status walk_layers(const ForwardBatch& b, DeviceWorkspace<Buffers>& ws, const WalkSpec& s, Ensure&& ensure,
@@ -237,13 +237,14 @@ Status walk_layers(const ForwardBatch& b, DeviceWorkspace<Buffers>& ws, const Wa
       MOESERVE_RETURN_IF_ERROR(d.ops->copy(at, d.x.template as<float>(), layer_bytes));
     }
   }
-  MOESERVE_RETURN_IF_ERROR(move_to(io));
-  ScopedTimer timer(s.profile, &ForwardProfile::lm_head, *io.ops);
-  MOESERVE_RETURN_IF_ERROR(output_head({.device = io.device,
-                      .ops = io.ops.get(),
-                      .x = io.x.template as<float>(),
-                      .final_rows = &io.final_rows,
-                      .logits = &io.logits,
+  Buffers& head = *ws.find(s.placement->output());
+  MOESERVE_RETURN_IF_ERROR(move_to(head));
+  ScopedTimer timer(s.profile, &ForwardProfile::lm_head, *head.ops);
+  MOESERVE_RETURN_IF_ERROR(output_head({.device = head.device,
+                      .ops = head.ops.get(),
+                      .x = head.x.template as<float>(),
+                      .final_rows = &head.final_rows,
+                      .logits = &head.logits,
                       .norm = s.output_norm,
                       .output = s.output,
                       .n_embd = s.n_embd,
@@ -277,9 +278,10 @@ class WeightPlacement {
   // A layer's expert stacks; `split` (null: all on d) shares them with the host.
   void add_experts(backend::Device* d, WeightView& gate, WeightView& up, WeightView& down, int64_t n_expert,
                    backend::ExpertSplit* split);
-  // The embedding, final norm and output head on `io`. A tied output's rows
-  // are also read by embedding lookups (the device must keep them).
-  void add_io(backend::Device* io, WeightView& token_embd, WeightView& output_norm, WeightView& output,
+  // The embedding on the placement's io, the final norm and output head on
+  // its output() device. A tied output's rows are also read by embedding
+  // lookups (the device must keep them).
+  void add_io(const Placement& p, WeightView& token_embd, WeightView& output_norm, WeightView& output,
               bool tied_output);
   Status place();
 

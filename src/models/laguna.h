@@ -25,7 +25,9 @@ class LagunaModel final : public LanguageModel {
 
   const ModelInfo& info() const override { return info_; }
   const Placement& placement() const override { return placement_; }
-  TokenIo token_io() const override { return {&w_.token_embd, &w_.output, placement_.io}; }
+  TokenIo token_io() const override {
+    return {&w_.token_embd, &w_.output, placement_.io, placement_.output()};
+  }
   const LagunaHParams& hparams() const { return hp_; }
   Result<std::unique_ptr<Workspace>> create_workspace(int64_t max_tokens) override;
   Status forward(const ForwardBatch& batch, Workspace& ws, ForwardProfile* profile = nullptr) override;

@@ -95,8 +95,9 @@ struct ModelInfo {
   }
 };
 
-// Which device computes what: the embedding and output head on `io`, layer
-// l on layers[l] (all on `io` when `layers` is empty). Data, not code: the
+// Which device computes what: the embedding on `io`, layer l on layers[l]
+// (all on `io` when `layers` is empty), the output head on `head` (io when
+// null); the hidden rows cross between devices where the layers change. Data, not code: the
 // model never asks what kind of device it got.
 // A MoE layer's experts may be shared between its device and the host
 // (expert_splits[l], null or absent: all on the layer's device); the model
@@ -106,7 +107,11 @@ struct Placement {
   backend::Device* io = nullptr;
   std::vector<backend::Device*> layers;
   std::vector<backend::ExpertSplit*> expert_splits{};
+  // The final norm and output head (null: on io). A layer split puts the
+  // embedding with its first shard (io) and the head with its last.
+  backend::Device* head = nullptr;
   backend::Device* layer(int64_t l) const { return layers.empty() ? io : layers[size_t(l)]; }
+  backend::Device* output() const { return head != nullptr ? head : io; }
   backend::ExpertSplit* expert_split(int64_t l) const {
     return size_t(l) < expert_splits.size() ? expert_splits[size_t(l)] : nullptr;
   }
@@ -120,12 +125,13 @@ class Workspace {
   virtual ~Workspace() = default;
 };
 
-// The token embedding and the output head as placed on `device` (a draft
-// model that shares them computes there: DFlash).
+// The token embedding as placed on `device` and the output head as placed
+// on `output_device` (a draft model that shares them computes there: DFlash).
 struct TokenIo {
   const WeightView* embedding = nullptr;  // [n_vocab][n_embd] rows
   const WeightView* output = nullptr;     // [n_vocab][n_embd] matrix (may be the embedding)
   backend::Device* device = nullptr;
+  backend::Device* output_device = nullptr;
 };
 
 class LanguageModel {

@@ -27,7 +27,9 @@ class Qwen3Model final : public LanguageModel {
 
   const ModelInfo& info() const override { return info_; }
   const Placement& placement() const override { return placement_; }
-  TokenIo token_io() const override { return {&w_.token_embd, &w_.output, placement_.io}; }
+  TokenIo token_io() const override {
+    return {&w_.token_embd, &w_.output, placement_.io, placement_.output()};
+  }
   const Qwen3HParams& hparams() const { return hp_; }
   const Qwen3Weights& weights() const { return w_; }
   Result<std::unique_ptr<Workspace>> create_workspace(int64_t max_tokens) override;

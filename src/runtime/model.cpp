@@ -1,5 +1,6 @@
 #include "runtime/model.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <string_view>
@@ -8,6 +9,7 @@
 #include "core/log.h"
 #include "core/memory_bandwidth.h"
 #include "format/model_keys.h"
+#include "models/forward_common.h"
 #include "models/registry.h"
 #include "tokenizer/vocab_gguf.h"
 
@@ -20,17 +22,23 @@ Result<std::unique_ptr<Model>> Model::load(const std::string& path, const ModelL
 
 Result<std::unique_ptr<Model>> Model::from_gguf(GgufFile file, const ModelLoadOptions& options) {
   std::unique_ptr<Model> m(new Model(std::move(file)));
-  MOESERVE_ASSIGN_OR_RETURN(backend::DeviceChoice choice, backend::choose_device(options.device));
+  const bool split = !options.layer_shards.empty();
+  MOESERVE_ASSIGN_OR_RETURN(backend::DeviceChoice choice, backend::choose_device(split ? "cpu" : options.device));
   m->device_reason_ = choice.reason;
   m->pool_ = std::make_unique<ThreadPool>(options.n_threads);
-  const bool on_cpu = choice.spec.kind == backend::DeviceKind::kCpu;
+  // A layer split packs for the CPU whenever one of its shards is the CPU.
+  const bool on_cpu = split ? std::any_of(options.layer_shards.begin(), options.layer_shards.end(),
+                                          [](const LayerShard& s) { return s.device == "cpu"; })
+                            : choice.spec.kind == backend::DeviceKind::kCpu;
   m->cpu_ = std::make_unique<backend::CpuDevice>(
       backend::CpuDeviceOptions{.pool = m->pool_.get(),
                                 .pack_weights = options.pack_weights && on_cpu,
                                 .release_source = m->file_.file_backed()});
   models::Placement placement;
   placement.io = m->cpu_.get();
-  if (!on_cpu) {
+  if (split) {
+    MOESERVE_RETURN_IF_ERROR(m->place_layer_shards(options, placement));
+  } else if (!on_cpu) {
     if (options.expert_worker != nullptr && !options.split_experts) {
       return make_error(StatusCode::kInvalidArgument,
                         "an expert worker, but every expert is on the GPU: leave some off it (--n-cpu-moe, "
@@ -51,7 +59,7 @@ Result<std::unique_ptr<Model>> Model::from_gguf(GgufFile file, const ModelLoadOp
   if (options.populate && m->file_.file_backed() && on_cpu) MappedFile::populate(m->file_.bytes());
   const auto t0 = std::chrono::steady_clock::now();
   Result<std::unique_ptr<models::LanguageModel>> net = models::create_model(m->file_, placement);
-  const bool auto_device = options.device.empty() || options.device == "auto";
+  const bool auto_device = !split && (options.device.empty() || options.device == "auto");
   if (!net.is_ok() && net.status().code() == StatusCode::kUnsupported && !on_cpu && auto_device) {
     // The architecture has layers this GPU's backend cannot run yet: the
     // CPU runs everything (--device auto promises a device that works).
@@ -319,12 +327,14 @@ bool Model::tree_verify() const {
     return v == nullptr || std::string_view(v) != "0";
   }();
   if (!allowed) return false;
-  const models::Placement& p = net_->placement();
-  if (p.io == nullptr || !p.io->supports_tree_verify()) return false;
-  for (const backend::Device* d : p.layers) {
-    if (d != nullptr && !d->supports_tree_verify()) return false;
+  for (const backend::Device* d : devices()) {
+    if (!d->supports_tree_verify()) return false;
   }
   return true;
+}
+
+std::vector<backend::Device*> Model::devices() const {
+  return models::placement_devices(net_->placement(), info().n_layer);
 }
 
 }  // namespace moeserve::runtime

@@ -21,6 +21,13 @@
 
 namespace moeserve::runtime {
 
+// Layers [begin, end) computed on `device` ("cpu", "cuda:N"): one shard of
+// a layer split (split/layer_split.h plans them).
+struct LayerShard {
+  std::string device;
+  int64_t begin = 0, end = 0;
+};
+
 struct ModelLoadOptions {
   int n_threads = 0;  // <= 0: one per physical core
   // Re-lay-out the weights this CPU has packed kernels for (see
@@ -55,6 +62,12 @@ struct ModelLoadOptions {
   // Null: none. Must outlive the model.
   backend::ExpertBackend* expert_worker = nullptr;
   std::vector<std::vector<int32_t>> worker_experts{};
+  // A layer split (non-empty: `device` is not used): consecutive shards
+  // covering every layer, each on its own device object — two shards on
+  // "cpu", or on one GPU, still hand their boundary rows over as two
+  // devices would. The embedding sits with the first shard, the output head
+  // with the last.
+  std::vector<LayerShard> layer_shards{};
 };
 
 class Model {
@@ -74,8 +87,11 @@ class Model {
   // Every device of the model runs draft trees (speculative decoding's tree
   // verify; backend::Device::supports_tree_verify).
   bool tree_verify() const;
-  // The device that computes the model, and why it was chosen.
+  // The device that computes the model (a layer split's first shard), and
+  // why it was chosen.
   backend::Device& device() { return *net_->placement().io; }
+  // Every device the model computes on, each once (io first).
+  std::vector<backend::Device*> devices() const;
   const std::string& device_reason() const { return device_reason_; }
   // The CPU device (always there: it also serves host-side work).
   backend::CpuDevice& cpu_device() { return *cpu_; }
@@ -102,12 +118,14 @@ class Model {
   Status split_experts(const ModelLoadOptions& options, models::Placement& placement);
   void set_split_router(backend::ExpertSplit& split, int layer, int64_t n_expert) const;
   Status give_experts_to_worker(const ModelLoadOptions& options, models::Placement& placement);
+  Status place_layer_shards(const ModelLoadOptions& options, models::Placement& placement);  // model_shards.cpp
   void pin_for_expert_copies(bool pin);
   void measure_cpu_experts();
   GgufFile file_;
   std::unique_ptr<ThreadPool> pool_;
   std::unique_ptr<backend::CpuDevice> cpu_;     // declared before net_: outlives the views into it
   std::unique_ptr<backend::Device> gpu_;
+  std::vector<std::unique_ptr<backend::Device>> shard_devices_;  // a layer split's devices besides cpu_
   std::unique_ptr<backend::ExpertBackend> host_experts_;         // computes the splits' CPU experts
   std::unique_ptr<backend::ExpertRouter> expert_router_;         // a GPU's host experts shared with a worker
   std::unique_ptr<backend::ExpertCostModel> expert_cost_;        // CPU or a copy to the GPU, per call

@@ -27,6 +27,7 @@
 #include "tools/moeserve/expert_worker_flags.h"
 #include "spec/drafter_factory.h"
 #include "tools/moeserve/spec_flags.h"
+#include "tools/moeserve/split_flags.h"
 
 namespace moeserve::tools {
 namespace {
@@ -42,6 +43,7 @@ struct BenchOptions {
   std::string expert_backend = "tiled";
   std::vector<int64_t> parallel;  // aggregate decode with this many sequences
   SpecCliOptions spec;            // --spec ...: speculative against plain decoding
+  std::string layer_split;  // --layer-split SPEC
   std::string spec_prompts;       // --spec-prompts FILE
 };
 
@@ -147,6 +149,7 @@ Status run_bench(const BenchOptions& o) {
   moe::ExpertPolicyOptions experts = o.experts;
   experts.with_expert_worker = !o.worker.worker.empty();
   MOESERVE_RETURN_IF_ERROR(apply_expert_flags(o.model_path, experts, &load));
+  MOESERVE_RETURN_IF_ERROR(apply_layer_split(o.model_path, o.layer_split, o.device, &load));
   MOESERVE_ASSIGN_OR_RETURN(
       std::unique_ptr<ipc::WorkerExpertBackend> worker,
       apply_expert_worker_flags(o.model_path, o.experts.placement_path, o.worker, &load));
@@ -330,6 +333,7 @@ void register_bench(CLI::App& app) {
       ->delimiter(',')
       ->check(CLI::Range(int64_t(1), int64_t(1024)));
   add_spec_flags(cmd, &o->spec);
+  add_layer_split_flag(cmd, &o->layer_split);
   cmd->add_option(
       "--spec-prompts", o->spec_prompts,
       "With --spec: prompts to measure, one a line (\\n for a newline, \\\\ for a backslash); default: built-in code-editing, "

@@ -15,6 +15,7 @@
 #include "tools/moeserve/expert_flags.h"
 #include "tools/moeserve/expert_worker_flags.h"
 #include "tools/moeserve/spec_flags.h"
+#include "tools/moeserve/split_flags.h"
 
 namespace moeserve::tools {
 namespace {
@@ -31,6 +32,7 @@ struct GenerateCliOptions {
   runtime::SamplerOptions sampling;
   std::vector<std::string> stop;
   SpecCliOptions spec;  // --spec ...
+  std::string layer_split;  // --layer-split SPEC
 };
 
 Result<std::string> render_chat(const runtime::Model& model, const GenerateCliOptions& o) {
@@ -55,6 +57,7 @@ Status run_generate(const GenerateCliOptions& o) {
   // Declared before the model: it outlives it.
   experts.with_expert_worker = !o.worker.worker.empty();
   MOESERVE_RETURN_IF_ERROR(apply_expert_flags(o.model_path, experts, &load));
+  MOESERVE_RETURN_IF_ERROR(apply_layer_split(o.model_path, o.layer_split, o.device, &load));
   MOESERVE_ASSIGN_OR_RETURN(std::unique_ptr<ipc::WorkerExpertBackend> worker,
                             apply_expert_worker_flags(o.model_path, experts.placement_path, o.worker, &load));
   MOESERVE_ASSIGN_OR_RETURN(std::unique_ptr<runtime::Model> model, runtime::Model::load(o.model_path, load));
@@ -119,6 +122,7 @@ void register_generate(CLI::App& app) {
   add_expert_flags(cmd, &o->experts);
   add_expert_worker_flags(cmd, &o->worker);
   add_spec_flags(cmd, &o->spec);
+  add_layer_split_flag(cmd, &o->layer_split);
   cmd->add_flag("--no-pack", o->no_pack,
                 "Use every weight in place from the file (zero-copy), without the packed copy the AVX-512 "
                 "kernels are fastest with (saves the Q4_K/Q6_K weights' size in RAM; slower)");

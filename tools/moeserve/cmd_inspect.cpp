@@ -12,7 +12,9 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
+#include "backend/devices.h"
 #include "format/gguf.h"
+#include "split/layer_split.h"
 #include "tools/moeserve/commands.h"
 
 namespace moeserve::tools {
@@ -24,6 +26,7 @@ struct InspectOptions {
   std::string path;
   bool json = false;
   bool all_keys = false;
+  std::string layer_split;  // print this split's plan instead
 };
 
 constexpr GgufDisplayOptions kFullDisplay{std::numeric_limits<size_t>::max(), std::numeric_limits<size_t>::max()};
@@ -298,6 +301,38 @@ void print_json(const GgufFile& file, const InspectOptions& options) {
   fmt::print("{}\n", j.dump(2, ' ', false, json::error_handler_t::replace));
 }
 
+// `inspect --layer-split SPEC FILE`: the plan, and for GPU shards whether
+// their weights fit the device's free memory now.
+void print_layer_split(const GgufFile& file, const std::string& spec) {
+  auto fail = [](const Status& st) {
+    fmt::print(stderr, "error: {}\n", st.message());
+    set_exit_code(1);
+  };
+  Result<std::vector<split::ShardSpec>> shards = split::parse_layer_split(spec);
+  if (!shards.is_ok()) return fail(shards.status());
+  Result<std::vector<split::ShardPlan>> plan = split::plan_layer_split(file, *shards);
+  if (!plan.is_ok()) return fail(plan.status());
+  fmt::print("layer split of {} ({} shards):\n{}", file.name(), plan->size(), split::describe_layer_split(*plan));
+  bool fits = true;
+  for (size_t i = 0; i < plan->size(); ++i) {
+    const split::ShardPlan& p = (*plan)[i];
+    Result<backend::DeviceSpec> d = backend::parse_device_spec(p.shard.device);
+    if (!d.is_ok() || d->kind != backend::DeviceKind::kCuda) continue;
+    Result<std::unique_ptr<backend::Device>> gpu = backend::open_cuda_device(d->index);
+    if (!gpu.is_ok()) {
+      fmt::print("  shard {}: {} is not available here ({}): memory not checked\n", i, p.shard.device,
+                 gpu.status().message());
+      continue;
+    }
+    const uint64_t need = p.layer_bytes + p.io_bytes, free = (*gpu)->memory_info().free_bytes;
+    const bool ok = need < free;
+    fits = fits && ok;
+    fmt::print("  shard {}: {} has {} free, the shard's weights take {}: {}\n", i, p.shard.device, human_bytes(free),
+               human_bytes(need), ok ? "fits (plus its KV cache)" : "does NOT fit: move layers to another shard");
+  }
+  if (!fits) set_exit_code(1);
+}
+
 void run_inspect(const InspectOptions& options) {
   Result<GgufFile> file = GgufFile::open(options.path);
   if (!file.is_ok()) {
@@ -305,7 +340,9 @@ void run_inspect(const InspectOptions& options) {
     set_exit_code(1);
     return;
   }
-  if (options.json) {
+  if (!options.layer_split.empty()) {
+    print_layer_split(*file, options.layer_split);
+  } else if (options.json) {
     print_json(*file, options);
   } else {
     print_text(*file, options);
@@ -325,6 +362,9 @@ void register_inspect(CLI::App& app) {
       "(a broken or truncated file is an error, exit code 1) but tensor data is not read.");
   cmd->add_option("file", options->path, "GGUF file to inspect")->required();
   cmd->add_flag("--json", options->json, "Print one JSON object instead of text");
+  cmd->add_option("--layer-split", options->layer_split,
+                  "Print the plan of this layer split (see serve --help) for the file: layer ranges and bytes per "
+                  "shard, and whether each GPU shard fits its device");
   cmd->add_flag("--all-keys", options->all_keys,
                 "List every metadata key with its full value (long arrays such as the vocabulary included)");
   cmd->callback([options] { run_inspect(*options); });

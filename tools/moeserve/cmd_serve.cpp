@@ -27,6 +27,7 @@
 #include "tools/moeserve/expert_flags.h"
 #include "tools/moeserve/expert_worker_flags.h"
 #include "tools/moeserve/spec_flags.h"
+#include "tools/moeserve/split_flags.h"
 
 namespace moeserve::tools {
 namespace {
@@ -52,6 +53,7 @@ struct ServeCliOptions {
   ExpertWorkerCliOptions worker;   // --expert-worker ...
   int max_connections = 0;         // 0: HttpOptions' default
   SpecCliOptions spec;             // --spec ...
+  std::string layer_split;  // --layer-split SPEC
 };
 
 server::HttpServer* g_server = nullptr;
@@ -112,6 +114,7 @@ Status run_serve(ServeCliOptions o) {
   experts.with_expert_worker = !o.worker.worker.empty();
   // A bad placement (file, flags, budget) is refused before the port opens.
   MOESERVE_RETURN_IF_ERROR(apply_expert_flags(o.model_path, experts, &load));
+  MOESERVE_RETURN_IF_ERROR(apply_layer_split(o.model_path, o.layer_split, o.device, &load));
   server::HttpServer http(o.http);
   MOESERVE_ASSIGN_OR_RETURN(const int port, http.bind());
   g_server = &http;
@@ -285,6 +288,7 @@ void register_serve(CLI::App& app) {
   add_expert_flags(cmd, &o->experts);
   add_expert_worker_flags(cmd, &o->worker);
   add_spec_flags(cmd, &o->spec);
+  add_layer_split_flag(cmd, &o->layer_split);
   add_promotion_flags(cmd, &o->promotion);
   cmd->add_flag("--no-pack", o->no_pack,
                 "Use every weight in place from the file (zero-copy), without the packed copy the AVX-512 "

@@ -1,0 +1,74 @@
+// Model::place_layer_shards: a layer split's devices and placement (every
+// architecture alike: the models walk layer by layer and move the hidden
+// rows wherever the next layer's device differs).
+#include <fmt/format.h>
+
+#include "backend/cpu/cpu_device.h"
+#include "backend/devices.h"
+#include "format/model_keys.h"
+#include "runtime/model.h"
+
+namespace moeserve::runtime {
+
+namespace {
+
+// The shards cover [0, n_layer) in order, each at least one layer.
+Status check_shards(std::span<const LayerShard> shards, int64_t n_layer, std::string_view file) {
+  int64_t next = 0;
+  for (size_t i = 0; i < shards.size(); ++i) {
+    const LayerShard& s = shards[i];
+    if (s.begin != next || s.end <= s.begin || s.end > n_layer) {
+      return make_error(
+          StatusCode::kInvalidArgument,
+          "layer split: shard {} ({}) covers layers {}:{}; shards must cover 0:{} of {} in order, "
+          "each at least one layer",
+          i, s.device, s.begin, s.end, n_layer, file);
+    }
+    next = s.end;
+  }
+  if (next != n_layer) {
+    return make_error(StatusCode::kInvalidArgument, "layer split: the shards end at layer {}, {} has {}",
+                      next, file, n_layer);
+  }
+  return Status::ok();
+}
+
+}  // namespace
+
+Status Model::place_layer_shards(const ModelLoadOptions& options, models::Placement& placement) {
+  if (options.split_experts || options.expert_worker != nullptr) {
+    return make_error(
+        StatusCode::kUnsupported,
+        "--layer-split together with experts kept off the GPU (--n-cpu-moe, --cpu-moe, --gpu-mem, "
+        "--placement) or an expert worker is not supported yet: each shard keeps all its experts");
+  }
+  MOESERVE_ASSIGN_OR_RETURN(int64_t n_layer, file_.require_int(file_.arch_key(keys::kBlockCount)));
+  MOESERVE_RETURN_IF_ERROR(check_shards(options.layer_shards, n_layer, file_.name()));
+  placement.layers.assign(size_t(n_layer), nullptr);
+  bool cpu_taken = false;
+  std::string reason = "layer split:";
+  for (const LayerShard& s : options.layer_shards) {
+    MOESERVE_ASSIGN_OR_RETURN(backend::DeviceSpec spec, backend::parse_device_spec(s.device));
+    backend::Device* d = nullptr;
+    if (spec.kind == backend::DeviceKind::kCpu && !cpu_taken) {
+      d = cpu_.get();  // the first CPU shard is the model's CPU device
+      cpu_taken = true;
+    } else if (spec.kind == backend::DeviceKind::kCpu) {
+      shard_devices_.push_back(std::make_unique<backend::CpuDevice>(backend::CpuDeviceOptions{
+          .pool = pool_.get(), .pack_weights = options.pack_weights, .release_source = file_.file_backed()}));
+      d = shard_devices_.back().get();
+    } else {
+      MOESERVE_ASSIGN_OR_RETURN(std::unique_ptr<backend::Device> gpu, backend::open_cuda_device(spec.index));
+      shard_devices_.push_back(std::move(gpu));
+      d = shard_devices_.back().get();
+    }
+    for (int64_t l = s.begin; l < s.end; ++l) placement.layers[size_t(l)] = d;
+    reason += fmt::format(" {} {}:{}", d->name(), s.begin, s.end);
+  }
+  placement.io = placement.layers.front();
+  placement.head = placement.layers.back();
+  device_reason_ = reason;
+  return Status::ok();
+}
+
+}  // namespace moeserve::runtime

@@ -1,0 +1,35 @@
+#include "tools/moeserve/split_flags.h"
+
+#include <fmt/format.h>
+
+#include "core/log.h"
+#include "split/layer_split.h"
+
+namespace moeserve::tools {
+
+void add_layer_split_flag(CLI::App* cmd, std::string* spec) {
+  cmd->add_option(
+      "--layer-split", *spec,
+      "Spread the model's layers over devices: a comma list of shards DEVICE, DEVICE=WEIGHT or "
+      "DEVICE=A:B (layers A..B-1), DEVICE cpu or cuda:N; e.g. cuda:0,cpu (halves by weight bytes), "
+      "cuda:0=3,cpu=1, cuda:0=0:36,cpu=36:48. The embedding goes with the first shard, the output "
+      "head with the last; only the boundary activation crosses. `inspect --layer-split` shows the "
+      "plan");
+}
+
+Status apply_layer_split(const std::string& model_path, const std::string& spec, const std::string& device,
+                         runtime::ModelLoadOptions* load) {
+  if (spec.empty()) return Status::ok();
+  if (!device.empty() && device != "auto") {
+    return make_error(StatusCode::kInvalidArgument,
+                      "--layer-split names its devices; drop --device {} (or put it in the split)", device);
+  }
+  MOESERVE_ASSIGN_OR_RETURN(std::vector<split::ShardSpec> shards, split::parse_layer_split(spec));
+  MOESERVE_ASSIGN_OR_RETURN(GgufFile file, GgufFile::open(model_path));
+  MOESERVE_ASSIGN_OR_RETURN(std::vector<split::ShardPlan> plan, split::plan_layer_split(file, shards));
+  MOESERVE_LOG_INFO("layer split of {}:\n{}", model_path, split::describe_layer_split(plan));
+  load->layer_shards = split::layer_shards(plan);
+  return Status::ok();
+}
+
+}  // namespace moeserve::tools
