@@ -146,6 +146,10 @@ struct BatchLayout {
   std::span<const RopeSpec> ropes;
   // The caller times each op (finish() between them): no captured graphs.
   bool profiling = false;
+  // The forward may be captured as a graph. Off when a layer split spreads
+  // it over several devices: a capture on one GPU device's stream forbids
+  // another's synchronising calls, and a crossing ends a capture anyway.
+  bool graphs = true;
   // The forward ends with argmax_rows over the logits (a GPU records it in
   // the forward's captured graph).
   bool argmax = false;

@@ -199,7 +199,10 @@ Status walk_layers(const ForwardBatch& b, DeviceWorkspace<Buffers>& ws, const Wa
   if (T == 0) return Status::ok();
   MOESERVE_RETURN_IF_ERROR(check_batch(b, s.limits, ws.rows));
   MOESERVE_RETURN_IF_ERROR(check_capture(b, s.limits.n_layer));
-  const backend::BatchLayout layout = batch_layout(b, ws.rows, s.ropes, s.profile != nullptr);
+  backend::BatchLayout layout = batch_layout(b, ws.rows, s.ropes, s.profile != nullptr);
+  // A forward over several devices runs without captured graphs (the GPU
+  // share of a GPU + CPU split could keep one: not yet measured safe).
+  layout.graphs = ws.devices.size() == 1;
   ws.captures.resize(ws.devices.size());
   const size_t capture_bytes = b.capture_layers.size() * size_t(T * s.n_embd) * sizeof(float);
   for (size_t i = 0; i < ws.devices.size(); ++i) {

@@ -116,7 +116,10 @@ std::vector<int32_t> greedy(runtime::Model& m, const std::vector<int32_t>& promp
 std::vector<std::vector<LayerShard>> splits_for(const std::string& device) {
   std::vector<std::vector<LayerShard>> out = {{{device, 0, 2}, {device, 2, 4}},
                                               {{device, 0, 1}, {device, 1, 3}, {device, 3, 4}}};
-  if (device != "cpu") out.push_back({{device, 0, 3}, {"cpu", 3, 4}});
+  if (device != "cpu") {
+    out.push_back({{device, 0, 3}, {"cpu", 3, 4}});
+    out.push_back({{"cpu", 0, 1}, {device, 1, 4}});
+  }
   return out;
 }
 

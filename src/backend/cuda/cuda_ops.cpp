@@ -150,7 +150,8 @@ Status CudaOps::begin_batch(const BatchLayout& layout) {
   MOESERVE_RETURN_IF_ERROR(place_rope_tables());
   mode_ = Mode::kEager;
   // (A forward with host experts is captured when they go through mailboxes.)
-  if (!layout.profiling && !layout.count_experts && (!device_.has_host_experts() || use_mailboxes_)) {
+  if (layout.graphs && !layout.profiling && !layout.count_experts &&
+      (!device_.has_host_experts() || use_mailboxes_)) {
     MOESERVE_RETURN_IF_ERROR(start_graph({n_rows_, n_seq_, n_blocks_, max_block_rows_, max_kv_, n_logit_rows_,
                                           layout.argmax ? 1 : 0, trees ? 1 : 0}));
   }
