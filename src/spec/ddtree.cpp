@@ -8,50 +8,6 @@
 
 namespace moeserve::spec {
 
-void top_log_probs(std::span<const float> logits, int k, float multiplier, float softcap,
-                   DepthCandidates& out) {
-  auto value = [&](size_t i) {
-    float v = logits[i] * multiplier;
-    if (softcap > 0.0f) v = softcap * std::tanh(v / softcap);
-    return std::isnan(v) ? -std::numeric_limits<float>::infinity() : v;
-  };
-  const size_t n = logits.size();
-  float max = -std::numeric_limits<float>::infinity();
-  for (size_t i = 0; i < n; ++i) max = std::max(max, value(i));
-  double sum = 0.0;
-  if (std::isfinite(max)) {
-    for (size_t i = 0; i < n; ++i) sum += std::exp(double(value(i) - max));
-  }
-  const double log_z = std::isfinite(max) ? double(max) + std::log(sum) : 0.0;
-  // The k best in one pass: a min-heap whose top is the worst kept, so most
-  // entries cost one comparison. "Better": larger, then the lower id.
-  const size_t kk = std::min(size_t(std::max(k, 0)), n);
-  using Entry = std::pair<float, int32_t>;
-  auto better = [](const Entry& a, const Entry& b) {
-    return a.first > b.first || (a.first == b.first && a.second < b.second);
-  };
-  std::vector<Entry> heap;
-  heap.reserve(kk);
-  for (size_t i = 0; i < n && kk > 0; ++i) {
-    const Entry e{value(i), int32_t(i)};
-    if (heap.size() < kk) {
-      heap.push_back(e);
-      std::push_heap(heap.begin(), heap.end(), better);
-    } else if (better(e, heap.front())) {
-      std::pop_heap(heap.begin(), heap.end(), better);
-      heap.back() = e;
-      std::push_heap(heap.begin(), heap.end(), better);
-    }
-  }
-  std::sort(heap.begin(), heap.end(), better);
-  out.tokens.resize(heap.size());
-  out.log_probs.resize(heap.size());
-  for (size_t i = 0; i < heap.size(); ++i) {
-    out.tokens[i] = heap[i].second;
-    out.log_probs[i] = float(double(heap[i].first) - log_z);
-  }
-}
-
 namespace {
 
 // A candidate node: rank `rank` of depth `depth` (1-based) under `parent`.

@@ -16,17 +16,13 @@
 
 namespace moeserve::spec {
 
-// One draft position's candidates, most probable first.
+// One draft position's candidates, most probable first (a draft's top-k
+// log-probabilities: backend::Ops::top_k_rows computes them where its
+// logits are).
 struct DepthCandidates {
   std::vector<int32_t> tokens;
   std::vector<float> log_probs;
 };
-
-// The k most probable tokens of one row of draft logits, with their
-// log-softmax: logits are first scaled by `multiplier` and, with softcap >
-// 0, capped (cap * tanh(x / cap)). Ties go to the lower id; NaN counts as -inf.
-void top_log_probs(std::span<const float> logits, int k, float multiplier, float softcap,
-                   DepthCandidates& out);
 
 // The tree of at most budget.max_nodes nodes and budget.max_depth levels
 // from `depths` (depth 1 first). chain_seed: the top-1 chain first.

@@ -1,4 +1,4 @@
-// DDTree's best-first construction and the top-k log-probabilities it reads.
+// DDTree's best-first construction from per-depth candidates.
 #include "spec/ddtree.h"
 
 #include <gtest/gtest.h>
@@ -28,21 +28,6 @@ double path_log_prob(const runtime::DraftTree& t, const std::vector<DepthCandida
     }
   }
   return lp;
-}
-
-TEST(DdTree, TopLogProbsAreTheLargestWithTheirLogSoftmax) {
-  const std::vector<float> logits = {0.5f, 3.0f, -1.0f, 3.0f, 2.0f, NAN};
-  DepthCandidates d;
-  top_log_probs(logits, 3, 1.0f, 0.0f, d);
-  EXPECT_EQ(d.tokens, (std::vector<int32_t>{1, 3, 4}));  // ties to the lower id; NaN never chosen
-  double z = 0;
-  for (float v : logits) z += std::isnan(v) ? 0.0 : std::exp(double(v));
-  EXPECT_NEAR(d.log_probs[0], 3.0 - std::log(z), 1e-5);
-  EXPECT_NEAR(d.log_probs[2], 2.0 - std::log(z), 1e-5);
-  top_log_probs(logits, 2, 2.0f, 1.0f, d);  // x2 then capped at 1: all large logits tie near 1
-  EXPECT_EQ(d.tokens, (std::vector<int32_t>{1, 3}));
-  top_log_probs(logits, 99, 1.0f, 0.0f, d);
-  EXPECT_EQ(d.tokens.size(), logits.size());
 }
 
 TEST(DdTree, BestFirstKeepsTheMostProbablePrefixes) {
