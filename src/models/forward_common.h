@@ -236,7 +236,8 @@ Status walk_layers(const ForwardBatch& b, DeviceWorkspace<Buffers>& ws, const Wa
     MOESERVE_RETURN_IF_ERROR(move_to(d));
     MOESERVE_RETURN_IF_ERROR(layer(d, il, T, moved));
     if (const int64_t k = capture_index(il); k >= 0) {
-      uint8_t* at = ws.captures[size_t(&d - ws.devices.data())].template as<uint8_t>() + size_t(k) * layer_bytes;
+      uint8_t* at =
+          ws.captures[size_t(&d - ws.devices.data())].template as<uint8_t>() + size_t(k) * layer_bytes;
       MOESERVE_RETURN_IF_ERROR(d.ops->copy(at, d.x.template as<float>(), layer_bytes));
     }
   }
@@ -244,16 +245,16 @@ Status walk_layers(const ForwardBatch& b, DeviceWorkspace<Buffers>& ws, const Wa
   MOESERVE_RETURN_IF_ERROR(move_to(head));
   ScopedTimer timer(s.profile, &ForwardProfile::lm_head, *head.ops);
   MOESERVE_RETURN_IF_ERROR(output_head({.device = head.device,
-                      .ops = head.ops.get(),
-                      .x = head.x.template as<float>(),
-                      .final_rows = &head.final_rows,
-                      .logits = &head.logits,
-                      .norm = s.output_norm,
-                      .output = s.output,
-                      .n_embd = s.n_embd,
-                      .n_vocab = s.limits.n_vocab,
-                      .eps = s.eps},
-                     b));
+                                        .ops = head.ops.get(),
+                                        .x = head.x.template as<float>(),
+                                        .final_rows = &head.final_rows,
+                                        .logits = &head.logits,
+                                        .norm = s.output_norm,
+                                        .output = s.output,
+                                        .n_embd = s.n_embd,
+                                        .n_vocab = s.limits.n_vocab,
+                                        .eps = s.eps},
+                                       b));
   // The captured rows to the host, after the output head (the forward's
   // graph has ended there): in one copy when one device computed them all.
   if (b.capture_layers.empty()) return Status::ok();

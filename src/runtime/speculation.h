@@ -221,8 +221,9 @@ class AcceptancePrior {
   void add(const DraftLengthPolicy& finished) {
     if (finished.measured()) value_ += 0.25 * (finished.acceptance() - value_);
     if (finished.draft_seconds() > 0.0) {
-      draft_seconds_ = draft_seconds_ > 0.0 ? draft_seconds_ + 0.25 * (finished.draft_seconds() - draft_seconds_)
-                                            : finished.draft_seconds();
+      draft_seconds_ = draft_seconds_ > 0.0
+                           ? draft_seconds_ + 0.25 * (finished.draft_seconds() - draft_seconds_)
+                           : finished.draft_seconds();
     }
   }
   // A new request's policy: earlier requests' acceptance and draft time.

@@ -12,7 +12,8 @@
 
 int main(int argc, char** argv) {
   if (argc != 5 && argc != 10) {
-    fmt::print(stderr, "usage: {} DIR HIDDEN TARGET_LAYERS VOCAB [LAYERS HEADS KV_HEADS HEAD_DIM FF]\n", argv[0]);
+    fmt::print(stderr, "usage: {} DIR HIDDEN TARGET_LAYERS VOCAB [LAYERS HEADS KV_HEADS HEAD_DIM FF]\n",
+               argv[0]);
     return 2;
   }
   moeserve::spec::testing::DraftShape s;

@@ -23,7 +23,8 @@ namespace fs = std::filesystem;
 
 struct DraftShape {
   int64_t hidden = 0;  // the target's n_embd unless a test breaks it
-  int64_t layers = 2, heads = 4, kv_heads = 2, head_dim = 32, ff = 48;  // heads of 32: a size CUDA's attention takes
+  int64_t layers = 2, heads = 4, kv_heads = 2, head_dim = 32,
+          ff = 48;  // heads of 32: a size CUDA's attention takes
   int64_t block_size = 8;
   std::vector<int32_t> target_layers{0, 1};
   int64_t mask_token_id = 0;

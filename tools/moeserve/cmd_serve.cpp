@@ -53,7 +53,7 @@ struct ServeCliOptions {
   ExpertWorkerCliOptions worker;   // --expert-worker ...
   int max_connections = 0;         // 0: HttpOptions' default
   SpecCliOptions spec;             // --spec ...
-  std::string layer_split;  // --layer-split SPEC
+  std::string layer_split;         // --layer-split SPEC
 };
 
 server::HttpServer* g_server = nullptr;
@@ -181,8 +181,8 @@ Status run_serve(ServeCliOptions o) {
       fmt::print(stderr, "moeserve serve: context lowered from {} to {} tokens per slot to fit memory ({})\n",
                  eo.n_ctx, fits, plan.status().message());
       eo.n_ctx = fits;
-      plan = runtime::plan_device_memory(
-          **model, {want.n_sequences, fits, want.n_batch, want.prefix_cache_bytes, want.extra_bytes_per_token});
+      plan = runtime::plan_device_memory(**model, {want.n_sequences, fits, want.n_batch,
+                                                   want.prefix_cache_bytes, want.extra_bytes_per_token});
     }
   }
   if (!plan.is_ok()) {
@@ -261,7 +261,9 @@ void register_serve(CLI::App& app) {
                                      "OpenAI-compatible HTTP server (/v1/chat/completions, /v1/completions, "
                                      "/v1/responses, /v1/models, /metrics, web chat at /) that also speaks "
                                      "Anthropic's Messages API (/v1/messages) for coding agents");
-  cmd->add_option("-m,--model", o->model_path, "GGUF model file (qwen3moe, qwen3, qwen35moe, qwen35 or laguna)")->required();
+  cmd->add_option("-m,--model", o->model_path,
+                  "GGUF model file (qwen3moe, qwen3, qwen35moe, qwen35 or laguna)")
+      ->required();
   cmd->add_option("--host", o->http.host, "Address to listen on (0.0.0.0: every interface)")
       ->capture_default_str();
   cmd->add_option("--port", o->http.port, "TCP port (0: pick a free one; the ready line tells which)")

@@ -28,11 +28,12 @@ void add_spec_flags(CLI::App* cmd, SpecCliOptions* o) {
   cmd->add_option("--spec-ngram-max", o->ngram_max, "n-gram drafts: the longest suffix, tried first")
       ->capture_default_str();
   cmd->add_flag("--spec-fixed", o->fixed,
-               "Draft --spec-max tokens (or the --spec-tree budget) every step, even when drafting does not "
-               "pay (for measurements; default: the adaptive policy decides each step)");
-  cmd->add_option("--draft", o->draft_path,
-                  "DFlash draft model (GGUF; `moeserve convert` makes one from a DFlash checkpoint directory) "
-                  "for --spec dflash or auto");
+                "Draft --spec-max tokens (or the --spec-tree budget) every step, even when drafting does not "
+                "pay (for measurements; default: the adaptive policy decides each step)");
+  cmd->add_option(
+      "--draft", o->draft_path,
+      "DFlash draft model (GGUF; `moeserve convert` makes one from a DFlash checkpoint directory) "
+      "for --spec dflash or auto");
 }
 
 Result<runtime::SpecConfig> resolve_spec_flags(const SpecCliOptions& o) {
@@ -57,10 +58,11 @@ Result<runtime::SpecConfig> resolve_spec_flags(const SpecCliOptions& o) {
 Status check_draft_file(const std::string& path) {
   std::error_code ec;
   if (std::filesystem::is_directory(path, ec)) {
-    return make_error(StatusCode::kInvalidArgument,
-                      "--draft {} is a directory: convert the checkpoint first (moeserve convert {} draft.gguf) "
-                      "and pass the GGUF file",
-                      path, path);
+    return make_error(
+        StatusCode::kInvalidArgument,
+        "--draft {} is a directory: convert the checkpoint first (moeserve convert {} draft.gguf) "
+        "and pass the GGUF file",
+        path, path);
   }
   MOESERVE_ASSIGN_OR_RETURN(GgufFile file, GgufFile::open(path));
   MOESERVE_ASSIGN_OR_RETURN(models::DflashHParams hp, models::load_dflash_hparams(file));

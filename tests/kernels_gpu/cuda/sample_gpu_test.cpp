@@ -5,8 +5,8 @@
 // planted ties, NaN and +-inf, a vocabulary-sized row, ids poisoned first.
 #include <gtest/gtest.h>
 
-#include <cmath>
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <random>
 #include <vector>
@@ -102,7 +102,8 @@ void top_k_ref(const float* row, int64_t n, int k, float scale, float softcap, s
   const double lse = std::isfinite(max) ? max + std::log(z) : 0.0;
   std::vector<int32_t> order(static_cast<size_t>(n));
   for (int64_t i = 0; i < n; ++i) order[size_t(i)] = int32_t(i);
-  std::stable_sort(order.begin(), order.end(), [&](int32_t a, int32_t b) { return v[size_t(a)] > v[size_t(b)]; });
+  std::stable_sort(order.begin(), order.end(),
+                   [&](int32_t a, int32_t b) { return v[size_t(a)] > v[size_t(b)]; });
   ids.assign(order.begin(), order.begin() + k);
   lps.clear();
   for (int j = 0; j < k; ++j) lps.push_back(v[size_t(ids[size_t(j)])] - lse);
@@ -120,7 +121,8 @@ TEST(TopKGpu, MatchesAPlainReference) {
         DeviceArray<int32_t> ids{size_t(R * k)};
         DeviceArray<float> lps{size_t(R * k)};
         ids.poison();
-        ASSERT_TRUE(cuda::top_k_rows({dx.get(), R, n, k, 1.5f, softcap, ids.get(), lps.get()}, nullptr).is_ok());
+        ASSERT_TRUE(
+            cuda::top_k_rows({dx.get(), R, n, k, 1.5f, softcap, ids.get(), lps.get()}, nullptr).is_ok());
         const auto got_ids = ids.download();
         const auto got_lps = lps.download();
         std::vector<int32_t> want_ids;
@@ -131,7 +133,8 @@ TEST(TopKGpu, MatchesAPlainReference) {
           for (int j = 0; j < k; ++j) {
             const size_t at = size_t(r * k + j);
             if (!finite_row) continue;  // an all -inf / NaN row: any ids, -inf log-probabilities
-            ASSERT_EQ(got_ids[at], want_ids[size_t(j)]) << "n " << n << " k " << k << " row " << r << " rank " << j;
+            ASSERT_EQ(got_ids[at], want_ids[size_t(j)])
+                << "n " << n << " k " << k << " row " << r << " rank " << j;
             if (std::isfinite(want_lps[size_t(j)])) {
               EXPECT_NEAR(got_lps[at], want_lps[size_t(j)], 1e-4 * (1.0 + std::abs(want_lps[size_t(j)])));
             }
@@ -145,10 +148,14 @@ TEST(TopKGpu, MatchesAPlainReference) {
 TEST(TopKGpuChecks, RejectsBadArguments) {
   float v = 0.0f, lp = 0.0f;
   int32_t id = 0;
-  EXPECT_EQ(cuda::top_k_rows({&v, 1, 4, 0, 1.0f, 0.0f, &id, &lp}, nullptr).code(), StatusCode::kInvalidArgument);
-  EXPECT_EQ(cuda::top_k_rows({&v, 1, 4, 5, 1.0f, 0.0f, &id, &lp}, nullptr).code(), StatusCode::kInvalidArgument);
-  EXPECT_EQ(cuda::top_k_rows({&v, 1, 100, 65, 1.0f, 0.0f, &id, &lp}, nullptr).code(), StatusCode::kInvalidArgument);
-  EXPECT_EQ(cuda::top_k_rows({nullptr, 1, 4, 1, 1.0f, 0.0f, &id, &lp}, nullptr).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(cuda::top_k_rows({&v, 1, 4, 0, 1.0f, 0.0f, &id, &lp}, nullptr).code(),
+            StatusCode::kInvalidArgument);
+  EXPECT_EQ(cuda::top_k_rows({&v, 1, 4, 5, 1.0f, 0.0f, &id, &lp}, nullptr).code(),
+            StatusCode::kInvalidArgument);
+  EXPECT_EQ(cuda::top_k_rows({&v, 1, 100, 65, 1.0f, 0.0f, &id, &lp}, nullptr).code(),
+            StatusCode::kInvalidArgument);
+  EXPECT_EQ(cuda::top_k_rows({nullptr, 1, 4, 1, 1.0f, 0.0f, &id, &lp}, nullptr).code(),
+            StatusCode::kInvalidArgument);
 }
 
 TEST(ArgmaxGpuChecks, RejectsBadArguments) {
