@@ -26,8 +26,10 @@ struct MemoryPlan {
   uint64_t free_bytes = 0;       // on the device now (after the weights)
 };
 
-// The plan for the model's device; an error naming the bytes per item and
-// the flags to change when the device lacks them. A GPU is checked against
+// The plan for the model's device (a layer split: for each of its devices,
+// each GPU against its own memory, the CPU shards together against the
+// host's); an error naming the bytes per item and the flags to change when
+// a device lacks them. A GPU is checked against
 // its free memory; host memory (CPU device) against what the process may
 // still use (core/host_memory.h: MemAvailable, the cgroup limit, ulimit -v),
 // the prefix cache's budget included. Host caches are zero pages until

@@ -16,6 +16,7 @@
 #include "runtime/batch_engine.h"
 #include "runtime/engine_collector.h"
 #include "runtime/generator.h"
+#include "runtime/memory_plan.h"
 #include "test_device.h"
 
 namespace moeserve::split {
@@ -167,6 +168,24 @@ TEST_P(LayerSplitModel, DecodesExactlyAsUnsplit) {
 
 INSTANTIATE_TEST_SUITE_P(Architectures, LayerSplitModel,
                          ::testing::Values("qwen3", "qwen3moe", "qwen35", "qwen35moe", "laguna"));
+
+TEST(LayerSplitMemoryPlan, EachShardsCacheIsPlannedWhereItLives) {
+  auto whole = runtime::Model::load(model_path("qwen35moe"), {.n_threads = 1, .device = "cpu"});
+  ASSERT_TRUE(whole.is_ok());
+  runtime::ModelLoadOptions lo{.n_threads = 1};
+  lo.layer_shards = {{"cpu", 0, 1}, {"cpu", 1, 4}};
+  auto split = runtime::Model::load(model_path("qwen35moe"), lo);
+  ASSERT_TRUE(split.is_ok()) << split.status().to_string();
+  const runtime::MemoryPlanRequest r{.n_sequences = 2, .n_ctx = 512, .n_batch = 32};
+  auto a = runtime::plan_device_memory(**whole, r);
+  auto b = runtime::plan_device_memory(**split, r);
+  ASSERT_TRUE(a.is_ok() && b.is_ok());
+  EXPECT_EQ(b->kv_bytes, a->kv_bytes) << "the shards' caches add up to the unsplit cache";
+  EXPECT_GT(b->workspace_bytes, a->workspace_bytes) << "each shard has its own activations";
+  auto huge = runtime::plan_device_memory(**split, {.n_sequences = 1 << 20, .n_ctx = 1 << 20, .n_batch = 32});
+  ASSERT_FALSE(huge.is_ok());
+  EXPECT_NE(huge.status().message().find("layer split's CPU shards"), std::string::npos) << huge.status().message();
+}
 
 TEST(LayerSplitModelErrors, ShardsThatDoNotCoverTheModelAreRefused) {
   for (const std::vector<LayerShard>& shards : {std::vector<LayerShard>{{"cpu", 0, 2}, {"cpu", 3, 4}},
