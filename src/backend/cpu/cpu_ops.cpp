@@ -419,43 +419,26 @@ Status CpuOps::attention(const AttentionOpArgs& a) {
 Status CpuOps::top_k_rows(const TopKOpArgs& a) {
   if (a.n_rows < 0 || a.n_cols < 1 || a.k < 1 || a.k > 64 || a.k > a.n_cols)
     return make_error(StatusCode::kInvalidArgument, "top_k_rows: {} x {}, k {}", a.n_rows, a.n_cols, a.k);
+  // The scaled (and capped) row, then the kernel table's top-k (ties to the
+  // lower index, as the sampler's) and the log-softmax of what it picked.
   for_each_index(pool_, a.n_rows, [&](int64_t r) {
+    std::vector<float> v(static_cast<size_t>(a.n_cols));
     const float* row = a.x + r * a.n_cols;
-    auto value = [&](int64_t i) {
-      float v = row[i] * a.scale;
-      if (a.softcap > 0.0f) v = a.softcap * std::tanh(v / a.softcap);
-      return std::isnan(v) ? -INFINITY : v;
-    };
     float max = -INFINITY;
-    for (int64_t i = 0; i < a.n_cols; ++i) max = std::max(max, value(i));
+    for (int64_t i = 0; i < a.n_cols; ++i) {
+      float x = row[i] * a.scale;
+      if (a.softcap > 0.0f) x = a.softcap * std::tanh(x / a.softcap);
+      v[size_t(i)] = std::isnan(x) ? -INFINITY : x;
+      max = std::max(max, v[size_t(i)]);
+    }
     double sum = 0.0;
     if (max > -INFINITY) {
-      for (int64_t i = 0; i < a.n_cols; ++i) sum += std::exp(double(value(i) - max));
+      for (float x : v) sum += std::exp(double(x - max));
     }
     const double lse = max > -INFINITY ? double(max) + std::log(sum) : 0.0;
-    // The k best by (value desc, index asc): a bounded heap whose front is the worst kept.
-    using Entry = std::pair<float, int32_t>;
-    auto better = [](const Entry& x, const Entry& y) {
-      return x.first > y.first || (x.first == y.first && x.second < y.second);
-    };
-    std::vector<Entry> heap;
-    heap.reserve(size_t(a.k));
-    for (int64_t i = 0; i < a.n_cols; ++i) {
-      const Entry e{value(i), int32_t(i)};
-      if (int64_t(heap.size()) < a.k) {
-        heap.push_back(e);
-        std::push_heap(heap.begin(), heap.end(), better);
-      } else if (better(e, heap.front())) {
-        std::pop_heap(heap.begin(), heap.end(), better);
-        heap.back() = e;
-        std::push_heap(heap.begin(), heap.end(), better);
-      }
-    }
-    std::sort(heap.begin(), heap.end(), better);
-    for (int j = 0; j < a.k; ++j) {
-      a.host_ids[r * a.k + j] = heap[size_t(j)].second;
-      a.host_log_probs[r * a.k + j] = float(double(heap[size_t(j)].first) - lse);
-    }
+    int32_t* ids = a.host_ids + r * a.k;
+    k_.top_k(v.data(), a.n_cols, a.k, ids);
+    for (int j = 0; j < a.k; ++j) a.host_log_probs[r * a.k + j] = float(double(v[size_t(ids[j])]) - lse);
   });
   return Status::ok();
 }
