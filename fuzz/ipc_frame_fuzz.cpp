@@ -6,12 +6,17 @@
 // bounds or allocate without bound, and every frame it writes back must be
 // a well-formed frame. The same bytes also go through the parent's decoders
 // (welcome, result head, error), which must refuse or accept without harm.
+// The same bytes go to a layer shard's session too (shard_session.h; a fake
+// range of layers 2:4 that checks every call it gets), and through the
+// shard frames' decoders.
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
 #include <vector>
 
 #include "ipc/frame.h"
+#include "ipc/shard_frames.h"
+#include "ipc/shard_session.h"
 #include "ipc/worker_session.h"
 
 namespace {
@@ -63,6 +68,55 @@ class BytesChannel final : public ipc::Channel {
   std::vector<uint8_t> ring_;
 };
 
+// Layers 2:4 of a 4-layer model of width 8, vocabulary 16: every call it
+// gets must already have been checked against these sizes by the session.
+class Layers final : public backend::RemoteLayers {
+ public:
+  std::string name() const override { return "fuzz"; }
+  Status forward(const backend::RemoteForward& f) override {
+    if (f.begin != 2 || f.end != 4 || f.hidden_in == nullptr || f.tokens.empty() || f.tokens.size() > 64)
+      __builtin_trap();
+    const size_t T = f.tokens.size();
+    for (size_t i = 0; i < T * 8; ++i) (void)f.hidden_in[i];
+    for (int64_t r : f.logit_rows) {
+      if (r < 0 || size_t(r) >= T) __builtin_trap();
+    }
+    if (f.logits != nullptr) std::memset(f.logits, 0, f.logit_rows.size() * 16 * sizeof(float));
+    if (f.greedy != nullptr) std::memset(f.greedy, 0, f.logit_rows.size() * sizeof(int32_t));
+    if (f.captured != nullptr) std::memset(f.captured, 0, f.capture_layers.size() * T * 8 * sizeof(float));
+    if (!f.tokens.empty() && f.tokens[0] == 7) return Status(StatusCode::kInternal, "token 7 always fails");
+    return Status::ok();
+  }
+  Status open_cache(uint64_t, int64_t capacity) override {
+    return capacity > 0 && capacity <= 256 ? Status::ok() : Status(StatusCode::kInternal, "capacity");
+  }
+  void close_cache(uint64_t) override {}
+  Status truncate(uint64_t, int64_t, int64_t) override { return Status::ok(); }
+  Status read_rows(uint64_t, int64_t layer, int64_t n, uint16_t* k, uint16_t* v) override {
+    if (layer < 2 || layer >= 4 || n < 0 || n > 256) __builtin_trap();
+    std::memset(k, 0, size_t(n) * 4 * 2), std::memset(v, 0, size_t(n) * 4 * 2);
+    return Status::ok();
+  }
+  Status write_rows(uint64_t, int64_t layer, int64_t n, const uint16_t*, const uint16_t*) override {
+    if (layer < 2 || layer >= 4 || n < 0 || n > 256) __builtin_trap();
+    return Status::ok();
+  }
+  Status read_states(uint64_t, float* s) override {
+    std::memset(s, 0, 6 * sizeof(float));
+    return Status::ok();
+  }
+  Status write_states(uint64_t, const float*) override { return Status::ok(); }
+  int64_t state_floats() const override { return 6; }
+  Status reserve_tree_nodes(uint64_t, int64_t n) override {
+    if (n < 0 || n > 64) __builtin_trap();
+    return Status::ok();
+  }
+  Status accept_tree(uint64_t, int64_t, std::span<const int32_t> path) override {
+    if (path.empty() || path.size() > 64) __builtin_trap();
+    return Status::ok();
+  }
+};
+
 // Every frame the worker wrote parses, and its body is the announced size.
 void check_output(const std::vector<uint8_t>& out) {
   size_t at = 0;
@@ -107,5 +161,20 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   Limits l;
   l.n_layer = 3, l.n_expert = 8, l.n_embd = 8, l.max_rows = 64, l.max_jobs = 16, l.ring_bytes = 4096;
   (void)decode_compute(in, size > 0 ? data[0] & 1u : 0u, l);
+
+  // A layer shard's session, and its frames' decoders.
+  Layers layers;
+  ShardSessionOptions so;
+  so.layers = &layers;
+  so.model_fingerprint = 0x1122334455667788ull;
+  so.limits = {.begin = 2, .end = 4, .n_layer = 4, .n_embd = 8, .n_vocab = 16, .kv_dim = 4, .state_floats = 6,
+               .max_rows = 64, .max_capacity = 256};
+  BytesChannel shard_ch(data, size);
+  (void)serve_shard_session(shard_ch, so);
+  check_output(shard_ch.out);
+  (void)decode_shard_hello(in);
+  (void)decode_shard_welcome(in);
+  (void)decode_shard_call(in, so.limits);
+  (void)decode_forward(in, so.limits);
   return 0;
 }

@@ -77,6 +77,9 @@ struct KvLayerView {
 struct KvView {
   std::span<const KvLayerView> layers;  // n_layer entries (null for layers not on this device)
   int64_t capacity = 0;                 // positions the rows can hold
+  // The cache's number in other processes that hold some of its layers
+  // (RemoteLayers; 0 when none does).
+  uint64_t remote_id = 0;
 };
 
 // One sequence's share of a batch: rows [row0, row0 + n_tokens) of the

@@ -42,7 +42,7 @@ class Reader {
   size_t at_ = 0;
 };
 
-bool known_type(uint16_t t) { return t >= uint16_t(FrameType::kHello) && t <= uint16_t(FrameType::kPong); }
+bool known_type(uint16_t t) { return t >= uint16_t(FrameType::kHello) && t <= uint16_t(FrameType::kShardReply); }
 
 Result<PayloadType> payload_type_of(uint8_t v, uint32_t allowed, std::string_view what) {
   if (v > uint8_t(PayloadType::kBF16)) {
@@ -88,6 +88,14 @@ const char* frame_type_name(FrameType type) {
       return "ping";
     case FrameType::kPong:
       return "pong";
+    case FrameType::kShardHello:
+      return "shard hello";
+    case FrameType::kShardWelcome:
+      return "shard welcome";
+    case FrameType::kShardCall:
+      return "shard call";
+    case FrameType::kShardReply:
+      return "shard reply";
   }
   return "unknown";
 }
@@ -205,7 +213,7 @@ Result<FrameHeader> decode_header(std::span<const uint8_t> bytes, uint64_t max_b
   Reader r(bytes);
   const uint32_t magic = r.u32();
   if (magic != kMagic) {
-    return make_error(StatusCode::kInvalidFormat, "not a moeserve expert worker frame (magic {:#010x})",
+    return make_error(StatusCode::kInvalidFormat, "not a moeserve IPC frame (magic {:#010x})",
                       magic);
   }
   FrameHeader h;

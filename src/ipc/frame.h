@@ -18,7 +18,8 @@
 namespace moeserve::ipc {
 
 inline constexpr uint32_t kMagic = 0x5058534Du;  // "MSXP" as bytes on the wire
-inline constexpr uint16_t kProtocolVersion = 1;
+// 2: the layer-shard frames (shard_frames.h) joined the expert worker's.
+inline constexpr uint16_t kProtocolVersion = 2;
 inline constexpr size_t kHeaderBytes = 32;
 inline constexpr size_t kHelloBytes = 48;
 inline constexpr size_t kWelcomeBytes = 56;
@@ -41,6 +42,11 @@ enum class FrameType : uint16_t {
   kError = 5,    // either way: a code and a message (the loop goes on unless said otherwise)
   kPing = 6,     // parent -> worker: health check
   kPong = 7,     // worker -> parent
+  // A layer shard (shard_frames.h): the same header, its own bodies.
+  kShardHello = 8,    // parent -> shard
+  kShardWelcome = 9,  // shard -> parent
+  kShardCall = 10,    // parent -> shard: one RemoteLayers operation
+  kShardReply = 11,   // shard -> parent: its answer (kError when it failed)
 };
 const char* frame_type_name(FrameType type);
 

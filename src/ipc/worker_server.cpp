@@ -6,32 +6,12 @@
 #include "backend/devices.h"
 #include "core/log.h"
 #include "ipc/shm_ring.h"
-#include "ipc/socket.h"
+#include "ipc/socket_channel.h"
 #include "moe/moe_shape.h"
 #include "moe/placement.h"
 
 namespace moeserve::ipc {
 namespace {
-
-// A parent that stops reading its answers for this long is dropped.
-constexpr std::chrono::seconds kWriteTimeout{120};
-
-class SocketChannel final : public Channel {
- public:
-  explicit SocketChannel(Socket& s) : s_(s) {}
-  Status read_exact(std::span<uint8_t> out) override { return s_.read_exact(out, kNoDeadline); }
-  Status write_all(std::span<const std::span<const uint8_t>> parts) override {
-    return s_.write_all(parts, deadline_in(kWriteTimeout));
-  }
-  Result<std::span<uint8_t>> map_ring(uint64_t bytes) override {
-    MOESERVE_ASSIGN_OR_RETURN(ring_, ShmRegion::map(s_.take_fd(), bytes));
-    return std::span<uint8_t>(ring_.data(), ring_.size());
-  }
-
- private:
-  Socket& s_;
-  ShmRegion ring_;
-};
 
 // Readahead and fault-around would pull the neighbouring (other workers')
 // experts' pages in; the worker reads only its own slices.

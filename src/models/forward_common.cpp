@@ -157,7 +157,7 @@ Status output_head(const OutputHeadArgs& a, const ForwardBatch& b) {
 
 void WeightPlacement::add(backend::Device* d, WeightView& v, backend::WeightUse use, int64_t n_matrices,
                           bool shared, backend::ExpertSplit* split) {
-  if (!v.present()) return;
+  if (!v.present() || d == nullptr) return;  // null: a layer another process computes
   auto it = std::find_if(per_device_.begin(), per_device_.end(), [&](const auto& p) { return p.first == d; });
   if (it == per_device_.end()) it = per_device_.insert(per_device_.end(), {d, {}});
   it->second.push_back({&v, n_matrices, use, shared, split});
@@ -180,12 +180,15 @@ void WeightPlacement::add_experts(backend::Device* d, WeightView& gate, WeightVi
   add(d, down, backend::WeightUse::kExpertDown, n_expert, false, split);
 }
 
-void WeightPlacement::add_io(const Placement& p, WeightView& token_embd, WeightView& output_norm,
+void WeightPlacement::add_io(const Placement& p, int64_t n_layer, WeightView& token_embd, WeightView& output_norm,
                              WeightView& output, bool tied_output) {
   const bool tied = tied_output || output.data == token_embd.data;
-  add(p.io, token_embd, backend::WeightUse::kLookup, 1, tied);
-  add(p.output(), output_norm, backend::WeightUse::kVector);
-  add(p.output(), output, backend::WeightUse::kMatrix, 1, tied);
+  const bool head = p.head_here(n_layer);
+  if (p.embeds_here()) add(p.io, token_embd, backend::WeightUse::kLookup, 1, tied && head);
+  if (head) {
+    add(p.output(), output_norm, backend::WeightUse::kVector);
+    add(p.output(), output, backend::WeightUse::kMatrix, 1, tied && p.embeds_here());
+  }
 }
 
 Status WeightPlacement::place() {
@@ -196,7 +199,7 @@ Status WeightPlacement::place() {
 Status check_attention_devices(const Placement& p, int64_t n_layer, int64_t head_dim, std::string_view arch,
                                const std::function<bool(int64_t)>& is_attention) {
   for (int64_t l = 0; l < n_layer; ++l) {
-    if (is_attention(l) && !p.layer(l)->supports_attention_head_dim(head_dim)) {
+    if (p.layer(l) != nullptr && is_attention(l) && !p.layer(l)->supports_attention_head_dim(head_dim)) {
       return make_error(StatusCode::kUnsupported,
                         "{}: {} has no attention kernel for heads of {} (layer {}); use --device cpu", arch,
                         p.layer(l)->name(), head_dim, l);
@@ -208,10 +211,11 @@ Status check_attention_devices(const Placement& p, int64_t n_layer, int64_t head
 std::vector<backend::Device*> placement_devices(const Placement& p, int64_t n_layer) {
   std::vector<backend::Device*> devices = {p.io};
   for (int64_t il = 0; il < n_layer; ++il) {
-    if (std::find(devices.begin(), devices.end(), p.layer(il)) == devices.end())
+    if (p.layer(il) != nullptr && std::find(devices.begin(), devices.end(), p.layer(il)) == devices.end())
       devices.push_back(p.layer(il));
   }
-  if (std::find(devices.begin(), devices.end(), p.output()) == devices.end()) devices.push_back(p.output());
+  if (p.head_here(n_layer) && std::find(devices.begin(), devices.end(), p.output()) == devices.end())
+    devices.push_back(p.output());
   return devices;
 }
 
@@ -253,6 +257,59 @@ Status ensure_capture_buffer(backend::Device& device, backend::Ops& ops, backend
   mem.reset();
   MOESERVE_ASSIGN_OR_RETURN(mem, device.allocate(bytes, "workspace (captured hidden rows)"));
   ops.buffers_moved();
+  return Status::ok();
+}
+
+Status check_layer_range(const ForwardBatch& b, const Placement& p, int64_t n_layer) {
+  if (!p.embeds_here() && p.first_layer > 0 && b.hidden_in == nullptr) {
+    return make_error(StatusCode::kInvalidArgument,
+                      "forward: this process computes layers {}:{}, the batch brings no hidden rows",
+                      p.first_layer, p.local_end(n_layer));
+  }
+  if (p.local_end(n_layer) < n_layer && (b.hidden_out == nullptr || !b.logit_rows.empty())) {
+    return make_error(StatusCode::kInvalidArgument,
+                      "forward: this process ends at layer {} of {}: the batch must take the hidden rows "
+                      "and ask for no logits",
+                      p.local_end(n_layer), n_layer);
+  }
+  return Status::ok();
+}
+
+Status run_remote_range(const ForwardBatch& b, const BatchRows& rows, const backend::RemoteRange& r,
+                        int64_t n_layer, int64_t n_embd, std::vector<float>& staging) {
+  const int64_t T = int64_t(b.tokens.size());
+  std::vector<backend::RemoteSlice> slices;
+  slices.reserve(rows.slices.size());
+  for (const SequenceSlice& q : rows.slices) {
+    if (q.kv.remote_id == 0) {
+      return make_error(StatusCode::kInvalidArgument,
+                        "forward: a KV cache without a number for {} (layers {}:{}); make it with "
+                        "Model::new_kv_cache",
+                        r.layers->name(), r.begin, r.end);
+    }
+    slices.push_back({q.kv.remote_id, q.row0, q.n_tokens, q.pos0, q.tree_parents});
+  }
+  // The range's captured layers are consecutive among the ascending ids.
+  const auto first = std::lower_bound(b.capture_layers.begin(), b.capture_layers.end(), int32_t(r.begin));
+  const auto last = std::lower_bound(first, b.capture_layers.end(), int32_t(r.end));
+  backend::RemoteForward f;
+  f.begin = r.begin, f.end = r.end;
+  f.tokens = b.tokens;
+  f.slices = slices;
+  f.decode_rows = b.decode_rows;
+  staging.resize(size_t(T * n_embd));
+  std::vector<float> out;
+  if (r.begin > 0) f.hidden_in = staging.data();
+  if (r.end < n_layer) {
+    out.resize(size_t(T * n_embd));
+    f.hidden_out = out.data();
+  } else {
+    f.logit_rows = b.logit_rows, f.logits = b.logits, f.greedy = b.greedy;
+  }
+  f.capture_layers = {first, last};
+  if (first != last) f.captured = b.captured + size_t(first - b.capture_layers.begin()) * size_t(T * n_embd);
+  MOESERVE_RETURN_IF_ERROR(r.layers->forward(f));
+  if (r.end < n_layer) staging.swap(out);
   return Status::ok();
 }
 

@@ -72,6 +72,16 @@ Status move_rows(backend::Ops& from, const float* src, backend::Ops& to, float* 
 // kInvalidArgument unless the capture layers are ascending layer ids with
 // a destination.
 Status check_capture(const ForwardBatch& b, int64_t n_layer);
+// kInvalidArgument unless a shard process's batch brings hidden rows when
+// its range begins after layer 0 and, when it ends before the last layer,
+// has somewhere to put them and asks for no logits.
+Status check_layer_range(const ForwardBatch& b, const Placement& p, int64_t n_layer);
+// Remote range `r` on the batch: the hidden rows in `staging` (unless it
+// begins at layer 0) go there and the rows after it come back into
+// `staging`, or, when it ends at the last layer, its output head fills the
+// batch's logits and greedy ids. Its captured layers land in b.captured.
+Status run_remote_range(const ForwardBatch& b, const BatchRows& rows, const backend::RemoteRange& r,
+                        int64_t n_layer, int64_t n_embd, std::vector<float>& staging);
 // `mem` holds at least `bytes` (grown on `device`; the ops forget their
 // recorded work when it moves).
 Status ensure_capture_buffer(backend::Device& device, backend::Ops& ops, backend::DeviceMemory& mem,
@@ -92,7 +102,8 @@ struct OutputHeadArgs {
 };
 Status output_head(const OutputHeadArgs& a, const ForwardBatch& b);
 
-// The placement's devices, each once: io first, then in layer order, then the head's.
+// The placement's devices, each once: io first, then in layer order (local
+// layers), then the head's when it is here.
 std::vector<backend::Device*> placement_devices(const Placement& p, int64_t n_layer);
 
 // A forward's workspace: per device of the placement, its op queue and the
@@ -197,12 +208,15 @@ Status walk_layers(const ForwardBatch& b, DeviceWorkspace<Buffers>& ws, const Wa
                    Layer&& layer) {
   const int64_t T = int64_t(b.tokens.size());
   if (T == 0) return Status::ok();
+  const Placement& p = *s.placement;
+  const int64_t n_layer = s.limits.n_layer;
   MOESERVE_RETURN_IF_ERROR(check_batch(b, s.limits, ws.rows));
-  MOESERVE_RETURN_IF_ERROR(check_capture(b, s.limits.n_layer));
+  MOESERVE_RETURN_IF_ERROR(check_capture(b, n_layer));
+  MOESERVE_RETURN_IF_ERROR(check_layer_range(b, p, n_layer));
   backend::BatchLayout layout = batch_layout(b, ws.rows, s.ropes, s.profile != nullptr);
   // A forward over several devices runs without captured graphs (the GPU
   // share of a GPU + CPU split could keep one: not yet measured safe).
-  layout.graphs = ws.devices.size() == 1;
+  layout.graphs = ws.devices.size() == 1 && p.remote.empty();
   ws.captures.resize(ws.devices.size());
   const size_t capture_bytes = b.capture_layers.size() * size_t(T * s.n_embd) * sizeof(float);
   for (size_t i = 0; i < ws.devices.size(); ++i) {
@@ -212,16 +226,23 @@ Status walk_layers(const ForwardBatch& b, DeviceWorkspace<Buffers>& ws, const Wa
     MOESERVE_RETURN_IF_ERROR(ensure_capture_buffer(*d.device, *d.ops, ws.captures[i], capture_bytes));
     MOESERVE_RETURN_IF_ERROR(d.ops->begin_batch(layout));
   }
-  Buffers& io = *ws.find(s.placement->io);
-  {
-    ScopedTimer timer(s.profile, &ForwardProfile::embed, *io.ops);
-    MOESERVE_RETURN_IF_ERROR(io.ops->embed(*s.token_embd, io.x.template as<float>()));
+  Buffers* current = nullptr;  // where the hidden rows are (null: in ws.staging, on the host)
+  if (p.embeds_here()) {
+    current = ws.find(p.io);
+    ScopedTimer timer(s.profile, &ForwardProfile::embed, *current->ops);
+    MOESERVE_RETURN_IF_ERROR(current->ops->embed(*s.token_embd, current->x.template as<float>()));
+  } else if (b.hidden_in != nullptr) {
+    ws.staging.assign(b.hidden_in, b.hidden_in + T * s.n_embd);
   }
-  Buffers* current = &io;  // where the hidden rows are
   auto move_to = [&](Buffers& to) -> Status {
     if (current == &to) return Status::ok();
-    MOESERVE_RETURN_IF_ERROR(move_rows(*current->ops, current->x.template as<float>(), *to.ops,
-                                       to.x.template as<float>(), T, s.n_embd, ws.staging));
+    if (current == nullptr) {
+      MOESERVE_RETURN_IF_ERROR(
+          to.ops->upload(to.x.template as<float>(), ws.staging.data(), size_t(T * s.n_embd) * sizeof(float)));
+    } else {
+      MOESERVE_RETURN_IF_ERROR(move_rows(*current->ops, current->x.template as<float>(), *to.ops,
+                                         to.x.template as<float>(), T, s.n_embd, ws.staging));
+    }
     current = &to;
     return Status::ok();
   };
@@ -230,8 +251,21 @@ Status walk_layers(const ForwardBatch& b, DeviceWorkspace<Buffers>& ws, const Wa
     return it == b.capture_layers.end() ? -1 : int64_t(it - b.capture_layers.begin());
   };
   const size_t layer_bytes = size_t(T * s.n_embd) * sizeof(float);
-  for (int il = 0; il < int(s.limits.n_layer); ++il) {
-    Buffers& d = *ws.find(s.placement->layer(il));
+  for (int il = int(p.first_layer); il < int(p.local_end(n_layer));) {
+    if (const backend::RemoteRange* r = p.remote_from(il)) {
+      // The rows leave for another process and come back to the host.
+      if (current != nullptr) {
+        ws.staging.resize(size_t(T * s.n_embd));
+        MOESERVE_RETURN_IF_ERROR(current->ops->download(ws.staging.data(), current->x.template as<float>(),
+                                                        layer_bytes));
+        current = nullptr;
+      }
+      MOESERVE_RETURN_IF_ERROR(run_remote_range(b, ws.rows, *r, n_layer, s.n_embd, ws.staging));
+      if (r->end == n_layer) return Status::ok();  // the head ran there
+      il = int(r->end);
+      continue;
+    }
+    Buffers& d = *ws.find(p.layer(il));
     const bool moved = current != &d;
     MOESERVE_RETURN_IF_ERROR(move_to(d));
     MOESERVE_RETURN_IF_ERROR(layer(d, il, T, moved));
@@ -240,33 +274,46 @@ Status walk_layers(const ForwardBatch& b, DeviceWorkspace<Buffers>& ws, const Wa
           ws.captures[size_t(&d - ws.devices.data())].template as<uint8_t>() + size_t(k) * layer_bytes;
       MOESERVE_RETURN_IF_ERROR(d.ops->copy(at, d.x.template as<float>(), layer_bytes));
     }
+    ++il;
   }
-  Buffers& head = *ws.find(s.placement->output());
-  MOESERVE_RETURN_IF_ERROR(move_to(head));
-  ScopedTimer timer(s.profile, &ForwardProfile::lm_head, *head.ops);
-  MOESERVE_RETURN_IF_ERROR(output_head({.device = head.device,
-                                        .ops = head.ops.get(),
-                                        .x = head.x.template as<float>(),
-                                        .final_rows = &head.final_rows,
-                                        .logits = &head.logits,
-                                        .norm = s.output_norm,
-                                        .output = s.output,
-                                        .n_embd = s.n_embd,
-                                        .n_vocab = s.limits.n_vocab,
-                                        .eps = s.eps},
-                                       b));
+  if (p.head_here(n_layer)) {
+    Buffers& head = *ws.find(p.output());
+    MOESERVE_RETURN_IF_ERROR(move_to(head));
+    ScopedTimer timer(s.profile, &ForwardProfile::lm_head, *head.ops);
+    MOESERVE_RETURN_IF_ERROR(output_head({.device = head.device,
+                                          .ops = head.ops.get(),
+                                          .x = head.x.template as<float>(),
+                                          .final_rows = &head.final_rows,
+                                          .logits = &head.logits,
+                                          .norm = s.output_norm,
+                                          .output = s.output,
+                                          .n_embd = s.n_embd,
+                                          .n_vocab = s.limits.n_vocab,
+                                          .eps = s.eps},
+                                         b));
+  } else if (current != nullptr) {  // a shard process before the last layer
+    MOESERVE_RETURN_IF_ERROR(current->ops->download(b.hidden_out, current->x.template as<float>(), layer_bytes));
+  } else {
+    std::copy(ws.staging.begin(), ws.staging.begin() + T * s.n_embd, b.hidden_out);
+  }
   // The captured rows to the host, after the output head (the forward's
   // graph has ended there): in one copy when one device computed them all.
-  if (b.capture_layers.empty()) return Status::ok();
-  Buffers& first = *ws.find(s.placement->layer(b.capture_layers[0]));
-  const bool one_device = std::all_of(b.capture_layers.begin(), b.capture_layers.end(),
-                                      [&](int32_t l) { return ws.find(s.placement->layer(l)) == &first; });
+  // A remote range's captures came back with its rows.
+  std::vector<size_t> local;
+  for (size_t k = 0; k < b.capture_layers.size(); ++k) {
+    if (p.layer(b.capture_layers[k]) != nullptr) local.push_back(k);
+  }
+  if (local.empty()) return Status::ok();
+  Buffers& first = *ws.find(p.layer(b.capture_layers[local[0]]));
+  const bool one_device = local.size() == b.capture_layers.size() &&
+                          std::all_of(b.capture_layers.begin(), b.capture_layers.end(),
+                                      [&](int32_t l) { return ws.find(p.layer(l)) == &first; });
   if (one_device) {
     return first.ops->download(b.captured, ws.captures[size_t(&first - ws.devices.data())].data(),
                                b.capture_layers.size() * layer_bytes);
   }
-  for (size_t k = 0; k < b.capture_layers.size(); ++k) {
-    Buffers& d = *ws.find(s.placement->layer(b.capture_layers[k]));
+  for (size_t k : local) {
+    Buffers& d = *ws.find(p.layer(b.capture_layers[k]));
     const uint8_t* at = ws.captures[size_t(&d - ws.devices.data())].template as<uint8_t>() + k * layer_bytes;
     MOESERVE_RETURN_IF_ERROR(d.ops->download(b.captured + k * size_t(T * s.n_embd), at, layer_bytes));
   }
@@ -285,8 +332,9 @@ class WeightPlacement {
   // The embedding on the placement's io, the final norm and output head on
   // its output() device. A tied output's rows are also read by embedding
   // lookups (the device must keep them).
-  void add_io(const Placement& p, WeightView& token_embd, WeightView& output_norm, WeightView& output,
-              bool tied_output);
+  // A shard process places only what is its (Placement::embeds_here, head_here).
+  void add_io(const Placement& p, int64_t n_layer, WeightView& token_embd, WeightView& output_norm,
+              WeightView& output, bool tied_output);
   Status place();
 
  private:

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "backend/backend.h"
+#include "backend/remote_layers.h"
 #include "core/status.h"
 
 namespace moeserve::models {
@@ -34,6 +35,13 @@ struct ForwardBatch {
   // choice (Ops::argmax_rows), computed where the logits are; `logits` may
   // then be null (they stay on the device).
   int32_t* greedy = nullptr;
+  // A shard process (Placement::first_layer > 0): the hidden rows
+  // [T][n_embd] its first layer takes, instead of the embedding of `tokens`
+  // (which still give the batch its shape).
+  const float* hidden_in = nullptr;
+  // A shard process that ends before the last layer: the hidden rows after
+  // its last layer [T][n_embd] (no output head runs; logit_rows must be empty).
+  float* hidden_out = nullptr;
   // Optional, host memory [n_layer * n_expert]: each MoE layer's expert
   // selections in this forward are added (routing statistics; slower on a
   // GPU, which then reads them back layer by layer).
@@ -110,8 +118,32 @@ struct Placement {
   // The final norm and output head (null: on io). A layer split puts the
   // embedding with its first shard (io) and the head with its last.
   backend::Device* head = nullptr;
+  // Layers other processes compute (a layer split's proc: and mpi: shards;
+  // layers[l] is null there), ascending. When one ends at the last layer,
+  // the output head runs there too.
+  std::vector<backend::RemoteRange> remote{};
+  // A shard process computes layers [first_layer, end_layer) only (-1: to
+  // the last; layers[l] is null outside): it takes ForwardBatch::hidden_in
+  // when first_layer > 0, gives hidden_out when it ends before the last
+  // layer, and keeps the embedding and the output head only when they are its.
+  int64_t first_layer = 0, end_layer = -1;
+
   backend::Device* layer(int64_t l) const { return layers.empty() ? io : layers[size_t(l)]; }
   backend::Device* output() const { return head != nullptr ? head : io; }
+  int64_t local_end(int64_t n_layer) const { return end_layer < 0 ? n_layer : end_layer; }
+  // The remote range that begins at layer l, or null.
+  const backend::RemoteRange* remote_from(int64_t l) const {
+    for (const backend::RemoteRange& r : remote) {
+      if (r.begin == l) return &r;
+    }
+    return nullptr;
+  }
+  // This process looks the tokens up (the embedding is placed here).
+  bool embeds_here() const { return first_layer == 0 && remote_from(0) == nullptr; }
+  // This process runs the final norm and output head.
+  bool head_here(int64_t n_layer) const {
+    return local_end(n_layer) == n_layer && (remote.empty() || remote.back().end != n_layer);
+  }
   backend::ExpertSplit* expert_split(int64_t l) const {
     return size_t(l) < expert_splits.size() ? expert_splits[size_t(l)] : nullptr;
   }

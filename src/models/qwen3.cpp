@@ -236,7 +236,7 @@ Status Qwen3Model::place_weights() {
     placement.add_experts(d, l.ffn_gate_exps, l.ffn_up_exps, l.ffn_down_exps, hp_.n_expert,
                           placement_.expert_split(il));
   }
-  placement.add_io(placement_, w_.token_embd, w_.output_norm, w_.output, w_.tied_output);
+  placement.add_io(placement_, hp_.n_layer, w_.token_embd, w_.output_norm, w_.output, w_.tied_output);
   return placement.place();
 }
 

@@ -1,6 +1,7 @@
 #include "runtime/kv_cache.h"
 
 #include <algorithm>
+#include <atomic>
 
 #include "backend/cpu/cpu_device.h"
 
@@ -33,7 +34,45 @@ Result<KvCache> KvCache::allocate(const models::Placement& placement, const mode
   std::vector<backend::Device*> devices;
   for (int64_t l = 0; l < info.n_layer; ++l) devices.push_back(placement.layer(l));
   MOESERVE_RETURN_IF_ERROR(kv.allocate_layers(devices));
+  MOESERVE_RETURN_IF_ERROR(kv.remote_.open(placement.remote, capacity));
+  for (const backend::RemoteRange& r : placement.remote) kv.state_floats_ += r.layers->state_floats();
   return kv;
+}
+
+namespace {
+std::atomic<uint64_t> next_remote_id{1};
+}  // namespace
+
+KvCache::RemoteParts& KvCache::RemoteParts::operator=(RemoteParts&& o) noexcept {
+  if (this != &o) {
+    close();
+    id_ = std::exchange(o.id_, 0);
+    ranges_ = std::move(o.ranges_);
+  }
+  return *this;
+}
+
+Status KvCache::RemoteParts::open(std::span<const backend::RemoteRange> ranges, int64_t capacity) {
+  if (ranges.empty()) return Status::ok();
+  id_ = next_remote_id.fetch_add(1);
+  for (const backend::RemoteRange& r : ranges) {
+    MOESERVE_RETURN_IF_ERROR(r.layers->open_cache(id_, capacity));
+    ranges_.push_back(r);  // (closed with the others if a later one fails)
+  }
+  return Status::ok();
+}
+
+void KvCache::RemoteParts::close() {
+  for (const backend::RemoteRange& r : ranges_) r.layers->close_cache(id_);
+  ranges_.clear();
+  id_ = 0;
+}
+
+const backend::RemoteRange* KvCache::RemoteParts::find(int64_t l) const {
+  for (const backend::RemoteRange& r : ranges_) {
+    if (l >= r.begin && l < r.end) return &r;
+  }
+  return nullptr;
 }
 
 size_t KvCache::bytes_for(const models::ModelInfo& info, int64_t capacity) {
@@ -62,13 +101,14 @@ Status KvCache::allocate_layers(const std::vector<backend::Device*>& devices) {
     const models::LayerCache& c = layers_[l];
     backend::KvLayerView view;
     backend::DeviceMemory k, v, state;
-    if (c.kv) {
+    if (d == nullptr) {  // another process's layer (Placement::remote, or outside a shard's range)
+    } else if (c.kv) {
       MOESERVE_ASSIGN_OR_RETURN(k, d->allocate(row_bytes, "KV cache"));
       MOESERVE_ASSIGN_OR_RETURN(v, d->allocate(row_bytes, "KV cache"));
       view.k = k.as<uint16_t>();
       view.v = v.as<uint16_t>();
     }
-    if (c.state_floats > 0) {
+    if (d != nullptr && c.state_floats > 0) {
       const size_t bytes = size_t(c.state_floats) * sizeof(float);
       MOESERVE_ASSIGN_OR_RETURN(state, d->allocate(bytes, "recurrent state"));
       MOESERVE_RETURN_IF_ERROR(d->fill_zero(state.data(), bytes));
@@ -100,20 +140,27 @@ int64_t KvCache::truncate(int64_t pos) {
     if (Status s = zero_states(); !s.is_ok()) status_ = s, capacity_ = 0;
     pos = 0;
   }
+  for (const backend::RemoteRange& r : remote_.ranges()) {
+    if (Status s = r.layers->truncate(remote_.id(), used_, pos); !s.is_ok()) status_ = s, capacity_ = 0;
+  }
   used_ = pos;
   return pos;
 }
 
 Status KvCache::read_rows(int64_t layer, int64_t n, uint16_t* k, uint16_t* v) const {
+  if (const backend::RemoteRange* r = remote_.find(layer)) return r->layers->read_rows(remote_.id(), layer, n, k, v);
   const size_t bytes = size_t(n * kv_dim_) * sizeof(uint16_t);
   backend::Device* d = k_[size_t(layer)].device();
+  if (d == nullptr) return make_error(StatusCode::kInvalidArgument, "KV cache: layer {} is not here", layer);
   MOESERVE_RETURN_IF_ERROR(d->copy_to_host(k, k_[size_t(layer)].data(), bytes));
   return d->copy_to_host(v, v_[size_t(layer)].data(), bytes);
 }
 
 Status KvCache::write_rows(int64_t layer, int64_t n, const uint16_t* k, const uint16_t* v) {
+  if (const backend::RemoteRange* r = remote_.find(layer)) return r->layers->write_rows(remote_.id(), layer, n, k, v);
   const size_t bytes = size_t(n * kv_dim_) * sizeof(uint16_t);
   backend::Device* d = k_[size_t(layer)].device();
+  if (d == nullptr) return make_error(StatusCode::kInvalidArgument, "KV cache: layer {} is not here", layer);
   MOESERVE_RETURN_IF_ERROR(d->copy_to_device(k_[size_t(layer)].data(), k, bytes));
   return d->copy_to_device(v_[size_t(layer)].data(), v, bytes);
 }
@@ -123,7 +170,12 @@ Result<CacheSnapshot> KvCache::snapshot() const {
   snap.position = used_;
   snap.states.resize(size_t(state_floats_));
   float* out = snap.states.data();
-  for (const backend::DeviceMemory& s : state_) {
+  for (size_t l = 0; l < state_.size(); ++l) {
+    const backend::DeviceMemory& s = state_[l];
+    if (const backend::RemoteRange* r = remote_.find(int64_t(l)); r != nullptr && r->begin == int64_t(l)) {
+      MOESERVE_RETURN_IF_ERROR(r->layers->read_states(remote_.id(), out));
+      out += r->layers->state_floats();
+    }
     if (s.data() == nullptr) continue;
     MOESERVE_RETURN_IF_ERROR(s.device()->copy_to_host(out, s.data(), s.bytes()));
     out += s.bytes() / sizeof(float);
@@ -140,7 +192,12 @@ Status KvCache::restore(const CacheSnapshot& snap) {
   }
   const float* in = snap.states.data();
   states_written_ = true;
-  for (backend::DeviceMemory& s : state_) {
+  for (size_t l = 0; l < state_.size(); ++l) {
+    backend::DeviceMemory& s = state_[l];
+    if (const backend::RemoteRange* r = remote_.find(int64_t(l)); r != nullptr && r->begin == int64_t(l)) {
+      MOESERVE_RETURN_IF_ERROR(r->layers->write_states(remote_.id(), in));
+      in += r->layers->state_floats();
+    }
     if (s.data() == nullptr) continue;
     MOESERVE_RETURN_IF_ERROR(s.device()->copy_to_device(s.data(), in, s.bytes()));
     in += s.bytes() / sizeof(float);
@@ -151,10 +208,12 @@ Status KvCache::restore(const CacheSnapshot& snap) {
 
 Status KvCache::reserve_tree_nodes(int64_t n) {
   if (n <= tree_nodes_ || state_floats_ == 0) return Status::ok();  // attention rows need no room
+  for (const backend::RemoteRange& r : remote_.ranges())
+    MOESERVE_RETURN_IF_ERROR(r.layers->reserve_tree_nodes(remote_.id(), n));
   node_states_.resize(layers_.size());
   for (size_t l = 0; l < layers_.size(); ++l) {
     const int64_t floats = layers_[l].state_floats;
-    if (floats <= 0) continue;
+    if (floats <= 0 || state_[l].data() == nullptr) continue;
     backend::Device* d = state_[l].device();
     backend::DeviceMemory m;
     MOESERVE_ASSIGN_OR_RETURN(m, d->allocate(size_t(n * floats) * sizeof(float), "draft-tree states"));
@@ -178,8 +237,11 @@ Status KvCache::accept_tree(std::span<const int32_t> path) {
                         path[size_t(i)]);
     }
   }
+  for (const backend::RemoteRange& r : remote_.ranges())
+    MOESERVE_RETURN_IF_ERROR(r.layers->accept_tree(remote_.id(), used_, path));
   const size_t row_bytes = size_t(kv_dim_) * sizeof(uint16_t);
   for (size_t l = 0; l < layers_.size(); ++l) {
+    if (views_[l].k == nullptr && views_[l].state == nullptr) continue;  // another process's layer
     if (layers_[l].kv) {
       backend::Device* d = k_[l].device();
       // Rows only move down (path[i] >= i), in order: no source is overwritten

@@ -12,6 +12,7 @@
 
 #include <cstdint>
 #include <span>
+#include <utility>
 #include <vector>
 
 #include "backend/backend.h"
@@ -61,7 +62,7 @@ class KvCache {
   // the recurrent states as possibly written (a forward may not set_used).
   models::KvView view() const {
     states_written_ = true;
-    return {views_, capacity_};
+    return {views_, capacity_, remote_.id()};
   }
   // Layer l's layout: K/V rows or a state.
   const models::LayerCache& layer(int64_t l) const { return layers_[size_t(l)]; }
@@ -88,6 +89,26 @@ class KvCache {
   Status accept_tree(std::span<const int32_t> path);
 
  private:
+  // The cache's layers in other processes (Placement::remote): opened under
+  // a number of their own, closed with the cache.
+  class RemoteParts {
+   public:
+    RemoteParts() = default;
+    RemoteParts(RemoteParts&& o) noexcept : id_(std::exchange(o.id_, 0)), ranges_(std::move(o.ranges_)) {}
+    RemoteParts& operator=(RemoteParts&& o) noexcept;
+    ~RemoteParts() { close(); }
+    Status open(std::span<const backend::RemoteRange> ranges, int64_t capacity);
+    void close();
+    uint64_t id() const { return id_; }
+    const std::vector<backend::RemoteRange>& ranges() const { return ranges_; }
+    // The range that holds layer l, or null.
+    const backend::RemoteRange* find(int64_t l) const;
+
+   private:
+    uint64_t id_ = 0;
+    std::vector<backend::RemoteRange> ranges_;
+  };
+
   Status allocate_layers(const std::vector<backend::Device*>& devices);
   Status zero_states();
 
@@ -101,6 +122,7 @@ class KvCache {
   std::vector<backend::DeviceMemory> k_, v_, state_, node_states_;
   int64_t tree_nodes_ = 0;
   std::vector<backend::KvLayerView> views_;
+  RemoteParts remote_;
 };
 
 }  // namespace moeserve::runtime

@@ -56,6 +56,8 @@ Result<std::unique_ptr<Model>> Model::from_gguf(GgufFile file, const ModelLoadOp
     // for it on the CPU.
     MOESERVE_RETURN_IF_ERROR(m->split_experts(options, placement));
   }
+  if (!split && (options.first_layer != 0 || options.end_layer >= 0))
+    MOESERVE_RETURN_IF_ERROR(m->place_shard_range(options, placement));
   if (options.populate && m->file_.file_backed() && on_cpu) MappedFile::populate(m->file_.bytes());
   const auto t0 = std::chrono::steady_clock::now();
   Result<std::unique_ptr<models::LanguageModel>> net = models::create_model(m->file_, placement);

@@ -26,6 +26,9 @@ namespace moeserve::runtime {
 struct LayerShard {
   std::string device;
   int64_t begin = 0, end = 0;
+  // A shard another process computes (proc:, mpi:): not owned, outlives
+  // the model. `device` then only names it.
+  backend::RemoteLayers* remote = nullptr;
 };
 
 struct ModelLoadOptions {
@@ -68,6 +71,10 @@ struct ModelLoadOptions {
   // devices would. The embedding sits with the first shard, the output head
   // with the last.
   std::vector<LayerShard> layer_shards{};
+  // A shard process (`moeserve shard`): only layers [first_layer,
+  // end_layer) (-1: to the last) are placed, on `device`; the embedding
+  // when it begins at 0, the output head when it ends at the last layer.
+  int64_t first_layer = 0, end_layer = -1;
 };
 
 class Model {
@@ -119,6 +126,7 @@ class Model {
   void set_split_router(backend::ExpertSplit& split, int layer, int64_t n_expert) const;
   Status give_experts_to_worker(const ModelLoadOptions& options, models::Placement& placement);
   Status place_layer_shards(const ModelLoadOptions& options, models::Placement& placement);  // model_shards.cpp
+  Status place_shard_range(const ModelLoadOptions& options, models::Placement& placement);   // model_shards.cpp
   void pin_for_expert_copies(bool pin);
   void measure_cpu_experts();
   GgufFile file_;

@@ -47,7 +47,13 @@ Status Model::place_layer_shards(const ModelLoadOptions& options, models::Placem
   placement.layers.assign(size_t(n_layer), nullptr);
   bool cpu_taken = false;
   std::string reason = "layer split:";
+  backend::Device* first_local = nullptr;
   for (const LayerShard& s : options.layer_shards) {
+    if (s.remote != nullptr) {
+      placement.remote.push_back({s.begin, s.end, s.remote});
+      reason += fmt::format(" {} {}:{}", s.remote->name(), s.begin, s.end);
+      continue;
+    }
     MOESERVE_ASSIGN_OR_RETURN(backend::DeviceSpec spec, backend::parse_device_spec(s.device));
     backend::Device* d = nullptr;
     if (spec.kind == backend::DeviceKind::kCpu && !cpu_taken) {
@@ -63,11 +69,32 @@ Status Model::place_layer_shards(const ModelLoadOptions& options, models::Placem
       d = shard_devices_.back().get();
     }
     for (int64_t l = s.begin; l < s.end; ++l) placement.layers[size_t(l)] = d;
+    if (first_local == nullptr) first_local = d;
     reason += fmt::format(" {} {}:{}", d->name(), s.begin, s.end);
   }
-  placement.io = placement.layers.front();
-  placement.head = placement.layers.back();
+  // The embedding with the first shard and the head with the last, when
+  // they are here; io is also where the forward's bookkeeping starts.
+  placement.io = placement.layers.front() != nullptr ? placement.layers.front()
+                 : first_local != nullptr           ? first_local
+                                                    : cpu_.get();
+  placement.head = placement.layers.back() != nullptr ? placement.layers.back() : placement.io;
   device_reason_ = reason;
+  return Status::ok();
+}
+
+Status Model::place_shard_range(const ModelLoadOptions& options, models::Placement& placement) {
+  MOESERVE_ASSIGN_OR_RETURN(int64_t n_layer, file_.require_int(file_.arch_key(keys::kBlockCount)));
+  const int64_t end = options.end_layer < 0 ? n_layer : options.end_layer;
+  if (options.first_layer < 0 || options.first_layer >= end || end > n_layer) {
+    return make_error(StatusCode::kInvalidArgument, "shard: layers {}:{} are not a range of {}'s {} layers",
+                      options.first_layer, end, file_.name(), n_layer);
+  }
+  backend::Device* d = placement.io;
+  placement.layers.assign(size_t(n_layer), nullptr);
+  for (int64_t l = options.first_layer; l < end; ++l) placement.layers[size_t(l)] = d;
+  placement.first_layer = options.first_layer;
+  placement.end_layer = end;
+  device_reason_ += fmt::format(" (layers {}:{} of {})", options.first_layer, end, n_layer);
   return Status::ok();
 }
 

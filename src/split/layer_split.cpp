@@ -31,7 +31,12 @@ Result<ShardSpec> parse_shard(std::string_view part) {
   const size_t eq = part.find('=');
   s.device = std::string(part.substr(0, eq));
   std::string_view device = s.device;
-  if (device.starts_with("proc:")) {
+  if (device.starts_with("proc:unix:")) {
+    s.kind = ShardKind::kProcess;
+    s.attach_socket = std::string(device.substr(10));
+    if (s.attach_socket.empty()) return bad(part, "proc:unix:PATH needs the shard's socket path");
+    device = "cpu";  // (the shard says what it runs on)
+  } else if (device.starts_with("proc:")) {
     s.kind = ShardKind::kProcess;
     device.remove_prefix(5);
   } else if (device.starts_with("mpi:")) {
@@ -43,6 +48,7 @@ Result<ShardSpec> parse_shard(std::string_view part) {
   if (device.empty() || device == "auto" || !d.is_ok()) return bad(part, "unknown device");
   if (s.kind == ShardKind::kCpu && d->kind == backend::DeviceKind::kCuda) s.kind = ShardKind::kCuda;
   if (s.kind == ShardKind::kCuda) s.device = d->to_string();  // "cuda" -> "cuda:0"
+  if (s.kind == ShardKind::kProcess) s.process_device = d->to_string();
   if (eq == std::string_view::npos) return s;
   const std::string_view value = part.substr(eq + 1);
   if (const size_t colon = value.find(':'); colon != std::string_view::npos) {
@@ -110,10 +116,10 @@ Result<std::vector<ShardSpec>> parse_layer_split(std::string_view spec) {
 
 Result<std::vector<ShardPlan>> plan_layer_split(const GgufFile& file, std::span<const ShardSpec> specs) {
   for (const ShardSpec& s : specs) {
-    if (s.kind == ShardKind::kProcess || s.kind == ShardKind::kMpi) {
+    if (s.kind == ShardKind::kMpi) {
       return make_error(StatusCode::kUnsupported,
-                        "--layer-split: '{}': shards in other processes (proc:) and MPI ranks (mpi:) are not "
-                        "implemented yet; shards in this process (cpu, cuda:N) are",
+                        "--layer-split: '{}': MPI ranks (mpi:) are not implemented yet; shards in this "
+                        "process (cpu, cuda:N) and in child processes (proc:cpu, proc:cuda:N) are",
                         s.device);
     }
   }

@@ -3,8 +3,10 @@
 //   --layer-split cuda:0,cpu            halves by weight bytes
 //   --layer-split cuda:0=3,cpu=1        three quarters of the bytes on the GPU
 //   --layer-split cuda:0=0:36,cpu=36:48 explicit ranges (all or none)
-// DEVICE is cpu or cuda:N (in this process); proc:DEVICE (a shard process)
-// and mpi:R (an MPI rank) are parsed and refused as not implemented yet.
+// DEVICE is cpu or cuda:N (in this process), proc:DEVICE (a child process
+// that runs its range on DEVICE: `moeserve shard`, started and supervised
+// by this one), proc:unix:PATH (a shard started by hand, attached to), or
+// mpi:R (an MPI rank: parsed, refused as not implemented yet).
 // Without ranges the layers are cut so that each shard's weight bytes
 // (its layers, plus the embedding on the first and the output head on the
 // last) follow the weights, at least one layer a shard. Only the boundary
@@ -32,6 +34,9 @@ struct ShardSpec {
   ShardKind kind = ShardKind::kCpu;
   double weight = 1.0;
   std::optional<std::pair<int64_t, int64_t>> range;  // [begin, end)
+  // kProcess: the child's --device ("cpu", "cuda:1"), or the socket of a
+  // shard started by hand (proc:unix:PATH) to attach to.
+  std::string process_device, attach_socket;
 };
 
 // The SPEC's shards; errors quote the part at fault and what is accepted.

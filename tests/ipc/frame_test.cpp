@@ -48,7 +48,7 @@ TEST(IpcFrame, HeaderHasTheDocumentedLayout) {
   encode_header(
       {.type = FrameType::kCompute, .seq = 0x0102030405060708ull, .body_bytes = 0x44, .flags = kFlagRing}, f);
   ASSERT_EQ(f.size(), kHeaderBytes);
-  const std::vector<uint8_t> want = {'M',  'S', 'X', 'P', 1, 0, 3, 0, 8, 7, 6, 5, 4, 3, 2, 1,
+  const std::vector<uint8_t> want = {'M',  'S', 'X', 'P', 2, 0, 3, 0, 8, 7, 6, 5, 4, 3, 2, 1,
                                      0x44, 0,   0,   0,   1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0};
   EXPECT_EQ(f, want);
   auto h = decode_header(f, 0x44);
@@ -67,10 +67,11 @@ TEST(IpcFrame, HeaderRefusesWhatIsNotAFrame) {
     return decode_header(f, 100);
   };
   EXPECT_EQ(with(0, 'X').status().code(), StatusCode::kInvalidFormat);  // magic
-  EXPECT_EQ(with(4, 2).status().code(), StatusCode::kUnsupported);      // version 2
-  EXPECT_NE(with(4, 2).status().message().find("version 2"), std::string::npos);
+  EXPECT_EQ(with(4, 1).status().code(), StatusCode::kUnsupported);      // version 1
+  EXPECT_NE(with(4, 1).status().message().find("version 1"), std::string::npos);
+  EXPECT_EQ(with(4, 3).status().code(), StatusCode::kUnsupported);  // version 3
   EXPECT_EQ(with(6, 0).status().code(), StatusCode::kInvalidFormat);   // type 0
-  EXPECT_EQ(with(6, 8).status().code(), StatusCode::kInvalidFormat);   // type 8
+  EXPECT_EQ(with(6, 12).status().code(), StatusCode::kInvalidFormat);  // type 12
   EXPECT_EQ(with(20, 2).status().code(), StatusCode::kInvalidFormat);  // unknown flag
   EXPECT_EQ(with(30, 1).status().code(), StatusCode::kInvalidFormat);  // reserved
   EXPECT_EQ(with(16, 101).status().code(), StatusCode::kOutOfRange);   // body past the limit

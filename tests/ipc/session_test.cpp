@@ -180,7 +180,7 @@ TEST(WorkerSession, HandshakeRefusesAnotherModelPlacementKernelOrVersion) {
   }
   std::vector<uint8_t> in;
   encode_hello(1, hello(), in);
-  in[4] = 2;  // a version-2 parent
+  in[4] = 1;  // a version-1 parent (before the layer-shard frames)
   MemoryChannel ch(in);
   EXPECT_FALSE(serve_session(ch, options(&experts)).is_ok());
   const std::vector<Frame> out = frames_of(ch.out);
@@ -188,7 +188,7 @@ TEST(WorkerSession, HandshakeRefusesAnotherModelPlacementKernelOrVersion) {
   auto e = decode_error(out[0].body);
   ASSERT_TRUE(e.is_ok());
   EXPECT_EQ(e->code, ErrorCode::kVersion);
-  EXPECT_NE(e->message.find("version 2"), std::string::npos);
+  EXPECT_NE(e->message.find("version 1"), std::string::npos);
   // A shm hello to a worker that serves the stream only.
   std::vector<uint8_t> shm;
   encode_hello(1, hello(Transport::kShm, 4096), shm);

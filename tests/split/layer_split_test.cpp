@@ -17,6 +17,7 @@
 #include "runtime/engine_collector.h"
 #include "runtime/generator.h"
 #include "runtime/memory_plan.h"
+#include "runtime/shard_host.h"
 #include "test_device.h"
 
 namespace moeserve::split {
@@ -91,7 +92,7 @@ TEST(LayerSplitPlan, RangesFollowTheWeightsAndMistakesAreRefused) {
   for (const Bad& b :
        {Bad{"cpu=0:2,cpu=3:4", "without gaps"}, Bad{"cpu=0:3,cpu=2:4", "without gaps"},
         Bad{"cpu=0:2,cpu=2:9", "without gaps"}, Bad{"cpu=0:2,cpu=2:3", "end at layer 3"},
-        Bad{"cpu,cpu,cpu,cpu,cpu", "5 shards for the 4 layers"}, Bad{"cpu,proc:cpu", "not implemented yet"},
+        Bad{"cpu,cpu,cpu,cpu,cpu", "5 shards for the 4 layers"}, Bad{"cpu,mpi:1", "not implemented yet"},
         Bad{"mpi:0,mpi:1", "not implemented yet"}}) {
     auto r = plan(b.spec);
     ASSERT_FALSE(r.is_ok()) << b.spec;
@@ -161,6 +162,57 @@ TEST_P(LayerSplitModel, DecodesExactlyAsUnsplit) {
         c->wait();
         ASSERT_TRUE(c->status.is_ok()) << c->status.to_string();
         EXPECT_EQ(c->tokens, want) << GetParam() << " engine round " << round;
+      }
+    }
+  }
+}
+
+// Layers in another "process": a ShardHost here stands for it (the same
+// object a shard process serves behind its socket), so the remote path —
+// hidden rows out and back, the head over there, caches opened, truncated,
+// snapshotted and read by number — is checked without a transport.
+TEST_P(LayerSplitModel, RemoteRangesDecodeExactlyAsUnsplit) {
+  auto whole = runtime::Model::load(model_path(GetParam()), {.n_threads = 2, .device = "cpu"});
+  ASSERT_TRUE(whole.is_ok()) << whole.status().to_string();
+  const std::vector<int32_t> prompt =
+      (*whole)->tokenizer().encode("def add(a, b):\n    return a + b\n\nclass Foo:\n");
+  const std::vector<int32_t> want = greedy(**whole, prompt, 24);
+  struct Case {
+    int64_t begin, end;  // the remote range of 4 layers
+  };
+  for (const Case c : {Case{2, 4}, Case{0, 2}, Case{1, 3}}) {
+    auto shard = runtime::Model::load(model_path(GetParam()),
+                                      {.n_threads = 2, .device = "cpu", .first_layer = c.begin, .end_layer = c.end});
+    ASSERT_TRUE(shard.is_ok()) << shard.status().to_string();
+    runtime::ShardHost host(**shard);
+    runtime::ModelLoadOptions lo{.n_threads = 2};
+    if (c.begin > 0) lo.layer_shards.push_back({"cpu", 0, c.begin});
+    lo.layer_shards.push_back({"proc:cpu", c.begin, c.end, &host});
+    if (c.end < 4) lo.layer_shards.push_back({"cpu", c.end, 4});
+    auto split = runtime::Model::load(model_path(GetParam()), lo);
+    ASSERT_TRUE(split.is_ok()) << split.status().to_string();
+    const std::string where = fmt::format("{} remote {}:{}", GetParam(), c.begin, c.end);
+    EXPECT_EQ(greedy(**split, prompt, 24), want) << where;
+    EXPECT_EQ(host.open_caches(), 0) << where << ": the generator's cache was not closed";
+    EXPECT_GE(host.forwards(), 24) << where;
+    runtime::EngineOptions eo;
+    eo.n_slots = 2;
+    eo.n_ctx = 256;
+    eo.n_batch = 16;
+    runtime::BatchEngine engine(**split, eo);
+    for (int round = 0; round < 2; ++round) {
+      std::vector<std::unique_ptr<moeserve::testing::Collector>> cs;
+      for (int i = 0; i < 2; ++i) {
+        cs.push_back(std::make_unique<moeserve::testing::Collector>());
+        runtime::EngineRequest r = moeserve::testing::greedy_request(prompt, 24);
+        r.stop_at_eos = false;
+        cs.back()->attach(r);
+        ASSERT_TRUE(engine.submit(std::move(r)).is_ok());
+      }
+      for (auto& c2 : cs) {
+        c2->wait();
+        ASSERT_TRUE(c2->status.is_ok()) << c2->status.to_string();
+        EXPECT_EQ(c2->tokens, want) << where << " engine round " << round;
       }
     }
   }

@@ -149,7 +149,8 @@ Status run_bench(const BenchOptions& o) {
   moe::ExpertPolicyOptions experts = o.experts;
   experts.with_expert_worker = !o.worker.worker.empty();
   MOESERVE_RETURN_IF_ERROR(apply_expert_flags(o.model_path, experts, &load));
-  MOESERVE_RETURN_IF_ERROR(apply_layer_split(o.model_path, o.layer_split, o.device, &load));
+  LayerSplitProcesses shard_processes;  // declared before the model: it outlives it
+  MOESERVE_RETURN_IF_ERROR(apply_layer_split(o.model_path, o.layer_split, o.device, &load, &shard_processes));
   MOESERVE_ASSIGN_OR_RETURN(
       std::unique_ptr<ipc::WorkerExpertBackend> worker,
       apply_expert_worker_flags(o.model_path, o.experts.placement_path, o.worker, &load));

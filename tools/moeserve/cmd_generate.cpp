@@ -57,7 +57,8 @@ Status run_generate(const GenerateCliOptions& o) {
   // Declared before the model: it outlives it.
   experts.with_expert_worker = !o.worker.worker.empty();
   MOESERVE_RETURN_IF_ERROR(apply_expert_flags(o.model_path, experts, &load));
-  MOESERVE_RETURN_IF_ERROR(apply_layer_split(o.model_path, o.layer_split, o.device, &load));
+  LayerSplitProcesses shard_processes;  // declared before the model: it outlives it
+  MOESERVE_RETURN_IF_ERROR(apply_layer_split(o.model_path, o.layer_split, o.device, &load, &shard_processes));
   MOESERVE_ASSIGN_OR_RETURN(std::unique_ptr<ipc::WorkerExpertBackend> worker,
                             apply_expert_worker_flags(o.model_path, experts.placement_path, o.worker, &load));
   MOESERVE_ASSIGN_OR_RETURN(std::unique_ptr<runtime::Model> model, runtime::Model::load(o.model_path, load));

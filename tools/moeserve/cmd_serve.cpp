@@ -114,7 +114,8 @@ Status run_serve(ServeCliOptions o) {
   experts.with_expert_worker = !o.worker.worker.empty();
   // A bad placement (file, flags, budget) is refused before the port opens.
   MOESERVE_RETURN_IF_ERROR(apply_expert_flags(o.model_path, experts, &load));
-  MOESERVE_RETURN_IF_ERROR(apply_layer_split(o.model_path, o.layer_split, o.device, &load));
+  LayerSplitProcesses shard_processes;  // declared before the model: it outlives it
+  MOESERVE_RETURN_IF_ERROR(apply_layer_split(o.model_path, o.layer_split, o.device, &load, &shard_processes));
   server::HttpServer http(o.http);
   MOESERVE_ASSIGN_OR_RETURN(const int port, http.bind());
   g_server = &http;

@@ -38,6 +38,7 @@ void register_all_commands(CLI::App& app) {
   register_calibrate(app);
   register_place(app);
   register_worker(app);
+  register_shard(app);
 }
 
 }  // namespace moeserve::tools

@@ -37,5 +37,6 @@ void register_serve(CLI::App& app);
 void register_place(CLI::App& app);
 void register_calibrate(CLI::App& app);
 void register_worker(CLI::App& app);
+void register_shard(CLI::App& app);
 
 }  // namespace moeserve::tools

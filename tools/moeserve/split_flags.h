@@ -3,17 +3,27 @@
 #pragma once
 
 #include <CLI/CLI.hpp>
+#include <memory>
 #include <string>
+#include <vector>
 
 #include "core/status.h"
+#include "ipc/shard_client.h"
 #include "runtime/model.h"
 
 namespace moeserve::tools {
 
+// The shard processes of a split (proc:): started, connected and
+// supervised here; they must outlive the model.
+struct LayerSplitProcesses {
+  std::vector<std::unique_ptr<ipc::ShardClient>> shards;
+};
+
 void add_layer_split_flag(CLI::App* cmd, std::string* spec);
-// Plans SPEC for the model file into `load` (nothing when SPEC is empty).
+// Plans SPEC for the model file into `load` (nothing when SPEC is empty),
+// starting (or attaching to) its shard processes into `processes`.
 // `device` is the --device flag: a split names its devices itself.
 Status apply_layer_split(const std::string& model_path, const std::string& spec, const std::string& device,
-                         runtime::ModelLoadOptions* load);
+                         runtime::ModelLoadOptions* load, LayerSplitProcesses* processes);
 
 }  // namespace moeserve::tools

@@ -1,0 +1,153 @@
+// The parent's side of a layer shard in another process (`--layer-split
+// ...,proc:DEVICE`): a backend::RemoteLayers over the shard protocol
+// (docs/IPC.md, "Layer shards"). It starts `moeserve shard` (or attaches to
+// one started by hand with --listen), checks the handshake (protocol
+// version, model fingerprint, layer range) and then carries each forward
+// and cache operation over the socket.
+//
+// A shard that dies or hangs fails the call in progress with kUnavailable
+// naming the shard (the server answers 503); a supervisor thread restarts
+// it with exponential backoff. The sequences whose K/V lived there lose it:
+// their next forward fails the same way, until their cache is cleared for
+// a new request (truncated to 0), which works again once the shard is back.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "backend/remote_layers.h"
+#include "core/status.h"
+#include "ipc/shard_frames.h"
+#include "ipc/socket.h"
+#include "ipc/worker_process.h"
+
+namespace moeserve::ipc {
+
+// One connection: the handshake, then calls one at a time.
+class ShardConnection {
+ public:
+  struct Options {
+    std::string socket_path;
+    ShardHello hello;
+    std::chrono::milliseconds connect_timeout{30000}, handshake_timeout{30000};
+  };
+  static Result<std::unique_ptr<ShardConnection>> connect(const Options& options);
+
+  const ShardWelcome& welcome() const { return welcome_; }
+  const ShardLimits& limits() const { return limits_; }
+  // The transport failed (the connection is done).
+  bool broken() const { return broken_; }
+  // One operation: the call with its payload parts, the reply read into
+  // `reply` (its parts' sizes must add up to the reply's). An error answer
+  // is that error (the connection goes on).
+  Status call(ShardOp op, uint64_t cache, int64_t a, int64_t b, std::span<const std::span<const uint8_t>> payload,
+              std::span<const std::span<uint8_t>> reply, Clock::time_point deadline);
+  Status ping(Clock::time_point deadline);
+
+ private:
+  Status read_answer(uint64_t seq, std::span<const std::span<uint8_t>> reply, Clock::time_point deadline);
+  Status fail(Status st) {
+    broken_ = true;
+    socket_.close();
+    return st;
+  }
+  Socket socket_;
+  ShardWelcome welcome_;
+  ShardLimits limits_;
+  bool broken_ = false;
+  uint64_t next_seq_ = 1;
+  std::vector<uint8_t> frame_, body_;
+};
+
+struct ShardClientOptions {
+  std::string name;  // as the user wrote it: "proc:cpu"
+  // Spawn `exe shard ...` (a private socket), or attach to socket_path.
+  bool spawn = true;
+  std::string socket_path, exe, model_path;
+  std::string device = "cpu";  // the shard's --device
+  int threads = 0;
+  int64_t begin = 0, end = 0;  // its layers
+  // The parent's model file (moe::model_fingerprint) and its layer count:
+  // a shard of another file or range refuses the connection. The sizes come
+  // with the first welcome; a restarted shard must give the same.
+  uint64_t model_fingerprint = 0;
+  int64_t n_layer = 0;
+  uint32_t max_rows = 8192, max_capacity = 1u << 20, max_caches = 4096;
+  std::chrono::milliseconds timeout{600000};        // one call (a long prefill chunk on a slow CPU)
+  std::chrono::milliseconds start_timeout{300000};  // a spawned shard's load
+  std::chrono::milliseconds health_interval{2000};  // ping an idle shard this often
+  std::chrono::milliseconds backoff_first{200}, backoff_max{30000};
+  // Extra arguments for the spawned shard (tests).
+  std::vector<std::string> extra_args;
+};
+
+struct ShardClientMetrics {
+  uint64_t calls = 0, forwards = 0, payload_bytes = 0, wait_ns = 0, failures = 0, restarts = 0;
+  bool connected = false;
+  int pid = -1;
+};
+
+class ShardClient final : public backend::RemoteLayers {
+ public:
+  // Starts (or reaches) the shard and connects: an error (nothing starts)
+  // when it cannot, with the shard's reason (another model, other layers,
+  // another protocol version).
+  static Result<std::unique_ptr<ShardClient>> create(const ShardClientOptions& options);
+  ~ShardClient() override;
+
+  std::string name() const override;
+  Status forward(const backend::RemoteForward& f) override;
+  Status open_cache(uint64_t cache, int64_t capacity) override;
+  void close_cache(uint64_t cache) override;
+  Status truncate(uint64_t cache, int64_t used, int64_t pos) override;
+  Status read_rows(uint64_t cache, int64_t layer, int64_t n, uint16_t* k, uint16_t* v) override;
+  Status write_rows(uint64_t cache, int64_t layer, int64_t n, const uint16_t* k, const uint16_t* v) override;
+  Status read_states(uint64_t cache, float* states) override;
+  Status write_states(uint64_t cache, const float* states) override;
+  int64_t state_floats() const override { return int64_t(shape_.state_floats); }
+  Status reserve_tree_nodes(uint64_t cache, int64_t n) override;
+  Status accept_tree(uint64_t cache, int64_t used, std::span<const int32_t> path) override;
+
+  ShardClientMetrics metrics() const;
+  // Tests: the spawned shard's pid (-1: none), and waiting for it to be back.
+  int pid() const;
+  bool wait_connected(std::chrono::milliseconds timeout) const;
+
+ private:
+  explicit ShardClient(const ShardClientOptions& o) : options_(o) {}
+  Result<std::unique_ptr<ShardConnection>> bring_up();
+  Status check_welcome(const ShardWelcome& w) const;
+  // One call under the lock; a transport failure loses the shard.
+  Status call(ShardOp op, uint64_t cache, int64_t a, int64_t b, std::span<const std::span<const uint8_t>> payload,
+              std::span<const std::span<uint8_t>> reply);
+  Status usable(uint64_t cache) const;  // kUnavailable while down or for a lost cache
+  void lose(const Status& why);
+  void supervise();
+
+  ShardClientOptions options_;
+  ShardWelcome shape_;  // the first welcome (sizes)
+  std::string private_dir_;
+  mutable std::mutex mu_;
+  mutable std::condition_variable changed_;
+  std::unique_ptr<ShardConnection> conn_;
+  WorkerProcess process_;
+  Status down_why_;
+  std::map<uint64_t, int64_t> caches_;  // open ones and their capacity (reopened after a restart)
+  std::set<uint64_t> lost_;             // their state died with a shard
+  std::chrono::milliseconds backoff_{0};
+  Clock::time_point next_attempt_{}, last_used_{}, up_since_{};
+  std::atomic<bool> stop_{false};
+  ShardClientMetrics m_;
+  std::thread supervisor_;
+};
+
+}  // namespace moeserve::ipc
