@@ -4,6 +4,7 @@
 #include <atomic>
 
 #include "backend/cpu/cpu_device.h"
+#include "core/log.h"
 
 namespace moeserve::runtime {
 namespace {
@@ -140,8 +141,12 @@ int64_t KvCache::truncate(int64_t pos) {
     if (Status s = zero_states(); !s.is_ok()) status_ = s, capacity_ = 0;
     pos = 0;
   }
+  // A remote range that cannot truncate now (its process died) keeps its
+  // own account of the sequence: the next forward there says what is wrong,
+  // and this cache stays usable for when it is back.
   for (const backend::RemoteRange& r : remote_.ranges()) {
-    if (Status s = r.layers->truncate(remote_.id(), used_, pos); !s.is_ok()) status_ = s, capacity_ = 0;
+    if (Status s = r.layers->truncate(remote_.id(), used_, pos); !s.is_ok())
+      MOESERVE_LOG_WARN("KV cache: {}", s.message());
   }
   used_ = pos;
   return pos;

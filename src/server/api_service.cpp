@@ -358,11 +358,12 @@ ApiReply ApiService::run(std::vector<int32_t> prompt, const api::GenerationParam
   }
   const SessionOutcome out = *done;
   if (!out.status.is_ok()) {
-    // Out of memory (or another exhausted resource) is the server's state,
-    // not the request's fault: 503, retry later.
-    return error_reply(out.status.code() == StatusCode::kResourceExhausted
-                           ? api::unavailable(out.status.message())
-                           : api::server_error(out.status.message()));
+    // Out of memory (or another exhausted resource), or a process that
+    // computes part of the model gone (a layer shard; it is restarted), is
+    // the server's state, not the request's fault: 503, retry later.
+    const bool unavailable =
+        out.status.code() == StatusCode::kResourceExhausted || out.status.code() == StatusCode::kUnavailable;
+    return error_reply(unavailable ? api::unavailable(out.status.message()) : api::server_error(out.status.message()));
   }
   return json_reply(200, session->response_json());
 }
