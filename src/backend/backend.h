@@ -149,10 +149,17 @@ struct BatchLayout {
   std::span<const RopeSpec> ropes;
   // The caller times each op (finish() between them): no captured graphs.
   bool profiling = false;
-  // The forward may be captured as a graph. Off when a layer split spreads
-  // it over several devices: a capture on one GPU device's stream forbids
-  // another's synchronising calls, and a crossing ends a capture anyway.
+  // The forward may be captured as a graph.
   bool graphs = true;
+  // The forward spans several devices (a layer split): each device's work
+  // between two crossings is a graph of its own, begun when the hidden rows
+  // arrive (upload) and ended when they leave (download). Only one device
+  // captures at a time: begin_batch runs on the others before the first
+  // device's (which begins its graph there).
+  bool graph_segments = false;
+  // This device gets its first rows by upload() (it does not embed): with
+  // graph_segments, no graph begins in begin_batch.
+  bool rows_arrive = false;
   // The forward ends with argmax_rows over the logits (a GPU records it in
   // the forward's captured graph).
   bool argmax = false;

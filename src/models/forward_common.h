@@ -214,9 +214,9 @@ Status walk_layers(const ForwardBatch& b, DeviceWorkspace<Buffers>& ws, const Wa
   MOESERVE_RETURN_IF_ERROR(check_capture(b, n_layer));
   MOESERVE_RETURN_IF_ERROR(check_layer_range(b, p, n_layer));
   backend::BatchLayout layout = batch_layout(b, ws.rows, s.ropes, s.profile != nullptr);
-  // A forward over several devices runs without captured graphs (the GPU
-  // share of a GPU + CPU split could keep one: not yet measured safe).
-  layout.graphs = ws.devices.size() == 1 && p.remote.empty();
+  // Over several devices (or processes), each device's stretch between two
+  // crossings is captured apart (BatchLayout::graph_segments).
+  layout.graph_segments = ws.devices.size() > 1 || !p.remote.empty();
   ws.captures.resize(ws.devices.size());
   const size_t capture_bytes = b.capture_layers.size() * size_t(T * s.n_embd) * sizeof(float);
   for (size_t i = 0; i < ws.devices.size(); ++i) {
@@ -224,6 +224,12 @@ Status walk_layers(const ForwardBatch& b, DeviceWorkspace<Buffers>& ws, const Wa
     MOESERVE_RETURN_IF_ERROR(ensure(d, T));
     // Before begin_batch: a GPU's captured graphs must not see it move.
     MOESERVE_RETURN_IF_ERROR(ensure_capture_buffer(*d.device, *d.ops, ws.captures[i], capture_bytes));
+  }
+  // The embedding's device last: its graph begins in begin_batch, and no
+  // other device may synchronise while it captures.
+  for (size_t i = ws.devices.size(); i-- > 0;) {
+    Buffers& d = ws.devices[i];
+    layout.rows_arrive = !(p.embeds_here() && d.device == p.io);
     MOESERVE_RETURN_IF_ERROR(d.ops->begin_batch(layout));
   }
   Buffers* current = nullptr;  // where the hidden rows are (null: in ws.staging, on the host)

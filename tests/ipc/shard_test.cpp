@@ -21,6 +21,7 @@
 #include "runtime/engine_collector.h"
 #include "runtime/generator.h"
 #include "runtime/shard_host.h"
+#include "test_device.h"
 
 namespace moeserve::ipc {
 namespace {
@@ -248,9 +249,12 @@ std::unique_ptr<runtime::Model> load_split(const std::string& arch, std::vector<
 
 class ShardProcess : public ::testing::TestWithParam<std::string> {};
 
+// This process's shards on the test device (on the GPU machine: cuda:0
+// with proc:cpu beside it), the shard process on the CPU.
 TEST_P(ShardProcess, DecodesExactlyAsUnsplit) {
   const std::string arch = GetParam();
-  auto whole = runtime::Model::load(model_path(arch), {.n_threads = 2, .device = "cpu"});
+  const std::string device = moeserve::testing::test_device();
+  auto whole = runtime::Model::load(model_path(arch), {.n_threads = 2, .device = device});
   ASSERT_TRUE(whole.is_ok());
   const std::vector<int32_t> prompt = (*whole)->tokenizer().encode("def add(a, b):\n    return a + b\n\nclass Foo:\n");
   const std::vector<int32_t> want = greedy(**whole, prompt, 20);
@@ -260,9 +264,9 @@ TEST_P(ShardProcess, DecodesExactlyAsUnsplit) {
     auto client = ShardClient::create(client_options(arch, b, e));
     ASSERT_TRUE(client.is_ok()) << client.status().to_string();
     std::vector<runtime::LayerShard> shards;
-    if (b > 0) shards.push_back({"cpu", 0, b});
+    if (b > 0) shards.push_back({device, 0, b});
     shards.push_back({"proc:cpu", b, e, client->get()});
-    if (e < 4) shards.push_back({"cpu", e, 4});
+    if (e < 4) shards.push_back({device, e, 4});
     auto split = load_split(arch, shards);
     ASSERT_NE(split, nullptr);
     EXPECT_EQ(greedy(*split, prompt, 20), want) << arch << " shard " << b << ":" << e;

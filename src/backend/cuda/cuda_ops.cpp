@@ -150,10 +150,15 @@ Status CudaOps::begin_batch(const BatchLayout& layout) {
   MOESERVE_RETURN_IF_ERROR(place_rope_tables());
   mode_ = Mode::kEager;
   // (A forward with host experts is captured when they go through mailboxes.)
+  segments_ = false;
   if (layout.graphs && !layout.profiling && !layout.count_experts &&
       (!device_.has_host_experts() || use_mailboxes_)) {
-    MOESERVE_RETURN_IF_ERROR(start_graph({n_rows_, n_seq_, n_blocks_, max_block_rows_, max_kv_, n_logit_rows_,
-                                          layout.argmax ? 1 : 0, trees ? 1 : 0}));
+    const GraphKey key = {n_rows_,        n_seq_, n_blocks_, max_block_rows_, max_kv_, n_logit_rows_,
+                          layout.argmax ? 1 : 0, trees ? 1 : 0, 0};
+    segments_ = layout.graph_segments;
+    segment_key_ = key;
+    segment_ = 0;
+    if (!(layout.graph_segments && layout.rows_arrive)) MOESERVE_RETURN_IF_ERROR(start_graph(key));
   }
   if (mode_ == Mode::kReplay) return Status::ok();  // the graph holds the upload
   MOESERVE_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(dev, host, total, cudaMemcpyHostToDevice, stream_));

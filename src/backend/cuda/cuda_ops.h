@@ -165,7 +165,12 @@ class CudaOps final : public Ops {
   Status upload(void* dst, const void* host, size_t bytes) override {
     MOESERVE_RETURN_IF_ERROR(end_graph());
     MOESERVE_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(dst, host, bytes, cudaMemcpyHostToDevice, stream_));
-    return finish();
+    MOESERVE_RETURN_IF_ERROR(finish());
+    // A layer split's rows arrived: this device's next stretch is a graph of its own.
+    if (!segments_) return Status::ok();
+    GraphKey key = segment_key_;
+    key.back() = ++segment_;
+    return start_graph(key);
   }
   Status copy(void* dst, const void* src, size_t bytes) override {
     if (replaying() || bytes == 0) return Status::ok();
@@ -182,7 +187,8 @@ class CudaOps final : public Ops {
 
  private:
   // The shape of a forward: what a captured graph's launches depend on.
-  using GraphKey = std::array<int64_t, 8>;
+  // (The last entry: the stretch of a layer split's forward, 0 from begin_batch.)
+  using GraphKey = std::array<int64_t, 9>;
   enum class Mode { kEager, kCapture, kReplay };
   static constexpr size_t kMaxGraphs = 64;
   static bool graphs_enabled() {
@@ -261,6 +267,10 @@ class CudaOps final : public Ops {
   };
   std::map<GraphKey, Graph> graphs_;
   GraphKey key_{};
+  // BatchLayout::graph_segments: the forward's key, and the stretches begun.
+  bool segments_ = false;
+  GraphKey segment_key_{};
+  int64_t segment_ = 0;
   Mode mode_ = Mode::kEager;
   bool capture_poisoned_ = false;
 };

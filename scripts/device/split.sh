@@ -1,0 +1,52 @@
+#!/usr/bin/env bash
+# Layer split (issue 41) on the device machine:
+#   scripts/device/split.sh start   # build, start making the 30b-a3b file, GPU tests (kernels, models, split,
+#                                   # shard processes with a cuda parent, runtime, spec), tiny-model split benches
+#   scripts/device/split.sh bench   # wait for the file, then unsplit vs cuda:0,cuda:0 vs cuda:0+cpu (36:12)
+#                                   # vs cuda:0+proc:cpu (36:12): pp512, pp4096, tg128
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+export LD_LIBRARY_PATH=/tmp/devroot/usr/lib/x86_64-linux-gnu:${LD_LIBRARY_PATH:-}
+out=${OUT:-/tmp/out}
+mkdir -p "$out"
+bin=build-gpu/bin/moeserve
+m30=/tmp/30b-skew0.gguf
+run_test() {  # name binary [filter]
+  MOESERVE_TEST_DEVICE=cuda "$2" ${3:+--gtest_filter=$3} > "$out/$1.log" 2>&1
+  echo "$1 (cuda): $(grep -E '^\[  (PASSED|FAILED)' "$out/$1.log" | tr '\n' ' ')"
+  grep -E '^\[  FAILED|Failure' -A6 "$out/$1.log" | head -30
+}
+case "${1:-start}" in
+  start)
+    nvidia-smi --query-gpu=name,memory.total --format=csv,noheader
+    scripts/device/build.sh build-gpu 90a moeserve test_split test_ipc test_kernels_gpu test_models test_runtime \
+      test_spec test_server > "$out/build.log" 2>&1 || { grep -E 'error|FAILED' -A3 "$out/build.log" | head -40; exit 1; }
+    cp "$bin" /tmp/moeserve-mm
+    if [ ! -f "$m30.done" ] && ! pgrep -f moeserve-mm >/dev/null; then
+      setsid nohup sh -c "/tmp/moeserve-mm make-model --arch qwen3moe --preset 30b-a3b --type q4_k_m --quick-quant \
+        --router-skew 0 -o $m30 && touch $m30.done" > /tmp/make30.log 2>&1 < /dev/null &
+    fi
+    run_test kernels_gpu build-gpu/tests/kernels_gpu/test_kernels_gpu
+    run_test models build-gpu/tests/models/test_models '*Gpu*:Placement*:ExpertSplit*'
+    run_test split build-gpu/tests/split/test_split
+    run_test ipc build-gpu/tests/ipc/test_ipc 'Shard*:*ShardProcess*:Gpu*'
+    run_test runtime build-gpu/tests/runtime/test_runtime
+    run_test spec build-gpu/tests/spec/test_spec
+    run_test server build-gpu/tests/server/test_server
+    for split in "" "--layer-split cuda:0,cuda:0" "--layer-split cuda:0=0:3,cpu=3:4" "--layer-split cuda:0=0:3,proc:cpu=3:4"; do
+      echo "== qwen3moe tiny ${split:-unsplit}"
+      $bin bench -m tests/data/models/qwen3moe-tiny.bf16.gguf -p 64 -n 128 -r 3 ${split:---device cuda} 2>&1 \
+        | grep -E 'pp64|tg128|error'
+    done;;
+  bench)
+    for i in $(seq 1 100); do [ -f "$m30.done" ] && break; sleep 5; done
+    [ -f "$m30.done" ] || { echo "model not ready: $(tail -c 300 /tmp/make30.log)"; exit 1; }
+    for split in "--device cuda" "--layer-split cuda:0,cuda:0" "--layer-split cuda:0=0:36,cpu=36:48" \
+                 "--layer-split cuda:0=0:36,proc:cpu=36:48"; do
+      echo "== 30b-a3b Q4_K_M $split"
+      $bin bench -m $m30 -p 512 -n 128 -r ${REPS:-2} $split 2>&1 | tee "$out/bench30_${split//[ :=,]/_}.txt" \
+        | grep -E '\| pp[0-9]+|\| tg128|error|first token'
+      $bin bench -m $m30 -p 4096 -n 0 -r 1 $split 2>&1 | tee -a "$out/bench30_${split//[ :=,]/_}.txt" \
+        | grep -E '\| pp[0-9]+|error'
+    done;;
+esac
