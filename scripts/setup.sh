@@ -17,6 +17,7 @@ packages=(
   libfmt-dev nlohmann-json3-dev libcli11-dev libpcre2-dev
   libboost-dev                        # Boost.Asio + Boost.Beast (header-only): the HTTP front end
   libgtest-dev libgmock-dev libbenchmark-dev
+  libopenmpi-dev openmpi-bin curl     # layer shards on MPI ranks (optional in the build; tested in CI)
   chromium                            # headless browser of the web page e2e test
 )
 # Node.js (for the reference tests): Debian's nodejs+npm unless one is present.

@@ -27,18 +27,43 @@ int64_t elapsed_ns(Clock::time_point t0) {
 
 // ---- one connection --------------------------------------------------------
 
+namespace {
+
+class SocketStream final : public ShardStream {
+ public:
+  explicit SocketStream(Socket s) : s_(std::move(s)) {}
+  Status write_all(std::span<const std::span<const uint8_t>> parts, Clock::time_point deadline) override {
+    return s_.write_all(parts, deadline);
+  }
+  Status read_exact(std::span<const std::span<uint8_t>> parts, Clock::time_point deadline) override {
+    return s_.read_exact(parts, deadline);
+  }
+  void close() override { s_.close(); }
+
+ private:
+  Socket s_;
+};
+
+}  // namespace
+
 Result<std::unique_ptr<ShardConnection>> ShardConnection::connect(const Options& o) {
+  MOESERVE_ASSIGN_OR_RETURN(Socket socket, connect_unix(o.socket_path, deadline_in(o.connect_timeout)));
+  return handshake(std::make_unique<SocketStream>(std::move(socket)), o.hello, deadline_in(o.handshake_timeout));
+}
+
+Result<std::unique_ptr<ShardConnection>> ShardConnection::handshake(std::unique_ptr<ShardStream> stream,
+                                                                    const ShardHello& hello,
+                                                                    Clock::time_point deadline) {
   std::unique_ptr<ShardConnection> c(new ShardConnection());
-  MOESERVE_ASSIGN_OR_RETURN(c->socket_, connect_unix(o.socket_path, deadline_in(o.connect_timeout)));
+  c->stream_ = std::move(stream);
   c->frame_.clear();
-  encode_shard_hello(0, o.hello, c->frame_);
-  const Clock::time_point deadline = deadline_in(o.handshake_timeout);
-  MOESERVE_RETURN_IF_ERROR(c->socket_.write_all(c->frame_, deadline));
+  encode_shard_hello(0, hello, c->frame_);
+  MOESERVE_RETURN_IF_ERROR(c->stream_->write_all(c->frame_, deadline));
   uint8_t header[kHeaderBytes];
-  MOESERVE_RETURN_IF_ERROR(c->socket_.read_exact(header, deadline));
+  MOESERVE_RETURN_IF_ERROR(c->stream_->read_exact(header, deadline));
   MOESERVE_ASSIGN_OR_RETURN(FrameHeader h, decode_header(header, kMaxHandshakeBody));
   c->body_.resize(h.body_bytes);
-  if (h.body_bytes > 0) MOESERVE_RETURN_IF_ERROR(c->socket_.read_exact(c->body_, deadline));
+  if (h.body_bytes > 0) MOESERVE_RETURN_IF_ERROR(c->stream_->read_exact(c->body_, deadline));
   if (h.type == FrameType::kError) {
     MOESERVE_ASSIGN_OR_RETURN(ErrorInfo e, decode_error(c->body_));
     return make_error(StatusCode::kInvalidArgument, "the shard refused the connection: {}", e.message);
@@ -47,7 +72,7 @@ Result<std::unique_ptr<ShardConnection>> ShardConnection::connect(const Options&
     return make_error(StatusCode::kInvalidFormat, "the shard answered a hello with a {} frame", frame_type_name(h.type));
   MOESERVE_ASSIGN_OR_RETURN(c->welcome_, decode_shard_welcome(c->body_));
   const ShardWelcome& w = c->welcome_;
-  if (w.max_rows > o.hello.max_rows || w.max_capacity > o.hello.max_capacity)
+  if (w.max_rows > hello.max_rows || w.max_capacity > hello.max_capacity)
     return make_error(StatusCode::kInvalidFormat, "the shard granted more than it was asked for");
   c->limits_ = {.begin = w.begin,
                 .end = w.end,
@@ -64,13 +89,13 @@ Result<std::unique_ptr<ShardConnection>> ShardConnection::connect(const Options&
 Status ShardConnection::read_answer(uint64_t seq, std::span<const std::span<uint8_t>> reply,
                                     Clock::time_point deadline) {
   uint8_t header[kHeaderBytes];
-  if (Status st = socket_.read_exact(header, deadline); !st.is_ok()) return fail(st);
+  if (Status st = stream_->read_exact(header, deadline); !st.is_ok()) return fail(st);
   Result<FrameHeader> h = decode_header(header, limits_.max_body());
   if (!h.is_ok()) return fail(h.status());
   if (h->seq != seq) return fail(make_error(StatusCode::kInvalidFormat, "an answer to call {}, not {}", h->seq, seq));
   if (h->type == FrameType::kError) {
     body_.resize(h->body_bytes);
-    if (Status st = socket_.read_exact(body_, deadline); !st.is_ok()) return fail(st);
+    if (Status st = stream_->read_exact(body_, deadline); !st.is_ok()) return fail(st);
     Result<ErrorInfo> e = decode_error(body_);
     if (!e.is_ok()) return fail(e.status());
     return Status(StatusCode::kInternal, e->message);
@@ -82,7 +107,7 @@ Status ShardConnection::read_answer(uint64_t seq, std::span<const std::span<uint
                            frame_type_name(h->type), h->body_bytes, want));
   }
   if (want == 0) return Status::ok();
-  if (Status st = socket_.read_exact(reply, deadline); !st.is_ok()) return fail(st);
+  if (Status st = stream_->read_exact(reply, deadline); !st.is_ok()) return fail(st);
   return Status::ok();
 }
 
@@ -100,7 +125,7 @@ Status ShardConnection::call(ShardOp op, uint64_t cache, int64_t a, int64_t b,
   encode_shard_call(seq, op, cache, a, b, bytes, frame_);
   std::vector<std::span<const uint8_t>> parts = {frame_};
   parts.insert(parts.end(), payload.begin(), payload.end());
-  if (Status st = socket_.write_all(parts, deadline); !st.is_ok()) return fail(st);
+  if (Status st = stream_->write_all(parts, deadline); !st.is_ok()) return fail(st);
   return read_answer(seq, reply, deadline);
 }
 
@@ -109,9 +134,9 @@ Status ShardConnection::ping(Clock::time_point deadline) {
   const uint64_t seq = next_seq_++;
   frame_.clear();
   encode_empty(seq, FrameType::kPing, frame_);
-  if (Status st = socket_.write_all(frame_, deadline); !st.is_ok()) return fail(st);
+  if (Status st = stream_->write_all(frame_, deadline); !st.is_ok()) return fail(st);
   uint8_t header[kHeaderBytes];
-  if (Status st = socket_.read_exact(header, deadline); !st.is_ok()) return fail(st);
+  if (Status st = stream_->read_exact(header, deadline); !st.is_ok()) return fail(st);
   Result<FrameHeader> h = decode_header(header, 0);
   if (!h.is_ok() || h->type != FrameType::kPong || h->seq != seq)
     return fail(make_error(StatusCode::kInvalidFormat, "no pong to a ping"));
@@ -153,6 +178,20 @@ std::string ShardClient::name() const {
 
 Result<std::unique_ptr<ShardConnection>> ShardClient::bring_up() {
   std::chrono::milliseconds handshake = options_.timeout;
+  const ShardHello hello = {.model_fingerprint = options_.model_fingerprint,
+                            .begin = uint32_t(options_.begin),
+                            .end = uint32_t(options_.end),
+                            .max_rows = options_.max_rows,
+                            .max_capacity = options_.max_capacity,
+                            .max_caches = options_.max_caches};
+  if (options_.open_stream) {
+    // An MPI rank: it answers the hello once its layers are loaded.
+    MOESERVE_ASSIGN_OR_RETURN(std::unique_ptr<ShardStream> stream, options_.open_stream());
+    MOESERVE_ASSIGN_OR_RETURN(std::unique_ptr<ShardConnection> c,
+                              ShardConnection::handshake(std::move(stream), hello, deadline_in(options_.start_timeout)));
+    MOESERVE_RETURN_IF_ERROR(check_welcome(c->welcome()));
+    return c;
+  }
   if (options_.spawn) {
     std::vector<std::string> args = {"shard",    "-m",       options_.model_path,
                                      "--layers", fmt::format("{}:{}", options_.begin, options_.end),
@@ -187,13 +226,8 @@ Result<std::unique_ptr<ShardConnection>> ShardClient::bring_up() {
   }
   ShardConnection::Options co;
   co.socket_path = options_.socket_path;
-  co.hello = {.model_fingerprint = options_.model_fingerprint,
-              .begin = uint32_t(options_.begin),
-              .end = uint32_t(options_.end),
-              .max_rows = options_.max_rows,
-              .max_capacity = options_.max_capacity,
-              .max_caches = options_.max_caches};
-  co.connect_timeout = options_.timeout;
+  co.hello = hello;
+  co.connect_timeout = options_.spawn ? options_.timeout : options_.attach_timeout;
   co.handshake_timeout = handshake;
   Result<std::unique_ptr<ShardConnection>> c = ShardConnection::connect(co);
   if (!c.is_ok() && options_.spawn) {
@@ -240,6 +274,9 @@ Status ShardClient::usable(uint64_t cache) const {
 }
 
 void ShardClient::lose(const Status& why) {
+  if (options_.fatal) {
+    options_.fatal(make_error(StatusCode::kUnavailable, "{} failed: {}", name(), why.message()));
+  }
   MOESERVE_LOG_WARN("{} failed: {}; restarting it", name(), why.message());
   conn_.reset();
   if (options_.spawn) process_.kill();

@@ -32,6 +32,24 @@
 
 namespace moeserve::ipc {
 
+// The bytes of one connection to a shard: a Unix socket (proc:) or MPI
+// messages to a rank (mpi:).
+class ShardStream {
+ public:
+  virtual ~ShardStream() = default;
+  virtual Status write_all(std::span<const std::span<const uint8_t>> parts, Clock::time_point deadline) = 0;
+  virtual Status read_exact(std::span<const std::span<uint8_t>> parts, Clock::time_point deadline) = 0;
+  Status read_exact(std::span<uint8_t> out, Clock::time_point deadline) {
+    const std::span<uint8_t> part[1] = {out};
+    return read_exact(part, deadline);
+  }
+  Status write_all(std::span<const uint8_t> bytes, Clock::time_point deadline) {
+    const std::span<const uint8_t> part[1] = {bytes};
+    return write_all(part, deadline);
+  }
+  virtual void close() = 0;
+};
+
 // One connection: the handshake, then calls one at a time.
 class ShardConnection {
  public:
@@ -40,7 +58,11 @@ class ShardConnection {
     ShardHello hello;
     std::chrono::milliseconds connect_timeout{30000}, handshake_timeout{30000};
   };
+  // Over a Unix socket.
   static Result<std::unique_ptr<ShardConnection>> connect(const Options& options);
+  // Over a stream already there (an MPI rank's).
+  static Result<std::unique_ptr<ShardConnection>> handshake(std::unique_ptr<ShardStream> stream,
+                                                            const ShardHello& hello, Clock::time_point deadline);
 
   const ShardWelcome& welcome() const { return welcome_; }
   const ShardLimits& limits() const { return limits_; }
@@ -57,10 +79,10 @@ class ShardConnection {
   Status read_answer(uint64_t seq, std::span<const std::span<uint8_t>> reply, Clock::time_point deadline);
   Status fail(Status st) {
     broken_ = true;
-    socket_.close();
+    stream_->close();
     return st;
   }
-  Socket socket_;
+  std::unique_ptr<ShardStream> stream_;
   ShardWelcome welcome_;
   ShardLimits limits_;
   bool broken_ = false;
@@ -72,6 +94,10 @@ struct ShardClientOptions {
   std::string name;  // as the user wrote it: "proc:cpu"
   // Spawn `exe shard ...` (a private socket), or attach to socket_path.
   bool spawn = true;
+  // Or (not null): the stream to an MPI rank that serves the range. An MPI
+  // job cannot lose a rank and go on: a lost rank calls `fatal`.
+  std::function<Result<std::unique_ptr<ShardStream>>()> open_stream;
+  std::function<void(const Status&)> fatal;
   std::string socket_path, exe, model_path;
   std::string device = "cpu";  // the shard's --device
   int threads = 0;
@@ -83,6 +109,7 @@ struct ShardClientOptions {
   int64_t n_layer = 0;
   uint32_t max_rows = 8192, max_capacity = 1u << 20, max_caches = 4096;
   std::chrono::milliseconds timeout{600000};        // one call (a long prefill chunk on a slow CPU)
+  std::chrono::milliseconds attach_timeout{10000};  // reaching a shard started by hand
   std::chrono::milliseconds start_timeout{300000};  // a spawned shard's load
   std::chrono::milliseconds health_interval{2000};  // ping an idle shard this often
   std::chrono::milliseconds backoff_first{200}, backoff_max{30000};

@@ -5,7 +5,6 @@
 #include <fmt/format.h>
 
 #include "core/log.h"
-#include "ipc/shard_session.h"
 #include "ipc/socket_channel.h"
 #include "moe/moe_shape.h"
 
@@ -16,8 +15,10 @@ Result<std::unique_ptr<ShardServer>> ShardServer::open(const ShardServerOptions&
   s->options_ = o;
   // Listen before the (long) load, so a bad socket path fails at once and a
   // parent waiting for the socket knows the process is up.
-  MOESERVE_ASSIGN_OR_RETURN(Listener listener, Listener::open(o.socket_path));
-  s->listener_ = std::make_unique<Listener>(std::move(listener));
+  if (!o.socket_path.empty()) {
+    MOESERVE_ASSIGN_OR_RETURN(Listener listener, Listener::open(o.socket_path));
+    s->listener_ = std::make_unique<Listener>(std::move(listener));
+  }
   runtime::ModelLoadOptions lo;
   lo.n_threads = o.n_threads;
   lo.pack_weights = o.pack_weights;
@@ -33,12 +34,12 @@ Result<std::unique_ptr<ShardServer>> ShardServer::open(const ShardServerOptions&
 
 std::string ShardServer::summary() const {
   const models::ModelInfo& info = model_->info();
-  return fmt::format("shard: layers {}:{} of {} ({} layers) on {}, model {:016x}, listening on unix:{}",
-                     host_->first_layer(), host_->end_layer(), options_.model_path, info.n_layer,
-                     model_->device().name(), fingerprint_, listener_->path());
+  return fmt::format("shard: layers {}:{} of {} ({} layers) on {}, model {:016x}{}", host_->first_layer(),
+                     host_->end_layer(), options_.model_path, info.n_layer, model_->device().name(), fingerprint_,
+                     listener_ != nullptr ? ", listening on unix:" + listener_->path() : "");
 }
 
-Status ShardServer::serve() {
+ShardSessionOptions ShardServer::session_options() const {
   const models::ModelInfo& info = model_->info();
   ShardSessionOptions so;
   so.layers = host_.get();
@@ -53,7 +54,25 @@ Status ShardServer::serve() {
                .max_rows = 1u << 16,
                .max_capacity = 1u << 24};
   so.pid = uint32_t(getpid());
-  so.reset = [this] { host_->reset(); };
+  so.reset = [host = host_.get()] { host->reset(); };
+  return so;
+}
+
+Status ShardServer::serve_one(Channel& channel) {
+  const ShardSessionOptions so = session_options();
+  ShardSessionStats stats;
+  const Status st = serve_shard_session(channel, so, &stats);
+  if (st.is_ok()) {
+    MOESERVE_LOG_INFO("shard: a parent left after {} calls ({} forwards, {} errors)", stats.calls, stats.forwards,
+                      stats.errors);
+  } else {
+    MOESERVE_LOG_WARN("shard: connection ended: {}", st.message());
+  }
+  return st;
+}
+
+Status ShardServer::serve() {
+  if (listener_ == nullptr) return make_error(StatusCode::kInvalidArgument, "shard: no socket to serve on");
   int served = 0;
   while (options_.stop == nullptr || !options_.stop->load()) {
     Result<Socket> sock = listener_->accept(deadline_in(std::chrono::milliseconds(250)));
@@ -62,14 +81,7 @@ Status ShardServer::serve() {
       return sock.status();
     }
     SocketChannel channel(*sock);
-    ShardSessionStats stats;
-    const Status st = serve_shard_session(channel, so, &stats);
-    if (st.is_ok()) {
-      MOESERVE_LOG_INFO("shard: a parent left after {} calls ({} forwards, {} errors)", stats.calls, stats.forwards,
-                        stats.errors);
-    } else {
-      MOESERVE_LOG_WARN("shard: connection ended: {}", st.message());
-    }
+    (void)serve_one(channel);
     if (options_.max_sessions > 0 && ++served >= options_.max_sessions) break;
   }
   return Status::ok();

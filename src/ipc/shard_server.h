@@ -10,7 +10,9 @@
 #include <string>
 
 #include "core/status.h"
+#include "ipc/shard_session.h"
 #include "ipc/socket.h"
+#include "ipc/worker_session.h"
 #include "runtime/model.h"
 #include "runtime/shard_host.h"
 
@@ -22,7 +24,7 @@ struct ShardServerOptions {
   std::string device = "cpu";
   int n_threads = 0;
   bool pack_weights = true;
-  std::string socket_path;
+  std::string socket_path;  // "": no socket (an MPI rank: serve_one over its channel)
   const std::atomic<bool>* stop = nullptr;
   int max_sessions = 0;  // 0: until stopped
 };
@@ -30,7 +32,10 @@ struct ShardServerOptions {
 class ShardServer {
  public:
   static Result<std::unique_ptr<ShardServer>> open(const ShardServerOptions& options);
+  // Accepts and serves connections on the socket until stopped.
   Status serve();
+  // One parent's session over `channel`, until it leaves.
+  Status serve_one(Channel& channel);
   std::string summary() const;
 
  private:
@@ -40,6 +45,7 @@ class ShardServer {
   std::unique_ptr<runtime::Model> model_;
   std::unique_ptr<runtime::ShardHost> host_;
   uint64_t fingerprint_ = 0;
+  ShardSessionOptions session_options() const;
 };
 
 }  // namespace moeserve::ipc

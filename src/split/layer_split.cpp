@@ -40,15 +40,20 @@ Result<ShardSpec> parse_shard(std::string_view part) {
     s.kind = ShardKind::kProcess;
     device.remove_prefix(5);
   } else if (device.starts_with("mpi:")) {
+    // mpi:R or mpi:R:DEVICE (the rank's device; cpu when not given).
     s.kind = ShardKind::kMpi;
-    if (!integer(device.substr(4))) return bad(part, "an MPI rank is a number");
-    device = "cpu";
+    device.remove_prefix(4);
+    const size_t colon = device.find(':');
+    const auto rank = integer(device.substr(0, colon));
+    if (!rank || *rank > 1 << 20) return bad(part, "an MPI rank is a number (mpi:R or mpi:R:DEVICE)");
+    s.mpi_rank = int(*rank);
+    device = colon == std::string_view::npos ? std::string_view("cpu") : device.substr(colon + 1);
   }
   Result<backend::DeviceSpec> d = backend::parse_device_spec(device);
   if (device.empty() || device == "auto" || !d.is_ok()) return bad(part, "unknown device");
   if (s.kind == ShardKind::kCpu && d->kind == backend::DeviceKind::kCuda) s.kind = ShardKind::kCuda;
   if (s.kind == ShardKind::kCuda) s.device = d->to_string();  // "cuda" -> "cuda:0"
-  if (s.kind == ShardKind::kProcess) s.process_device = d->to_string();
+  if (s.kind == ShardKind::kProcess || s.kind == ShardKind::kMpi) s.process_device = d->to_string();
   if (eq == std::string_view::npos) return s;
   const std::string_view value = part.substr(eq + 1);
   if (const size_t colon = value.find(':'); colon != std::string_view::npos) {
@@ -115,12 +120,13 @@ Result<std::vector<ShardSpec>> parse_layer_split(std::string_view spec) {
 }
 
 Result<std::vector<ShardPlan>> plan_layer_split(const GgufFile& file, std::span<const ShardSpec> specs) {
-  for (const ShardSpec& s : specs) {
-    if (s.kind == ShardKind::kMpi) {
-      return make_error(StatusCode::kUnsupported,
-                        "--layer-split: '{}': MPI ranks (mpi:) are not implemented yet; shards in this "
-                        "process (cpu, cuda:N) and in child processes (proc:cpu, proc:cuda:N) are",
-                        s.device);
+  for (size_t i = 0; i < specs.size(); ++i) {
+    for (size_t j = 0; j < i; ++j) {
+      if (specs[i].kind == ShardKind::kMpi && specs[j].kind == ShardKind::kMpi &&
+          specs[i].mpi_rank == specs[j].mpi_rank) {
+        return make_error(StatusCode::kInvalidArgument, "--layer-split: rank {} is named twice ('{}', '{}')",
+                          specs[i].mpi_rank, specs[j].device, specs[i].device);
+      }
     }
   }
   MOESERVE_ASSIGN_OR_RETURN(FileBytes bytes, file_bytes(file));

@@ -6,7 +6,8 @@
 // DEVICE is cpu or cuda:N (in this process), proc:DEVICE (a child process
 // that runs its range on DEVICE: `moeserve shard`, started and supervised
 // by this one), proc:unix:PATH (a shard started by hand, attached to), or
-// mpi:R (an MPI rank: parsed, refused as not implemented yet).
+// mpi:R or mpi:R:DEVICE (MPI rank R, on DEVICE, cpu by default; rank 0 is
+// this process: tools/moeserve/split_flags.cpp runs the others' shards).
 // Without ranges the layers are cut so that each shard's weight bytes
 // (its layers, plus the embedding on the first and the output head on the
 // last) follow the weights, at least one layer a shard. Only the boundary
@@ -37,6 +38,7 @@ struct ShardSpec {
   // kProcess: the child's --device ("cpu", "cuda:1"), or the socket of a
   // shard started by hand (proc:unix:PATH) to attach to.
   std::string process_device, attach_socket;
+  int mpi_rank = -1;  // kMpi: the rank (its device: process_device)
 };
 
 // The SPEC's shards; errors quote the part at fault and what is accepted.
@@ -50,7 +52,7 @@ struct ShardPlan {
 
 // Layer ranges for `file`'s layers; kInvalidArgument for ranges that
 // overlap, leave gaps, run past the model or are empty, and for more shards
-// than layers; kUnsupported for process and MPI shards.
+// than layers, and for an MPI rank named twice.
 Result<std::vector<ShardPlan>> plan_layer_split(const GgufFile& file, std::span<const ShardSpec> specs);
 
 // The plan as `inspect --layer-split` prints it: a line per shard.

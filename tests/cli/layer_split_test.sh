@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# --layer-split end to end: generate over two and three CPU shards gives the
-# unsplit text; inspect prints the plan; a bad split stops before anything
-# loads, saying what is accepted.
+# --layer-split end to end: generate over two and three CPU shards, in this
+# process and in shard processes (proc:cpu), gives the unsplit text; inspect
+# prints the plan; a bad split stops before anything loads, saying what is
+# accepted.
 #   layer_split_test.sh MOESERVE_BIN MODEL_GGUF WORK_DIR
 set -u
 moeserve=$1
@@ -14,13 +15,13 @@ fail() {
   echo "FAIL: $*" >&2
   failures=$((failures + 1))
 }
-expect_in() { grep -qF -- "$2" "$1" || fail "$1 does not contain '$2': $(head -c 600 "$1")"; }
+expect_in() { grep -q -- "$2" "$1" || fail "$1 does not contain '$2': $(head -c 600 "$1")"; }
 prompt='class Stack:
     def push(self, x):
 '
 "$moeserve" generate -m "$model" -p "$prompt" -n 32 --temp 0 --device cpu > "$work/plain.out" 2> "$work/plain.err" \
   || fail "plain generate: $(tail -3 "$work/plain.err")"
-for spec in cpu,cpu cpu=0:1,cpu=1:3,cpu=3:4 cpu=3,cpu=1; do
+for spec in cpu,cpu cpu=0:1,cpu=1:3,cpu=3:4 cpu=3,cpu=1 cpu,proc:cpu proc:cpu=0:1,cpu=1:3,proc:cpu=3:4; do
   "$moeserve" generate -m "$model" -p "$prompt" -n 32 --temp 0 --layer-split "$spec" > "$work/split.out" \
     2> "$work/split.err" || fail "--layer-split $spec: $(tail -3 "$work/split.err")"
   cmp -s "$work/plain.out" "$work/split.out" || fail "--layer-split $spec changed the output"
@@ -40,7 +41,8 @@ run_bad() {  # name expected-text args...
 run_bad unknown "unknown device" --layer-split cpu,tpu
 run_bad gap "without gaps or overlaps" --layer-split cpu=0:2,cpu=3:4
 run_bad too_many "5 shards for the 4 layers" --layer-split cpu,cpu,cpu,cpu,cpu
-run_bad process "not implemented yet" --layer-split cpu,proc:cpu
+run_bad attach "the shard process\|connect" --layer-split cpu,proc:unix:$work/nobody.sock
+run_bad mpi_outside "runs under mpirun\|built without MPI" --layer-split mpi:0,mpi:1
 run_bad with_device "names its devices" --layer-split cpu,cpu --device cpu
 if [ "$failures" -ne 0 ]; then
   echo "$failures failure(s)" >&2

@@ -45,12 +45,16 @@ TEST(LayerSplitSpec, ParsesDevicesWeightsAndRanges) {
   ASSERT_TRUE(c.is_ok()) << c.status().to_string();
   EXPECT_EQ((*c)[1].kind, ShardKind::kProcess);
   EXPECT_EQ((*c)[1].range, (std::pair<int64_t, int64_t>{20, 48}));
-  auto d = parse_layer_split("mpi:0,mpi:1");
-  ASSERT_TRUE(d.is_ok());
+  auto d = parse_layer_split("mpi:0:cuda:0,mpi:1");
+  ASSERT_TRUE(d.is_ok()) << d.status().to_string();
   EXPECT_EQ((*d)[0].kind, ShardKind::kMpi);
+  EXPECT_EQ((*d)[0].mpi_rank, 0);
+  EXPECT_EQ((*d)[0].process_device, "cuda:0");
+  EXPECT_EQ((*d)[1].mpi_rank, 1);
+  EXPECT_EQ((*d)[1].process_device, "cpu");
   for (const char* bad :
        {"", "cpu", "cpu,", ",cpu", "tpu,cpu", "cpu,cuda:x", "cpu=0:2,cpu", "cpu=2:1,cpu=2:4", "cpu=-1,cpu",
-        "cpu=abc,cpu", "cpu=0,cpu", "mpi:x,cpu", "auto,cpu"}) {
+        "cpu=abc,cpu", "cpu=0,cpu", "mpi:x,cpu", "mpi:1:tpu,cpu", "auto,cpu"}) {
     auto r = parse_layer_split(bad);
     EXPECT_FALSE(r.is_ok()) << "'" << bad << "' was accepted";
     if (!r.is_ok()) {
@@ -92,8 +96,8 @@ TEST(LayerSplitPlan, RangesFollowTheWeightsAndMistakesAreRefused) {
   for (const Bad& b :
        {Bad{"cpu=0:2,cpu=3:4", "without gaps"}, Bad{"cpu=0:3,cpu=2:4", "without gaps"},
         Bad{"cpu=0:2,cpu=2:9", "without gaps"}, Bad{"cpu=0:2,cpu=2:3", "end at layer 3"},
-        Bad{"cpu,cpu,cpu,cpu,cpu", "5 shards for the 4 layers"}, Bad{"cpu,mpi:1", "not implemented yet"},
-        Bad{"mpi:0,mpi:1", "not implemented yet"}}) {
+        Bad{"cpu,cpu,cpu,cpu,cpu", "5 shards for the 4 layers"},
+        Bad{"mpi:0,mpi:0", "named twice"}}) {
     auto r = plan(b.spec);
     ASSERT_FALSE(r.is_ok()) << b.spec;
     EXPECT_NE(r.status().message().find(b.says), std::string::npos) << b.spec << ": " << r.status().message();

@@ -2,7 +2,12 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+#include <cstdlib>
+
 #include "core/log.h"
+#include "ipc/mpi_world.h"
+#include "ipc/shard_server.h"
 #include "moe/moe_shape.h"
 #include "split/layer_split.h"
 
@@ -20,6 +25,70 @@ void add_layer_split_flag(CLI::App* cmd, std::string* spec) {
       "shows the plan");
 }
 
+namespace {
+
+ipc::ShardClientOptions client_options(const std::string& model_path, const GgufFile& file,
+                                       std::span<const split::ShardPlan> plan, size_t i, const split::ShardSpec& sp) {
+  ipc::ShardClientOptions co;
+  co.name = sp.device;
+  co.model_path = model_path;
+  co.device = sp.process_device;
+  co.begin = plan[i].shard.begin, co.end = plan[i].shard.end;
+  co.model_fingerprint = ipc::fingerprint_value(moe::model_fingerprint(file));
+  co.n_layer = int64_t(plan.back().shard.end);
+  return co;
+}
+
+// An MPI job: every rank runs this command. Rank 0 goes on (it serves);
+// each other rank runs its layers for rank 0 here and exits when rank 0
+// does. Every rank of the job must have a shard, and no shard a rank
+// past the job's.
+Status start_mpi_ranks(const std::string& model_path, std::span<const split::ShardSpec> specs,
+                       std::span<const split::ShardPlan> plan, const runtime::ModelLoadOptions* load) {
+  if (std::none_of(specs.begin(), specs.end(), [](const auto& s) { return s.kind == split::ShardKind::kMpi; }))
+    return Status::ok();
+  MOESERVE_ASSIGN_OR_RETURN(const ipc::mpi::World world, ipc::mpi::init());
+  std::vector<int> named(size_t(world.size), 0);
+  for (const split::ShardSpec& s : specs) {
+    if (s.kind != split::ShardKind::kMpi) continue;
+    if (s.mpi_rank >= world.size) {
+      return make_error(StatusCode::kInvalidArgument, "--layer-split: '{}': the MPI job has {} ranks (0..{})",
+                        s.device, world.size, world.size - 1);
+    }
+    named[size_t(s.mpi_rank)] = 1;
+  }
+  for (int r = 1; r < world.size; ++r) {
+    if (!named[size_t(r)]) {
+      return make_error(StatusCode::kInvalidArgument,
+                        "--layer-split: the MPI job has {} ranks and rank {} has no shard: name every rank "
+                        "(mpi:1, ...) or start fewer (mpirun -np)",
+                        world.size, r);
+    }
+  }
+  if (world.rank == 0) return Status::ok();
+  for (size_t i = 0; i < specs.size(); ++i) {
+    if (specs[i].kind != split::ShardKind::kMpi || specs[i].mpi_rank != world.rank) continue;
+    ipc::ShardServerOptions so;
+    so.model_path = model_path;
+    so.first_layer = plan[i].shard.begin;
+    so.end_layer = plan[i].shard.end;
+    so.device = specs[i].process_device;
+    so.n_threads = load->n_threads;
+    so.pack_weights = load->pack_weights;
+    Result<std::unique_ptr<ipc::ShardServer>> server = ipc::ShardServer::open(so);
+    if (!server.is_ok()) ipc::mpi::abort(make_error(server.status().code(), "MPI rank {}: {}", world.rank,
+                                                    server.status().message()));
+    MOESERVE_LOG_INFO("MPI rank {}: {}", world.rank, (*server)->summary());
+    std::unique_ptr<ipc::Channel> channel = ipc::mpi::channel_from_root();
+    (void)(*server)->serve_one(*channel);
+    server->reset();
+    std::exit(0);  // (MPI is finalised at exit)
+  }
+  return Status::ok();
+}
+
+}  // namespace
+
 Status apply_layer_split(const std::string& model_path, const std::string& spec, const std::string& device,
                          runtime::ModelLoadOptions* load, LayerSplitProcesses* processes) {
   if (spec.empty()) return Status::ok();
@@ -32,25 +101,40 @@ Status apply_layer_split(const std::string& model_path, const std::string& spec,
   MOESERVE_ASSIGN_OR_RETURN(std::vector<split::ShardPlan> plan, split::plan_layer_split(file, shards));
   MOESERVE_LOG_INFO("layer split of {}:\n{}", model_path, split::describe_layer_split(plan));
   load->layer_shards = split::layer_shards(plan);
+  MOESERVE_RETURN_IF_ERROR(start_mpi_ranks(model_path, shards, plan, load));
   for (size_t i = 0; i < shards.size(); ++i) {
     const split::ShardSpec& sp = shards[i];
+    if (sp.kind == split::ShardKind::kMpi) {
+      runtime::LayerShard& shard = load->layer_shards[i];
+      if (sp.mpi_rank == 0) {
+        shard.device = sp.process_device;  // rank 0's own layers: in this process
+        continue;
+      }
+      if (processes == nullptr)
+        return make_error(StatusCode::kUnsupported, "--layer-split: '{}': no MPI ranks here", sp.device);
+      ipc::ShardClientOptions co = client_options(model_path, file, plan, i, sp);
+      co.spawn = false;
+      co.open_stream = [rank = sp.mpi_rank]() -> Result<std::unique_ptr<ipc::ShardStream>> {
+        return ipc::mpi::stream_to(rank);
+      };
+      co.fatal = [](const Status& why) { ipc::mpi::abort(why); };
+      MOESERVE_LOG_INFO("waiting for MPI rank {} (layers {}:{})...", sp.mpi_rank, shard.begin, shard.end);
+      MOESERVE_ASSIGN_OR_RETURN(std::unique_ptr<ipc::ShardClient> client, ipc::ShardClient::create(co));
+      shard.remote = client.get();
+      processes->shards.push_back(std::move(client));
+      continue;
+    }
     if (sp.kind != split::ShardKind::kProcess) continue;
     if (processes == nullptr)
       return make_error(StatusCode::kUnsupported, "--layer-split: '{}': no shard processes here", sp.device);
     runtime::LayerShard& shard = load->layer_shards[i];
-    ipc::ShardClientOptions co;
-    co.name = sp.device;
+    ipc::ShardClientOptions co = client_options(model_path, file, plan, i, sp);
     co.spawn = sp.attach_socket.empty();
     co.socket_path = sp.attach_socket;
     if (co.spawn) {
       MOESERVE_ASSIGN_OR_RETURN(co.exe, ipc::self_executable());
     }
-    co.model_path = model_path;
-    co.device = sp.process_device;
     co.threads = load->n_threads;
-    co.begin = shard.begin, co.end = shard.end;
-    co.model_fingerprint = ipc::fingerprint_value(moe::model_fingerprint(file));
-    co.n_layer = int64_t(plan.back().shard.end);
     MOESERVE_LOG_INFO("starting layer shard {} (layers {}:{})...", sp.device, shard.begin, shard.end);
     MOESERVE_ASSIGN_OR_RETURN(std::unique_ptr<ipc::ShardClient> client, ipc::ShardClient::create(co));
     shard.remote = client.get();
