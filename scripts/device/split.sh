@@ -2,8 +2,8 @@
 # Layer split (issue 41) on the device machine:
 #   scripts/device/split.sh start   # build, start making the 30b-a3b file, GPU tests (kernels, models, split,
 #                                   # shard processes with a cuda parent, runtime, spec), tiny-model split benches
-#   scripts/device/split.sh bench   # wait for the file, then unsplit vs cuda:0,cuda:0 vs cuda:0+cpu (36:12)
-#                                   # vs cuda:0+proc:cpu (36:12): pp512, pp4096, tg128
+#   scripts/device/split.sh bench   # wait for the file, then the CPU alone, unsplit vs cuda:0,cuda:0 vs
+#                                   # cuda:0+cpu (36:12) vs cuda:0+proc:cpu (36:12): pp512, pp4096, tg128
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 export LD_LIBRARY_PATH=/tmp/devroot/usr/lib/x86_64-linux-gnu:${LD_LIBRARY_PATH:-}
@@ -41,6 +41,8 @@ case "${1:-start}" in
   bench)
     for i in $(seq 1 100); do [ -f "$m30.done" ] && break; sleep 5; done
     [ -f "$m30.done" ] || { echo "model not ready: $(tail -c 300 /tmp/make30.log)"; exit 1; }
+    echo "== 30b-a3b Q4_K_M --device cpu (the CPU shard's own speed, for its share)"
+    $bin bench -m $m30 -p 512 -n 128 -r 1 --device cpu 2>&1 | tee "$out/bench30_cpu.txt" | grep -E '\| pp[0-9]+|\| tg128|error'
     for split in "--device cuda" "--layer-split cuda:0,cuda:0" "--layer-split cuda:0=0:36,cpu=36:48" \
                  "--layer-split cuda:0=0:36,proc:cpu=36:48"; do
       echo "== 30b-a3b Q4_K_M $split"

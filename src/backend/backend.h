@@ -384,6 +384,14 @@ class Ops {
   // Copies between this device's memory and the host, ordered with the ops.
   virtual Status download(void* host, const void* src, size_t bytes) = 0;
   virtual Status upload(void* dst, const void* host, size_t bytes) = 0;
+  // `bytes` at `src` in `src_device`'s memory (its queued work finished)
+  // to `dst` here without a trip through the host: a GPU's copy from its
+  // own memory or another GPU's (a layer split's boundary rows). Counts as
+  // an upload (BatchLayout::graph_segments). kUnsupported: the caller
+  // goes through the host (download, then upload).
+  virtual Status receive_from(const Device& src_device, void* dst, const void* src, size_t bytes) {
+    return make_error(StatusCode::kUnsupported, "no device-to-device copy here");
+  }
   // Within this device's memory, ordered with the ops (a GPU records it in
   // the forward's graph); the regions must not overlap.
   virtual Status copy(void* dst, const void* src, size_t bytes) = 0;

@@ -246,8 +246,16 @@ Status walk_layers(const ForwardBatch& b, DeviceWorkspace<Buffers>& ws, const Wa
       MOESERVE_RETURN_IF_ERROR(
           to.ops->upload(to.x.template as<float>(), ws.staging.data(), size_t(T * s.n_embd) * sizeof(float)));
     } else {
-      MOESERVE_RETURN_IF_ERROR(move_rows(*current->ops, current->x.template as<float>(), *to.ops,
-                                         to.x.template as<float>(), T, s.n_embd, ws.staging));
+      // GPU to GPU without the host where the receiver can; else through it.
+      MOESERVE_RETURN_IF_ERROR(current->ops->finish());
+      const Status direct = to.ops->receive_from(*current->device, to.x.template as<float>(),
+                                                 current->x.template as<float>(), size_t(T * s.n_embd) * sizeof(float));
+      if (direct.code() != StatusCode::kUnsupported) {
+        MOESERVE_RETURN_IF_ERROR(direct);
+      } else {
+        MOESERVE_RETURN_IF_ERROR(move_rows(*current->ops, current->x.template as<float>(), *to.ops,
+                                           to.x.template as<float>(), T, s.n_embd, ws.staging));
+      }
     }
     current = &to;
     return Status::ok();

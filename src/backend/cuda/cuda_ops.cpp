@@ -305,6 +305,21 @@ Status CudaOps::end_graph() {
   return served;
 }
 
+// Same GPU: a device-to-device copy; another GPU: a peer copy (the driver
+// goes through the host itself where the two cannot reach each other).
+Status CudaOps::receive_from(const Device& src_device, void* dst, const void* src, size_t bytes) {
+  const auto* from = dynamic_cast<const CudaDevice*>(&src_device);
+  if (from == nullptr) return make_error(StatusCode::kUnsupported, "not a GPU's memory");
+  MOESERVE_RETURN_IF_ERROR(end_graph());
+  if (from->index() == device_.index()) {
+    MOESERVE_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, stream_));
+  } else {
+    MOESERVE_CUDA_RETURN_IF_ERROR(cudaMemcpyPeerAsync(dst, device_.index(), src, from->index(), bytes, stream_));
+  }
+  MOESERVE_RETURN_IF_ERROR(finish());
+  return rows_arrived();
+}
+
 // An op failed mid-forward: a capture in progress is abandoned.
 void CudaOps::abandon_graph() {
   if (mode_ == Mode::kCapture) {

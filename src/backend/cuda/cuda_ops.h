@@ -166,12 +166,9 @@ class CudaOps final : public Ops {
     MOESERVE_RETURN_IF_ERROR(end_graph());
     MOESERVE_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(dst, host, bytes, cudaMemcpyHostToDevice, stream_));
     MOESERVE_RETURN_IF_ERROR(finish());
-    // A layer split's rows arrived: this device's next stretch is a graph of its own.
-    if (!segments_) return Status::ok();
-    GraphKey key = segment_key_;
-    key.back() = ++segment_;
-    return start_graph(key);
+    return rows_arrived();
   }
+  Status receive_from(const Device& src_device, void* dst, const void* src, size_t bytes) override;
   Status copy(void* dst, const void* src, size_t bytes) override {
     if (replaying() || bytes == 0) return Status::ok();
     MOESERVE_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, stream_));
@@ -201,6 +198,13 @@ class CudaOps final : public Ops {
   Status start_graph(const GraphKey& key);
   void write_tree_layout(const BatchLayout& layout, uint8_t* at, size_t rows_bytes, size_t info_bytes);
   Status end_graph();
+  // A layer split's rows arrived: this device's next stretch is a graph of its own.
+  Status rows_arrived() {
+    if (!segments_) return Status::ok();
+    GraphKey key = segment_key_;
+    key.back() = ++segment_;
+    return start_graph(key);
+  }
   void abandon_graph();
   void forget_graphs();
   bool replaying() const { return mode_ == Mode::kReplay; }
