@@ -4,6 +4,7 @@
 #                                   # shard processes with a cuda parent, runtime, spec), tiny-model split benches
 #   scripts/device/split.sh bench   # wait for the file, then the CPU alone, unsplit vs cuda:0,cuda:0 vs
 #                                   # cuda:0+cpu (36:12) vs cuda:0+proc:cpu (36:12): pp512, pp4096, tg128
+#   scripts/device/split.sh hybrid  # rebuild, split + shard tests, then --n-cpu-moe 24 unsplit vs cuda:0,cuda:0
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 export LD_LIBRARY_PATH=/tmp/devroot/usr/lib/x86_64-linux-gnu:${LD_LIBRARY_PATH:-}
@@ -50,5 +51,19 @@ case "${1:-start}" in
         | grep -E '\| pp[0-9]+|\| tg128|error|first token'
       $bin bench -m $m30 -p 4096 -n 0 -r 1 $split 2>&1 | tee -a "$out/bench30_${split//[ :=,]/_}.txt" \
         | grep -E '\| pp[0-9]+|error'
+    done;;
+  hybrid)
+    # The split with cold experts on the CPU (--n-cpu-moe) against one GPU with the same placement;
+    # then the split and shard tests again (the hybrid test on the GPU).
+    scripts/device/build.sh build-gpu 90a moeserve test_split test_ipc > "$out/build.log" 2>&1 \
+      || { grep -E 'error|FAILED' -A3 "$out/build.log" | head -40; exit 1; }
+    run_test split build-gpu/tests/split/test_split
+    run_test ipc build-gpu/tests/ipc/test_ipc 'Shard*:*ShardProcess*'
+    for i in $(seq 1 100); do [ -f "$m30.done" ] && break; sleep 5; done
+    [ -f "$m30.done" ] || { echo "model not ready: $(tail -c 300 /tmp/make30.log)"; exit 1; }
+    for split in "--device cuda" "--layer-split cuda:0,cuda:0"; do
+      echo "== 30b-a3b Q4_K_M $split --n-cpu-moe 24"
+      $bin bench -m $m30 -p 512 -n 128 -r ${REPS:-2} $split --n-cpu-moe 24 2>&1 \
+        | tee "$out/bench30_hybrid_${split//[ :=,]/_}.txt" | grep -E '\| pp[0-9]+|\| tg128|error'
     done;;
 esac

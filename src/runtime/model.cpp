@@ -75,7 +75,7 @@ Result<std::unique_ptr<Model>> Model::from_gguf(GgufFile file, const ModelLoadOp
     return from_gguf(std::move(file), cpu);
   }
   MOESERVE_ASSIGN_OR_RETURN(m->net_, std::move(net));
-  if (!m->splits_.empty() && m->gpu_ != nullptr) m->pin_for_expert_copies(options.pin_file);
+  if (!m->splits_.empty() && m->expert_gpu() != nullptr) m->pin_for_expert_copies(options.pin_file);
   if (m->packed().tensors > 0) {
     MOESERVE_LOG_INFO("packed {} weight tensors ({:.2f} GiB) for the {} kernels in {:.2f} s",
                       m->packed().tensors, double(m->packed().bytes) / double(1 << 30),
@@ -237,13 +237,14 @@ Status Model::give_experts_to_worker(const ModelLoadOptions& options, models::Pl
 // cost model weighs them at the rate measured that way.
 void Model::pin_for_expert_copies(bool pin) {
   const auto t0 = std::chrono::steady_clock::now();
-  Result<double> pcie = pin ? gpu_->pin_host_memory(file_.bytes())
+  backend::Device* gpu = expert_gpu();
+  Result<double> pcie = pin ? gpu->pin_host_memory(file_.bytes())
                             : Result<double>(make_error(StatusCode::kUnsupported, "--no-pin"));
   const bool pinned = pcie.is_ok() && *pcie > 0.0;
   std::string why_not;
   if (!pinned) {
     why_not = pcie.is_ok() ? std::string("the GPU does not copy from host memory") : pcie.status().message();
-    pcie = gpu_->probe_staged_copies(file_.bytes());
+    pcie = gpu->probe_staged_copies(file_.bytes());
   }
   if (!pcie.is_ok() || *pcie <= 0.0) {
     MOESERVE_LOG_INFO("cold experts are computed on the CPU at every batch size: {}",
@@ -263,7 +264,7 @@ void Model::pin_for_expert_copies(bool pin) {
   }
   // The GPU's own kernels read pinned host memory at ~90% of the copy
   // engines' rate (H100 host: 47-50 against 55 GB/s).
-  if (gpu_->reads_pinned_host_memory()) expert_cost_->set_stream(0.9 * *pcie);
+  if (gpu->reads_pinned_host_memory()) expert_cost_->set_stream(0.9 * *pcie);
   const backend::ExpertCostInputs streamed = expert_cost_->inputs();
   MOESERVE_LOG_INFO(
       "cold experts: the file pinned in {:.1f} s; PCIe {:.1f} GB/s, DRAM {:.1f} GB/s, CPU {:.0f} GFLOP/s "
@@ -285,7 +286,7 @@ void Model::pin_for_expert_copies(bool pin) {
 void Model::measure_cpu_experts() {
   if (worker_splits_) return;
   for (size_t l = 0; l < splits_.size(); ++l) {
-    if (splits_[l]->all_local()) continue;
+    if (splits_[l] == nullptr || splits_[l]->all_local()) continue;
     const auto t0 = std::chrono::steady_clock::now();
     Result<double> flops = splits_[l]->probe_host_flops(int(l), 32);
     if (flops.is_ok() && *flops > 0.0) {
@@ -301,9 +302,11 @@ Result<std::vector<ExpertSwap>> Model::promote_experts(const PromotionOptions& o
   std::vector<ExpertSwap> done;
   if (worker_splits_) return done;  // the placement names the worker's experts; they stay there
   for (size_t l = 0; l < splits_.size(); ++l) {
+    if (splits_[l] == nullptr) continue;  // a layer split's CPU shard keeps every expert
     backend::ExpertSplit& split = *splits_[l];
     for (const ExpertSwap& s : plan_swaps(split, int(l), options)) {
-      MOESERVE_RETURN_IF_ERROR(net_->placement().io->replace_local_expert(split, s.slot, s.expert_in));
+      // (The layer's device: a layer split's GPU shard holds its experts.)
+      MOESERVE_RETURN_IF_ERROR(net_->placement().layer(int64_t(l))->replace_local_expert(split, s.slot, s.expert_in));
       done.push_back(s);
     }
     split.start_window();

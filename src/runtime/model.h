@@ -127,7 +127,11 @@ class Model {
   Status give_experts_to_worker(const ModelLoadOptions& options, models::Placement& placement);
   Status place_layer_shards(const ModelLoadOptions& options, models::Placement& placement);  // model_shards.cpp
   Status place_shard_range(const ModelLoadOptions& options, models::Placement& placement);   // model_shards.cpp
+  Status split_shard_experts(const ModelLoadOptions& options, models::Placement& placement);  // model_shards.cpp
   void pin_for_expert_copies(bool pin);
+  // The GPU whose cold experts the CPU computes (a layer split's first GPU
+  // shard: the file's pinning serves them all); null on the CPU alone.
+  backend::Device* expert_gpu() const;
   void measure_cpu_experts();
   GgufFile file_;
   std::unique_ptr<ThreadPool> pool_;

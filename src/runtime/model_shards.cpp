@@ -36,11 +36,10 @@ Status check_shards(std::span<const LayerShard> shards, int64_t n_layer, std::st
 }  // namespace
 
 Status Model::place_layer_shards(const ModelLoadOptions& options, models::Placement& placement) {
-  if (options.split_experts || options.expert_worker != nullptr) {
-    return make_error(
-        StatusCode::kUnsupported,
-        "--layer-split together with experts kept off the GPU (--n-cpu-moe, --cpu-moe, --gpu-mem, "
-        "--placement) or an expert worker is not supported yet: each shard keeps all its experts");
+  if (options.expert_worker != nullptr) {
+    return make_error(StatusCode::kUnsupported,
+                      "--layer-split together with an expert worker is not supported yet: keep the cold experts "
+                      "on each shard's CPU (--n-cpu-moe, --cpu-moe, --placement) instead");
   }
   MOESERVE_ASSIGN_OR_RETURN(int64_t n_layer, file_.require_int(file_.arch_key(keys::kBlockCount)));
   MOESERVE_RETURN_IF_ERROR(check_shards(options.layer_shards, n_layer, file_.name()));
@@ -79,7 +78,34 @@ Status Model::place_layer_shards(const ModelLoadOptions& options, models::Placem
                                                     : cpu_.get();
   placement.head = placement.layers.back() != nullptr ? placement.layers.back() : placement.io;
   device_reason_ = reason;
+  if (options.split_experts) MOESERVE_RETURN_IF_ERROR(split_shard_experts(options, placement));
   return Status::ok();
+}
+
+// Hybrid expert placement over a layer split: a GPU shard's layers keep the
+// placement's experts in its memory and have the rest computed by this
+// host's CPU threads, as one GPU does. Beside a GPU, a CPU shard's layers
+// keep all theirs (no split); on CPUs alone the splits stay (how CI checks
+// their bookkeeping, as Model::split_experts on one CPU).
+Status Model::split_shard_experts(const ModelLoadOptions& options, models::Placement& placement) {
+  MOESERVE_RETURN_IF_ERROR(split_experts(options, placement));
+  if (expert_gpu() == nullptr) return Status::ok();
+  for (size_t l = 0; l < placement.layers.size(); ++l) {
+    const backend::Device* d = placement.layers[l];
+    if (d == nullptr || d->kind() == backend::DeviceKind::kCpu) {
+      placement.expert_splits[l] = nullptr;
+      splits_[l].reset();
+    }
+  }
+  return Status::ok();
+}
+
+backend::Device* Model::expert_gpu() const {
+  if (gpu_ != nullptr) return gpu_.get();
+  for (const auto& d : shard_devices_) {
+    if (d->kind() == backend::DeviceKind::kCuda) return d.get();
+  }
+  return nullptr;
 }
 
 Status Model::place_shard_range(const ModelLoadOptions& options, models::Placement& placement) {

@@ -27,6 +27,10 @@ nlohmann::json expert_stats_json(const runtime::Model& model) {
   }
   nlohmann::json layers = nlohmann::json::array();
   for (size_t l = 0; l < splits.size(); ++l) {
+    if (splits[l] == nullptr) {  // a layer split's CPU shard: every expert of the layer on its CPU
+      layers.push_back({{"layer", l}, {"gpu_experts", 0}, {"note", "on a CPU shard"}});
+      continue;
+    }
     const backend::ExpertSplit& s = *splits[l];
     nlohmann::json j = {{"layer", l}, {"gpu_experts", s.local().size()}, {"n_expert", s.n_expert()}};
     if (s.all_local()) {
@@ -63,8 +67,8 @@ std::string expert_stats_prometheus(const runtime::Model& model) {
   if (splits.empty()) return {};
   std::string hits, decode_hits, sel, copied;
   for (size_t l = 0; l < splits.size(); ++l) {
+    if (splits[l] == nullptr || splits[l]->all_local()) continue;
     const backend::ExpertSplit& s = *splits[l];
-    if (s.all_local()) continue;
     hits += fmt::format("moeserve_expert_hot_hit_ratio{{layer=\"{}\"}} {}\n", l, hit_ratio(s));
     decode_hits +=
         fmt::format("moeserve_expert_decode_hot_hit_ratio{{layer=\"{}\"}} {}\n", l, decode_hit_ratio(s));

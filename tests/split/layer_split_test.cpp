@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "backend/cpu/expert_backend.h"
 #include "runtime/batch_engine.h"
 #include "runtime/engine_collector.h"
 #include "runtime/generator.h"
@@ -222,6 +223,40 @@ TEST_P(LayerSplitModel, RemoteRangesDecodeExactlyAsUnsplit) {
   }
 }
 
+// Hybrid expert placement over a split: each GPU shard keeps half of its
+// layers' experts and the CPU threads compute the rest (on CPUs alone the
+// same splits, both halves computed by the CPU: their bookkeeping).
+TEST_P(LayerSplitModel, HybridExpertsOverASplitDecodeExactly) {
+  const std::string device = moeserve::testing::test_device();
+  auto whole = runtime::Model::load(model_path(GetParam()), {.n_threads = 2, .device = device});
+  ASSERT_TRUE(whole.is_ok()) << whole.status().to_string();
+  const int64_t n_expert = (*whole)->info().n_expert;
+  if (n_expert == 0) GTEST_SKIP() << GetParam() << " has no experts";
+  const std::vector<int32_t> prompt =
+      (*whole)->tokenizer().encode("def add(a, b):\n    return a + b\n\nclass Foo:\n");
+  const std::vector<int32_t> want = greedy(**whole, prompt, 24);
+  std::vector<std::vector<int32_t>> hot(4);
+  for (auto& layer : hot) {
+    for (int32_t e = 0; e < int32_t(n_expert); e += 2) layer.push_back(e);
+  }
+  std::vector<std::vector<LayerShard>> splits = {{{device, 0, 2}, {device, 2, 4}}};
+  if (device != "cpu") splits.push_back({{device, 0, 3}, {"cpu", 3, 4}});
+  for (const auto& shards : splits) {
+    runtime::ModelLoadOptions lo{.n_threads = 2};
+    lo.layer_shards = shards;
+    lo.split_experts = true;
+    lo.gpu_experts = hot;
+    auto split = runtime::Model::load(model_path(GetParam()), lo);
+    ASSERT_TRUE(split.is_ok()) << split.status().to_string();
+    ASSERT_FALSE((*split)->expert_splits().empty());
+    EXPECT_EQ(greedy(**split, prompt, 24), want) << GetParam() << " hybrid over " << shards.size() << " shards";
+    int64_t host_pairs = 0;
+    for (const auto& sp : (*split)->expert_splits()) host_pairs += sp != nullptr ? int64_t(sp->host_pairs.load()) : 0;
+    EXPECT_GT(host_pairs, 0) << "no expert ran off its shard's device";
+    if (device != "cpu" && shards.back().device == "cpu") EXPECT_EQ((*split)->expert_splits()[3], nullptr);
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Architectures, LayerSplitModel,
                          ::testing::Values("qwen3", "qwen3moe", "qwen35", "qwen35moe", "laguna"));
 
@@ -252,9 +287,11 @@ TEST(LayerSplitModelErrors, ShardsThatDoNotCoverTheModelAreRefused) {
     auto m = runtime::Model::load(model_path("qwen3"), lo);
     EXPECT_FALSE(m.is_ok());
   }
+  // An expert worker with a split: not yet, said so.
+  backend::CpuExpertBackend worker(nullptr);
   runtime::ModelLoadOptions lo{.n_threads = 1};
   lo.layer_shards = {{"cpu", 0, 2}, {"cpu", 2, 4}};
-  lo.split_experts = true;
+  lo.expert_worker = &worker;
   auto m = runtime::Model::load(model_path("qwen3moe"), lo);
   ASSERT_FALSE(m.is_ok());
   EXPECT_NE(m.status().message().find("not supported yet"), std::string::npos) << m.status().message();
