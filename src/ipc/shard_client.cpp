@@ -456,4 +456,32 @@ void ShardClient::supervise() {
   }
 }
 
+std::string prometheus_text(std::span<const ShardClient* const> shards) {
+  if (shards.empty()) return {};
+  std::vector<ShardClientMetrics> m;
+  for (const ShardClient* c : shards) m.push_back(c->metrics());
+  std::string out;
+  auto series = [&](const char* name, const char* type, const char* help, auto value) {
+    out += fmt::format("# HELP moeserve_layer_shard_{0} {1}\n# TYPE moeserve_layer_shard_{0} {2}\n", name, help, type);
+    for (size_t i = 0; i < shards.size(); ++i) {
+      const ShardClientOptions& o = shards[i]->options();
+      out += fmt::format("moeserve_layer_shard_{}{{shard=\"{}\",layers=\"{}:{}\"}} {}\n", name, o.name, o.begin, o.end,
+                         value(m[i]));
+    }
+  };
+  using M = ShardClientMetrics;
+  series("calls_total", "counter", "Calls sent to the layer shard.", [](const M& x) { return double(x.calls); });
+  series("forwards_total", "counter", "Forwards the layer shard ran.", [](const M& x) { return double(x.forwards); });
+  series("payload_bytes_total", "counter", "Bytes moved to and from the layer shard.",
+         [](const M& x) { return double(x.payload_bytes); });
+  series("wait_seconds_total", "counter", "Time spent waiting for the layer shard's answers.",
+         [](const M& x) { return double(x.wait_ns) * 1e-9; });
+  series("failures_total", "counter", "Times the layer shard was lost (death, timeout, bad answer).",
+         [](const M& x) { return double(x.failures); });
+  series("restarts_total", "counter", "Times the layer shard came back after a failure.",
+         [](const M& x) { return double(x.restarts); });
+  series("up", "gauge", "1 while the layer shard is connected.", [](const M& x) { return x.connected ? 1.0 : 0.0; });
+  return out;
+}
+
 }  // namespace moeserve::ipc

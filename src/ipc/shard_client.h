@@ -123,6 +123,11 @@ struct ShardClientMetrics {
   int pid = -1;
 };
 
+class ShardClient;
+// The shards' metrics as Prometheus series (moeserve_layer_shard_*, one
+// line per shard, labelled with its name and layers), for /metrics.
+std::string prometheus_text(std::span<const ShardClient* const> shards);
+
 class ShardClient final : public backend::RemoteLayers {
  public:
   // Starts (or reaches) the shard and connects: an error (nothing starts)
@@ -145,6 +150,7 @@ class ShardClient final : public backend::RemoteLayers {
   Status accept_tree(uint64_t cache, int64_t used, std::span<const int32_t> path) override;
 
   ShardClientMetrics metrics() const;
+  const ShardClientOptions& options() const { return options_; }
   // Tests: the spawned shard's pid (-1: none), and waiting for it to be back.
   int pid() const;
   bool wait_connected(std::chrono::milliseconds timeout) const;

@@ -54,6 +54,9 @@ test('a killed shard fails requests with 503 and comes back', async () => {
   } while (again.status !== 200 && Date.now() < deadline);
   assert.equal(again.status, 200, `the shard did not come back: ${again.text.slice(0, 500)}`);
   assert.equal(again.json.choices[0].message.content, want);
+  const metrics = await (await fetch(`${srv.baseURL}/metrics`)).text();
+  assert.match(metrics, /moeserve_layer_shard_restarts_total\{shard="proc:cpu",layers="2:4"\} [1-9]/);
+  assert.match(metrics, /moeserve_layer_shard_up\{shard="proc:cpu",layers="2:4"\} 1/);
   const health = await fetch(`${srv.baseURL}/health`);
   assert.equal(health.status, 200);
   assert.equal(srv.exitStatus(), null);

@@ -202,8 +202,12 @@ Status run_serve(ServeCliOptions o) {
   sc.special_tokens_in_content = server::special_tokens_policy_from_name(o.special_tokens_in_content)
                                      .value_or(server::SpecialTokensInContent::kText);
   sc.chat_template = std::move(chat_template);
-  if (ipc::WorkerExpertBackend* w = worker->get(); w != nullptr) {
-    sc.extra_metrics = [w] { return ipc::prometheus_text(w->metrics()); };
+  std::vector<const ipc::ShardClient*> shards;
+  for (const auto& c : shard_processes.shards) shards.push_back(c.get());
+  if (ipc::WorkerExpertBackend* w = worker->get(); w != nullptr || !shards.empty()) {
+    sc.extra_metrics = [w, shards] {
+      return (w != nullptr ? ipc::prometheus_text(w->metrics()) : std::string()) + ipc::prometheus_text(shards);
+    };
   }
   auto service = std::make_unique<server::ApiService>(**model, *engine, sc);
   http.set_service(service.get());
