@@ -4,43 +4,17 @@
 #include <cstring>
 
 #include "core/half.h"
+#include "ipc/wire.h"
 #include "kernels/cpu/cpu_kernels.h"
 
 namespace moeserve::ipc {
 namespace {
 
-// Little-endian fields, whatever the host's order.
-void put_u8(std::vector<uint8_t>& out, uint8_t v) { out.push_back(v); }
-void put_u16(std::vector<uint8_t>& out, uint16_t v) {
-  for (int i = 0; i < 2; ++i) out.push_back(uint8_t(v >> (8 * i)));
-}
-void put_u32(std::vector<uint8_t>& out, uint32_t v) {
-  for (int i = 0; i < 4; ++i) out.push_back(uint8_t(v >> (8 * i)));
-}
-void put_u64(std::vector<uint8_t>& out, uint64_t v) {
-  for (int i = 0; i < 8; ++i) out.push_back(uint8_t(v >> (8 * i)));
-}
-
-// Reads fields in order from a span whose size the caller checked.
-class Reader {
- public:
-  explicit Reader(std::span<const uint8_t> b) : b_(b) {}
-  uint8_t u8() { return b_[at_++]; }
-  uint16_t u16() { return uint16_t(get(2)); }
-  uint32_t u32() { return uint32_t(get(4)); }
-  uint64_t u64() { return get(8); }
-  size_t at() const { return at_; }
-
- private:
-  uint64_t get(int n) {
-    uint64_t v = 0;
-    for (int i = 0; i < n; ++i) v |= uint64_t(b_[at_ + size_t(i)]) << (8 * i);
-    at_ += size_t(n);
-    return v;
-  }
-  std::span<const uint8_t> b_;
-  size_t at_ = 0;
-};
+using wire::put_u16;
+using wire::put_u32;
+using wire::put_u64;
+using wire::put_u8;
+using wire::Reader;
 
 bool known_type(uint16_t t) { return t >= uint16_t(FrameType::kHello) && t <= uint16_t(FrameType::kShardReply); }
 

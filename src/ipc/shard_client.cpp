@@ -202,22 +202,10 @@ Result<std::unique_ptr<ShardConnection>> ShardClient::bring_up() {
     ::unlink(options_.socket_path.c_str());  // a killed shard's socket
     MOESERVE_ASSIGN_OR_RETURN(WorkerProcess p, WorkerProcess::spawn(options_.exe, args));
     // Its socket appears before it loads its layers; the handshake waits for the load.
-    const auto deadline = Clock::now() + options_.start_timeout;
-    struct stat st {};
-    while (::stat(options_.socket_path.c_str(), &st) != 0) {
-      std::string how;
-      if (p.exited(&how)) {
-        return make_error(StatusCode::kUnavailable,
-                          "the shard process {} during start-up (its error is above; `moeserve shard -m {} "
-                          "--layers {}:{} --listen unix:PATH` shows it alone)",
-                          how, options_.model_path, options_.begin, options_.end);
-      }
-      if (stop_) return make_error(StatusCode::kCancelled, "shutting down");
-      if (Clock::now() >= deadline)
-        return make_error(StatusCode::kUnavailable, "the shard did not listen within {} s",
-                          options_.start_timeout.count() / 1000);
-      std::this_thread::sleep_for(std::chrono::milliseconds(5));
-    }
+    MOESERVE_RETURN_IF_ERROR(wait_for_socket(
+        p, options_.socket_path, options_.start_timeout, stop_, "the shard process",
+        fmt::format("moeserve shard -m {} --layers {}:{} --listen unix:PATH", options_.model_path, options_.begin,
+                    options_.end)));
     {
       std::lock_guard lock(mu_);
       process_ = std::move(p);

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cstring>
 
+#include "ipc/wire.h"
+
 namespace moeserve::ipc {
 namespace {
 
@@ -10,51 +12,11 @@ namespace {
 // leaves room for a reply's framing).
 constexpr uint64_t kMaxShardBody = (uint64_t(1) << 31) - 4096;
 
-void put(std::vector<uint8_t>& out, uint64_t v, int bytes) {
-  for (int i = 0; i < bytes; ++i) out.push_back(uint8_t(v >> (8 * i)));
-}
-void put_u32(std::vector<uint8_t>& out, uint32_t v) { put(out, v, 4); }
-void put_u64(std::vector<uint8_t>& out, uint64_t v) { put(out, v, 8); }
-void put_i64(std::vector<uint8_t>& out, int64_t v) { put(out, uint64_t(v), 8); }
-
-// Reads little-endian fields; reading past the end sets failed() and
-// yields zeros, so a decoder checks once at the end of each part.
-class Reader {
- public:
-  explicit Reader(std::span<const uint8_t> b) : b_(b) {}
-  uint32_t u32() { return uint32_t(get(4)); }
-  uint64_t u64() { return get(8); }
-  int64_t i64() { return int64_t(get(8)); }
-  int32_t i32() { return int32_t(uint32_t(get(4))); }
-  std::span<const uint8_t> bytes(uint64_t n) {
-    if (n > b_.size() - at_) {
-      failed_ = true;
-      at_ = b_.size();
-      return {};
-    }
-    const std::span<const uint8_t> s = b_.subspan(at_, size_t(n));
-    at_ += size_t(n);
-    return s;
-  }
-  bool failed() const { return failed_; }
-  size_t left() const { return b_.size() - at_; }
-
- private:
-  uint64_t get(int n) {
-    if (size_t(n) > b_.size() - at_) {
-      failed_ = true;
-      at_ = b_.size();
-      return 0;
-    }
-    uint64_t v = 0;
-    for (int i = 0; i < n; ++i) v |= uint64_t(b_[at_ + size_t(i)]) << (8 * i);
-    at_ += size_t(n);
-    return v;
-  }
-  std::span<const uint8_t> b_;
-  size_t at_ = 0;
-  bool failed_ = false;
-};
+using wire::put;
+using wire::put_i64;
+using wire::put_u32;
+using wire::put_u64;
+using wire::Reader;
 
 Status bad(std::string_view what) { return make_error(StatusCode::kInvalidFormat, "shard call: {}", what); }
 

@@ -153,24 +153,9 @@ Result<std::unique_ptr<WorkerClient>> WorkerExpertBackend::bring_up() {
     ::unlink(options_.socket_path.c_str());  // a killed worker's socket
     MOESERVE_ASSIGN_OR_RETURN(WorkerProcess p, WorkerProcess::spawn(options_.exe, args));
     // Its socket appears before it loads its experts; the handshake waits for the load.
-    const auto deadline = Clock::now() + options_.start_timeout;
-    struct stat st {};
-    while (::stat(options_.socket_path.c_str(), &st) != 0) {
-      std::string how;
-      if (p.exited(&how)) {
-        return make_error(
-            StatusCode::kUnavailable,
-            "the expert worker {} during start-up (its error is above; `moeserve worker --experts -m "
-            "{}` shows it alone)",
-            how, options_.model_path);
-      }
-      if (stop_) return make_error(StatusCode::kCancelled, "shutting down");
-      if (Clock::now() >= deadline) {
-        return make_error(StatusCode::kUnavailable, "the expert worker did not listen within {} s",
-                          options_.start_timeout.count() / 1000);
-      }
-      std::this_thread::sleep_for(std::chrono::milliseconds(5));
-    }
+    MOESERVE_RETURN_IF_ERROR(wait_for_socket(p, options_.socket_path, options_.start_timeout, stop_,
+                                             "the expert worker",
+                                             "moeserve worker --experts -m " + options_.model_path));
     {
       std::lock_guard<std::mutex> lock(mu_);
       process_ = std::move(p);

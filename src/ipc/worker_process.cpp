@@ -3,11 +3,13 @@
 #include <signal.h>
 #include <sys/prctl.h>
 #include <sys/wait.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
+#include <thread>
 
 namespace moeserve::ipc {
 
@@ -70,6 +72,24 @@ void WorkerProcess::kill() {
   while (::waitpid(pid_, &status, 0) < 0 && errno == EINTR) {
   }
   pid_ = -1;
+}
+
+Status wait_for_socket(WorkerProcess& process, const std::string& path, std::chrono::milliseconds timeout,
+                       const std::atomic<bool>& stop, std::string_view what, std::string_view try_alone) {
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  struct stat st {};
+  while (::stat(path.c_str(), &st) != 0) {
+    std::string how;
+    if (process.exited(&how)) {
+      return make_error(StatusCode::kUnavailable, "{} {} during start-up (its error is above; `{}` shows it alone)",
+                        what, how, try_alone);
+    }
+    if (stop) return make_error(StatusCode::kCancelled, "shutting down");
+    if (std::chrono::steady_clock::now() >= deadline)
+      return make_error(StatusCode::kUnavailable, "{} did not listen within {} s", what, timeout.count() / 1000);
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  return Status::ok();
 }
 
 Result<std::string> self_executable() {

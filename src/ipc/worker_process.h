@@ -6,7 +6,10 @@
 
 #include <sys/types.h>
 
+#include <atomic>
+#include <chrono>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "core/status.h"
@@ -34,6 +37,13 @@ class WorkerProcess {
  private:
   pid_t pid_ = -1;
 };
+
+// Waits until a just-spawned process's socket file exists (it listens
+// before its long load). kUnavailable when the process exits first (with
+// `what` and how it ended: "the shard process exited with status 1") or
+// after `timeout`; kCancelled when `stop` becomes true.
+Status wait_for_socket(WorkerProcess& process, const std::string& path, std::chrono::milliseconds timeout,
+                       const std::atomic<bool>& stop, std::string_view what, std::string_view try_alone);
 
 // This executable's path (/proc/self/exe), to spawn workers from the CLI.
 Result<std::string> self_executable();

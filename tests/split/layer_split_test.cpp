@@ -119,6 +119,32 @@ std::vector<int32_t> greedy(runtime::Model& m, const std::vector<int32_t>& promp
   return r.is_ok() ? r->tokens : std::vector<int32_t>{};
 }
 
+// The engine, two requests at once and a repeated prompt (its prefix comes
+// from the prefix cache, the KV of every shard restored): each gives `want`.
+void expect_engine_output(runtime::Model& m, const std::vector<int32_t>& prompt, const std::vector<int32_t>& want,
+                          const std::string& where) {
+  runtime::EngineOptions eo;
+  eo.n_slots = 2;
+  eo.n_ctx = 256;
+  eo.n_batch = 16;
+  runtime::BatchEngine engine(m, eo);
+  for (int round = 0; round < 2; ++round) {
+    std::vector<std::unique_ptr<moeserve::testing::Collector>> cs;
+    for (int i = 0; i < 2; ++i) {
+      cs.push_back(std::make_unique<moeserve::testing::Collector>());
+      runtime::EngineRequest r = moeserve::testing::greedy_request(prompt, 24);
+      r.stop_at_eos = false;
+      cs.back()->attach(r);
+      ASSERT_TRUE(engine.submit(std::move(r)).is_ok());
+    }
+    for (auto& c : cs) {
+      c->wait();
+      ASSERT_TRUE(c->status.is_ok()) << c->status.to_string();
+      EXPECT_EQ(c->tokens, want) << where << " engine round " << round;
+    }
+  }
+}
+
 // Splits of a 4-layer model over the test device (and the CPU beside a GPU).
 std::vector<std::vector<LayerShard>> splits_for(const std::string& device) {
   std::vector<std::vector<LayerShard>> out = {{{device, 0, 2}, {device, 2, 4}},
@@ -147,28 +173,7 @@ TEST_P(LayerSplitModel, DecodesExactlyAsUnsplit) {
     ASSERT_TRUE(split.is_ok()) << split.status().to_string();
     EXPECT_EQ((*split)->devices().size(), shards.size());
     EXPECT_EQ(greedy(**split, prompt, 24), want) << GetParam() << " over " << shards.size() << " shards";
-    // The engine, two requests at once and a repeated prompt (its prefix
-    // comes from the prefix cache, the KV of every shard restored).
-    runtime::EngineOptions eo;
-    eo.n_slots = 2;
-    eo.n_ctx = 256;
-    eo.n_batch = 16;
-    runtime::BatchEngine engine(**split, eo);
-    for (int round = 0; round < 2; ++round) {
-      std::vector<std::unique_ptr<moeserve::testing::Collector>> cs;
-      for (int i = 0; i < 2; ++i) {
-        cs.push_back(std::make_unique<moeserve::testing::Collector>());
-        runtime::EngineRequest r = moeserve::testing::greedy_request(prompt, 24);
-        r.stop_at_eos = false;
-        cs.back()->attach(r);
-        ASSERT_TRUE(engine.submit(std::move(r)).is_ok());
-      }
-      for (auto& c : cs) {
-        c->wait();
-        ASSERT_TRUE(c->status.is_ok()) << c->status.to_string();
-        EXPECT_EQ(c->tokens, want) << GetParam() << " engine round " << round;
-      }
-    }
+    expect_engine_output(**split, prompt, want, fmt::format("{} over {} shards", GetParam(), shards.size()));
   }
 }
 
@@ -200,26 +205,7 @@ TEST_P(LayerSplitModel, RemoteRangesDecodeExactlyAsUnsplit) {
     EXPECT_EQ(greedy(**split, prompt, 24), want) << where;
     EXPECT_EQ(host.open_caches(), 0) << where << ": the generator's cache was not closed";
     EXPECT_GE(host.forwards(), 24) << where;
-    runtime::EngineOptions eo;
-    eo.n_slots = 2;
-    eo.n_ctx = 256;
-    eo.n_batch = 16;
-    runtime::BatchEngine engine(**split, eo);
-    for (int round = 0; round < 2; ++round) {
-      std::vector<std::unique_ptr<moeserve::testing::Collector>> cs;
-      for (int i = 0; i < 2; ++i) {
-        cs.push_back(std::make_unique<moeserve::testing::Collector>());
-        runtime::EngineRequest r = moeserve::testing::greedy_request(prompt, 24);
-        r.stop_at_eos = false;
-        cs.back()->attach(r);
-        ASSERT_TRUE(engine.submit(std::move(r)).is_ok());
-      }
-      for (auto& c2 : cs) {
-        c2->wait();
-        ASSERT_TRUE(c2->status.is_ok()) << c2->status.to_string();
-        EXPECT_EQ(c2->tokens, want) << where << " engine round " << round;
-      }
-    }
+    expect_engine_output(**split, prompt, want, where);
   }
 }
 
