@@ -57,6 +57,11 @@ case "${1:-start}" in
     # then the split and shard tests again (the hybrid test on the GPU).
     scripts/device/build.sh build-gpu 90a moeserve test_split test_ipc > "$out/build.log" 2>&1 \
       || { grep -E 'error|FAILED' -A3 "$out/build.log" | head -40; exit 1; }
+    if [ ! -f "$m30.done" ] && ! pgrep -f moeserve-mm >/dev/null; then
+      cp "$bin" /tmp/moeserve-mm
+      setsid nohup sh -c "/tmp/moeserve-mm make-model --arch qwen3moe --preset 30b-a3b --type q4_k_m --quick-quant \
+        --router-skew 0 -o $m30 && touch $m30.done" > /tmp/make30.log 2>&1 < /dev/null &
+    fi
     run_test split build-gpu/tests/split/test_split
     run_test ipc build-gpu/tests/ipc/test_ipc 'Shard*:*ShardProcess*'
     for i in $(seq 1 100); do [ -f "$m30.done" ] && break; sleep 5; done
