@@ -26,6 +26,14 @@ for spec in cpu,cpu cpu=0:1,cpu=1:3,cpu=3:4 cpu=3,cpu=1 cpu,proc:cpu proc:cpu=0:
     2> "$work/split.err" || fail "--layer-split $spec: $(tail -3 "$work/split.err")"
   cmp -s "$work/plain.out" "$work/split.out" || fail "--layer-split $spec changed the output"
 done
+# Speculative decoding through a shard process: draft trees verified there
+# (its K/V rows moved and recurrent states kept per node), the plain text.
+for spec in cpu,proc:cpu proc:cpu,cpu; do
+  "$moeserve" generate -m "$model" -p "$prompt$prompt" -n 32 --temp 0 --device cpu > "$work/plain2.out" 2> /dev/null
+  "$moeserve" generate -m "$model" -p "$prompt$prompt" -n 32 --temp 0 --layer-split "$spec" --spec ngram \
+    --spec-tree 8 > "$work/spec.out" 2> "$work/spec.err" || fail "--layer-split $spec --spec ngram: $(tail -3 "$work/spec.err")"
+  cmp -s "$work/plain2.out" "$work/spec.out" || fail "--layer-split $spec --spec ngram --spec-tree 8 changed the output"
+done
 "$moeserve" inspect --layer-split cpu=0:3,cpu=3:4 "$model" > "$work/inspect.out" 2>&1 || fail "inspect --layer-split"
 expect_in "$work/inspect.out" "shard 0: cpu"
 expect_in "$work/inspect.out" "layers   3:4"

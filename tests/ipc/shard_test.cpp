@@ -271,6 +271,23 @@ TEST_P(ShardProcess, DecodesExactlyAsUnsplit) {
     ASSERT_NE(split, nullptr);
     EXPECT_EQ(greedy(*split, prompt, 20), want) << arch << " shard " << b << ":" << e;
     EXPECT_GT((*client)->metrics().forwards, 0u);
+    // The engine: the same prompt twice, the second a prefix-cache hit whose
+    // K/V rows and states come back into the shard.
+    runtime::EngineOptions eo;
+    eo.n_slots = 2;
+    eo.n_ctx = 256;
+    eo.n_batch = 16;
+    runtime::BatchEngine engine(*split, eo);
+    for (int round = 0; round < 2; ++round) {
+      moeserve::testing::Collector c;
+      runtime::EngineRequest r = moeserve::testing::greedy_request(prompt, 20);
+      r.stop_at_eos = false;
+      c.attach(r);
+      ASSERT_TRUE(engine.submit(std::move(r)).is_ok());
+      c.wait();
+      ASSERT_TRUE(c.status.is_ok()) << c.status.to_string();
+      EXPECT_EQ(c.tokens, want) << arch << " shard " << b << ":" << e << " engine round " << round;
+    }
   }
 }
 
