@@ -300,6 +300,10 @@ Status ShardClient::forward(const backend::RemoteForward& f) {
   std::lock_guard lock(mu_);
   for (const backend::RemoteSlice& s : f.slices) MOESERVE_RETURN_IF_ERROR(usable(s.cache));
   MOESERVE_RETURN_IF_ERROR(usable(0));
+  if (f.tokens.size() > conn_->limits().max_rows) {
+    return make_error(StatusCode::kOutOfRange, "{}: a forward of {} rows; the shard takes at most {} (a smaller "
+                      "--batch-size)", name(), f.tokens.size(), conn_->limits().max_rows);
+  }
   std::vector<uint8_t> head;
   encode_forward(f, head);
   const size_t T = f.tokens.size(), H = size_t(shape_.n_embd), R = f.logit_rows.size();

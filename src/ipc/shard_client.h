@@ -107,7 +107,7 @@ struct ShardClientOptions {
   // with the first welcome; a restarted shard must give the same.
   uint64_t model_fingerprint = 0;
   int64_t n_layer = 0;
-  uint32_t max_rows = 8192, max_capacity = 1u << 20, max_caches = 4096;
+  uint32_t max_rows = 1u << 16, max_capacity = 1u << 20, max_caches = 4096;  // asked; the shard may grant less
   std::chrono::milliseconds timeout{600000};        // one call (a long prefill chunk on a slow CPU)
   std::chrono::milliseconds attach_timeout{10000};  // reaching a shard started by hand
   std::chrono::milliseconds start_timeout{300000};  // a spawned shard's load
