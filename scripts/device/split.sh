@@ -5,6 +5,7 @@
 #   scripts/device/split.sh bench   # wait for the file, then the CPU alone, unsplit vs cuda:0,cuda:0 vs
 #                                   # cuda:0+cpu (36:12) vs cuda:0+proc:cpu (36:12): pp512, pp4096, tg128
 #   scripts/device/split.sh hybrid  # rebuild, split + shard tests, then --n-cpu-moe 24 unsplit vs cuda:0,cuda:0
+#   scripts/device/split.sh proc_gpu # shard processes on the GPU (proc:cuda:0): the unsplit text, a tiny bench
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 export LD_LIBRARY_PATH=/tmp/devroot/usr/lib/x86_64-linux-gnu:${LD_LIBRARY_PATH:-}
@@ -71,4 +72,18 @@ case "${1:-start}" in
       $bin bench -m $m30 -p 512 -n 128 -r ${REPS:-2} $split --n-cpu-moe 24 2>&1 \
         | tee "$out/bench30_hybrid_${split//[ :=,]/_}.txt" | grep -E '\| pp[0-9]+|\| tg128|error'
     done;;
+  proc_gpu)
+    # Shard processes on the GPU (proc:cuda:0) beside this process's GPU layers: the unsplit text.
+    scripts/device/build.sh build-gpu 90a moeserve > "$out/build.log" 2>&1 \
+      || { grep -E 'error|FAILED' -A3 "$out/build.log" | head -40; exit 1; }
+    for arch in qwen3moe qwen35moe laguna; do
+      m=tests/data/models/$arch-tiny.bf16.gguf
+      want=$($bin generate -m $m -p 'def add(a, b):' -n 32 --temp 0 --device cuda 2>/dev/null | md5sum)
+      for split in cuda:0=0:2,proc:cuda:0=2:4 proc:cuda:0=0:2,cuda:0=2:4 proc:cuda:0=0:1,cpu=1:3,proc:cuda:0=3:4; do
+        got=$($bin generate -m $m -p 'def add(a, b):' -n 32 --temp 0 --layer-split $split 2>"$out/err_$arch.txt" | md5sum)
+        [ "$got" = "$want" ] && echo "$arch $split: same text" || { echo "$arch $split: DIFFERENT"; tail -3 "$out/err_$arch.txt"; }
+      done
+    done
+    $bin bench -m tests/data/models/qwen3moe-tiny.bf16.gguf -p 64 -n 128 -r 3 --layer-split cuda:0=0:2,proc:cuda:0=2:4 \
+      2>&1 | grep -E '\| pp64|\| tg128|error';;
 esac
