@@ -249,14 +249,25 @@ Status ShardClient::check_welcome(const ShardWelcome& w) const {
   return Status::ok();
 }
 
-Status ShardClient::usable(uint64_t cache) const {
+Status ShardClient::usable(std::unique_lock<std::mutex>& lock, std::span<const uint64_t> caches) {
+  for (uint64_t cache : caches) {
+    if (lost_.count(cache) != 0) {
+      return make_error(StatusCode::kUnavailable,
+                        "{} was restarted: this sequence's state there is gone (a new request starts over)", name());
+    }
+  }
+  // A shard being restarted: the work of live sequences waits for it (a
+  // request admitted meanwhile is not lost), up to the start-up timeout.
+  if (conn_ == nullptr && !options_.fatal) {
+    changed_.wait_for(lock, options_.start_timeout, [&] { return stop_.load() || conn_ != nullptr; });
+  }
   if (conn_ == nullptr) {
     return make_error(StatusCode::kUnavailable, "{} is not running ({}); it is being restarted", name(),
                       down_why_.message());
   }
-  if (cache != 0 && lost_.count(cache) != 0) {
-    return make_error(StatusCode::kUnavailable,
-                      "{} was restarted: this sequence's state there is gone (a new request starts over)", name());
+  for (uint64_t cache : caches) {  // (lost while this call waited)
+    if (lost_.count(cache) != 0)
+      return make_error(StatusCode::kUnavailable, "{} was restarted: this sequence's state there is gone", name());
   }
   return Status::ok();
 }
@@ -297,9 +308,10 @@ Status ShardClient::call(ShardOp op, uint64_t cache, int64_t a, int64_t b,
 }
 
 Status ShardClient::forward(const backend::RemoteForward& f) {
-  std::lock_guard lock(mu_);
-  for (const backend::RemoteSlice& s : f.slices) MOESERVE_RETURN_IF_ERROR(usable(s.cache));
-  MOESERVE_RETURN_IF_ERROR(usable(0));
+  std::unique_lock lock(mu_);
+  std::vector<uint64_t> caches;
+  for (const backend::RemoteSlice& s : f.slices) caches.push_back(s.cache);
+  MOESERVE_RETURN_IF_ERROR(usable(lock, caches));
   if (f.tokens.size() > conn_->limits().max_rows) {
     return make_error(StatusCode::kOutOfRange, "{}: a forward of {} rows; the shard takes at most {} (a smaller "
                       "--batch-size)", name(), f.tokens.size(), conn_->limits().max_rows);
@@ -348,48 +360,54 @@ Status ShardClient::truncate(uint64_t cache, int64_t used, int64_t pos) {
     used = 0;
   }
   if (conn_ == nullptr) return Status::ok();  // reopened empty when the shard is back
-  return call(ShardOp::kTruncate, cache, used, pos, {}, {});
+  Status st = call(ShardOp::kTruncate, cache, used, pos, {}, {});
+  // Lost now: to 0 it is what the restarted shard's empty cache will be.
+  if (!st.is_ok() && conn_ == nullptr && pos == 0) {
+    lost_.erase(cache);
+    return Status::ok();
+  }
+  return st;
 }
 
 Status ShardClient::read_rows(uint64_t cache, int64_t layer, int64_t n, uint16_t* k, uint16_t* v) {
-  std::lock_guard lock(mu_);
-  MOESERVE_RETURN_IF_ERROR(usable(cache));
+  std::unique_lock lock(mu_);
+  MOESERVE_RETURN_IF_ERROR(usable(lock, {&cache, 1}));
   const size_t count = size_t(n * shape_.kv_dim);
   const std::span<uint8_t> reply[] = {bytes_of(k, count), bytes_of(v, count)};
   return call(ShardOp::kReadRows, cache, layer, n, {}, reply);
 }
 
 Status ShardClient::write_rows(uint64_t cache, int64_t layer, int64_t n, const uint16_t* k, const uint16_t* v) {
-  std::lock_guard lock(mu_);
-  MOESERVE_RETURN_IF_ERROR(usable(cache));
+  std::unique_lock lock(mu_);
+  MOESERVE_RETURN_IF_ERROR(usable(lock, {&cache, 1}));
   const size_t count = size_t(n * shape_.kv_dim);
   const std::span<const uint8_t> payload[] = {bytes_of(k, count), bytes_of(v, count)};
   return call(ShardOp::kWriteRows, cache, layer, n, payload, {});
 }
 
 Status ShardClient::read_states(uint64_t cache, float* states) {
-  std::lock_guard lock(mu_);
-  MOESERVE_RETURN_IF_ERROR(usable(cache));
+  std::unique_lock lock(mu_);
+  MOESERVE_RETURN_IF_ERROR(usable(lock, {&cache, 1}));
   const std::span<uint8_t> reply[] = {bytes_of(states, size_t(shape_.state_floats))};
   return call(ShardOp::kReadStates, cache, 0, 0, {}, reply);
 }
 
 Status ShardClient::write_states(uint64_t cache, const float* states) {
-  std::lock_guard lock(mu_);
-  MOESERVE_RETURN_IF_ERROR(usable(cache));
+  std::unique_lock lock(mu_);
+  MOESERVE_RETURN_IF_ERROR(usable(lock, {&cache, 1}));
   const std::span<const uint8_t> payload[] = {bytes_of(states, size_t(shape_.state_floats))};
   return call(ShardOp::kWriteStates, cache, 0, 0, payload, {});
 }
 
 Status ShardClient::reserve_tree_nodes(uint64_t cache, int64_t n) {
-  std::lock_guard lock(mu_);
-  MOESERVE_RETURN_IF_ERROR(usable(cache));
+  std::unique_lock lock(mu_);
+  MOESERVE_RETURN_IF_ERROR(usable(lock, {&cache, 1}));
   return call(ShardOp::kReserveTree, cache, n, 0, {}, {});
 }
 
 Status ShardClient::accept_tree(uint64_t cache, int64_t used, std::span<const int32_t> path) {
-  std::lock_guard lock(mu_);
-  MOESERVE_RETURN_IF_ERROR(usable(cache));
+  std::unique_lock lock(mu_);
+  MOESERVE_RETURN_IF_ERROR(usable(lock, {&cache, 1}));
   const std::span<const uint8_t> payload[] = {bytes_of(path.data(), path.size())};
   return call(ShardOp::kAcceptTree, cache, used, int64_t(path.size()), payload, {});
 }

@@ -162,7 +162,8 @@ class ShardClient final : public backend::RemoteLayers {
   // One call under the lock; a transport failure loses the shard.
   Status call(ShardOp op, uint64_t cache, int64_t a, int64_t b, std::span<const std::span<const uint8_t>> payload,
               std::span<const std::span<uint8_t>> reply);
-  Status usable(uint64_t cache) const;  // kUnavailable while down or for a lost cache
+  // kUnavailable for a lost cache; while the shard restarts, waits for it.
+  Status usable(std::unique_lock<std::mutex>& lock, std::span<const uint64_t> caches);
   void lose(const Status& why);
   void supervise();
 
