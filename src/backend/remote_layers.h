@@ -62,7 +62,8 @@ class RemoteLayers {
   virtual Status truncate(uint64_t cache, int64_t used, int64_t pos) = 0;
   // Attention layer `layer`'s rows [0, n) (f16 K and V, [n][kv_dim] each).
   virtual Status read_rows(uint64_t cache, int64_t layer, int64_t n, uint16_t* k, uint16_t* v) = 0;
-  virtual Status write_rows(uint64_t cache, int64_t layer, int64_t n, const uint16_t* k, const uint16_t* v) = 0;
+  virtual Status write_rows(uint64_t cache, int64_t layer, int64_t n, const uint16_t* k,
+                            const uint16_t* v) = 0;
   // The range's recurrent states in layer order (state_floats() floats).
   virtual Status read_states(uint64_t cache, float* states) = 0;
   virtual Status write_states(uint64_t cache, const float* states) = 0;

@@ -16,7 +16,9 @@ using wire::put_u64;
 using wire::put_u8;
 using wire::Reader;
 
-bool known_type(uint16_t t) { return t >= uint16_t(FrameType::kHello) && t <= uint16_t(FrameType::kShardReply); }
+bool known_type(uint16_t t) {
+  return t >= uint16_t(FrameType::kHello) && t <= uint16_t(FrameType::kShardReply);
+}
 
 Result<PayloadType> payload_type_of(uint8_t v, uint32_t allowed, std::string_view what) {
   if (v > uint8_t(PayloadType::kBF16)) {
@@ -187,8 +189,7 @@ Result<FrameHeader> decode_header(std::span<const uint8_t> bytes, uint64_t max_b
   Reader r(bytes);
   const uint32_t magic = r.u32();
   if (magic != kMagic) {
-    return make_error(StatusCode::kInvalidFormat, "not a moeserve IPC frame (magic {:#010x})",
-                      magic);
+    return make_error(StatusCode::kInvalidFormat, "not a moeserve IPC frame (magic {:#010x})", magic);
   }
   FrameHeader h;
   h.version = r.u16();

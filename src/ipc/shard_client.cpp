@@ -1,9 +1,8 @@
 #include "ipc/shard_client.h"
 
+#include <fmt/format.h>
 #include <sys/stat.h>
 #include <unistd.h>
-
-#include <fmt/format.h>
 
 #include "core/log.h"
 
@@ -48,7 +47,8 @@ class SocketStream final : public ShardStream {
 
 Result<std::unique_ptr<ShardConnection>> ShardConnection::connect(const Options& o) {
   MOESERVE_ASSIGN_OR_RETURN(Socket socket, connect_unix(o.socket_path, deadline_in(o.connect_timeout)));
-  return handshake(std::make_unique<SocketStream>(std::move(socket)), o.hello, deadline_in(o.handshake_timeout));
+  return handshake(std::make_unique<SocketStream>(std::move(socket)), o.hello,
+                   deadline_in(o.handshake_timeout));
 }
 
 Result<std::unique_ptr<ShardConnection>> ShardConnection::handshake(std::unique_ptr<ShardStream> stream,
@@ -69,7 +69,8 @@ Result<std::unique_ptr<ShardConnection>> ShardConnection::handshake(std::unique_
     return make_error(StatusCode::kInvalidArgument, "the shard refused the connection: {}", e.message);
   }
   if (h.type != FrameType::kShardWelcome)
-    return make_error(StatusCode::kInvalidFormat, "the shard answered a hello with a {} frame", frame_type_name(h.type));
+    return make_error(StatusCode::kInvalidFormat, "the shard answered a hello with a {} frame",
+                      frame_type_name(h.type));
   MOESERVE_ASSIGN_OR_RETURN(c->welcome_, decode_shard_welcome(c->body_));
   const ShardWelcome& w = c->welcome_;
   if (w.max_rows > hello.max_rows || w.max_capacity > hello.max_capacity)
@@ -92,7 +93,8 @@ Status ShardConnection::read_answer(uint64_t seq, std::span<const std::span<uint
   if (Status st = stream_->read_exact(header, deadline); !st.is_ok()) return fail(st);
   Result<FrameHeader> h = decode_header(header, limits_.max_body());
   if (!h.is_ok()) return fail(h.status());
-  if (h->seq != seq) return fail(make_error(StatusCode::kInvalidFormat, "an answer to call {}, not {}", h->seq, seq));
+  if (h->seq != seq)
+    return fail(make_error(StatusCode::kInvalidFormat, "an answer to call {}, not {}", h->seq, seq));
   if (h->type == FrameType::kError) {
     body_.resize(h->body_bytes);
     if (Status st = stream_->read_exact(body_, deadline); !st.is_ok()) return fail(st);
@@ -187,25 +189,32 @@ Result<std::unique_ptr<ShardConnection>> ShardClient::bring_up() {
   if (options_.open_stream) {
     // An MPI rank: it answers the hello once its layers are loaded.
     MOESERVE_ASSIGN_OR_RETURN(std::unique_ptr<ShardStream> stream, options_.open_stream());
-    MOESERVE_ASSIGN_OR_RETURN(std::unique_ptr<ShardConnection> c,
-                              ShardConnection::handshake(std::move(stream), hello, deadline_in(options_.start_timeout)));
+    MOESERVE_ASSIGN_OR_RETURN(
+        std::unique_ptr<ShardConnection> c,
+        ShardConnection::handshake(std::move(stream), hello, deadline_in(options_.start_timeout)));
     MOESERVE_RETURN_IF_ERROR(check_welcome(c->welcome()));
     return c;
   }
   if (options_.spawn) {
-    std::vector<std::string> args = {"shard",    "-m",       options_.model_path,
-                                     "--layers", fmt::format("{}:{}", options_.begin, options_.end),
-                                     "--device", options_.device,
-                                     "--listen", "unix:" + options_.socket_path,
-                                     "--threads", std::to_string(options_.threads)};
+    std::vector<std::string> args = {"shard",
+                                     "-m",
+                                     options_.model_path,
+                                     "--layers",
+                                     fmt::format("{}:{}", options_.begin, options_.end),
+                                     "--device",
+                                     options_.device,
+                                     "--listen",
+                                     "unix:" + options_.socket_path,
+                                     "--threads",
+                                     std::to_string(options_.threads)};
     args.insert(args.end(), options_.extra_args.begin(), options_.extra_args.end());
     ::unlink(options_.socket_path.c_str());  // a killed shard's socket
     MOESERVE_ASSIGN_OR_RETURN(WorkerProcess p, WorkerProcess::spawn(options_.exe, args));
     // Its socket appears before it loads its layers; the handshake waits for the load.
-    MOESERVE_RETURN_IF_ERROR(wait_for_socket(
-        p, options_.socket_path, options_.start_timeout, stop_, "the shard process",
-        fmt::format("moeserve shard -m {} --layers {}:{} --listen unix:PATH", options_.model_path, options_.begin,
-                    options_.end)));
+    MOESERVE_RETURN_IF_ERROR(
+        wait_for_socket(p, options_.socket_path, options_.start_timeout, stop_, "the shard process",
+                        fmt::format("moeserve shard -m {} --layers {}:{} --listen unix:PATH",
+                                    options_.model_path, options_.begin, options_.end)));
     {
       std::lock_guard lock(mu_);
       process_ = std::move(p);
@@ -223,12 +232,14 @@ Result<std::unique_ptr<ShardConnection>> ShardClient::bring_up() {
     // memory): its own error is on stderr above.
     std::string how;
     std::lock_guard lock(mu_);
-    for (int i = 0; i < 100 && !process_.exited(&how); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    for (int i = 0; i < 100 && !process_.exited(&how); ++i)
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
     if (!how.empty()) {
-      return make_error(StatusCode::kUnavailable,
-                        "the shard process {} during start-up (its error is above; `moeserve shard -m {} --layers "
-                        "{}:{} --listen unix:PATH` shows it alone)",
-                        how, options_.model_path, options_.begin, options_.end);
+      return make_error(
+          StatusCode::kUnavailable,
+          "the shard process {} during start-up (its error is above; `moeserve shard -m {} --layers "
+          "{}:{} --listen unix:PATH` shows it alone)",
+          how, options_.model_path, options_.begin, options_.end);
     }
   }
   if (!c.is_ok()) return c.status();
@@ -239,8 +250,9 @@ Result<std::unique_ptr<ShardConnection>> ShardClient::bring_up() {
 Status ShardClient::check_welcome(const ShardWelcome& w) const {
   const ShardClientOptions& o = options_;
   if (int64_t(w.begin) != o.begin || int64_t(w.end) != o.end || int64_t(w.n_layer) != o.n_layer) {
-    return make_error(StatusCode::kInvalidArgument, "the shard runs layers {}:{} of {}; this process expects {}:{} of {}",
-                      w.begin, w.end, w.n_layer, o.begin, o.end, o.n_layer);
+    return make_error(StatusCode::kInvalidArgument,
+                      "the shard runs layers {}:{} of {}; this process expects {}:{} of {}", w.begin, w.end,
+                      w.n_layer, o.begin, o.end, o.n_layer);
   }
   if (shape_.n_embd != 0 && (w.n_embd != shape_.n_embd || w.n_vocab != shape_.n_vocab ||
                              w.kv_dim != shape_.kv_dim || w.state_floats != shape_.state_floats)) {
@@ -253,7 +265,8 @@ Status ShardClient::usable(std::unique_lock<std::mutex>& lock, std::span<const u
   for (uint64_t cache : caches) {
     if (lost_.count(cache) != 0) {
       return make_error(StatusCode::kUnavailable,
-                        "{} was restarted: this sequence's state there is gone (a new request starts over)", name());
+                        "{} was restarted: this sequence's state there is gone (a new request starts over)",
+                        name());
     }
   }
   // A shard being restarted: the work of live sequences waits for it (a
@@ -267,7 +280,8 @@ Status ShardClient::usable(std::unique_lock<std::mutex>& lock, std::span<const u
   }
   for (uint64_t cache : caches) {  // (lost while this call waited)
     if (lost_.count(cache) != 0)
-      return make_error(StatusCode::kUnavailable, "{} was restarted: this sequence's state there is gone", name());
+      return make_error(StatusCode::kUnavailable, "{} was restarted: this sequence's state there is gone",
+                        name());
   }
   return Status::ok();
 }
@@ -290,7 +304,8 @@ void ShardClient::lose(const Status& why) {
 }
 
 Status ShardClient::call(ShardOp op, uint64_t cache, int64_t a, int64_t b,
-                         std::span<const std::span<const uint8_t>> payload, std::span<const std::span<uint8_t>> reply) {
+                         std::span<const std::span<const uint8_t>> payload,
+                         std::span<const std::span<uint8_t>> reply) {
   const Clock::time_point t0 = Clock::now();
   Status st = conn_->call(op, cache, a, b, payload, reply, deadline_in(options_.timeout));
   m_.calls += 1;
@@ -300,8 +315,8 @@ Status ShardClient::call(ShardOp op, uint64_t cache, int64_t a, int64_t b,
   last_used_ = Clock::now();
   if (conn_->broken()) {
     lose(st);
-    return make_error(StatusCode::kUnavailable, "{} failed during a {} call: {}; it is being restarted", name(),
-                      shard_op_name(op), st.message());
+    return make_error(StatusCode::kUnavailable, "{} failed during a {} call: {}; it is being restarted",
+                      name(), shard_op_name(op), st.message());
   }
   if (!st.is_ok()) return make_error(st.code(), "{}: {}", name(), st.message());
   return st;
@@ -313,8 +328,10 @@ Status ShardClient::forward(const backend::RemoteForward& f) {
   for (const backend::RemoteSlice& s : f.slices) caches.push_back(s.cache);
   MOESERVE_RETURN_IF_ERROR(usable(lock, caches));
   if (f.tokens.size() > conn_->limits().max_rows) {
-    return make_error(StatusCode::kOutOfRange, "{}: a forward of {} rows; the shard takes at most {} (a smaller "
-                      "--batch-size)", name(), f.tokens.size(), conn_->limits().max_rows);
+    return make_error(StatusCode::kOutOfRange,
+                      "{}: a forward of {} rows; the shard takes at most {} (a smaller "
+                      "--batch-size)",
+                      name(), f.tokens.size(), conn_->limits().max_rows);
   }
   std::vector<uint8_t> head;
   encode_forward(f, head);
@@ -336,8 +353,8 @@ Status ShardClient::forward(const backend::RemoteForward& f) {
 Status ShardClient::open_cache(uint64_t cache, int64_t capacity) {
   std::lock_guard lock(mu_);
   if (capacity <= 0 || capacity > int64_t(options_.max_capacity))
-    return make_error(StatusCode::kInvalidArgument, "{}: a cache of {} positions (at most {})", name(), capacity,
-                      options_.max_capacity);
+    return make_error(StatusCode::kInvalidArgument, "{}: a cache of {} positions (at most {})", name(),
+                      capacity, options_.max_capacity);
   caches_[cache] = capacity;
   if (conn_ == nullptr) return Status::ok();  // opened (empty) when the shard is back
   Status st = call(ShardOp::kOpen, cache, capacity, 0, {}, {});
@@ -377,7 +394,8 @@ Status ShardClient::read_rows(uint64_t cache, int64_t layer, int64_t n, uint16_t
   return call(ShardOp::kReadRows, cache, layer, n, {}, reply);
 }
 
-Status ShardClient::write_rows(uint64_t cache, int64_t layer, int64_t n, const uint16_t* k, const uint16_t* v) {
+Status ShardClient::write_rows(uint64_t cache, int64_t layer, int64_t n, const uint16_t* k,
+                               const uint16_t* v) {
   std::unique_lock lock(mu_);
   MOESERVE_RETURN_IF_ERROR(usable(lock, {&cache, 1}));
   const size_t count = size_t(n * shape_.kv_dim);
@@ -461,7 +479,8 @@ void ShardClient::supervise() {
     conn_ = std::move(*c);
     m_.restarts += 1;
     last_used_ = up_since_ = Clock::now();
-    MOESERVE_LOG_INFO("{} is back{}", name(), process_.running() ? fmt::format(" (pid {})", process_.pid()) : "");
+    MOESERVE_LOG_INFO("{} is back{}", name(),
+                      process_.running() ? fmt::format(" (pid {})", process_.pid()) : "");
     changed_.notify_all();
   }
 }
@@ -472,16 +491,19 @@ std::string prometheus_text(std::span<const ShardClient* const> shards) {
   for (const ShardClient* c : shards) m.push_back(c->metrics());
   std::string out;
   auto series = [&](const char* name, const char* type, const char* help, auto value) {
-    out += fmt::format("# HELP moeserve_layer_shard_{0} {1}\n# TYPE moeserve_layer_shard_{0} {2}\n", name, help, type);
+    out += fmt::format("# HELP moeserve_layer_shard_{0} {1}\n# TYPE moeserve_layer_shard_{0} {2}\n", name,
+                       help, type);
     for (size_t i = 0; i < shards.size(); ++i) {
       const ShardClientOptions& o = shards[i]->options();
-      out += fmt::format("moeserve_layer_shard_{}{{shard=\"{}\",layers=\"{}:{}\"}} {}\n", name, o.name, o.begin, o.end,
-                         value(m[i]));
+      out += fmt::format("moeserve_layer_shard_{}{{shard=\"{}\",layers=\"{}:{}\"}} {}\n", name, o.name,
+                         o.begin, o.end, value(m[i]));
     }
   };
   using M = ShardClientMetrics;
-  series("calls_total", "counter", "Calls sent to the layer shard.", [](const M& x) { return double(x.calls); });
-  series("forwards_total", "counter", "Forwards the layer shard ran.", [](const M& x) { return double(x.forwards); });
+  series("calls_total", "counter", "Calls sent to the layer shard.",
+         [](const M& x) { return double(x.calls); });
+  series("forwards_total", "counter", "Forwards the layer shard ran.",
+         [](const M& x) { return double(x.forwards); });
   series("payload_bytes_total", "counter", "Bytes moved to and from the layer shard.",
          [](const M& x) { return double(x.payload_bytes); });
   series("wait_seconds_total", "counter", "Time spent waiting for the layer shard's answers.",
@@ -490,7 +512,8 @@ std::string prometheus_text(std::span<const ShardClient* const> shards) {
          [](const M& x) { return double(x.failures); });
   series("restarts_total", "counter", "Times the layer shard came back after a failure.",
          [](const M& x) { return double(x.restarts); });
-  series("up", "gauge", "1 while the layer shard is connected.", [](const M& x) { return x.connected ? 1.0 : 0.0; });
+  series("up", "gauge", "1 while the layer shard is connected.",
+         [](const M& x) { return x.connected ? 1.0 : 0.0; });
   return out;
 }
 

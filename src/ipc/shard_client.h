@@ -62,7 +62,8 @@ class ShardConnection {
   static Result<std::unique_ptr<ShardConnection>> connect(const Options& options);
   // Over a stream already there (an MPI rank's).
   static Result<std::unique_ptr<ShardConnection>> handshake(std::unique_ptr<ShardStream> stream,
-                                                            const ShardHello& hello, Clock::time_point deadline);
+                                                            const ShardHello& hello,
+                                                            Clock::time_point deadline);
 
   const ShardWelcome& welcome() const { return welcome_; }
   const ShardLimits& limits() const { return limits_; }
@@ -71,8 +72,9 @@ class ShardConnection {
   // One operation: the call with its payload parts, the reply read into
   // `reply` (its parts' sizes must add up to the reply's). An error answer
   // is that error (the connection goes on).
-  Status call(ShardOp op, uint64_t cache, int64_t a, int64_t b, std::span<const std::span<const uint8_t>> payload,
-              std::span<const std::span<uint8_t>> reply, Clock::time_point deadline);
+  Status call(ShardOp op, uint64_t cache, int64_t a, int64_t b,
+              std::span<const std::span<const uint8_t>> payload, std::span<const std::span<uint8_t>> reply,
+              Clock::time_point deadline);
   Status ping(Clock::time_point deadline);
 
  private:
@@ -107,7 +109,8 @@ struct ShardClientOptions {
   // with the first welcome; a restarted shard must give the same.
   uint64_t model_fingerprint = 0;
   int64_t n_layer = 0;
-  uint32_t max_rows = 1u << 16, max_capacity = 1u << 20, max_caches = 4096;  // asked; the shard may grant less
+  uint32_t max_rows = 1u << 16, max_capacity = 1u << 20,
+           max_caches = 4096;                       // asked; the shard may grant less
   std::chrono::milliseconds timeout{600000};        // one call (a long prefill chunk on a slow CPU)
   std::chrono::milliseconds attach_timeout{10000};  // reaching a shard started by hand
   std::chrono::milliseconds start_timeout{300000};  // a spawned shard's load
@@ -160,8 +163,8 @@ class ShardClient final : public backend::RemoteLayers {
   Result<std::unique_ptr<ShardConnection>> bring_up();
   Status check_welcome(const ShardWelcome& w) const;
   // One call under the lock; a transport failure loses the shard.
-  Status call(ShardOp op, uint64_t cache, int64_t a, int64_t b, std::span<const std::span<const uint8_t>> payload,
-              std::span<const std::span<uint8_t>> reply);
+  Status call(ShardOp op, uint64_t cache, int64_t a, int64_t b,
+              std::span<const std::span<const uint8_t>> payload, std::span<const std::span<uint8_t>> reply);
   // kUnavailable for a lost cache; while the shard restarts, waits for it.
   Status usable(std::unique_lock<std::mutex>& lock, std::span<const uint64_t> caches);
   void lose(const Status& why);

@@ -168,7 +168,8 @@ void encode_forward(const backend::RemoteForward& f, std::vector<uint8_t>& out) 
   put_u32(out, uint32_t(f.tokens.size()));
   put_u32(out, uint32_t(f.slices.size()));
   put_u32(out, uint32_t(f.logit_rows.size()));
-  put_u32(out, (f.logits != nullptr ? 1u : 0u) | (f.greedy != nullptr ? 2u : 0u) | (f.hidden_in != nullptr ? 4u : 0u));
+  put_u32(out, (f.logits != nullptr ? 1u : 0u) | (f.greedy != nullptr ? 2u : 0u) |
+                   (f.hidden_in != nullptr ? 4u : 0u));
   put_u32(out, uint32_t(f.capture_layers.size()));
   put_u32(out, uint32_t(parents));
   put_i64(out, f.decode_rows);
@@ -200,14 +201,15 @@ Result<ForwardRequest> decode_forward(std::span<const uint8_t> payload, const Sh
   q.decode_rows = r.i64();
   if (r.failed()) return bad("a forward shorter than its fixed part");
   if (n_rows == 0 || n_rows > limits.max_rows || n_slices == 0 || n_slices > n_rows || n_logits > n_rows ||
-      n_parents > n_rows || n_capture > limits.end - limits.begin || (flags & ~7u) != 0 || q.decode_rows < 0 ||
-      q.decode_rows > n_rows) {
+      n_parents > n_rows || n_capture > limits.end - limits.begin || (flags & ~7u) != 0 ||
+      q.decode_rows < 0 || q.decode_rows > n_rows) {
     return bad("a forward's counts are out of range");
   }
   // Every count is bounded now: the arrays' sizes are known before reading.
   q.want_logits = (flags & 1u) != 0, q.want_greedy = (flags & 2u) != 0;
   const bool hidden = (flags & 4u) != 0;
-  if (hidden != (limits.begin > 0)) return bad("hidden rows where the range begins at layer 0, or none after it");
+  if (hidden != (limits.begin > 0))
+    return bad("hidden rows where the range begins at layer 0, or none after it");
   const bool last = limits.end == limits.n_layer;
   if (!last && (n_logits > 0 || q.want_logits || q.want_greedy))
     return bad("logits asked of a range before the last layer");
@@ -220,7 +222,8 @@ Result<ForwardRequest> decode_forward(std::span<const uint8_t> payload, const Sh
     backend::RemoteSlice& s = q.slices[i];
     s.cache = r.u64(), s.row0 = r.i64(), s.n_tokens = r.i64(), s.pos0 = r.i64();
     slice_parents[i] = r.u32();
-    if (r.u32() != 0 || r.failed()) return bad("a slice's reserved field is set, or the slices are cut short");
+    if (r.u32() != 0 || r.failed())
+      return bad("a slice's reserved field is set, or the slices are cut short");
     if (s.row0 != int64_t(next_row) || s.n_tokens <= 0 || s.n_tokens > int64_t(n_rows) || s.pos0 < 0 ||
         s.pos0 > int64_t(limits.max_capacity) ||
         (slice_parents[i] != 0 && slice_parents[i] != uint64_t(s.n_tokens))) {
@@ -229,7 +232,8 @@ Result<ForwardRequest> decode_forward(std::span<const uint8_t> payload, const Sh
     next_row += uint64_t(s.n_tokens);
     total_parents += slice_parents[i];
   }
-  if (next_row != n_rows || total_parents != n_parents) return bad("the slices do not cover the rows in order");
+  if (next_row != n_rows || total_parents != n_parents)
+    return bad("the slices do not cover the rows in order");
   q.parents.resize(n_parents);
   for (int32_t& p : q.parents) p = r.i32();
   size_t at = 0;

@@ -34,7 +34,7 @@ struct ShardWelcome {
   uint64_t model_fingerprint = 0;
   uint32_t begin = 0, end = 0, n_layer = 0;
   uint32_t n_embd = 0, n_vocab = 0, kv_dim = 0;
-  uint64_t state_floats = 0;  // the range's recurrent state per cache
+  uint64_t state_floats = 0;                // the range's recurrent state per cache
   uint32_t max_rows = 0, max_capacity = 0;  // granted (<= asked)
   uint32_t pid = 0;
 };
@@ -51,7 +51,7 @@ struct ShardLimits {
 
 enum class ShardOp : uint32_t {
   kForward = 1,
-  kOpen = 2,         // a: capacity
+  kOpen = 2,  // a: capacity
   kClose = 3,
   kTruncate = 4,     // a: used, b: pos
   kReadRows = 5,     // a: layer, b: n -> K then V rows

@@ -1,8 +1,7 @@
 #include "ipc/shard_server.h"
 
-#include <unistd.h>
-
 #include <fmt/format.h>
+#include <unistd.h>
 
 #include "core/log.h"
 #include "ipc/socket_channel.h"
@@ -35,8 +34,8 @@ Result<std::unique_ptr<ShardServer>> ShardServer::open(const ShardServerOptions&
 std::string ShardServer::summary() const {
   const models::ModelInfo& info = model_->info();
   return fmt::format("shard: layers {}:{} of {} ({} layers) on {}, model {:016x}{}", host_->first_layer(),
-                     host_->end_layer(), options_.model_path, info.n_layer, model_->device().name(), fingerprint_,
-                     listener_ != nullptr ? ", listening on unix:" + listener_->path() : "");
+                     host_->end_layer(), options_.model_path, info.n_layer, model_->device().name(),
+                     fingerprint_, listener_ != nullptr ? ", listening on unix:" + listener_->path() : "");
 }
 
 ShardSessionOptions ShardServer::session_options() const {
@@ -63,8 +62,8 @@ Status ShardServer::serve_one(Channel& channel) {
   ShardSessionStats stats;
   const Status st = serve_shard_session(channel, so, &stats);
   if (st.is_ok()) {
-    MOESERVE_LOG_INFO("shard: a parent left after {} calls ({} forwards, {} errors)", stats.calls, stats.forwards,
-                      stats.errors);
+    MOESERVE_LOG_INFO("shard: a parent left after {} calls ({} forwards, {} errors)", stats.calls,
+                      stats.forwards, stats.errors);
   } else {
     MOESERVE_LOG_WARN("shard: connection ended: {}", st.message());
   }

@@ -1,9 +1,9 @@
 #include "ipc/shard_session.h"
 
+#include <fmt/format.h>
+
 #include <cstring>
 #include <vector>
-
-#include <fmt/format.h>
 
 namespace moeserve::ipc {
 namespace {
@@ -87,16 +87,18 @@ Status ShardSession::handshake() {
   };
   const ShardLimits& own = o_.limits;
   if (hello->model_fingerprint != o_.model_fingerprint) {
-    return refuse(ErrorCode::kModelMismatch,
-                  fmt::format("model mismatch: the shard serves a file with fingerprint {:016x}, the parent's "
-                              "is {:016x}: start the shard with the parent's model file",
-                              o_.model_fingerprint, hello->model_fingerprint));
+    return refuse(
+        ErrorCode::kModelMismatch,
+        fmt::format("model mismatch: the shard serves a file with fingerprint {:016x}, the parent's "
+                    "is {:016x}: start the shard with the parent's model file",
+                    o_.model_fingerprint, hello->model_fingerprint));
   }
   if (hello->begin != own.begin || hello->end != own.end) {
-    return refuse(ErrorCode::kPlacementMismatch,
-                  fmt::format("layer mismatch: the shard runs layers {}:{}, the parent asks for {}:{}: start it "
-                              "with --layers {}:{}",
-                              own.begin, own.end, hello->begin, hello->end, hello->begin, hello->end));
+    return refuse(
+        ErrorCode::kPlacementMismatch,
+        fmt::format("layer mismatch: the shard runs layers {}:{}, the parent asks for {}:{}: start it "
+                    "with --layers {}:{}",
+                    own.begin, own.end, hello->begin, hello->end, hello->begin, hello->end));
   }
   limits_ = own;
   limits_.max_rows = std::min(hello->max_rows, own.max_rows);
@@ -142,7 +144,8 @@ Status ShardSession::serve_forward(uint64_t seq, const ShardCall& c) {
   if (!greedy_.empty()) f.greedy = greedy_.data();
   f.capture_layers = q.capture_layers;
   if (!captured_.empty()) f.captured = captured_.data();
-  if (Status st = o_.layers->forward(f); !st.is_ok()) return reply_error(seq, ErrorCode::kComputeFailed, st.message());
+  if (Status st = o_.layers->forward(f); !st.is_ok())
+    return reply_error(seq, ErrorCode::kComputeFailed, st.message());
   st_.forwards += 1;
   const std::span<const uint8_t> parts[] = {as_bytes(out_), as_bytes(logits_), as_bytes(greedy_),
                                             as_bytes(captured_)};
@@ -246,7 +249,8 @@ Status ShardSession::run() {
 }  // namespace
 
 Status serve_shard_session(Channel& channel, const ShardSessionOptions& options, ShardSessionStats* stats) {
-  if (options.layers == nullptr) return make_error(StatusCode::kInvalidArgument, "shard session without layers");
+  if (options.layers == nullptr)
+    return make_error(StatusCode::kInvalidArgument, "shard session without layers");
   ShardSessionStats local;
   if (options.reset) options.reset();
   ShardSession s(channel, options, stats != nullptr ? *stats : local);

@@ -33,6 +33,7 @@ struct ShardSessionStats {
 
 // Serves one connection until the peer leaves (ok) or breaks the format or
 // the handshake (the error, after telling the peer).
-Status serve_shard_session(Channel& channel, const ShardSessionOptions& options, ShardSessionStats* stats = nullptr);
+Status serve_shard_session(Channel& channel, const ShardSessionOptions& options,
+                           ShardSessionStats* stats = nullptr);
 
 }  // namespace moeserve::ipc

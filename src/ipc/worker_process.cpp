@@ -2,8 +2,8 @@
 
 #include <signal.h>
 #include <sys/prctl.h>
-#include <sys/wait.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -81,12 +81,14 @@ Status wait_for_socket(WorkerProcess& process, const std::string& path, std::chr
   while (::stat(path.c_str(), &st) != 0) {
     std::string how;
     if (process.exited(&how)) {
-      return make_error(StatusCode::kUnavailable, "{} {} during start-up (its error is above; `{}` shows it alone)",
-                        what, how, try_alone);
+      return make_error(StatusCode::kUnavailable,
+                        "{} {} during start-up (its error is above; `{}` shows it alone)", what, how,
+                        try_alone);
     }
     if (stop) return make_error(StatusCode::kCancelled, "shutting down");
     if (std::chrono::steady_clock::now() >= deadline)
-      return make_error(StatusCode::kUnavailable, "{} did not listen within {} s", what, timeout.count() / 1000);
+      return make_error(StatusCode::kUnavailable, "{} did not listen within {} s", what,
+                        timeout.count() / 1000);
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
   }
   return Status::ok();

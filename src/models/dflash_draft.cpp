@@ -368,10 +368,11 @@ Result<std::unique_ptr<DflashDraft>> load_dflash_draft(const GgufFile& file, con
   MOESERVE_ASSIGN_OR_RETURN(DflashWeights w, load_dflash_weights(file, hp));
   const Placement& p = target.placement();
   if (!p.embeds_here() || !p.head_here(target.info().n_layer)) {
-    return make_error(StatusCode::kUnsupported,
-                      "a DFlash draft computes with its target's embedding and output head, and this target "
-                      "keeps them in another process (a proc: shard of --layer-split): keep the first and the "
-                      "last layers in this process (e.g. cpu=0:1,proc:cpu=1:47,cpu=47:48) or use --spec ngram");
+    return make_error(
+        StatusCode::kUnsupported,
+        "a DFlash draft computes with its target's embedding and output head, and this target "
+        "keeps them in another process (a proc: shard of --layer-split): keep the first and the "
+        "last layers in this process (e.g. cpu=0:1,proc:cpu=1:47,cpu=47:48) or use --spec ngram");
   }
   return DflashDraft::create(std::move(hp), std::move(w), target.token_io(), target.info());
 }

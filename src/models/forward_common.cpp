@@ -180,8 +180,8 @@ void WeightPlacement::add_experts(backend::Device* d, WeightView& gate, WeightVi
   add(d, down, backend::WeightUse::kExpertDown, n_expert, false, split);
 }
 
-void WeightPlacement::add_io(const Placement& p, int64_t n_layer, WeightView& token_embd, WeightView& output_norm,
-                             WeightView& output, bool tied_output) {
+void WeightPlacement::add_io(const Placement& p, int64_t n_layer, WeightView& token_embd,
+                             WeightView& output_norm, WeightView& output, bool tied_output) {
   const bool tied = tied_output || output.data == token_embd.data;
   const bool head = p.head_here(n_layer);
   if (p.embeds_here()) add(p.io, token_embd, backend::WeightUse::kLookup, 1, tied && head);

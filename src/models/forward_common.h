@@ -248,8 +248,9 @@ Status walk_layers(const ForwardBatch& b, DeviceWorkspace<Buffers>& ws, const Wa
     } else {
       // GPU to GPU without the host where the receiver can; else through it.
       MOESERVE_RETURN_IF_ERROR(current->ops->finish());
-      const Status direct = to.ops->receive_from(*current->device, to.x.template as<float>(),
-                                                 current->x.template as<float>(), size_t(T * s.n_embd) * sizeof(float));
+      const Status direct =
+          to.ops->receive_from(*current->device, to.x.template as<float>(), current->x.template as<float>(),
+                               size_t(T * s.n_embd) * sizeof(float));
       if (direct.code() != StatusCode::kUnsupported) {
         MOESERVE_RETURN_IF_ERROR(direct);
       } else {
@@ -270,8 +271,8 @@ Status walk_layers(const ForwardBatch& b, DeviceWorkspace<Buffers>& ws, const Wa
       // The rows leave for another process and come back to the host.
       if (current != nullptr) {
         ws.staging.resize(size_t(T * s.n_embd));
-        MOESERVE_RETURN_IF_ERROR(current->ops->download(ws.staging.data(), current->x.template as<float>(),
-                                                        layer_bytes));
+        MOESERVE_RETURN_IF_ERROR(
+            current->ops->download(ws.staging.data(), current->x.template as<float>(), layer_bytes));
         current = nullptr;
       }
       MOESERVE_RETURN_IF_ERROR(run_remote_range(b, ws.rows, *r, n_layer, s.n_embd, ws.staging));
@@ -306,7 +307,8 @@ Status walk_layers(const ForwardBatch& b, DeviceWorkspace<Buffers>& ws, const Wa
                                           .eps = s.eps},
                                          b));
   } else if (current != nullptr) {  // a shard process before the last layer
-    MOESERVE_RETURN_IF_ERROR(current->ops->download(b.hidden_out, current->x.template as<float>(), layer_bytes));
+    MOESERVE_RETURN_IF_ERROR(
+        current->ops->download(b.hidden_out, current->x.template as<float>(), layer_bytes));
   } else {
     std::copy(ws.staging.begin(), ws.staging.begin() + T * s.n_embd, b.hidden_out);
   }

@@ -153,7 +153,8 @@ int64_t KvCache::truncate(int64_t pos) {
 }
 
 Status KvCache::read_rows(int64_t layer, int64_t n, uint16_t* k, uint16_t* v) const {
-  if (const backend::RemoteRange* r = remote_.find(layer)) return r->layers->read_rows(remote_.id(), layer, n, k, v);
+  if (const backend::RemoteRange* r = remote_.find(layer))
+    return r->layers->read_rows(remote_.id(), layer, n, k, v);
   const size_t bytes = size_t(n * kv_dim_) * sizeof(uint16_t);
   backend::Device* d = k_[size_t(layer)].device();
   if (d == nullptr) return make_error(StatusCode::kInvalidArgument, "KV cache: layer {} is not here", layer);
@@ -162,7 +163,8 @@ Status KvCache::read_rows(int64_t layer, int64_t n, uint16_t* k, uint16_t* v) co
 }
 
 Status KvCache::write_rows(int64_t layer, int64_t n, const uint16_t* k, const uint16_t* v) {
-  if (const backend::RemoteRange* r = remote_.find(layer)) return r->layers->write_rows(remote_.id(), layer, n, k, v);
+  if (const backend::RemoteRange* r = remote_.find(layer))
+    return r->layers->write_rows(remote_.id(), layer, n, k, v);
   const size_t bytes = size_t(n * kv_dim_) * sizeof(uint16_t);
   backend::Device* d = k_[size_t(layer)].device();
   if (d == nullptr) return make_error(StatusCode::kInvalidArgument, "KV cache: layer {} is not here", layer);

@@ -37,9 +37,10 @@ Status check_shards(std::span<const LayerShard> shards, int64_t n_layer, std::st
 
 Status Model::place_layer_shards(const ModelLoadOptions& options, models::Placement& placement) {
   if (options.expert_worker != nullptr) {
-    return make_error(StatusCode::kUnsupported,
-                      "--layer-split together with an expert worker is not supported yet: keep the cold experts "
-                      "on each shard's CPU (--n-cpu-moe, --cpu-moe, --placement) instead");
+    return make_error(
+        StatusCode::kUnsupported,
+        "--layer-split together with an expert worker is not supported yet: keep the cold experts "
+        "on each shard's CPU (--n-cpu-moe, --cpu-moe, --placement) instead");
   }
   MOESERVE_ASSIGN_OR_RETURN(int64_t n_layer, file_.require_int(file_.arch_key(keys::kBlockCount)));
   MOESERVE_RETURN_IF_ERROR(check_shards(options.layer_shards, n_layer, file_.name()));
@@ -74,8 +75,8 @@ Status Model::place_layer_shards(const ModelLoadOptions& options, models::Placem
   // The embedding with the first shard and the head with the last, when
   // they are here; io is also where the forward's bookkeeping starts.
   placement.io = placement.layers.front() != nullptr ? placement.layers.front()
-                 : first_local != nullptr           ? first_local
-                                                    : cpu_.get();
+                 : first_local != nullptr            ? first_local
+                                                     : cpu_.get();
   placement.head = placement.layers.back() != nullptr ? placement.layers.back() : placement.io;
   device_reason_ = reason;
   if (options.split_experts) MOESERVE_RETURN_IF_ERROR(split_shard_experts(options, placement));

@@ -59,7 +59,8 @@ Status ShardHost::forward(const backend::RemoteForward& f) {
     MOESERVE_ASSIGN_OR_RETURN(KvCache * kv, find(q.cache));
     slices.push_back({q.row0, q.n_tokens, q.pos0, kv->view(), q.tree_parents});
   }
-  if (slices.empty()) return make_error(StatusCode::kInvalidArgument, "{}: a forward of no sequence", options_.name);
+  if (slices.empty())
+    return make_error(StatusCode::kInvalidArgument, "{}: a forward of no sequence", options_.name);
   if (ws_ == nullptr) {
     MOESERVE_ASSIGN_OR_RETURN(ws_, model_.new_workspace(int64_t(f.tokens.size())));
   }

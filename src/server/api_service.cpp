@@ -363,7 +363,8 @@ ApiReply ApiService::run(std::vector<int32_t> prompt, const api::GenerationParam
     // the server's state, not the request's fault: 503, retry later.
     const bool unavailable =
         out.status.code() == StatusCode::kResourceExhausted || out.status.code() == StatusCode::kUnavailable;
-    return error_reply(unavailable ? api::unavailable(out.status.message()) : api::server_error(out.status.message()));
+    return error_reply(unavailable ? api::unavailable(out.status.message())
+                                   : api::server_error(out.status.message()));
   }
   return json_reply(200, session->response_json());
 }

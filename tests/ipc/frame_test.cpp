@@ -69,7 +69,7 @@ TEST(IpcFrame, HeaderRefusesWhatIsNotAFrame) {
   EXPECT_EQ(with(0, 'X').status().code(), StatusCode::kInvalidFormat);  // magic
   EXPECT_EQ(with(4, 1).status().code(), StatusCode::kUnsupported);      // version 1
   EXPECT_NE(with(4, 1).status().message().find("version 1"), std::string::npos);
-  EXPECT_EQ(with(4, 3).status().code(), StatusCode::kUnsupported);  // version 3
+  EXPECT_EQ(with(4, 3).status().code(), StatusCode::kUnsupported);     // version 3
   EXPECT_EQ(with(6, 0).status().code(), StatusCode::kInvalidFormat);   // type 0
   EXPECT_EQ(with(6, 12).status().code(), StatusCode::kInvalidFormat);  // type 12
   EXPECT_EQ(with(20, 2).status().code(), StatusCode::kInvalidFormat);  // unknown flag

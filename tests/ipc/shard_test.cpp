@@ -48,15 +48,31 @@ std::span<const uint8_t> body_of(const std::vector<uint8_t>& frame) {
 
 TEST(ShardFrames, HelloWelcomeAndForwardRoundTrip) {
   std::vector<uint8_t> f;
-  encode_shard_hello(3, {.model_fingerprint = 0xabcdef, .begin = 2, .end = 4, .max_rows = 32, .max_capacity = 64, .max_caches = 8},
+  encode_shard_hello(3,
+                     {.model_fingerprint = 0xabcdef,
+                      .begin = 2,
+                      .end = 4,
+                      .max_rows = 32,
+                      .max_capacity = 64,
+                      .max_caches = 8},
                      f);
   auto h = decode_shard_hello(body_of(f));
   ASSERT_TRUE(h.is_ok()) << h.status().to_string();
   EXPECT_EQ(h->model_fingerprint, 0xabcdefu);
   EXPECT_EQ(h->end, 4u);
   f.clear();
-  encode_shard_welcome(3, {.model_fingerprint = 1, .begin = 2, .end = 4, .n_layer = 4, .n_embd = 8, .n_vocab = 16,
-                           .kv_dim = 4, .state_floats = 6, .max_rows = 32, .max_capacity = 64, .pid = 77},
+  encode_shard_welcome(3,
+                       {.model_fingerprint = 1,
+                        .begin = 2,
+                        .end = 4,
+                        .n_layer = 4,
+                        .n_embd = 8,
+                        .n_vocab = 16,
+                        .kv_dim = 4,
+                        .state_floats = 6,
+                        .max_rows = 32,
+                        .max_capacity = 64,
+                        .pid = 77},
                        f);
   auto w = decode_shard_welcome(body_of(f));
   ASSERT_TRUE(w.is_ok()) << w.status().to_string();
@@ -65,8 +81,9 @@ TEST(ShardFrames, HelloWelcomeAndForwardRoundTrip) {
 
   const std::vector<int32_t> tokens = {5, 6, 7, 8, 9};
   const std::vector<int32_t> parents = {-1, 0, 0};
-  const std::vector<backend::RemoteSlice> slices = {{.cache = 11, .row0 = 0, .n_tokens = 2, .pos0 = 7},
-                                                    {.cache = 12, .row0 = 2, .n_tokens = 3, .pos0 = 0, .tree_parents = parents}};
+  const std::vector<backend::RemoteSlice> slices = {
+      {.cache = 11, .row0 = 0, .n_tokens = 2, .pos0 = 7},
+      {.cache = 12, .row0 = 2, .n_tokens = 3, .pos0 = 0, .tree_parents = parents}};
   std::vector<float> hidden(5 * 8, 0.5f);
   const std::vector<int64_t> logit_rows = {1, 4};
   const std::vector<int32_t> capture = {3};
@@ -74,11 +91,13 @@ TEST(ShardFrames, HelloWelcomeAndForwardRoundTrip) {
   std::vector<int32_t> greedy(2);
   backend::RemoteForward fw;
   fw.begin = 2, fw.end = 4, fw.tokens = tokens, fw.slices = slices, fw.hidden_in = hidden.data();
-  fw.logit_rows = logit_rows, fw.logits = logits.data(), fw.greedy = greedy.data(), fw.capture_layers = capture;
+  fw.logit_rows = logit_rows, fw.logits = logits.data(), fw.greedy = greedy.data(),
+  fw.capture_layers = capture;
   fw.decode_rows = 1;
   std::vector<uint8_t> payload;
   encode_forward(fw, payload);
-  const auto hb = std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(hidden.data()), hidden.size() * 4);
+  const auto hb =
+      std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(hidden.data()), hidden.size() * 4);
   payload.insert(payload.end(), hb.begin(), hb.end());
   EXPECT_EQ(forward_hidden_bytes(fw, 8), hb.size());
   auto q = decode_forward(payload, kLimits);
@@ -86,7 +105,8 @@ TEST(ShardFrames, HelloWelcomeAndForwardRoundTrip) {
   EXPECT_EQ(q->tokens, tokens);
   ASSERT_EQ(q->slices.size(), 2u);
   EXPECT_EQ(q->slices[1].cache, 12u);
-  EXPECT_EQ(std::vector<int32_t>(q->slices[1].tree_parents.begin(), q->slices[1].tree_parents.end()), parents);
+  EXPECT_EQ(std::vector<int32_t>(q->slices[1].tree_parents.begin(), q->slices[1].tree_parents.end()),
+            parents);
   EXPECT_EQ(q->logit_rows, logit_rows);
   EXPECT_TRUE(q->want_logits && q->want_greedy);
   EXPECT_EQ(q->hidden.size(), hb.size());
@@ -122,8 +142,8 @@ TEST(ShardFrames, CallsAreCheckedAgainstTheLimits) {
   EXPECT_TRUE(call(ShardOp::kOpen, 64, 0, 0).is_ok());
   EXPECT_TRUE(call(ShardOp::kWriteRows, 2, 3, 2 * 3 * 4 * 2).is_ok());
   EXPECT_FALSE(call(ShardOp::kWriteRows, 2, 3, 2 * 3 * 4 * 2 - 1).is_ok());  // short
-  EXPECT_FALSE(call(ShardOp::kReadRows, 1, 3, 0).is_ok());                     // layer outside 2:4
-  EXPECT_FALSE(call(ShardOp::kReadRows, 2, 65, 0).is_ok());                    // more rows than a cache
+  EXPECT_FALSE(call(ShardOp::kReadRows, 1, 3, 0).is_ok());                   // layer outside 2:4
+  EXPECT_FALSE(call(ShardOp::kReadRows, 2, 65, 0).is_ok());                  // more rows than a cache
   EXPECT_TRUE(call(ShardOp::kWriteStates, 0, 0, 24).is_ok());
   EXPECT_FALSE(call(ShardOp::kWriteStates, 0, 0, 20).is_ok());
   EXPECT_TRUE(call(ShardOp::kAcceptTree, 5, 3, 12).is_ok());
@@ -150,7 +170,9 @@ class BytesChannel final : public Channel {
     for (const auto& p : parts) out.insert(out.end(), p.begin(), p.end());
     return Status::ok();
   }
-  Result<std::span<uint8_t>> map_ring(uint64_t) override { return Status(StatusCode::kUnsupported, "no ring"); }
+  Result<std::span<uint8_t>> map_ring(uint64_t) override {
+    return Status(StatusCode::kUnsupported, "no ring");
+  }
   std::vector<uint8_t> out;
 
  private:
@@ -188,7 +210,8 @@ TEST(ShardSession, RefusesAnotherVersionModelOrRange) {
     const Status st = serve_shard_session(ch, so);
     return std::pair{st, first_answer(ch.out)};
   };
-  const ShardHello good{.model_fingerprint = 0x1234, .begin = 2, .end = 4, .max_rows = 8, .max_capacity = 32, .max_caches = 4};
+  const ShardHello good{
+      .model_fingerprint = 0x1234, .begin = 2, .end = 4, .max_rows = 8, .max_capacity = 32, .max_caches = 4};
   auto [ok, welcome] = run(good, kProtocolVersion);
   EXPECT_TRUE(ok.is_ok()) << ok.to_string();
   EXPECT_EQ(welcome.first, FrameType::kShardWelcome);
@@ -227,7 +250,8 @@ ShardClientOptions client_options(const std::string& arch, int64_t begin, int64_
   return o;
 }
 
-std::vector<int32_t> greedy(runtime::Model& m, const std::vector<int32_t>& prompt, int64_t n, Status* status = nullptr) {
+std::vector<int32_t> greedy(runtime::Model& m, const std::vector<int32_t>& prompt, int64_t n,
+                            Status* status = nullptr) {
   runtime::Generator gen(m, 256);
   runtime::GenerateOptions o;
   o.max_tokens = n;
@@ -256,7 +280,8 @@ TEST_P(ShardProcess, DecodesExactlyAsUnsplit) {
   const std::string device = moeserve::testing::test_device();
   auto whole = runtime::Model::load(model_path(arch), {.n_threads = 2, .device = device});
   ASSERT_TRUE(whole.is_ok());
-  const std::vector<int32_t> prompt = (*whole)->tokenizer().encode("def add(a, b):\n    return a + b\n\nclass Foo:\n");
+  const std::vector<int32_t> prompt =
+      (*whole)->tokenizer().encode("def add(a, b):\n    return a + b\n\nclass Foo:\n");
   const std::vector<int32_t> want = greedy(**whole, prompt, 20);
   ASSERT_EQ(want.size(), 20u);
   // The shard last (with the head), first (with the embedding), in the middle.

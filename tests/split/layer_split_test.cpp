@@ -97,8 +97,7 @@ TEST(LayerSplitPlan, RangesFollowTheWeightsAndMistakesAreRefused) {
   for (const Bad& b :
        {Bad{"cpu=0:2,cpu=3:4", "without gaps"}, Bad{"cpu=0:3,cpu=2:4", "without gaps"},
         Bad{"cpu=0:2,cpu=2:9", "without gaps"}, Bad{"cpu=0:2,cpu=2:3", "end at layer 3"},
-        Bad{"cpu,cpu,cpu,cpu,cpu", "5 shards for the 4 layers"},
-        Bad{"mpi:0,mpi:0", "named twice"}}) {
+        Bad{"cpu,cpu,cpu,cpu,cpu", "5 shards for the 4 layers"}, Bad{"mpi:0,mpi:0", "named twice"}}) {
     auto r = plan(b.spec);
     ASSERT_FALSE(r.is_ok()) << b.spec;
     EXPECT_NE(r.status().message().find(b.says), std::string::npos) << b.spec << ": " << r.status().message();
@@ -121,8 +120,8 @@ std::vector<int32_t> greedy(runtime::Model& m, const std::vector<int32_t>& promp
 
 // The engine, two requests at once and a repeated prompt (its prefix comes
 // from the prefix cache, the KV of every shard restored): each gives `want`.
-void expect_engine_output(runtime::Model& m, const std::vector<int32_t>& prompt, const std::vector<int32_t>& want,
-                          const std::string& where) {
+void expect_engine_output(runtime::Model& m, const std::vector<int32_t>& prompt,
+                          const std::vector<int32_t>& want, const std::string& where) {
   runtime::EngineOptions eo;
   eo.n_slots = 2;
   eo.n_ctx = 256;
@@ -191,8 +190,9 @@ TEST_P(LayerSplitModel, RemoteRangesDecodeExactlyAsUnsplit) {
     int64_t begin, end;  // the remote range of 4 layers
   };
   for (const Case c : {Case{2, 4}, Case{0, 2}, Case{1, 3}}) {
-    auto shard = runtime::Model::load(model_path(GetParam()),
-                                      {.n_threads = 2, .device = "cpu", .first_layer = c.begin, .end_layer = c.end});
+    auto shard =
+        runtime::Model::load(model_path(GetParam()),
+                             {.n_threads = 2, .device = "cpu", .first_layer = c.begin, .end_layer = c.end});
     ASSERT_TRUE(shard.is_ok()) << shard.status().to_string();
     runtime::ShardHost host(**shard);
     runtime::ModelLoadOptions lo{.n_threads = 2};
@@ -235,11 +235,15 @@ TEST_P(LayerSplitModel, HybridExpertsOverASplitDecodeExactly) {
     auto split = runtime::Model::load(model_path(GetParam()), lo);
     ASSERT_TRUE(split.is_ok()) << split.status().to_string();
     ASSERT_FALSE((*split)->expert_splits().empty());
-    EXPECT_EQ(greedy(**split, prompt, 24), want) << GetParam() << " hybrid over " << shards.size() << " shards";
+    EXPECT_EQ(greedy(**split, prompt, 24), want)
+        << GetParam() << " hybrid over " << shards.size() << " shards";
     int64_t host_pairs = 0;
-    for (const auto& sp : (*split)->expert_splits()) host_pairs += sp != nullptr ? int64_t(sp->host_pairs.load()) : 0;
+    for (const auto& sp : (*split)->expert_splits())
+      host_pairs += sp != nullptr ? int64_t(sp->host_pairs.load()) : 0;
     EXPECT_GT(host_pairs, 0) << "no expert ran off its shard's device";
-    if (device != "cpu" && shards.back().device == "cpu") EXPECT_EQ((*split)->expert_splits()[3], nullptr);
+    if (device != "cpu" && shards.back().device == "cpu") {
+      EXPECT_EQ((*split)->expert_splits()[3], nullptr);
+    }
   }
 }
 
@@ -261,7 +265,8 @@ TEST(LayerSplitMemoryPlan, EachShardsCacheIsPlannedWhereItLives) {
   EXPECT_GT(b->workspace_bytes, a->workspace_bytes) << "each shard has its own activations";
   auto huge = runtime::plan_device_memory(**split, {.n_sequences = 1 << 20, .n_ctx = 1 << 20, .n_batch = 32});
   ASSERT_FALSE(huge.is_ok());
-  EXPECT_NE(huge.status().message().find("layer split's CPU shards"), std::string::npos) << huge.status().message();
+  EXPECT_NE(huge.status().message().find("layer split's CPU shards"), std::string::npos)
+      << huge.status().message();
 }
 
 TEST(LayerSplitModelErrors, ShardsThatDoNotCoverTheModelAreRefused) {

@@ -206,7 +206,8 @@ Status run_serve(ServeCliOptions o) {
   for (const auto& c : shard_processes.shards) shards.push_back(c.get());
   if (ipc::WorkerExpertBackend* w = worker->get(); w != nullptr || !shards.empty()) {
     sc.extra_metrics = [w, shards] {
-      return (w != nullptr ? ipc::prometheus_text(w->metrics()) : std::string()) + ipc::prometheus_text(shards);
+      return (w != nullptr ? ipc::prometheus_text(w->metrics()) : std::string()) +
+             ipc::prometheus_text(shards);
     };
   }
   auto service = std::make_unique<server::ApiService>(**model, *engine, sc);

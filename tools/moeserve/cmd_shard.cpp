@@ -39,8 +39,8 @@ Result<std::pair<int64_t, int64_t>> parse_layers(const std::string& s) {
   if (colon != std::string::npos) {
     const auto ra = std::from_chars(s.data(), s.data() + colon, a);
     const auto rb = std::from_chars(s.data() + colon + 1, s.data() + s.size(), b);
-    if (ra.ec == std::errc() && ra.ptr == s.data() + colon && rb.ec == std::errc() && rb.ptr == s.data() + s.size() &&
-        a >= 0 && b > a)
+    if (ra.ec == std::errc() && ra.ptr == s.data() + colon && rb.ec == std::errc() &&
+        rb.ptr == s.data() + s.size() && a >= 0 && b > a)
       return std::pair{a, b};
   }
   return make_error(StatusCode::kInvalidArgument, "--layers '{}': give A:B with A < B (layers A to B-1)", s);

@@ -28,7 +28,8 @@ void add_layer_split_flag(CLI::App* cmd, std::string* spec) {
 namespace {
 
 ipc::ShardClientOptions client_options(const std::string& model_path, const GgufFile& file,
-                                       std::span<const split::ShardPlan> plan, size_t i, const split::ShardSpec& sp) {
+                                       std::span<const split::ShardPlan> plan, size_t i,
+                                       const split::ShardSpec& sp) {
   ipc::ShardClientOptions co;
   co.name = sp.device;
   co.model_path = model_path;
@@ -45,7 +46,8 @@ ipc::ShardClientOptions client_options(const std::string& model_path, const Gguf
 // past the job's.
 Status start_mpi_ranks(const std::string& model_path, std::span<const split::ShardSpec> specs,
                        std::span<const split::ShardPlan> plan, const runtime::ModelLoadOptions* load) {
-  if (std::none_of(specs.begin(), specs.end(), [](const auto& s) { return s.kind == split::ShardKind::kMpi; }))
+  if (std::none_of(specs.begin(), specs.end(),
+                   [](const auto& s) { return s.kind == split::ShardKind::kMpi; }))
     return Status::ok();
   MOESERVE_ASSIGN_OR_RETURN(const ipc::mpi::World world, ipc::mpi::init());
   std::vector<int> named(size_t(world.size), 0);
@@ -76,8 +78,9 @@ Status start_mpi_ranks(const std::string& model_path, std::span<const split::Sha
     so.n_threads = load->n_threads;
     so.pack_weights = load->pack_weights;
     Result<std::unique_ptr<ipc::ShardServer>> server = ipc::ShardServer::open(so);
-    if (!server.is_ok()) ipc::mpi::abort(make_error(server.status().code(), "MPI rank {}: {}", world.rank,
-                                                    server.status().message()));
+    if (!server.is_ok())
+      ipc::mpi::abort(
+          make_error(server.status().code(), "MPI rank {}: {}", world.rank, server.status().message()));
     MOESERVE_LOG_INFO("MPI rank {}: {}", world.rank, (*server)->summary());
     std::unique_ptr<ipc::Channel> channel = ipc::mpi::channel_from_root();
     (void)(*server)->serve_one(*channel);

@@ -153,8 +153,9 @@ Status CudaOps::begin_batch(const BatchLayout& layout) {
   segments_ = false;
   if (layout.graphs && !layout.profiling && !layout.count_experts &&
       (!device_.has_host_experts() || use_mailboxes_)) {
-    const GraphKey key = {n_rows_,        n_seq_, n_blocks_, max_block_rows_, max_kv_, n_logit_rows_,
-                          layout.argmax ? 1 : 0, trees ? 1 : 0, 0};
+    const GraphKey key = {
+        n_rows_,       n_seq_, n_blocks_, max_block_rows_, max_kv_, n_logit_rows_, layout.argmax ? 1 : 0,
+        trees ? 1 : 0, 0};
     segments_ = layout.graph_segments;
     segment_key_ = key;
     segment_ = 0;
@@ -314,7 +315,8 @@ Status CudaOps::receive_from(const Device& src_device, void* dst, const void* sr
   if (from->index() == device_.index()) {
     MOESERVE_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, stream_));
   } else {
-    MOESERVE_CUDA_RETURN_IF_ERROR(cudaMemcpyPeerAsync(dst, device_.index(), src, from->index(), bytes, stream_));
+    MOESERVE_CUDA_RETURN_IF_ERROR(
+        cudaMemcpyPeerAsync(dst, device_.index(), src, from->index(), bytes, stream_));
   }
   MOESERVE_RETURN_IF_ERROR(finish());
   return rows_arrived();

@@ -3,6 +3,9 @@
 // messages received so far, waiting for the next with MPI_Iprobe until the
 // deadline (so no receive hangs: MPI itself waits forever). A message of
 // the close tag ends the stream (rank 0's exit).
+#include "ipc/mpi_world.h"
+
+#include <fmt/format.h>
 #include <mpi.h>
 
 #include <atomic>
@@ -13,10 +16,7 @@
 #include <thread>
 #include <vector>
 
-#include <fmt/format.h>
-
 #include "core/log.h"
-#include "ipc/mpi_world.h"
 
 namespace moeserve::ipc::mpi {
 namespace {
@@ -46,7 +46,8 @@ class Peer {
   Status send(std::span<const std::span<const uint8_t>> parts, int tag = kDataTag) {
     out_.clear();
     for (const auto& p : parts) out_.insert(out_.end(), p.begin(), p.end());
-    if (out_.size() > size_t(INT32_MAX)) return make_error(StatusCode::kOutOfRange, "an MPI message of {} bytes", out_.size());
+    if (out_.size() > size_t(INT32_MAX))
+      return make_error(StatusCode::kOutOfRange, "an MPI message of {} bytes", out_.size());
     std::lock_guard lock(mpi_mutex());
     if (MPI_Send(out_.data(), int(out_.size()), MPI_BYTE, rank_, tag, MPI_COMM_WORLD) != MPI_SUCCESS)
       return make_error(StatusCode::kIoError, "MPI_Send to rank {} failed", rank_);
@@ -94,7 +95,8 @@ class Peer {
         }
       }
       const auto now = Clock::now();
-      if (now >= deadline) return make_error(StatusCode::kUnavailable, "rank {} did not answer in time", rank_);
+      if (now >= deadline)
+        return make_error(StatusCode::kUnavailable, "rank {} did not answer in time", rank_);
       // Spin for the first millisecond (a decode step's answer), then nap.
       if (now - start < std::chrono::milliseconds(1)) {
         std::this_thread::yield();
@@ -154,7 +156,9 @@ class RootChannel final : public Channel {
 
 bool built() { return true; }
 
-bool launched() { return std::getenv("OMPI_COMM_WORLD_SIZE") != nullptr || std::getenv("PMI_SIZE") != nullptr; }
+bool launched() {
+  return std::getenv("OMPI_COMM_WORLD_SIZE") != nullptr || std::getenv("PMI_SIZE") != nullptr;
+}
 
 Result<World> init() {
   static std::once_flag once;
@@ -162,9 +166,10 @@ Result<World> init() {
   static World world;
   std::call_once(once, [] {
     if (!launched()) {
-      init_status = make_error(StatusCode::kUnsupported,
-                               "--layer-split mpi:R runs under mpirun: start every rank with the same command, e.g. "
-                               "mpirun -np 2 -H hostA,hostB moeserve serve -m FILE --layer-split mpi:0,mpi:1");
+      init_status =
+          make_error(StatusCode::kUnsupported,
+                     "--layer-split mpi:R runs under mpirun: start every rank with the same command, e.g. "
+                     "mpirun -np 2 -H hostA,hostB moeserve serve -m FILE --layer-split mpi:0,mpi:1");
       return;
     }
     int provided = 0;
@@ -173,7 +178,8 @@ Result<World> init() {
       return;
     }
     if (provided < MPI_THREAD_SERIALIZED) {
-      init_status = make_error(StatusCode::kUnsupported, "this MPI library allows calls from one thread only");
+      init_status =
+          make_error(StatusCode::kUnsupported, "this MPI library allows calls from one thread only");
       return;
     }
     MPI_Comm_rank(MPI_COMM_WORLD, &world.rank);

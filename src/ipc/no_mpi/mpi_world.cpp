@@ -1,14 +1,16 @@
 // A build without MPI: --layer-split mpi:R says how to get it.
+#include "ipc/mpi_world.h"
+
 #include <cstdio>
 #include <cstdlib>
-
-#include "ipc/mpi_world.h"
 
 namespace moeserve::ipc::mpi {
 
 bool built() { return false; }
 
-bool launched() { return std::getenv("OMPI_COMM_WORLD_SIZE") != nullptr || std::getenv("PMI_SIZE") != nullptr; }
+bool launched() {
+  return std::getenv("OMPI_COMM_WORLD_SIZE") != nullptr || std::getenv("PMI_SIZE") != nullptr;
+}
 
 Result<World> init() {
   return make_error(StatusCode::kUnsupported,
