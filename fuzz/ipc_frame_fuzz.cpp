@@ -81,8 +81,8 @@ class Layers final : public backend::RemoteLayers {
     for (int64_t r : f.logit_rows) {
       if (r < 0 || size_t(r) >= T) __builtin_trap();
     }
-    if (f.logits != nullptr) std::memset(f.logits, 0, f.logit_rows.size() * 16 * sizeof(float));
-    if (f.greedy != nullptr) std::memset(f.greedy, 0, f.logit_rows.size() * sizeof(int32_t));
+    if (f.logits != nullptr && !f.logit_rows.empty()) std::memset(f.logits, 0, f.logit_rows.size() * 16 * sizeof(float));
+    if (f.greedy != nullptr && !f.logit_rows.empty()) std::memset(f.greedy, 0, f.logit_rows.size() * sizeof(int32_t));
     if (f.captured != nullptr) std::memset(f.captured, 0, f.capture_layers.size() * T * 8 * sizeof(float));
     if (!f.tokens.empty() && f.tokens[0] == 7) return Status(StatusCode::kInternal, "token 7 always fails");
     return Status::ok();
@@ -94,7 +94,7 @@ class Layers final : public backend::RemoteLayers {
   Status truncate(uint64_t, int64_t, int64_t) override { return Status::ok(); }
   Status read_rows(uint64_t, int64_t layer, int64_t n, uint16_t* k, uint16_t* v) override {
     if (layer < 2 || layer >= 4 || n < 0 || n > 256) __builtin_trap();
-    std::memset(k, 0, size_t(n) * 4 * 2), std::memset(v, 0, size_t(n) * 4 * 2);
+    if (n > 0) std::memset(k, 0, size_t(n) * 4 * 2), std::memset(v, 0, size_t(n) * 4 * 2);
     return Status::ok();
   }
   Status write_rows(uint64_t, int64_t layer, int64_t n, const uint16_t*, const uint16_t*) override {

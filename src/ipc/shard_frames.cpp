@@ -72,7 +72,7 @@ void encode_shard_hello(uint64_t seq, const ShardHello& h, std::vector<uint8_t>&
   put_u32(out, h.max_rows);
   put_u32(out, h.max_capacity);
   put_u32(out, h.max_caches);
-  put(out, 0, 20);
+  wire::put_zeros(out, 20);
 }
 
 Result<ShardHello> decode_shard_hello(std::span<const uint8_t> body) {

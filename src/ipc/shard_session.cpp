@@ -180,8 +180,10 @@ Status ShardSession::serve_call(uint64_t seq, const ShardCall& c) {
     }
     case ShardOp::kWriteRows:
       k_.resize(n), v_.resize(n);
-      std::memcpy(k_.data(), c.payload.data(), n * 2);
-      std::memcpy(v_.data(), c.payload.data() + n * 2, n * 2);
+      if (n > 0) {
+        std::memcpy(k_.data(), c.payload.data(), n * 2);
+        std::memcpy(v_.data(), c.payload.data() + n * 2, n * 2);
+      }
       st = L.write_rows(c.cache, c.a, c.b, k_.data(), v_.data());
       break;
     case ShardOp::kReadStates: {

@@ -11,9 +11,12 @@
 
 namespace moeserve::ipc::wire {
 
+// `bytes` (at most 8) little-endian bytes of v.
 inline void put(std::vector<uint8_t>& out, uint64_t v, int bytes) {
-  for (int i = 0; i < bytes; ++i) out.push_back(uint8_t(v >> (8 * i)));
+  for (int i = 0; i < bytes && i < 8; ++i) out.push_back(uint8_t(v >> (8 * i)));
 }
+// `n` reserved zero bytes.
+inline void put_zeros(std::vector<uint8_t>& out, size_t n) { out.insert(out.end(), n, uint8_t{0}); }
 inline void put_u8(std::vector<uint8_t>& out, uint8_t v) { out.push_back(v); }
 inline void put_u16(std::vector<uint8_t>& out, uint16_t v) { put(out, v, 2); }
 inline void put_u32(std::vector<uint8_t>& out, uint32_t v) { put(out, v, 4); }
