@@ -6,6 +6,7 @@
 #                                   # cuda:0+cpu (36:12) vs cuda:0+proc:cpu (36:12): pp512, pp4096, tg128
 #   scripts/device/split.sh hybrid  # rebuild, split + shard tests, then --n-cpu-moe 24 unsplit vs cuda:0,cuda:0
 #   scripts/device/split.sh proc_gpu # shard processes on the GPU (proc:cuda:0): the unsplit text, a tiny bench
+#   scripts/device/split.sh two_gpu  # two GPUs (nvidia-h200-x2): the unsplit text, 30b unsplit vs cuda:0,cuda:1
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 export LD_LIBRARY_PATH=/tmp/devroot/usr/lib/x86_64-linux-gnu:${LD_LIBRARY_PATH:-}
@@ -86,4 +87,29 @@ case "${1:-start}" in
     done
     $bin bench -m tests/data/models/qwen3moe-tiny.bf16.gguf -p 64 -n 128 -r 3 --layer-split cuda:0=0:2,proc:cuda:0=2:4 \
       2>&1 | grep -E '\| pp64|\| tg128|error';;
+  two_gpu)
+    # Two GPUs (kind nvidia-h200-x2): the rows cross by peer copy. The unsplit text on the tiny models,
+    # then the 30b-a3b file unsplit vs cuda:0,cuda:1.
+    nvidia-smi --query-gpu=name --format=csv,noheader
+    scripts/device/build.sh build-gpu 90a moeserve > "$out/build.log" 2>&1 \
+      || { grep -E 'error|FAILED' -A3 "$out/build.log" | head -40; exit 1; }
+    cp "$bin" /tmp/moeserve-mm
+    setsid nohup sh -c "/tmp/moeserve-mm make-model --arch qwen3moe --preset 30b-a3b --type q4_k_m --quick-quant \
+      --router-skew 0 -o $m30 && touch $m30.done" > /tmp/make30.log 2>&1 < /dev/null &
+    for arch in qwen3 qwen3moe qwen35moe laguna; do
+      m=tests/data/models/$arch-tiny.bf16.gguf
+      want=$($bin generate -m $m -p 'def add(a, b):' -n 32 --temp 0 --device cuda 2>/dev/null | md5sum)
+      for split in cuda:0,cuda:1 cuda:0=0:1,cuda:1=1:3,cuda:0=3:4 cuda:1=0:2,proc:cuda:0=2:4; do
+        got=$($bin generate -m $m -p 'def add(a, b):' -n 32 --temp 0 --layer-split $split 2>"$out/err_$arch.txt" | md5sum)
+        [ "$got" = "$want" ] && echo "$arch $split: same text" || { echo "$arch $split: DIFFERENT"; tail -3 "$out/err_$arch.txt"; }
+      done
+    done
+    for i in $(seq 1 100); do [ -f "$m30.done" ] && break; sleep 5; done
+    [ -f "$m30.done" ] || { echo "model not ready: $(tail -c 300 /tmp/make30.log)"; exit 1; }
+    for split in "--device cuda" "--layer-split cuda:0,cuda:1"; do
+      echo "== 30b-a3b Q4_K_M $split"
+      $bin bench -m $m30 -p 512 -n 128 -r 2 $split 2>&1 | tee "$out/bench30_2gpu_${split//[ :=,]/_}.txt" \
+        | grep -E '\| pp[0-9]+|\| tg128|error'
+      $bin bench -m $m30 -p 4096 -n 0 -r 1 $split 2>&1 | grep -E '\| pp[0-9]+|error'
+    done;;
 esac
