@@ -311,6 +311,7 @@ Status CudaOps::end_graph() {
 Status CudaOps::receive_from(const Device& src_device, void* dst, const void* src, size_t bytes) {
   const auto* from = dynamic_cast<const CudaDevice*>(&src_device);
   if (from == nullptr) return make_error(StatusCode::kUnsupported, "not a GPU's memory");
+  MOESERVE_RETURN_IF_ERROR(device_.activate());  // (the rows' next kernels run here: see download)
   MOESERVE_RETURN_IF_ERROR(end_graph());
   if (from->index() == device_.index()) {
     MOESERVE_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, stream_));

@@ -157,12 +157,17 @@ class CudaOps final : public Ops {
     return on;
   }
   Status local_experts(const ExpertFfnArgs& a, const cuda::ExpertGroups& groups, float* h, float* y);
+  // The copies make this GPU current first: over a layer split the calling
+  // thread moves between GPUs, and kernels' per-device settings (a large
+  // shared-memory opt-in) follow the current device.
   Status download(void* host, const void* src, size_t bytes) override {
+    MOESERVE_RETURN_IF_ERROR(device_.activate());
     MOESERVE_RETURN_IF_ERROR(end_graph());
     MOESERVE_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(host, src, bytes, cudaMemcpyDeviceToHost, stream_));
     return finish();
   }
   Status upload(void* dst, const void* host, size_t bytes) override {
+    MOESERVE_RETURN_IF_ERROR(device_.activate());
     MOESERVE_RETURN_IF_ERROR(end_graph());
     MOESERVE_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(dst, host, bytes, cudaMemcpyHostToDevice, stream_));
     MOESERVE_RETURN_IF_ERROR(finish());
