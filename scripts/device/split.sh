@@ -93,9 +93,11 @@ case "${1:-start}" in
     nvidia-smi --query-gpu=name --format=csv,noheader
     scripts/device/build.sh build-gpu 90a moeserve > "$out/build.log" 2>&1 \
       || { grep -E 'error|FAILED' -A3 "$out/build.log" | head -40; exit 1; }
-    cp "$bin" /tmp/moeserve-mm
-    setsid nohup sh -c "/tmp/moeserve-mm make-model --arch qwen3moe --preset 30b-a3b --type q4_k_m --quick-quant \
-      --router-skew 0 -o $m30 && touch $m30.done" > /tmp/make30.log 2>&1 < /dev/null &
+    if [ ! -f "$m30.done" ] && ! pgrep -f moeserve-mm >/dev/null; then
+      cp "$bin" /tmp/moeserve-mm
+      setsid nohup sh -c "/tmp/moeserve-mm make-model --arch qwen3moe --preset 30b-a3b --type q4_k_m --quick-quant \
+        --router-skew 0 -o $m30 && touch $m30.done" > /tmp/make30.log 2>&1 < /dev/null &
+    fi
     for arch in qwen3 qwen3moe qwen35moe laguna; do
       m=tests/data/models/$arch-tiny.bf16.gguf
       want=$($bin generate -m $m -p 'def add(a, b):' -n 32 --temp 0 --device cuda 2>/dev/null | md5sum)
