@@ -7,6 +7,8 @@
 #   scripts/device/split.sh hybrid  # rebuild, split + shard tests, then --n-cpu-moe 24 unsplit vs cuda:0,cuda:0
 #   scripts/device/split.sh proc_gpu # shard processes on the GPU (proc:cuda:0): the unsplit text, a tiny bench
 #   scripts/device/split.sh two_gpu  # two GPUs (nvidia-h200-x2): the unsplit text, 30b unsplit vs cuda:0,cuda:1
+#   scripts/device/split.sh pipeline # rebuild, split tests, then 30b pp4096 split over GPU + CPU (36:12, 47:1) and
+#                                   # GPU + proc:cpu, --micro-batches 1 vs 4
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 export LD_LIBRARY_PATH=/tmp/devroot/usr/lib/x86_64-linux-gnu:${LD_LIBRARY_PATH:-}
@@ -113,5 +115,23 @@ case "${1:-start}" in
       $bin bench -m $m30 -p 512 -n 128 -r 2 $split 2>&1 | tee "$out/bench30_2gpu_${split//[ :=,]/_}.txt" \
         | grep -E '\| pp[0-9]+|\| tg128|error'
       $bin bench -m $m30 -p 4096 -n 0 -r 1 $split 2>&1 | grep -E '\| pp[0-9]+|error'
+    done;;
+  pipeline)
+    scripts/device/build.sh build-gpu 90a moeserve test_split > "$out/build.log" 2>&1 \
+      || { grep -E 'error|FAILED' -A3 "$out/build.log" | head -40; exit 1; }
+    if [ ! -f "$m30.done" ] && ! pgrep -f moeserve-mm >/dev/null; then
+      cp "$bin" /tmp/moeserve-mm
+      setsid nohup sh -c "/tmp/moeserve-mm make-model --arch qwen3moe --preset 30b-a3b --type q4_k_m --quick-quant \
+        --router-skew 0 -o $m30 && touch $m30.done" > /tmp/make30.log 2>&1 < /dev/null &
+    fi
+    run_test split build-gpu/tests/split/test_split
+    for i in $(seq 1 100); do [ -f "$m30.done" ] && break; sleep 5; done
+    [ -f "$m30.done" ] || { echo "model not ready: $(tail -c 300 /tmp/make30.log)"; exit 1; }
+    for split in ${SPLITS:-cuda:0=0:36,cpu=36:48 cuda:0=0:47,cpu=47:48 cuda:0=0:36,proc:cpu=36:48}; do
+      for micro in 1 4; do
+        echo "== 30b-a3b Q4_K_M --layer-split $split --micro-batches $micro"
+        $bin bench -m $m30 -p ${PP:-4096} -n 0 -r 1 --layer-split $split --micro-batches $micro 2>&1 \
+          | tee "$out/bench30_pipe_${split//[ :=,]/_}_$micro.txt" | grep -E '\| pp[0-9]+|error'
+      done
     done;;
 esac

@@ -127,6 +127,9 @@ struct Placement {
   // when first_layer > 0, gives hidden_out when it ends before the last
   // layer, and keeps the embedding and the output head only when they are its.
   int64_t first_layer = 0, end_layer = -1;
+  // A layer split whose stages can run at once cuts a forward of many rows
+  // into this many micro-batches and pipelines them (micro_batches.h; 1: off).
+  int64_t micro_batches = 1;
 
   backend::Device* layer(int64_t l) const { return layers.empty() ? io : layers[size_t(l)]; }
   backend::Device* output() const { return head != nullptr ? head : io; }

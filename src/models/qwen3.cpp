@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <cmath>
 
-#include "models/forward_common.h"
+#include "models/walk_layers.h"
 
 namespace moeserve::models {
 namespace {

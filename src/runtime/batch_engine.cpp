@@ -7,6 +7,7 @@
 #include <system_error>
 
 #include "core/log.h"
+#include "models/micro_batches.h"
 #include "runtime/engine_slot.h"
 #include "tokenizer/tokenizer.h"
 
@@ -17,6 +18,7 @@ BatchEngine::BatchEngine(Model& model, const EngineOptions& options)
   options_.n_slots = std::max(1, options_.n_slots);
   tree_verify_ = model.tree_verify();
   options_.n_batch = std::max<int64_t>(options_.n_batch, options_.n_slots);
+  pipeline_depth_ = models::pipeline_depth(model.net().placement(), model.info().n_layer);
   // Every slot's cache on the model's devices, and one workspace for the
   // largest step; if they do not fit, the engine refuses every request
   // with the reason (status()).
@@ -280,7 +282,10 @@ bool BatchEngine::step() {
     if (s->busy && !s->decoding) prefilling.push_back(s.get());
   }
   std::sort(prefilling.begin(), prefilling.end(), [](Slot* a, Slot* b) { return a->admitted < b->admitted; });
-  int64_t budget = options_.n_batch - n_decode;
+  // A pipelined layer split takes several batches of rows a forward
+  // (models/micro_batches.h); with captured layers it runs them whole.
+  const int64_t step_rows = options_.n_batch * (step_feature_layers().empty() ? pipeline_depth_ : 1);
+  int64_t budget = step_rows - n_decode;
   for (Slot* s : prefilling) {
     if (budget <= 0) break;
     const int64_t left = int64_t(s->req.prompt.size()) - s->prompt_done;

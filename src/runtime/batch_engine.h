@@ -217,6 +217,7 @@ class BatchEngine {
   std::vector<float> masked_;         // constrained_sample's copy of one row
   StepCostModel step_costs_;          // decode-only steps' time by rows (the draft policy's input)
   bool tree_verify_ = false;          // the model's devices run draft trees (Model::tree_verify)
+  int64_t pipeline_depth_ = 1;        // batches of rows a forward takes (models::pipeline_depth)
   AcceptancePrior acceptance_prior_;  // finished requests' draft acceptance (engine thread)
   Status status_;
   std::unique_ptr<models::Workspace> ws_;

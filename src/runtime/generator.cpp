@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 
+#include "models/micro_batches.h"
 #include "runtime/generator_sink.h"
 
 namespace moeserve::runtime {
@@ -99,6 +100,9 @@ Status Generator::run_chunks(std::span<const int32_t> tokens, int64_t n_batch, f
   }
   if (n_batch < 1)
     return make_error(StatusCode::kInvalidArgument, "batch size must be >= 1, got {}", n_batch);
+  // A pipelined layer split takes several batches a forward
+  // (models/micro_batches.h); a draft's captured layers go whole.
+  if (feature_drafter_ == nullptr) n_batch *= models::pipeline_depth(model_.net().placement(), model_.info().n_layer);
   for (size_t start = 0; start < tokens.size(); start += size_t(n_batch)) {
     const std::span<const int32_t> chunk =
         tokens.subspan(start, std::min(tokens.size() - start, size_t(n_batch)));

@@ -71,6 +71,11 @@ struct ModelLoadOptions {
   // devices would. The embedding sits with the first shard, the output head
   // with the last.
   std::vector<LayerShard> layer_shards{};
+  // A layer split whose shards can compute at once (two GPUs, a GPU and the
+  // CPU, another process) pipelines a forward of many rows in this many
+  // micro-batches; the prefill then hands it this many batches of rows a
+  // forward (--micro-batches; 1: off).
+  int64_t micro_batches = 4;
   // A shard process (`moeserve shard`): only layers [first_layer,
   // end_layer) (-1: to the last) are placed, on `device`; the embedding
   // when it begins at 0, the output head when it ends at the last layer.

@@ -43,7 +43,7 @@ struct BenchOptions {
   std::string expert_backend = "tiled";
   std::vector<int64_t> parallel;  // aggregate decode with this many sequences
   SpecCliOptions spec;            // --spec ...: speculative against plain decoding
-  std::string layer_split;  // --layer-split SPEC
+  LayerSplitFlags layer_split;  // --layer-split SPEC, --micro-batches N
   std::string spec_prompts;       // --spec-prompts FILE
 };
 

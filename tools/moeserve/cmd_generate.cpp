@@ -32,7 +32,7 @@ struct GenerateCliOptions {
   runtime::SamplerOptions sampling;
   std::vector<std::string> stop;
   SpecCliOptions spec;  // --spec ...
-  std::string layer_split;  // --layer-split SPEC
+  LayerSplitFlags layer_split;  // --layer-split SPEC, --micro-batches N
 };
 
 Result<std::string> render_chat(const runtime::Model& model, const GenerateCliOptions& o) {

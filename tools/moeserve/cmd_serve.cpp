@@ -53,7 +53,7 @@ struct ServeCliOptions {
   ExpertWorkerCliOptions worker;   // --expert-worker ...
   int max_connections = 0;         // 0: HttpOptions' default
   SpecCliOptions spec;             // --spec ...
-  std::string layer_split;         // --layer-split SPEC
+  LayerSplitFlags layer_split;  // --layer-split SPEC, --micro-batches N
 };
 
 server::HttpServer* g_server = nullptr;

@@ -13,16 +13,22 @@
 
 namespace moeserve::tools {
 
-void add_layer_split_flag(CLI::App* cmd, std::string* spec) {
+void add_layer_split_flag(CLI::App* cmd, LayerSplitFlags* flags) {
   cmd->add_option(
-      "--layer-split", *spec,
+      "--layer-split", flags->spec,
       "Spread the model's layers over devices: a comma list of shards DEVICE, DEVICE=WEIGHT or "
       "DEVICE=A:B (layers A..B-1). DEVICE: cpu or cuda:N in this process, proc:cpu or proc:cuda:N "
       "in a child process started and supervised here (`moeserve shard`), proc:unix:PATH a shard "
-      "started by hand; e.g. cuda:0,cpu (halves by weight bytes), cuda:0=3,cpu=1, "
-      "cuda:0=0:36,cpu=36:48, cuda:0=0:36,proc:cpu=36:48. The embedding goes with the first shard, "
-      "the output head with the last; only the boundary activation crosses. `inspect --layer-split` "
-      "shows the plan");
+      "started by hand, mpi:R[:DEVICE] an MPI rank; e.g. cuda:0,cuda:1 (shares by weight bytes), "
+      "cuda:0=3,cpu=1, cuda:0=0:36,cpu=36:48, cuda:0=0:36,proc:cpu=36:48. The embedding goes with "
+      "the first shard, the output head with the last; only the boundary activation crosses. "
+      "`inspect --layer-split` shows the plan");
+  cmd->add_option("--micro-batches", flags->micro_batches,
+                  "With --layer-split over shards that compute at once (GPUs, a GPU and the CPU, other "
+                  "processes): a prompt goes through in pipelined micro-batches of --batch tokens, this "
+                  "many a forward, so every shard works at the same time (1: one shard at a time)")
+      ->check(CLI::Range(1, 64))
+      ->capture_default_str();
 }
 
 namespace {
@@ -92,9 +98,11 @@ Status start_mpi_ranks(const std::string& model_path, std::span<const split::Sha
 
 }  // namespace
 
-Status apply_layer_split(const std::string& model_path, const std::string& spec, const std::string& device,
+Status apply_layer_split(const std::string& model_path, const LayerSplitFlags& flags, const std::string& device,
                          runtime::ModelLoadOptions* load, LayerSplitProcesses* processes) {
+  const std::string& spec = flags.spec;
   if (spec.empty()) return Status::ok();
+  load->micro_batches = flags.micro_batches;
   if (!device.empty() && device != "auto") {
     return make_error(StatusCode::kInvalidArgument,
                       "--layer-split names its devices; drop --device {} (or put it in the split)", device);

@@ -19,11 +19,16 @@ struct LayerSplitProcesses {
   std::vector<std::unique_ptr<ipc::ShardClient>> shards;
 };
 
-void add_layer_split_flag(CLI::App* cmd, std::string* spec);
+struct LayerSplitFlags {
+  std::string spec;           // --layer-split
+  int64_t micro_batches = 4;  // --micro-batches
+};
+
+void add_layer_split_flag(CLI::App* cmd, LayerSplitFlags* flags);
 // Plans SPEC for the model file into `load` (nothing when SPEC is empty),
 // starting (or attaching to) its shard processes into `processes`.
 // `device` is the --device flag: a split names its devices itself.
-Status apply_layer_split(const std::string& model_path, const std::string& spec, const std::string& device,
+Status apply_layer_split(const std::string& model_path, const LayerSplitFlags& flags, const std::string& device,
                          runtime::ModelLoadOptions* load, LayerSplitProcesses* processes);
 
 }  // namespace moeserve::tools
