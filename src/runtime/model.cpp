@@ -208,26 +208,31 @@ Status Model::give_experts_to_worker(const ModelLoadOptions& options, models::Pl
   }
   splits_.resize(size_t(n_layer));
   placement.expert_splits.assign(size_t(n_layer), nullptr);
-  for (int64_t l = 0; l < n_layer; ++l) {
-    std::vector<bool> remote(size_t(n_expert), false);
-    if (size_t(l) < options.worker_experts.size()) {
-      for (int32_t e : options.worker_experts[size_t(l)]) {
-        if (e < 0 || e >= n_expert) {
-          return make_error(StatusCode::kInvalidArgument, "{}: layer {}: worker expert {} is outside 0..{}",
-                            file_.name(), l, e, n_expert - 1);
-        }
-        remote[size_t(e)] = true;
-      }
-    }
-    std::vector<int32_t> local;
-    for (int32_t e = 0; e < int32_t(n_expert); ++e) {
-      if (!remote[size_t(e)]) local.push_back(e);
-    }
-    splits_[size_t(l)] =
-        std::make_unique<backend::ExpertSplit>(n_expert, std::move(local), options.expert_worker);
-    placement.expert_splits[size_t(l)] = splits_[size_t(l)].get();
-  }
+  for (int64_t l = 0; l < n_layer; ++l) MOESERVE_RETURN_IF_ERROR(give_layer_to_worker(options, placement, l));
   worker_splits_ = true;
+  return Status::ok();
+}
+
+// Layer l's split of give_experts_to_worker (splits_ and the placement's
+// lists sized already).
+Status Model::give_layer_to_worker(const ModelLoadOptions& options, models::Placement& placement, int64_t l) {
+  const int64_t n_expert = file_.get_int(file_.arch_key(keys::kExpertCount)).value_or(0);
+  std::vector<bool> remote(size_t(n_expert), false);
+  if (size_t(l) < options.worker_experts.size()) {
+    for (int32_t e : options.worker_experts[size_t(l)]) {
+      if (e < 0 || e >= n_expert) {
+        return make_error(StatusCode::kInvalidArgument, "{}: layer {}: worker expert {} is outside 0..{}",
+                          file_.name(), l, e, n_expert - 1);
+      }
+      remote[size_t(e)] = true;
+    }
+  }
+  std::vector<int32_t> local;
+  for (int32_t e = 0; e < int32_t(n_expert); ++e) {
+    if (!remote[size_t(e)]) local.push_back(e);
+  }
+  splits_[size_t(l)] = std::make_unique<backend::ExpertSplit>(n_expert, std::move(local), options.expert_worker);
+  placement.expert_splits[size_t(l)] = splits_[size_t(l)].get();
   return Status::ok();
 }
 

@@ -130,9 +130,12 @@ class Model {
   Status split_experts(const ModelLoadOptions& options, models::Placement& placement);
   void set_split_router(backend::ExpertSplit& split, int layer, int64_t n_expert) const;
   Status give_experts_to_worker(const ModelLoadOptions& options, models::Placement& placement);
+  Status give_layer_to_worker(const ModelLoadOptions& options, models::Placement& placement, int64_t l);
   Status place_layer_shards(const ModelLoadOptions& options, models::Placement& placement);  // model_shards.cpp
   Status place_shard_range(const ModelLoadOptions& options, models::Placement& placement);   // model_shards.cpp
   Status split_shard_experts(const ModelLoadOptions& options, models::Placement& placement);  // model_shards.cpp
+  Status give_shard_experts_to_worker(const ModelLoadOptions& options,
+                                      models::Placement& placement);  // model_shards.cpp
   void pin_for_expert_copies(bool pin);
   // The GPU whose cold experts the CPU computes (a layer split's first GPU
   // shard: the file's pinning serves them all); null on the CPU alone.

@@ -36,12 +36,6 @@ Status check_shards(std::span<const LayerShard> shards, int64_t n_layer, std::st
 }  // namespace
 
 Status Model::place_layer_shards(const ModelLoadOptions& options, models::Placement& placement) {
-  if (options.expert_worker != nullptr) {
-    return make_error(
-        StatusCode::kUnsupported,
-        "--layer-split together with an expert worker is not supported yet: keep the cold experts "
-        "on each shard's CPU (--n-cpu-moe, --cpu-moe, --placement) instead");
-  }
   MOESERVE_ASSIGN_OR_RETURN(int64_t n_layer, file_.require_int(file_.arch_key(keys::kBlockCount)));
   MOESERVE_RETURN_IF_ERROR(check_shards(options.layer_shards, n_layer, file_.name()));
   placement.layers.assign(size_t(n_layer), nullptr);
@@ -80,7 +74,34 @@ Status Model::place_layer_shards(const ModelLoadOptions& options, models::Placem
   placement.head = placement.layers.back() != nullptr ? placement.layers.back() : placement.io;
   device_reason_ = reason;
   placement.micro_batches = std::max<int64_t>(options.micro_batches, 1);
-  if (options.split_experts) MOESERVE_RETURN_IF_ERROR(split_shard_experts(options, placement));
+  if (options.split_experts) {
+    MOESERVE_RETURN_IF_ERROR(split_shard_experts(options, placement));
+  } else if (options.expert_worker != nullptr) {
+    MOESERVE_RETURN_IF_ERROR(give_shard_experts_to_worker(options, placement));
+  }
+  return Status::ok();
+}
+
+// An expert worker beside a split without hybrid placement: the CPU
+// shards' layers hand it their worker experts (as one CPU does); GPU
+// shards keep all theirs, and other processes' layers are theirs.
+Status Model::give_shard_experts_to_worker(const ModelLoadOptions& options, models::Placement& placement) {
+  MOESERVE_RETURN_IF_ERROR(give_experts_to_worker(options, placement));
+  bool used = false;
+  for (size_t l = 0; l < placement.layers.size(); ++l) {
+    const backend::Device* d = placement.layers[l];
+    if (d != nullptr && d->kind() == backend::DeviceKind::kCpu) {
+      used = true;
+      continue;
+    }
+    placement.expert_splits[l] = nullptr;
+    splits_[l].reset();
+  }
+  if (!used) {
+    return make_error(StatusCode::kInvalidArgument,
+                      "an expert worker, but no shard of the layer split computes experts on this host's CPU: "
+                      "leave some experts off the GPU shards (--n-cpu-moe, --cpu-moe, --placement)");
+  }
   return Status::ok();
 }
 
@@ -97,6 +118,9 @@ Status Model::split_shard_experts(const ModelLoadOptions& options, models::Place
     if (d == nullptr || d->kind() == backend::DeviceKind::kCpu) {
       placement.expert_splits[l] = nullptr;
       splits_[l].reset();
+      // A CPU shard's layer gives an expert worker its experts still.
+      if (d != nullptr && options.expert_worker != nullptr)
+        MOESERVE_RETURN_IF_ERROR(give_layer_to_worker(options, placement, int64_t(l)));
     }
   }
   return Status::ok();

@@ -34,6 +34,18 @@ for spec in cpu,proc:cpu proc:cpu,cpu; do
     --spec-tree 8 > "$work/spec.out" 2> "$work/spec.err" || fail "--layer-split $spec --spec ngram: $(tail -3 "$work/spec.err")"
   cmp -s "$work/plain2.out" "$work/spec.out" || fail "--layer-split $spec --spec ngram --spec-tree 8 changed the output"
 done
+# Pipelined micro-batches (the CPU beside a shard process: two lanes): a
+# long prompt in forwards of 4 x 8 rows, and an expert worker for the CPU
+# shards' experts: the plain text each time.
+long="$prompt$prompt$prompt$prompt$prompt"
+"$moeserve" generate -m "$model" -p "$long" -n 24 --temp 0 --device cpu > "$work/plain3.out" 2> /dev/null
+"$moeserve" generate -m "$model" -p "$long" -n 24 --temp 0 -b 8 --layer-split cpu,proc:cpu --micro-batches 4 \
+  > "$work/pipe.out" 2> "$work/pipe.err" || fail "--micro-batches 4: $(tail -3 "$work/pipe.err")"
+cmp -s "$work/plain3.out" "$work/pipe.out" || fail "--layer-split cpu,proc:cpu --micro-batches 4 changed the output"
+"$moeserve" generate -m "$model" -p "$prompt" -n 32 --temp 0 --layer-split cpu,cpu --expert-worker spawn \
+  > "$work/worker.out" 2> "$work/worker.err" || fail "--layer-split with --expert-worker: $(tail -3 "$work/worker.err")"
+cmp -s "$work/plain.out" "$work/worker.out" || fail "--layer-split cpu,cpu --expert-worker spawn changed the output"
+expect_in "$work/worker.err" "computed by the expert worker"
 "$moeserve" inspect --layer-split cpu=0:3,cpu=3:4 "$model" > "$work/inspect.out" 2>&1 || fail "inspect --layer-split"
 expect_in "$work/inspect.out" "shard 0: cpu"
 expect_in "$work/inspect.out" "layers   3:4"

@@ -278,14 +278,48 @@ TEST(LayerSplitModelErrors, ShardsThatDoNotCoverTheModelAreRefused) {
     auto m = runtime::Model::load(model_path("qwen3"), lo);
     EXPECT_FALSE(m.is_ok());
   }
-  // An expert worker with a split: not yet, said so.
+}
+
+// An expert worker beside a split (an in-process CPU backend stands for
+// the worker process: ipc's tests cover the transport): the CPU shards'
+// layers hand it the worker's experts, and the text is the unsplit one.
+TEST(LayerSplitExpertWorker, CpuShardsHandTheWorkerItsExperts) {
+  auto whole = runtime::Model::load(model_path("qwen3moe"), {.n_threads = 2, .device = "cpu"});
+  ASSERT_TRUE(whole.is_ok()) << whole.status().to_string();
+  const std::vector<int32_t> prompt =
+      (*whole)->tokenizer().encode("def add(a, b):\n    return a + b\n\nclass Foo:\n");
+  const std::vector<int32_t> want = greedy(**whole, prompt, 24);
   backend::CpuExpertBackend worker(nullptr);
-  runtime::ModelLoadOptions lo{.n_threads = 1};
-  lo.layer_shards = {{"cpu", 0, 2}, {"cpu", 2, 4}};
-  lo.expert_worker = &worker;
-  auto m = runtime::Model::load(model_path("qwen3moe"), lo);
-  ASSERT_FALSE(m.is_ok());
-  EXPECT_NE(m.status().message().find("not supported yet"), std::string::npos) << m.status().message();
+  std::vector<std::vector<int32_t>> owned(4);
+  for (int32_t e = 1; e < int32_t((*whole)->info().n_expert); e += 3) owned[1].push_back(e), owned[3].push_back(e);
+  const std::string device = moeserve::testing::test_device();
+  std::vector<std::vector<LayerShard>> splits = {{{"cpu", 0, 2}, {"cpu", 2, 4}}};
+  if (device != "cpu") splits.push_back({{device, 0, 2}, {"cpu", 2, 4}});
+  for (const auto& shards : splits) {
+    runtime::ModelLoadOptions lo{.n_threads = 2};
+    lo.layer_shards = shards;
+    lo.expert_worker = &worker;
+    lo.worker_experts = owned;
+    auto split = runtime::Model::load(model_path("qwen3moe"), lo);
+    ASSERT_TRUE(split.is_ok()) << split.status().to_string();
+    const auto& splits_of = (*split)->expert_splits();
+    ASSERT_EQ(splits_of.size(), 4u);
+    // A GPU shard keeps its layers' experts; CPU layers split off the worker's.
+    EXPECT_EQ(splits_of[1] == nullptr, shards[0].device != "cpu");
+    ASSERT_NE(splits_of[3], nullptr);
+    EXPECT_EQ(greedy(**split, prompt, 24), want) << shards[0].device << " + cpu with a worker";
+    EXPECT_GT(splits_of[3]->host_pairs.load(), 0) << "the worker computed nothing";
+  }
+  // Every shard on GPUs or in other processes: the worker would get nothing.
+  if (device != "cpu") {
+    runtime::ModelLoadOptions lo{.n_threads = 1};
+    lo.layer_shards = {{device, 0, 2}, {device, 2, 4}};
+    lo.expert_worker = &worker;
+    lo.worker_experts = owned;
+    auto m = runtime::Model::load(model_path("qwen3moe"), lo);
+    ASSERT_FALSE(m.is_ok());
+    EXPECT_NE(m.status().message().find("no shard of the layer split"), std::string::npos) << m.status().message();
+  }
 }
 
 }  // namespace
