@@ -61,7 +61,7 @@ std::string tool_result_text(const ojson& block, const std::string& param) {
 // results becomes one "tool" message per result, then the user's text).
 void translate_message(const ojson& message, const std::string& param, ojson& out) {
   if (!message.is_object()) fail(quoted(param) + " must be an object", param);
-  const std::string& role = string_field(message, "role", param + ".role");
+  const std::string role = string_field(message, "role", param + ".role");
   if (role != "user" && role != "assistant")
     fail(quoted(param + ".role") + " must be user or assistant", param + ".role");
   const ojson* content = find_field(message, "content");
@@ -78,7 +78,7 @@ void translate_message(const ojson& message, const std::string& param, ojson& ou
     const std::string p = param + ".content[" + std::to_string(i) + "]";
     const ojson& block = (*content)[i];
     if (!block.is_object()) fail(quoted(p) + " must be an object", p);
-    const std::string& type = string_field(block, "type", p + ".type");
+    const std::string type = string_field(block, "type", p + ".type");
     if (type == "text") {
       if (!text.empty()) text += '\n';
       text += string_field(block, "text", p + ".text");
@@ -120,7 +120,7 @@ void translate_message(const ojson& message, const std::string& param, ojson& ou
 
 ojson translate_tool_choice(const ojson& choice) {
   if (!choice.is_object()) fail("'tool_choice' must be an object", "tool_choice");
-  const std::string& type = string_field(choice, "type", "tool_choice.type");
+  const std::string type = string_field(choice, "type", "tool_choice.type");
   if (type == "auto") return "auto";
   if (type == "any") return "required";
   if (type == "none") return "none";
@@ -161,7 +161,7 @@ ojson translate(const ojson& body, bool count_only) {
   }
   if (const ojson* thinking = find_field(body, "thinking")) {
     if (!thinking->is_object()) fail("'thinking' must be an object", "thinking");
-    const std::string& type = string_field(*thinking, "type", "thinking.type");
+    const std::string type = string_field(*thinking, "type", "thinking.type");
     if (type != "enabled" && type != "disabled")
       fail("'thinking.type' must be enabled or disabled", "thinking.type");
     chat["enable_thinking"] = type == "enabled";
