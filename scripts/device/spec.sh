@@ -4,6 +4,10 @@
 #   scripts/device/spec.sh bench   # wait for the file, then plain vs --spec ngram, all-GPU and --n-cpu-moe 24
 #   scripts/device/spec.sh dflash  # train a DFlash draft per tiny target (scripts/train_tiny/train_dflash.py),
 #                                  # convert it, bench plain vs ngram vs dflash chain / trees (DFLASH_ARCHES, DFLASH_SECONDS)
+#   scripts/device/spec.sh small_train  # build, the corpus, train a ~245M qwen3moe (train_model.py --preset small,
+#                                  # TARGET_SECONDS), convert it; then in a second call (the machine kept warm):
+#   scripts/device/spec.sh small_bench  # train its DFlash draft (DRAFT_SECONDS), convert, bench plain vs ngram vs
+#                                  # dflash chain / trees vs auto, all-GPU and with experts on the CPU
 #   scripts/device/spec.sh peer    # llama.cpp on the same file: llama-bench tg128 and llama-lookup (its
 #                                  # prompt-lookup decoding) on the code-editing prompt (carry .llamasrc;
 #                                  # LLAMA_TARGETS="llama-bench llama-lookup" scripts/device/llamacpp_gpu.sh build first)
@@ -93,6 +97,40 @@ def main():
       echo "== 30b-a3b Q4_K_M, cuda $args: bench --spec auto --draft (adaptive)"
       $bin bench -m $m30 -p 0 -n 128 -r 1 --device cuda $args --spec auto --draft $d.gguf --spec-max 15 2>&1 \
         | sed -n '/speculative decoding/,$p'
+    done;;
+  small_train)
+    ts=/tmp/ts
+    mkdir -p $ts/logs
+    (scripts/device/build.sh build-gpu 90a moeserve > "$out/build.log" 2>&1; echo $? > $ts/build.rc) &
+    python3 scripts/train_tiny/corpus_tokenizer.py --out $ts/data --template tests/reference/templates/qwen3.jinja \
+      > $ts/logs/corpus.log 2>&1 || { tail -5 $ts/logs/corpus.log; exit 1; }
+    python3 scripts/train_tiny/train_model.py --arch qwen3moe --preset small --data $ts/data \
+      --out $ts/hf/qwen3moe-small --summary $ts/train_small.json --seconds ${TARGET_SECONDS:-300} --lr ${LR:-1e-3} \
+      > $ts/logs/train.log 2>&1 || { tail -20 $ts/logs/train.log; exit 1; }
+    grep -E 'params|heldout|steps' $ts/logs/train.log | cut -c1-400 | tail -5
+    cp $ts/logs/train.log $ts/train_small.json "$out/" 2>/dev/null
+    wait
+    [ "$(cat $ts/build.rc)" = 0 ] || { grep -E 'error|FAILED' -A3 "$out/build.log" | head -40; exit 1; }
+    $bin convert $ts/hf/qwen3moe-small -o $ts/small.bf16.gguf --type bf16 2>&1 | tail -1
+    $bin quantize $ts/small.bf16.gguf $ts/small.q8_0.gguf --type q8_0 2>&1 | tail -1
+    ls -la $ts/*.gguf;;
+  small_bench)
+    ts=/tmp/ts
+    [ -f $ts/small.bf16.gguf ] || { echo "no trained target: run small_train first (machine released?)"; exit 1; }
+    python3 scripts/train_tiny/train_dflash.py --arch qwen3moe --target-dir $ts/hf/qwen3moe-small \
+      --target-gguf $ts/small.bf16.gguf --out $ts/dflash --seconds ${DRAFT_SECONDS:-150} > $ts/logs/dflash.log 2>&1 \
+      || { tail -20 $ts/logs/dflash.log; exit 1; }
+    grep -v '^step' $ts/logs/dflash.log; grep '^step' $ts/logs/dflash.log | tail -2
+    cp $ts/logs/dflash.log $ts/dflash/train_summary.json "$out/" 2>/dev/null
+    $bin convert $ts/dflash -o $ts/dflash.gguf --type bf16 2>&1 | tail -1
+    m=$ts/small.q8_0.gguf
+    for place in "" "--n-cpu-moe 4"; do
+      for spec in "ngram" "dflash --draft $ts/dflash.gguf --spec-max 15" \
+                  "dflash --draft $ts/dflash.gguf --spec-max 15 --spec-tree 16" "auto --draft $ts/dflash.gguf --spec-max 15"; do
+        echo "== qwen3moe-small q8_0, cuda $place, --spec $spec"
+        $bin bench -m $m -p 64 -n 128 -r 2 --device cuda $place --spec $spec 2>&1 \
+          | tee -a "$out/bench_small.txt" | sed -n '/speculative decoding/,$p' | grep -v '^$' | head -20
+      done
     done;;
   peer)
     for i in $(seq 1 100); do [ -f "$m30.done" ] && break; sleep 5; done

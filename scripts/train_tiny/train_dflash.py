@@ -100,11 +100,11 @@ def read_gguf(path):
     return meta, out
 
 
-def load_target(arch, device):
+def load_target(hf_dir, gguf_path, device):
     from transformers import AutoConfig, AutoModelForCausalLM
-    cfg = AutoConfig.from_pretrained(os.path.join(REPO, "tests/data/models/hf", f"{arch}-tiny"))
+    cfg = AutoConfig.from_pretrained(hf_dir)
     model = AutoModelForCausalLM.from_config(cfg, dtype=torch.float32)
-    _, t = read_gguf(os.path.join(REPO, "tests/data/models", f"{arch}-tiny.bf16.gguf"))
+    _, t = read_gguf(gguf_path)
     sd = model.state_dict()
     new = {}
 
@@ -304,6 +304,10 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--arch", default="qwen3")
     ap.add_argument("--out", required=True)
+    ap.add_argument("--target-dir", default="", help="the target's HF directory (config, tokenizer); "
+                    "default: the committed <arch>-tiny")
+    ap.add_argument("--target-gguf", default="", help="the target's F32/F16/BF16 GGUF (its weights); "
+                    "default: the committed <arch>-tiny.bf16.gguf")
     ap.add_argument("--seconds", type=float, default=150)
     ap.add_argument("--layers", type=int, default=2, help="draft layers")
     ap.add_argument("--target-layers", default="", help="comma list; default: 1 and the one before the last")
@@ -318,13 +322,15 @@ def main():
     torch.manual_seed(args.seed)
     np.random.seed(args.seed)
     dev = "cuda"
-    target, tcfg = load_target(args.arch, dev)
+    hf_dir = args.target_dir or os.path.join(REPO, "tests/data/models/hf", f"{args.arch}-tiny")
+    gguf = args.target_gguf or os.path.join(REPO, "tests/data/models", f"{args.arch}-tiny.bf16.gguf")
+    target, tcfg = load_target(hf_dir, gguf, dev)
     for p in target.parameters():
         p.requires_grad_(False)
     n_layer = tcfg.num_hidden_layers
     # Never the last layer: HF hands it over after the final norm (the engine captures before it).
     layers = [int(x) for x in args.target_layers.split(",")] if args.target_layers else [1, n_layer - 2]
-    tok_path = os.path.join(REPO, "tests/data/models/hf", f"{args.arch}-tiny", "tokenizer.json")
+    tok_path = os.path.join(hf_dir, "tokenizer.json")
     train_ids, held_ids = corpus_ids(tok_path)
     print(f"corpus: {train_ids.size} train tokens, {held_ids.size} held out", flush=True)
     mask_id = tcfg.vocab_size - 1

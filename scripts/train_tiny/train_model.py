@@ -42,7 +42,16 @@ import laguna_arch  # noqa: E402
 ARCHES = ("qwen3moe", "qwen3", "qwen35moe", "qwen35", "laguna")
 
 
-def build_config(arch, vocab_size, ids):
+# --preset small: a qwen3moe large enough to be predictable for speculative
+# decoding's measurements (issue 40): 8 layers of hidden 768, 32 experts
+# top-4 of 384, about 245M parameters (about 26M active a token).
+SMALL_QWEN3MOE = dict(hidden_size=768, num_hidden_layers=8, num_attention_heads=12, num_key_value_heads=4,
+                      num_experts=32, num_experts_per_tok=4, moe_intermediate_size=384)
+
+
+def build_config(arch, vocab_size, ids, preset="tiny"):
+    if preset == "small" and arch != "qwen3moe":
+        raise SystemExit(f"--preset small is defined for qwen3moe only, not {arch}")
     if laguna_arch.is_laguna(arch):
         return laguna_arch.build_config(vocab_size, ids)
     if hybrid_arch.is_hybrid(arch):
@@ -63,6 +72,8 @@ def build_config(arch, vocab_size, ids):
     else:
         cls = Qwen3Config
         base.update(intermediate_size=512, head_dim=64)
+    if preset == "small":
+        base.update(SMALL_QWEN3MOE)
     rope = {"rope_type": "default", "rope_theta": 1000000.0}
     try:
         cfg = cls(rope_parameters=rope, **base)
@@ -365,6 +376,9 @@ def main():
     ap.add_argument("--out", required=True, help="HF model dir to write")
     ap.add_argument("--summary", required=True, help="JSON summary to write")
     ap.add_argument("--seconds", type=float, default=170)
+    ap.add_argument("--preset", choices=("tiny", "small"), default="tiny",
+                    help="tiny: the committed test models; small: a ~245M qwen3moe for speculative decoding's "
+                         "measurements")
     ap.add_argument("--batch", type=int, default=64)
     ap.add_argument("--seq", type=int, default=256)
     ap.add_argument("--lr", type=float, default=2e-3)
@@ -388,7 +402,7 @@ def main():
     ids = manifest["token_ids"]
     train_ids = np.load(os.path.join(args.data, "train_ids.npy"))
     held_ids = np.load(os.path.join(args.data, "heldout_ids.npy"))
-    cfg = build_config(args.arch, manifest["vocab_size"], ids)
+    cfg = build_config(args.arch, manifest["vocab_size"], ids, args.preset)
     if args.router_aux_loss:
         if not hybrid_arch.is_moe(args.arch):
             ap.error("--router-aux-loss needs a MoE arch")
