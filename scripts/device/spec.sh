@@ -106,7 +106,7 @@ def main():
       > $ts/logs/corpus.log 2>&1 || { tail -5 $ts/logs/corpus.log; exit 1; }
     python3 scripts/train_tiny/train_model.py --arch qwen3moe --preset small --data $ts/data \
       --out $ts/hf/qwen3moe-small --summary $ts/train_small.json --seconds ${TARGET_SECONDS:-300} --lr ${LR:-1e-3} \
-      > $ts/logs/train.log 2>&1 || { tail -20 $ts/logs/train.log; exit 1; }
+      > $ts/logs/train.log 2>&1 || { tail -20 $ts/logs/train.log; cp $ts/logs/train.log "$out/"; exit 1; }
     grep -E 'params|heldout|steps' $ts/logs/train.log | cut -c1-400 | tail -5
     cp $ts/logs/train.log $ts/train_small.json "$out/" 2>/dev/null
     wait

@@ -100,7 +100,8 @@ def check_model_shape(model, cfg, arch="qwen3"):
     if hybrid_arch.is_hybrid(arch):
         return hybrid_arch.check_shape(model, cfg, arch)
     attn = model.model.layers[0].self_attn
-    assert attn.q_proj.out_features == 256 and attn.k_proj.out_features == 128, "head_dim"
+    assert attn.q_proj.out_features == cfg.num_attention_heads * 64, "head_dim"
+    assert attn.k_proj.out_features == cfg.num_key_value_heads * 64, "head_dim"
     rotary = getattr(model.model, "rotary_emb", None) or getattr(attn, "rotary_emb", None)
     if rotary is None:
         print("WARNING: no rotary_emb module found; rope theta not checked")
