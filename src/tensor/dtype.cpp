@@ -19,6 +19,16 @@ constexpr DTypeTraits kTraits[] = {
     {DType::Q5_K, "q5_K", kQK_K, sizeof(BlockQ5_K), true, DType::Q8_K},
     {DType::Q6_K, "q6_K", kQK_K, sizeof(BlockQ6_K), true, DType::Q8_K},
     {DType::Q8_K, "q8_K", kQK_K, sizeof(BlockQ8_K), true, DType::Q8_K},
+    // Issue 43's: the legacy types' minimum terms read the Q8_0 activations'
+    // block sums, where ggml has a Q8_1 type for them.
+    {DType::Q4_1, "q4_1", kQK4_1, sizeof(BlockQ4_1), true, DType::Q8_0},
+    {DType::Q5_0, "q5_0", kQK5_0, sizeof(BlockQ5_0), true, DType::Q8_0},
+    {DType::Q5_1, "q5_1", kQK5_1, sizeof(BlockQ5_1), true, DType::Q8_0},
+    {DType::Q2_K, "q2_K", kQK_K, sizeof(BlockQ2_K), true, DType::Q8_K},
+    {DType::Q3_K, "q3_K", kQK_K, sizeof(BlockQ3_K), true, DType::Q8_K},
+    {DType::IQ4_NL, "iq4_nl", kQK4_NL, sizeof(BlockIQ4_NL), true, DType::Q8_0},
+    {DType::IQ4_XS, "iq4_xs", kQK_K, sizeof(BlockIQ4_XS), true, DType::Q8_K},
+    {DType::MXFP4, "mxfp4", kQK_MXFP4, sizeof(BlockMXFP4), true, DType::Q8_0},
 };
 
 }  // namespace

@@ -13,12 +13,20 @@ enum class DType : uint32_t {
   F32 = 0,
   F16 = 1,
   Q4_0 = 2,
+  Q4_1 = 3,
+  Q5_0 = 6,
+  Q5_1 = 7,
   Q8_0 = 8,
+  Q2_K = 10,
+  Q3_K = 11,
   Q4_K = 12,
   Q5_K = 13,
   Q6_K = 14,
   Q8_K = 15,  // activations only (dot-product partner of the K-quants)
+  IQ4_NL = 20,
+  IQ4_XS = 23,
   BF16 = 30,
+  MXFP4 = 39,
 };
 
 struct DTypeTraits {
@@ -47,14 +55,27 @@ inline size_t dtype_row_bytes(DType t, int64_t n) {
 }
 
 // Every type we know, for tests and tables.
-inline constexpr DType kAllDTypes[] = {DType::F32,  DType::F16,  DType::BF16, DType::Q8_0, DType::Q4_0,
-                                       DType::Q4_K, DType::Q5_K, DType::Q6_K, DType::Q8_K};
+inline constexpr DType kAllDTypes[] = {DType::F32,  DType::F16,    DType::BF16,   DType::Q8_0, DType::Q4_0,
+                                       DType::Q4_1, DType::Q5_0,   DType::Q5_1,   DType::Q2_K, DType::Q3_K,
+                                       DType::Q4_K, DType::Q5_K,   DType::Q6_K,   DType::Q8_K, DType::IQ4_NL,
+                                       DType::IQ4_XS, DType::MXFP4};
 // Types a weight may have (Q8_K is activation-only).
-inline constexpr DType kWeightDTypes[] = {DType::F32,  DType::F16,  DType::BF16, DType::Q8_0,
-                                          DType::Q4_0, DType::Q4_K, DType::Q5_K, DType::Q6_K};
+inline constexpr DType kWeightDTypes[] = {DType::F32,  DType::F16,  DType::BF16,  DType::Q8_0,   DType::Q4_0,
+                                          DType::Q4_1, DType::Q5_0, DType::Q5_1,  DType::Q2_K,   DType::Q3_K,
+                                          DType::Q4_K, DType::Q5_K, DType::Q6_K,  DType::IQ4_NL, DType::IQ4_XS,
+                                          DType::MXFP4};
+// Weight types the CUDA kernels read (the others: CPU only so far, issue 43).
+inline constexpr DType kGpuWeightDTypes[] = {DType::F32,  DType::F16,  DType::BF16, DType::Q8_0,
+                                             DType::Q4_0, DType::Q4_K, DType::Q5_K, DType::Q6_K};
+inline constexpr bool gpu_reads_weight_type(DType t) {
+  for (DType g : kGpuWeightDTypes) {
+    if (g == t) return true;
+  }
+  return false;
+}
 
 // Dense index 0..kDTypeSlots-1 for per-type tables.
-inline constexpr size_t kDTypeSlots = 31;
+inline constexpr size_t kDTypeSlots = 40;
 inline constexpr size_t dtype_slot(DType t) { return size_t(t); }
 
 }  // namespace moeserve

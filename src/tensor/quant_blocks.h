@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <cstring>
 
 namespace moeserve {
 
@@ -70,6 +71,117 @@ inline void q6_k_store_codes_at(const int codes[4], uint8_t* ql, uint8_t* qh, in
   ql[l + 32] = uint8_t((codes[1] & 15) | ((codes[3] & 15) << 4));
   qh[l] = uint8_t((codes[0] >> 4) | ((codes[1] >> 4) << 2) | ((codes[2] >> 4) << 4) | ((codes[3] >> 4) << 6));
 }
+
+// ---- Types of issue 43, as ggml defines them (ggml-common.h) ---------------
+
+inline constexpr int kQK4_1 = 32, kQK5_0 = 32, kQK5_1 = 32, kQK4_NL = 32, kQK_MXFP4 = 32;
+
+// y = d * q + m, q in 0..15 (element j: low nibble of qs[j], j + 16: high)
+struct BlockQ4_1 {
+  uint16_t d;  // f16
+  uint16_t m;  // f16
+  uint8_t qs[kQK4_1 / 2];
+};
+static_assert(sizeof(BlockQ4_1) == 20);
+
+// y = d * (q - 16), q in 0..31: the nibble as Q4_0's, the fifth bit of
+// element j (j + 16) is bit j (j + 16) of qh read as a little-endian uint32.
+struct BlockQ5_0 {
+  uint16_t d;
+  uint8_t qh[4];
+  uint8_t qs[kQK5_0 / 2];
+};
+static_assert(sizeof(BlockQ5_0) == 22);
+
+// y = d * q + m, q in 0..31 (bits as Q5_0).
+struct BlockQ5_1 {
+  uint16_t d;
+  uint16_t m;
+  uint8_t qh[4];
+  uint8_t qs[kQK5_1 / 2];
+};
+static_assert(sizeof(BlockQ5_1) == 24);
+
+// 16 sub-blocks of 16: y = d * (sc & 15) * q - dmin * (sc >> 4), q in 0..3.
+// In each half of 128 elements, element 32t + l (t = 0..3, l = 0..31) has
+// its code in bits 2t..2t+1 of qs[32 * half + l]; sub-block 8 * half + 2t +
+// l / 16 owns it.
+struct BlockQ2_K {
+  uint8_t scales[kQK_K / 16];
+  uint8_t qs[kQK_K / 4];
+  uint16_t d;
+  uint16_t dmin;
+};
+static_assert(sizeof(BlockQ2_K) == 84);
+
+// 16 sub-blocks of 16: y = d * (s - 32) * (q - 4 * !hbit), q in 0..3 laid
+// out as Q2_K's, the high bit of element 32t + l of half h in bit 4h + t of
+// hmask[l]; s are 16 6-bit scales packed in 12 bytes (q3_k_scales).
+struct BlockQ3_K {
+  uint8_t hmask[kQK_K / 8];
+  uint8_t qs[kQK_K / 4];
+  uint8_t scales[12];
+  uint16_t d;
+};
+static_assert(sizeof(BlockQ3_K) == 110);
+
+// The 16 6-bit scales of a Q3_K block (0..63; the value is s - 32): the low
+// 4 bits of s[j] in the nibbles of bytes 0..7 (j < 8: low nibble of byte j;
+// else high nibble of byte j - 8), the high 2 bits in bytes 8..11 (scale j
+// in bits 2 * (j / 4) of byte 8 + j % 4).
+inline void q3_k_scales(const uint8_t* packed, int out[16]) {
+  for (int j = 0; j < 16; ++j) {
+    const int low = j < 8 ? packed[j] & 15 : packed[j - 8] >> 4;
+    const int high = (packed[8 + j % 4] >> (2 * (j / 4))) & 3;
+    out[j] = low | (high << 4);
+  }
+}
+inline void q3_k_pack_scales(const int s[16], uint8_t* packed) {
+  for (int j = 0; j < 12; ++j) packed[j] = 0;
+  for (int j = 0; j < 16; ++j) {
+    if (j < 8) packed[j] |= uint8_t(s[j] & 15);
+    else packed[j - 8] |= uint8_t((s[j] & 15) << 4);
+    packed[8 + j % 4] |= uint8_t(((s[j] >> 4) & 3) << (2 * (j / 4)));
+  }
+}
+
+// The non-linear 4-bit values of IQ4_NL and IQ4_XS (ggml's kvalues_iq4nl).
+inline constexpr int8_t kIq4nlValues[16] = {-127, -104, -83, -65, -49, -35, -22, -10,
+                                            1,    13,   25,  38,  53,  69,  89,  113};
+
+// y = d * kIq4nlValues[q] (nibbles as Q4_0's).
+struct BlockIQ4_NL {
+  uint16_t d;
+  uint8_t qs[kQK4_NL / 2];
+};
+static_assert(sizeof(BlockIQ4_NL) == 18);
+
+// 8 sub-blocks of 32: y = d * (ls - 32) * kIq4nlValues[q], ls a 6-bit scale:
+// low 4 bits in the nibble ib % 2 of scales_l[ib / 2], high 2 bits in bits
+// 2 ib of scales_h; each sub-block's nibbles as an IQ4_NL block's.
+struct BlockIQ4_XS {
+  uint16_t d;
+  uint16_t scales_h;
+  uint8_t scales_l[kQK_K / 64];
+  uint8_t qs[kQK_K / 2];
+};
+static_assert(sizeof(BlockIQ4_XS) == 136);
+
+// OCP MXFP4: y = kMxfp4Values[q] * 2^(e - 128) (the values are twice the
+// E2M1 ones, so this is E2M1 * 2^(e - 127)); nibbles as Q4_0's. ggml reads
+// e = 0 and 1 as 2^-128 and 2^-127, and e = 255 as 2^127.
+inline constexpr int8_t kMxfp4Values[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
+inline float mxfp4_scale(uint8_t e) {
+  const uint32_t bits = e < 2 ? (0x00200000u << e) : uint32_t(e - 1) << 23;
+  float v;
+  std::memcpy(&v, &bits, 4);
+  return v;
+}
+struct BlockMXFP4 {
+  uint8_t e;
+  uint8_t qs[kQK_MXFP4 / 2];
+};
+static_assert(sizeof(BlockMXFP4) == 17);
 
 // Activations for K-quant dot products: y = d * q; bsums = sums of 16 q's.
 struct BlockQ8_K {

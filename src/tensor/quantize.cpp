@@ -168,6 +168,22 @@ DequantizeRowFn dequantize_row_fn(DType t) {
       return quant_detail::dequantize_q6_k;
     case DType::Q8_K:
       return dequantize_q8_k;
+    case DType::Q4_1:
+      return quant_detail::dequantize_q4_1;
+    case DType::Q5_0:
+      return quant_detail::dequantize_q5_0_row;
+    case DType::Q5_1:
+      return quant_detail::dequantize_q5_1;
+    case DType::Q2_K:
+      return quant_detail::dequantize_q2_k;
+    case DType::Q3_K:
+      return quant_detail::dequantize_q3_k;
+    case DType::IQ4_NL:
+      return quant_detail::dequantize_iq4_nl_row;
+    case DType::IQ4_XS:
+      return quant_detail::dequantize_iq4_xs;
+    case DType::MXFP4:
+      return quant_detail::dequantize_mxfp4_row;
   }
   return dequantize_unknown;
 }
@@ -192,6 +208,22 @@ QuantizeRowRefFn quantize_row_fn(DType t) {
       return quant_detail::quantize_q6_k;
     case DType::Q8_K:
       return quantize_q8_k;
+    case DType::Q4_1:
+      return quant_detail::quantize_q4_1;
+    case DType::Q5_0:
+      return quant_detail::quantize_q5_0_row;
+    case DType::Q5_1:
+      return quant_detail::quantize_q5_1;
+    case DType::Q2_K:
+      return quant_detail::quantize_q2_k;
+    case DType::Q3_K:
+      return quant_detail::quantize_q3_k;
+    case DType::IQ4_NL:
+      return quant_detail::quantize_iq4_nl_row;
+    case DType::IQ4_XS:
+      return quant_detail::quantize_iq4_xs;
+    case DType::MXFP4:
+      return quant_detail::quantize_mxfp4_row;
   }
   return quantize_unknown;
 }

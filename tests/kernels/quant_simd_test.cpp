@@ -67,6 +67,26 @@ void set_finite_scales(DType t, std::vector<uint8_t>& w, std::mt19937& rng) {
       case DType::Q6_K:
         put_half(base + tr.block_bytes - 2);
         break;
+      case DType::Q5_0:
+      case DType::IQ4_NL:
+      case DType::IQ4_XS:
+        put_half(base);
+        break;
+      case DType::Q4_1:
+      case DType::Q5_1:
+        put_half(base);
+        put_half(base + 2);
+        break;
+      case DType::Q2_K:  // d, dmin after the scales and codes
+        put_half(base + 80);
+        put_half(base + 82);
+        break;
+      case DType::Q3_K:  // d last
+        put_half(base + tr.block_bytes - 2);
+        break;
+      case DType::MXFP4:  // an E8M0 exponent near 2^-7
+        w[base] = uint8_t(118 + int(rng() % 4));
+        break;
       default:
         break;
     }

@@ -52,7 +52,7 @@ TEST_P(DequantizeGpu, MatchesCpuReferenceExactly) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(AllWeightTypes, DequantizeGpu, ::testing::ValuesIn(kWeightDTypes),
+INSTANTIATE_TEST_SUITE_P(AllWeightTypes, DequantizeGpu, ::testing::ValuesIn(kGpuWeightDTypes),
                          [](const auto& info) { return std::string(dtype_name(info.param)); });
 
 }  // namespace

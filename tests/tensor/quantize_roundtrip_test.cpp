@@ -42,6 +42,12 @@ constexpr Bound kBounds[] = {
     {DType::F32, 0.0, 0.0},  {DType::F16, 0.05, 0.05}, {DType::BF16, 0.25, 0.25},
     {DType::Q8_0, 0.6, 1.3}, {DType::Q8_K, 0.8, 3.1},  {DType::Q6_K, 1.9, 3.5},
     {DType::Q5_K, 3.8, 5.3}, {DType::Q4_K, 7.5, 10.5}, {DType::Q4_0, 9.5, 16.5},
+    // Issue 43's types (measured 2026-11-29 on these rows, then ~5% margin):
+    // Q4_1 6.96 / 9.65, Q5_0 4.12 / 9.12, Q5_1 3.35 / 4.69, Q2_K 26.66 /
+    // 23.44, Q3_K 16.11 / 16.03, IQ4_NL 7.71 / 12.75, IQ4_XS 7.78 / 12.95,
+    // MXFP4 11.20 / 16.42.
+    {DType::Q4_1, 7.3, 10.1}, {DType::Q5_0, 4.35, 9.6}, {DType::Q5_1, 3.55, 4.95}, {DType::Q2_K, 27.9, 24.6},
+    {DType::Q3_K, 16.9, 16.9}, {DType::IQ4_NL, 8.1, 13.4}, {DType::IQ4_XS, 8.2, 13.6}, {DType::MXFP4, 11.8, 17.2},
 };
 
 std::vector<float> gaussian_rows(uint32_t seed, bool outliers) {
@@ -106,6 +112,9 @@ TEST_P(RoundTrip, AllZeroStaysZero) {
 // are normal f16 numbers: subnormal super-scales lose relative precision.)
 TEST_P(RoundTrip, ConstantRowsAreNearlyExact) {
   const Bound b = GetParam();
+  // MXFP4's scale is a power of two: a constant is exact only when it is one
+  // of the E2M1 values times one.
+  if (b.type == DType::MXFP4) GTEST_SKIP() << "power-of-two scales";
   const double rel_tol = b.type == DType::BF16 ? 4e-3 : 1e-3;
   for (float c : {0.37f, -2.5f, 1000.0f, -7.75f}) {
     const std::vector<float> x(size_t(kRowElems), c);

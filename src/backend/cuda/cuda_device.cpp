@@ -153,7 +153,17 @@ Result<PlacedWeights> CudaDevice::place_weights(std::span<const WeightRef> weigh
   // The whole size first: a model that does not fit is refused before any
   // allocation, with the numbers and what to change.
   size_t total = 0;
-  for (const WeightRef& r : weights) total += view_bytes(r);
+  for (const WeightRef& r : weights) {
+    // A weight type the CUDA kernels do not read yet (issue 43): refused
+    // here, so --device auto falls back to the CPU and --device cuda says why.
+    if (!gpu_reads_weight_type(r.view->type)) {
+      return make_error(StatusCode::kUnsupported,
+                        "{}: the GPU kernels do not read {} weights yet; run this file with --device cpu, "
+                        "or requantize it (moeserve quantize IN OUT --type q4_k_m)",
+                        name(), dtype_name(r.view->type));
+    }
+    total += view_bytes(r);
+  }
   const DeviceMemoryInfo m = memory_info();
   if (total > m.free_bytes) {
     return make_error(StatusCode::kResourceExhausted,

@@ -36,12 +36,7 @@ void launch(const EmbedArgs& a, int threads, cudaStream_t stream) {
       static_cast<const uint8_t*>(a.table), a.row_bytes, a.n_cols, a.ids, a.n_table_rows, a.out);
 }
 
-bool is_weight_type(DType t) {
-  for (DType w : kWeightDTypes) {
-    if (w == t) return true;
-  }
-  return false;
-}
+bool is_weight_type(DType t) { return gpu_reads_weight_type(t); }
 
 }  // namespace
 

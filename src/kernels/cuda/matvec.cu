@@ -448,12 +448,7 @@ Status launch_type(const MmProblem& p, int nt, cudaStream_t stream) {
   return launch_nt<Q, 16>(p, stream);
 }
 
-bool is_weight_type(DType t) {
-  for (DType w : kWeightDTypes) {
-    if (w == t) return true;
-  }
-  return false;
-}
+bool is_weight_type(DType t) { return gpu_reads_weight_type(t); }
 
 }  // namespace
 

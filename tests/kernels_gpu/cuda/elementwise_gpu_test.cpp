@@ -294,7 +294,7 @@ TEST_P(EmbedGpu, GathersDequantizedRows) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(AllWeightTypes, EmbedGpu, ::testing::ValuesIn(kWeightDTypes),
+INSTANTIATE_TEST_SUITE_P(AllWeightTypes, EmbedGpu, ::testing::ValuesIn(kGpuWeightDTypes),
                          [](const auto& info) { return std::string(dtype_name(info.param)); });
 
 TEST(EmbedGpuChecks, BadIdsGiveNanRows) {

@@ -327,7 +327,7 @@ TEST_P(ExpertMatmulGpu, PairResultsDoNotDependOnTheBatch) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(AllWeightTypes, ExpertMatmulGpu, ::testing::ValuesIn(kWeightDTypes),
+INSTANTIATE_TEST_SUITE_P(AllWeightTypes, ExpertMatmulGpu, ::testing::ValuesIn(kGpuWeightDTypes),
                          [](const auto& info) { return std::string(dtype_name(info.param)); });
 
 // Argument checks come before any CUDA call, so they need no GPU.

@@ -304,8 +304,8 @@ std::string type_name(const ::testing::TestParamInfo<DType>& info) {
   return std::string(dtype_name(info.param));
 }
 
-INSTANTIATE_TEST_SUITE_P(AllWeightTypes, MatvecGpu, ::testing::ValuesIn(kWeightDTypes), type_name);
-INSTANTIATE_TEST_SUITE_P(AllWeightTypes, GemmGpu, ::testing::ValuesIn(kWeightDTypes), type_name);
+INSTANTIATE_TEST_SUITE_P(AllWeightTypes, MatvecGpu, ::testing::ValuesIn(kGpuWeightDTypes), type_name);
+INSTANTIATE_TEST_SUITE_P(AllWeightTypes, GemmGpu, ::testing::ValuesIn(kGpuWeightDTypes), type_name);
 
 // Argument checks come before any CUDA call, so they need no GPU.
 TEST(MatmulGpuArgs, RejectsBadArguments) {
