@@ -60,9 +60,20 @@ Result<ConvertSummary> convert_hf_model(const ConvertOptions& options) {
   summary.notes = std::move(notes);
   for (const std::string& note : summary.notes) MOESERVE_LOG_INFO("convert: {}", note);
   summary.n_tokens = draft ? 0 : size_t(config.vocab_size);
-  for (const PlannedTensor& t : job->plan) {
-    const DType type = choose_tensor_type(options.file_type, {t.name, t.ne, int(config.n_layer), int(config.n_expert),
-                                                              config.tie_word_embeddings});
+  std::vector<std::string_view> names;
+  for (const PlannedTensor& t : job->plan) names.push_back(t.name);
+  const AttentionTensorIndex attention(names);
+  for (size_t i = 0; i < job->plan.size(); ++i) {
+    const PlannedTensor& t = job->plan[i];
+    const int n_gqa = config.n_head > 0 && config.n_head_kv > 0 ? int(config.n_head / config.n_head_kv) : 0;
+    const DType type = choose_tensor_type(options.file_type, {.name = t.name,
+                                                              .ne = t.ne,
+                                                              .n_layer = int(config.n_layer),
+                                                              .n_expert = int(config.n_expert),
+                                                              .output_is_tied = config.tie_word_embeddings,
+                                                              .n_gqa = n_gqa,
+                                                              .attn_v_index = attention.attn_v_index(i),
+                                                              .n_attention_wv = attention.n_attention_wv()});
     const uint64_t bytes = dtype_row_bytes(type, t.ne[0]) * uint64_t(t.n_rows());
     job->out_types.push_back(type);
     summary.n_tensors += 1;

@@ -48,9 +48,26 @@ struct PlanBuilder {
     t.stddev = stddev;
     t.layer = layer;
     t.router = router;
-    const TensorTypeQuery query{.name = t.name, .ne = t.ne, .n_layer = int(shape.n_layer), .n_expert = int(shape.n_expert)};
-    t.type = choose_tensor_type(file_type, query);
-    out.push_back(std::move(t));
+    out.push_back(std::move(t));  // its type: in types(), once every tensor is known
+  }
+  // Each tensor's type in the file type's mix (attn_v's rule counts the
+  // file's attention tensors).
+  std::vector<SyntheticTensor> types() && {
+    std::vector<std::string_view> names;
+    for (const SyntheticTensor& t : out) names.push_back(t.name);
+    const AttentionTensorIndex attention(names);
+    const int n_gqa = shape.n_head > 0 && shape.n_head_kv > 0 ? int(shape.n_head / shape.n_head_kv) : 0;
+    for (size_t i = 0; i < out.size(); ++i) {
+      out[i].type = choose_tensor_type(file_type, {.name = out[i].name,
+                                                   .ne = out[i].ne,
+                                                   .n_layer = int(shape.n_layer),
+                                                   .n_expert = int(shape.n_expert),
+                                                   .output_is_tied = false,
+                                                   .n_gqa = n_gqa,
+                                                   .attn_v_index = attention.attn_v_index(i),
+                                                   .n_attention_wv = attention.n_attention_wv()});
+    }
+    return std::move(out);
   }
   void norm(std::string name, int64_t n, int layer) { add(std::move(name), {n}, WeightKind::kNorm, 0.05f, layer); }
   // A projection read by the residual stream's branch input (std 1/sqrt(fan_in)).
@@ -183,7 +200,7 @@ std::vector<SyntheticTensor> plan_tensors(const ModelShape& s, FileType file_typ
   }
   b.norm(std::string(keys::kOutputNorm), H, -1);
   b.proj(std::string(keys::kOutput), {H, s.n_vocab}, -1);
-  return std::move(b.out);
+  return std::move(b).types();
 }
 
 std::vector<int64_t> SyntheticWeights::expert_ranks(int layer, int64_t n_expert) const {

@@ -51,6 +51,13 @@ Result<QuantizeSummary> quantize_model(const QuantizeOptions& options) {
   const int n_layer = int(in.get_int(keys::arch_key(arch, keys::kBlockCount)).value_or(0));
   const int n_expert = int(in.get_int(keys::arch_key(arch, keys::kExpertCount)).value_or(0));
   const bool tied = in.find_tensor(keys::kOutput) == nullptr;
+  // The head count may be per layer (an array); the first layer's stands for all.
+  const int64_t n_head = in.get_int(keys::arch_key(arch, keys::kHeadCount)).value_or(0);
+  const int64_t n_head_kv = in.get_int(keys::arch_key(arch, keys::kHeadCountKv)).value_or(0);
+  const int n_gqa = n_head > 0 && n_head_kv > 0 ? int(n_head / n_head_kv) : 0;
+  std::vector<std::string_view> names;
+  for (const GgufTensorInfo& t : in.tensors()) names.push_back(t.name);
+  const AttentionTensorIndex attention(names);
 
   GgufWriter writer;
   for (const GgufKV& kv : in.kvs()) {
@@ -64,9 +71,17 @@ Result<QuantizeSummary> quantize_model(const QuantizeOptions& options) {
   ThreadPool pool(options.threads);
   std::vector<DType> out_types;
   uint64_t total_out = 0;
-  for (const GgufTensorInfo& t : in.tensors()) {
+  for (size_t i = 0; i < in.tensors().size(); ++i) {
+    const GgufTensorInfo& t = in.tensors()[i];
     std::vector<int64_t> shape(t.ne, t.ne + t.n_dims);
-    const DType out_type = choose_tensor_type(options.file_type, {t.name, shape, n_layer, n_expert, tied});
+    const DType out_type = choose_tensor_type(options.file_type, {.name = t.name,
+                                                                  .ne = shape,
+                                                                  .n_layer = n_layer,
+                                                                  .n_expert = n_expert,
+                                                                  .output_is_tied = tied,
+                                                                  .n_gqa = n_gqa,
+                                                                  .attn_v_index = attention.attn_v_index(i),
+                                                                  .n_attention_wv = attention.n_attention_wv()});
     const size_t out_bytes = dtype_row_bytes(out_type, t.ne[0]) * size_t(t.n_rows());
     total_out += out_bytes;
     summary.n_tensors += 1;

@@ -45,7 +45,7 @@ TEST(QuantMix, FollowsTheSpecTable) {
       {M, "blk.7.attn_v.weight", {2048, 512}, 48, 8, false, DType::Q8_0},
       {M, "blk.0.attn_v.weight", {2048, 512}, 48, 8, false, DType::Q8_0},
       // Fallbacks for rows that are not a multiple of 256 (or 32).
-      {M, "blk.7.attn_q.weight", {96, 64}, 48, 0, false, DType::Q8_0},
+      {M, "blk.7.attn_q.weight", {96, 64}, 48, 0, false, DType::Q5_0},  // llama.cpp's Q4_K fallback
       {M, "output.weight", {96, 64}, 48, 0, false, DType::Q8_0},
       {M, "blk.7.attn_q.weight", {100, 64}, 48, 0, false, DType::F16},
       // Other file types.
@@ -55,7 +55,7 @@ TEST(QuantMix, FollowsTheSpecTable) {
       {FileType::kQ4_0, "blk.0.attn_q.weight", {2048, 4096}, 48, 128, false, DType::Q4_0},
       {FileType::kQ4_0, "output.weight", {2048, 4096}, 48, 128, false, DType::Q6_K},
       {FileType::kQ6_K, "blk.3.ffn_down_exps.weight", {768, 2048, 128}, 48, 128, false, DType::Q6_K},
-      {FileType::kQ6_K, "blk.0.attn_v.weight", {2048, 512}, 48, 8, false, DType::Q6_K},
+      {FileType::kQ6_K, "blk.0.attn_v.weight", {2048, 512}, 48, 8, false, DType::Q8_0},  // 8 experts: every type
       {FileType::kQ5_K_M, "blk.10.ffn_down_exps.weight", {768, 2048, 128}, 48, 128, false, DType::Q5_K},
       {FileType::kQ5_K_M, "blk.0.ffn_down_exps.weight", {768, 2048, 128}, 48, 128, false, DType::Q6_K},
       {FileType::kF16, "blk.0.attn_q.weight", {2048, 4096}, 48, 128, false, DType::F16},
@@ -95,7 +95,8 @@ TEST(QuantMix, HybridTensors) {
       {FileType::kBF16, "blk.0.ffn_gate_inp_shexp.weight", {2048}, 40, 256, false, DType::F32},
       {FileType::kF16, "blk.0.ssm_a", {32}, 40, 256, false, DType::F32},
       // Matrices: the default type; ffn_down_shexp like ffn_down.
-      {M, "blk.0.attn_qkv.weight", {2048, 8192}, 40, 256, false, DType::Q4_K},
+      // attn_qkv (the DeltaNet input projection) is bumped as llama.cpp's fused QKV is.
+      {M, "blk.0.attn_qkv.weight", {2048, 8192}, 40, 256, false, DType::Q5_K},
       {M, "blk.0.attn_gate.weight", {2048, 4096}, 40, 256, false, DType::Q4_K},
       {M, "blk.0.ssm_alpha.weight", {2048, 32}, 40, 256, false, DType::Q4_K},
       {M, "blk.0.ssm_beta.weight", {2048, 32}, 40, 256, false, DType::Q4_K},
@@ -136,7 +137,9 @@ TEST(QuantMix, UseMoreBits) {
 TEST(QuantMix, FileTypeNamesAndLlamaIds) {
   EXPECT_EQ(file_type_from_name("Q4_K_M"), FileType::kQ4_K_M);
   EXPECT_EQ(file_type_from_name("bf16"), FileType::kBF16);
-  EXPECT_EQ(file_type_from_name("q2_k"), std::nullopt);
+  EXPECT_EQ(file_type_from_name("q2_k"), FileType::kQ2_K);
+  EXPECT_EQ(file_type_from_name("Q3_K"), FileType::kQ3_K_M);  // llama-quantize's alias
+  EXPECT_EQ(file_type_from_name("iq2_xxs"), std::nullopt);   // not implemented yet
   EXPECT_EQ(file_type_from_name(""), std::nullopt);
   // llama_ftype values written to general.file_type.
   EXPECT_EQ(uint32_t(FileType::kF32), 0u);
@@ -147,9 +150,106 @@ TEST(QuantMix, FileTypeNamesAndLlamaIds) {
   EXPECT_EQ(uint32_t(FileType::kQ5_K_M), 17u);
   EXPECT_EQ(uint32_t(FileType::kQ6_K), 18u);
   EXPECT_EQ(uint32_t(FileType::kBF16), 32u);
+  EXPECT_EQ(uint32_t(FileType::kQ4_1), 3u);
+  EXPECT_EQ(uint32_t(FileType::kQ5_0), 8u);
+  EXPECT_EQ(uint32_t(FileType::kQ5_1), 9u);
+  EXPECT_EQ(uint32_t(FileType::kQ2_K), 10u);
+  EXPECT_EQ(uint32_t(FileType::kQ3_K_S), 11u);
+  EXPECT_EQ(uint32_t(FileType::kQ3_K_M), 12u);
+  EXPECT_EQ(uint32_t(FileType::kQ3_K_L), 13u);
+  EXPECT_EQ(uint32_t(FileType::kQ4_K_S), 14u);
+  EXPECT_EQ(uint32_t(FileType::kQ5_K_S), 16u);
+  EXPECT_EQ(uint32_t(FileType::kQ2_K_S), 21u);
+  EXPECT_EQ(uint32_t(FileType::kIQ4_NL), 25u);
+  EXPECT_EQ(uint32_t(FileType::kIQ4_XS), 30u);
+  EXPECT_EQ(uint32_t(FileType::kMXFP4_MOE), 38u);
   EXPECT_TRUE(file_type_is_quantized(FileType::kQ4_0));
   EXPECT_FALSE(file_type_is_quantized(FileType::kBF16));
   EXPECT_NE(supported_file_type_names().find("q4_k_m"), std::string::npos);
+}
+
+// The low-bit mixes (llama.cpp's rules) on Qwen3-30B-A3B shapes: 48
+// layers, 128 experts, 32 query heads over 4 KV heads (GQA 8).
+TEST(QuantMix, LowBitMixesOnQwen3Moe) {
+  struct Case {
+    FileType file_type;
+    const char* name;
+    std::vector<int64_t> ne;
+    int attn_v_index;
+    DType want;
+  };
+  const std::vector<int64_t> v{2048, 512}, down{768, 2048, 128}, o{4096, 2048}, q{2048, 4096};
+  const std::vector<Case> cases = {
+      {FileType::kQ2_K, "blk.20.attn_q.weight", q, -1, DType::Q2_K},
+      {FileType::kQ2_K, "blk.20.attn_v.weight", v, 20, DType::Q4_K},  // GQA >= 4
+      {FileType::kQ2_K, "blk.20.ffn_down_exps.weight", down, -1, DType::Q3_K},
+      {FileType::kQ2_K, "blk.20.attn_output.weight", o, -1, DType::Q3_K},
+      {FileType::kQ2_K, "output.weight", {2048, 151936}, -1, DType::Q6_K},
+      {FileType::kQ2_K_S, "blk.2.ffn_down_exps.weight", down, -1, DType::Q4_K},
+      {FileType::kQ2_K_S, "blk.6.ffn_down_exps.weight", down, -1, DType::Q2_K},
+      {FileType::kQ3_K_S, "blk.2.ffn_down_exps.weight", down, -1, DType::Q3_K},
+      {FileType::kQ3_K_S, "blk.2.attn_v.weight", v, 2, DType::Q3_K},
+      {FileType::kQ3_K_M, "blk.0.attn_v.weight", v, 0, DType::Q5_K},
+      {FileType::kQ3_K_M, "blk.1.attn_v.weight", v, 1, DType::Q5_K},
+      {FileType::kQ3_K_M, "blk.2.attn_v.weight", v, 2, DType::Q4_K},
+      {FileType::kQ3_K_M, "blk.2.ffn_down_exps.weight", down, -1, DType::Q5_K},  // 2 < 48 / 16
+      {FileType::kQ3_K_M, "blk.3.ffn_down_exps.weight", down, -1, DType::Q4_K},
+      {FileType::kQ3_K_M, "blk.3.attn_output.weight", o, -1, DType::Q4_K},
+      {FileType::kQ3_K_M, "blk.3.ffn_gate_exps.weight", {2048, 768, 128}, -1, DType::Q3_K},
+      {FileType::kQ3_K_L, "blk.30.ffn_down_exps.weight", down, -1, DType::Q5_K},
+      {FileType::kQ3_K_L, "blk.30.attn_v.weight", v, 30, DType::Q5_K},
+      {FileType::kQ4_K_S, "blk.3.attn_v.weight", v, 3, DType::Q5_K},
+      {FileType::kQ4_K_S, "blk.4.attn_v.weight", v, 4, DType::Q4_K},
+      {FileType::kQ4_K_S, "blk.5.ffn_down_exps.weight", down, -1, DType::Q5_K},
+      {FileType::kQ4_K_S, "blk.6.ffn_down_exps.weight", down, -1, DType::Q4_K},
+      {FileType::kQ5_K_S, "blk.0.ffn_down_exps.weight", down, -1, DType::Q5_K},
+      {FileType::kIQ4_XS, "blk.0.attn_v.weight", v, 0, DType::Q5_K},
+      {FileType::kIQ4_XS, "blk.5.ffn_down_exps.weight", down, -1, DType::Q5_K},
+      {FileType::kIQ4_XS, "blk.6.ffn_down_exps.weight", down, -1, DType::IQ4_XS},
+      {FileType::kIQ4_NL, "blk.6.attn_q.weight", q, -1, DType::IQ4_NL},
+      {FileType::kQ4_1, "blk.6.attn_q.weight", q, -1, DType::Q4_1},
+      {FileType::kQ5_0, "blk.6.ffn_down_exps.weight", down, -1, DType::Q5_0},
+      {FileType::kQ5_1, "output.weight", {2048, 151936}, -1, DType::Q6_K},
+      {FileType::kMXFP4_MOE, "blk.6.ffn_down_exps.weight", down, -1, DType::MXFP4},
+      {FileType::kMXFP4_MOE, "blk.6.attn_q.weight", q, -1, DType::Q8_0},
+      {FileType::kMXFP4_MOE, "output.weight", {2048, 151936}, -1, DType::Q8_0},
+      // Rows the block does not divide: llama.cpp's fallbacks.
+      {FileType::kQ2_K, "blk.6.attn_q.weight", {96, 64}, -1, DType::IQ4_NL},
+      {FileType::kQ4_K_S, "blk.6.attn_q.weight", {96, 64}, -1, DType::Q5_0},
+      {FileType::kQ5_K_S, "blk.6.attn_q.weight", {96, 64}, -1, DType::Q5_1},
+      {FileType::kQ3_K_L, "blk.6.attn_q.weight", {100, 64}, -1, DType::F16},
+  };
+  for (const Case& c : cases) {
+    const DType got = choose_tensor_type(c.file_type, {.name = c.name,
+                                                       .ne = c.ne,
+                                                       .n_layer = 48,
+                                                       .n_expert = 128,
+                                                       .output_is_tied = false,
+                                                       .n_gqa = 8,
+                                                       .attn_v_index = c.attn_v_index,
+                                                       .n_attention_wv = 48});
+    EXPECT_EQ(got, c.want) << file_type_name(c.file_type) << " " << c.name << ": got " << dtype_name(got)
+                           << ", want " << dtype_name(c.want);
+  }
+}
+
+// attn_v's index counts attn_v tensors only; the total counts attn_qkv too
+// (a hybrid model's DeltaNet layers), as llama.cpp's counters do.
+TEST(QuantMix, AttentionIndexCountsLikeLlamaCpp) {
+  const std::vector<std::string_view> names = {"blk.0.attn_qkv.weight", "blk.0.ssm_out.weight",
+                                               "blk.3.attn_v.weight",   "blk.3.attn_q.weight",
+                                               "blk.4.attn_qkv.weight", "blk.7.attn_v.weight"};
+  const AttentionTensorIndex index(names);
+  EXPECT_EQ(index.n_attention_wv(), 4);
+  EXPECT_EQ(index.attn_v_index(2), 0);
+  EXPECT_EQ(index.attn_v_index(5), 1);
+  EXPECT_EQ(index.attn_v_index(0), -1);
+  EXPECT_EQ(index.attn_v_index(99), -1);
+  // With the index, Q4_K_M's attn_v follows use_more_bits(index, count).
+  const std::vector<int64_t> v{2048, 512};
+  const TensorTypeQuery first{.name = "blk.7.attn_v.weight", .ne = v, .n_layer = 40, .n_expert = 256,
+                              .n_gqa = 8, .attn_v_index = 1, .n_attention_wv = 40};
+  EXPECT_EQ(choose_tensor_type(FileType::kQ4_K_M, first), DType::Q6_K);  // 1 < 40 / 8
 }
 
 }  // namespace
