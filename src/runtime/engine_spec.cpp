@@ -130,8 +130,12 @@ int64_t BatchEngine::finish_decode_rows(const DecodePlan& p, const float* logits
 // read the same layers.
 std::span<const int32_t> BatchEngine::step_feature_layers() const {
   for (const auto& s : slots_) {
-    if (s->busy && s->drafter != nullptr && !s->drafter->feature_layers().empty())
-      return s->drafter->feature_layers();
+    if (!s->busy || s->drafter == nullptr || s->drafter->feature_layers().empty()) continue;
+    // A prompt's features always; a decoding slot's while its policy drafts
+    // (DraftLengthPolicy::wants_features).
+    const bool wanted = !s->decoding || !options_.spec_adaptive ||
+                        s->draft_policy.wants_features(DraftLengthPolicy::kFeatureLead);
+    if (wanted) return s->drafter->feature_layers();
   }
   return {};
 }

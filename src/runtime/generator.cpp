@@ -100,6 +100,7 @@ Status Generator::run_chunks(std::span<const int32_t> tokens, int64_t n_batch, f
   }
   if (n_batch < 1)
     return make_error(StatusCode::kInvalidArgument, "batch size must be >= 1, got {}", n_batch);
+  capture_features_ = true;  // a prompt's features always (a draft reads them all)
   // A pipelined layer split takes several batches a forward
   // (models/micro_batches.h); a draft's captured layers go whole.
   if (feature_drafter_ == nullptr) n_batch *= models::pipeline_depth(model_.net().placement(), model_.info().n_layer);
@@ -133,6 +134,10 @@ Status Generator::run_chunks(std::span<const int32_t> tokens, int64_t n_batch, f
 
 float* Generator::prepare_capture(models::ForwardBatch& b, int64_t rows) {
   if (feature_drafter_ == nullptr) return nullptr;
+  if (!capture_features_) {  // this step's policy does not draft (DraftLengthPolicy::wants_features)
+    captured_.prepare({}, rows, model_.info().n_embd);
+    return nullptr;
+  }
   b.capture_layers = feature_drafter_->feature_layers();
   b.captured = captured_.prepare(b.capture_layers, rows, model_.info().n_embd);
   return b.captured;

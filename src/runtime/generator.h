@@ -136,6 +136,7 @@ class Generator {
   // During generate(), a drafter that reads the target's hidden rows: each
   // forward captures its layers, and the rows the cache keeps go to it.
   Drafter* feature_drafter_ = nullptr;
+  bool capture_features_ = true;  // this forward captures them (false: a decode step the policy does not draft)
   CapturedRows captured_;
   std::vector<float> feature_rows_;
   // Sets up the capture for a forward of `rows` rows (null: none wanted).

@@ -63,6 +63,7 @@ Status Generator::decode_speculative(const GenerateOptions& options, Sampler& sa
     int64_t limit = std::min<int64_t>(room, max_nodes);
     if (n_replay > 0 || left <= 1) limit = 0;  // a replay step carries no draft (speculation.h)
     const int64_t nodes = options.spec_adaptive ? policy.choose(step_costs_, 1 + n_replay, limit) : limit;
+    capture_features_ = !options.spec_adaptive || policy.wants_features(DraftLengthPolicy::kFeatureLead);
     draft.clear();
     const Clock::time_point t_draft = Clock::now();
     if (nodes > 0) {
@@ -119,6 +120,7 @@ Status Generator::decode_speculative(const GenerateOptions& options, Sampler& sa
     if (!more) break;
   }
   acceptance_prior_.add(policy);
+  capture_features_ = true;
   return Status::ok();
 }
 

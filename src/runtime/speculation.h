@@ -193,6 +193,16 @@ class DraftLengthPolicy {
   double acceptance() const { return acceptance_; }
   // Whether observe() has seen a verify (the estimate is a measurement).
   bool measured() const { return observed_; }
+  // Whether this step's forward should capture the target's features for
+  // a drafter that reads them (DFlash), asked after choose(): while drafting
+  // is on, and from `lead` steps before the next probe, so the probe drafts
+  // from recent rows. Off in between: the capture (a copy and a download
+  // in every forward) is part of what a draft model costs, and plain
+  // decoding must not pay it while the draft is not used. The draft's
+  // context then skips those rows.
+  bool wants_features(int64_t lead) const { return idle_steps_ == 0 || idle_steps_ + lead >= probe_every_; }
+  // The lead runtimes use: a DFlash block's worth of rows before a probe.
+  static constexpr int64_t kFeatureLead = 16;
 
  private:
   int max_draft_;

@@ -437,6 +437,58 @@ TEST_P(DflashRuntime, AFeatureDrafterIsHandedEveryKeptRowOnce) {
   }
 }
 
+// A feature drafter whose drafts never hit: the adaptive policy turns it
+// off, and then the forwards stop capturing features for it (the capture
+// is part of a draft's cost) except in the lead-up to each probe. The
+// prompt's rows come whole; the output is plain greedy's.
+class Misser final : public runtime::Drafter {
+ public:
+  explicit Misser(std::vector<int32_t> layers) : layers_(std::move(layers)) {}
+  void draft(std::span<const int32_t> context, const runtime::DraftBudget& budget,
+             runtime::DraftTree& out) override {
+    out.clear();
+    int32_t parent = -1;
+    for (int64_t i = 0; i < budget.max_depth; ++i) parent = out.add(int32_t((context.back() + 7 + i) % 50), parent);
+  }
+  std::span<const int32_t> feature_layers() const override { return layers_; }
+  void observe_features(int64_t pos0, std::span<const float>, int64_t n) override {
+    for (int64_t i = 0; i < n; ++i) order.push_back(pos0 + i);
+  }
+  std::vector<int64_t> order;
+
+ private:
+  std::vector<int32_t> layers_;
+};
+
+TEST_P(DflashRuntime, FeaturesPauseWhileThePolicyDoesNotDraft) {
+  auto model = load_target(GetParam());
+  ASSERT_NE(model, nullptr);
+  const std::vector<int32_t> prompt = model->tokenizer().encode(kPrompt);
+  const int64_t n = 160;
+  const GenerateResult ref = plain(*model, prompt, n);
+  Misser drafter({0, int32_t(model->info().n_layer - 1)});
+  Generator gen(*model, 512);
+  GenerateOptions o;
+  o.max_tokens = n;
+  o.sampling.temperature = 0.0f;
+  o.stop_at_eos = false;
+  o.spec.mode = runtime::SpecMode::kDflash;
+  o.spec.max_draft = 4;
+  o.spec_adaptive = true;
+  o.drafter = &drafter;
+  auto r = gen.generate(prompt, o);
+  ASSERT_TRUE(r.is_ok()) << r.status().to_string();
+  EXPECT_EQ(r->tokens, ref.tokens);
+  EXPECT_EQ(r->spec.accepted, 0);
+  // The prompt's positions, in order, then a strictly increasing subset.
+  ASSERT_GE(drafter.order.size(), prompt.size());
+  for (size_t p = 0; p < prompt.size(); ++p) ASSERT_EQ(drafter.order[p], int64_t(p));
+  for (size_t i = 1; i < drafter.order.size(); ++i) ASSERT_GT(drafter.order[i], drafter.order[i - 1]);
+  const int64_t fed = int64_t(prompt.size()) + n - 1;
+  EXPECT_LT(int64_t(drafter.order.size()), fed - n / 4) << "the capture did not pause";
+  EXPECT_GT(int64_t(drafter.order.size()), int64_t(prompt.size())) << "no capture before a probe";
+}
+
 TEST_P(DflashRuntime, DflashDraftsDecodeExactlyAsPlainGreedy) {
   auto model = load_target(GetParam());
   ASSERT_NE(model, nullptr);
