@@ -24,6 +24,7 @@
 namespace moeserve::cpu::detail {
 
 void register_quant_kquants_avx2(CpuKernels& k);  // quant_kquants_avx2.cpp
+void register_quant_lowbit_avx2(CpuKernels& k);   // quant_lowbit_avx2.cpp
 
 namespace {
 
@@ -270,6 +271,7 @@ void register_quant_avx2(CpuKernels& k) {
   k.dequantize_row[dtype_slot(DType::BF16)] = dequantize_bf16;
   k.dequantize_row[dtype_slot(DType::Q8_0)] = dequantize_q8_0;
   register_quant_kquants_avx2(k);
+  register_quant_lowbit_avx2(k);
 }
 
 }  // namespace moeserve::cpu::detail
