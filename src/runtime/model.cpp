@@ -75,7 +75,10 @@ Result<std::unique_ptr<Model>> Model::from_gguf(GgufFile file, const ModelLoadOp
     return from_gguf(std::move(file), cpu);
   }
   MOESERVE_ASSIGN_OR_RETURN(m->net_, std::move(net));
-  if (!m->splits_.empty() && m->expert_gpu() != nullptr) m->pin_for_expert_copies(options.pin_file);
+  // Copies of cold experts to a GPU (hybrid placement): not for an expert
+  // worker's splits of CPU layers beside a GPU shard, which have no cost model.
+  if (!m->splits_.empty() && m->expert_gpu() != nullptr && m->expert_cost_ != nullptr)
+    m->pin_for_expert_copies(options.pin_file);
   if (m->packed().tensors > 0) {
     MOESERVE_LOG_INFO("packed {} weight tensors ({:.2f} GiB) for the {} kernels in {:.2f} s",
                       m->packed().tensors, double(m->packed().bytes) / double(1 << 30),

@@ -26,6 +26,7 @@
 // tokens, never fewer tokens per forward than plain decoding.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -200,7 +201,11 @@ class DraftLengthPolicy {
   // in every forward) is part of what a draft model costs, and plain
   // decoding must not pay it while the draft is not used. The draft's
   // context then skips those rows.
-  bool wants_features(int64_t lead) const { return idle_steps_ == 0 || idle_steps_ + lead >= probe_every_; }
+  // (The lead is at most half the probe interval, so the capture pauses at
+  // least half the time while drafting is off.)
+  bool wants_features(int64_t lead) const {
+    return idle_steps_ == 0 || idle_steps_ + std::min(lead, probe_every_ / 2) >= probe_every_;
+  }
   // The lead runtimes use: a DFlash block's worth of rows before a probe.
   static constexpr int64_t kFeatureLead = 16;
 
