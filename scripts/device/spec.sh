@@ -124,9 +124,15 @@ def main():
     cp $ts/logs/dflash.log $ts/dflash/train_summary.json "$out/" 2>/dev/null
     $bin convert $ts/dflash -o $ts/dflash.gguf --type bf16 2>&1 | tail -1
     m=$ts/small.q8_0.gguf
+    specs=${SPECS:-ngram dflash dflash_tree auto}
     for place in "" "--n-cpu-moe 4"; do
-      for spec in "ngram" "dflash --draft $ts/dflash.gguf --spec-max 15" \
-                  "dflash --draft $ts/dflash.gguf --spec-max 15 --spec-tree 16" "auto --draft $ts/dflash.gguf --spec-max 15"; do
+      for name in $specs; do
+        case $name in
+          ngram) spec="ngram";;
+          dflash) spec="dflash --draft $ts/dflash.gguf --spec-max 15";;
+          dflash_tree) spec="dflash --draft $ts/dflash.gguf --spec-max 15 --spec-tree 16";;
+          auto) spec="auto --draft $ts/dflash.gguf --spec-max 15";;
+        esac
         echo "== qwen3moe-small q8_0, cuda $place, --spec $spec"
         $bin bench -m $m -p 64 -n 128 -r 2 --device cuda $place --spec $spec 2>&1 \
           | tee -a "$out/bench_small.txt" | sed -n '/speculative decoding/,$p' | grep -v '^$' | head -20

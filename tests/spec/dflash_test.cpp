@@ -8,6 +8,9 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
+#include <chrono>
+#include <thread>
+
 #include <cmath>
 #include <map>
 #include <memory>
@@ -437,16 +440,20 @@ TEST_P(DflashRuntime, AFeatureDrafterIsHandedEveryKeptRowOnce) {
   }
 }
 
-// A feature drafter whose drafts never hit: the adaptive policy turns it
-// off, and then the forwards stop capturing features for it (the capture
-// is part of a draft's cost) except in the lead-up to each probe. The
-// prompt's rows come whole; the output is plain greedy's.
+// A feature drafter whose drafts never hit and that takes a draft model's
+// time (half a millisecond; without a cost, a verify as cheap as a decode
+// step, as on a GPU with a tiny target, would make even hopeless drafts
+// free): the adaptive policy turns it off, and then the forwards stop
+// capturing features for it (the capture is part of a draft's cost) except
+// in the lead-up to each probe. The prompt's rows come whole; the output is
+// plain greedy's.
 class Misser final : public runtime::Drafter {
  public:
   explicit Misser(std::vector<int32_t> layers) : layers_(std::move(layers)) {}
   void draft(std::span<const int32_t> context, const runtime::DraftBudget& budget,
              runtime::DraftTree& out) override {
     out.clear();
+    std::this_thread::sleep_for(std::chrono::microseconds(500));
     int32_t parent = -1;
     for (int64_t i = 0; i < budget.max_depth; ++i) parent = out.add(int32_t((context.back() + 7 + i) % 50), parent);
   }
