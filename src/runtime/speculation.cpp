@@ -124,7 +124,14 @@ int64_t DraftLengthPolicy::choose(const StepCostModel& cost, int64_t base_rows, 
     probe_every_ = kProbeEvery;
     return best;
   }
-  // Off: probe now and then with a short draft, to notice when drafts start to hit.
+  // Off: probe now and then with a short draft, to notice when drafts start
+  // to hit. A probe costs a draft on top of a step: the interval keeps the
+  // draft's share of plain decoding's time at most kProbeShare (a DFlash
+  // draft as slow as a step probes every 50 steps or more; n-gram's, ~free,
+  // every kProbeEvery).
+  const double steps_per_draft = draft_seconds_ / plain;
+  const int64_t cost_floor = int64_t(std::ceil(steps_per_draft / kProbeShare));
+  probe_every_ = std::clamp(std::max(probe_every_, cost_floor), kProbeEvery, kProbeEveryMax);
   if (++idle_steps_ >= probe_every_) {
     idle_steps_ = 0;
     probing_ = true;

@@ -192,6 +192,12 @@ class DraftLengthPolicy {
   void observe_draft_time(double seconds);
   double draft_seconds() const { return draft_seconds_; }
   double acceptance() const { return acceptance_; }
+  // Steps between probes while drafting is off (AcceptancePrior carries it
+  // to the next request; 0 or less keeps the default).
+  int64_t probe_every() const { return probe_every_; }
+  void set_probe_every(int64_t steps) {
+    if (steps > 0) probe_every_ = std::clamp(steps, kProbeEvery, kProbeEveryMax);
+  }
   // Whether observe() has seen a verify (the estimate is a measurement).
   bool measured() const { return observed_; }
   // Whether this step's forward should capture the target's features for
@@ -217,6 +223,7 @@ class DraftLengthPolicy {
   // that kept nothing (up to kProbeEveryMax), back to kProbeEvery once
   // drafting pays again — a prompt that never repeats costs ever fewer probes.
   static constexpr int64_t kProbeEvery = 16, kProbeEveryMax = 256;
+  static constexpr double kProbeShare = 0.02;
   int64_t probe_every_ = kProbeEvery;
   bool probing_ = false;
   bool observed_ = false;
@@ -235,22 +242,27 @@ class AcceptancePrior {
   double draft_seconds() const { return draft_seconds_; }
   void add(const DraftLengthPolicy& finished) {
     if (finished.measured()) value_ += 0.25 * (finished.acceptance() - value_);
+    probe_every_ = finished.probe_every();
     if (finished.draft_seconds() > 0.0) {
       draft_seconds_ = draft_seconds_ > 0.0
                            ? draft_seconds_ + 0.25 * (finished.draft_seconds() - draft_seconds_)
                            : finished.draft_seconds();
     }
   }
-  // A new request's policy: earlier requests' acceptance and draft time.
+  // A new request's policy: earlier requests' acceptance, draft time and
+  // probe interval (a stream of prompts whose probes keep missing probes
+  // ever less often, across requests too).
   DraftLengthPolicy policy(int max_draft) const {
     DraftLengthPolicy p(max_draft, value_);
     if (draft_seconds_ > 0.0) p.observe_draft_time(draft_seconds_);
+    p.set_probe_every(probe_every_);
     return p;
   }
 
  private:
   double value_ = DraftLengthPolicy::kPriorAcceptance;
   double draft_seconds_ = 0.0;
+  int64_t probe_every_ = 0;  // the last finished request's (0: none yet)
 };
 
 // Walks a verified draft tree: from the root (the pending token's row),

@@ -153,6 +153,31 @@ TEST(DraftLengthPolicy, ADraftModelsOwnTimeCounts) {
   EXPECT_GT(p.choose(flat, 1, 8), 0);
 }
 
+// A probe costs a draft: a draft model as slow as a decode step probes at
+// most every 50 steps (2% of plain decoding's time), a free one every 16;
+// the interval a request reached carries over to the next one.
+TEST(DraftLengthPolicy, ProbesOfACostlyDraftAreRare) {
+  StepCostModel flat;
+  for (int r = 1; r <= 17; ++r) flat.record(r, 0.010 + 0.0001 * r);
+  DraftLengthPolicy p(8, 0.0);
+  p.observe_draft_time(0.010);  // one decode step
+  int64_t first_probe = -1;
+  for (int i = 0; i < 200 && first_probe < 0; ++i) {
+    if (p.choose(flat, 1, 8) > 0) first_probe = i;
+  }
+  EXPECT_GE(first_probe, 49) << "a probe every 16 steps would cost 6% of the time";
+  EXPECT_GE(p.probe_every(), 50);
+  p.observe(2, 0);  // it missed: the next one is further still
+  EXPECT_GE(p.probe_every(), 100);
+  AcceptancePrior prior;
+  prior.add(p);
+  EXPECT_GE(prior.policy(8).probe_every(), 100);
+  DraftLengthPolicy free_draft(8, 0.0);
+  int64_t probes = 0;
+  for (int i = 0; i < 48; ++i) probes += free_draft.choose(flat, 1, 8) > 0 ? 1 : 0;
+  EXPECT_EQ(probes, 3) << "n-gram lookup costs nothing: a probe every 16 steps";
+}
+
 TEST(AcceptancePrior, FollowsFinishedRequestsThatMeasured) {
   AcceptancePrior prior;
   EXPECT_EQ(prior.value(), DraftLengthPolicy::kPriorAcceptance);
