@@ -11,6 +11,23 @@
 
 namespace moeserve::models {
 
+// The final norm and output head on `head`'s device for batch `b`.
+template <typename Buffers>
+Status run_output_head(Buffers& head, const WalkSpec& s, const ForwardBatch& b) {
+  ScopedTimer timer(s.profile, &ForwardProfile::lm_head, *head.ops);
+  return output_head({.device = head.device,
+                      .ops = head.ops.get(),
+                      .x = head.x.template as<float>(),
+                      .final_rows = &head.final_rows,
+                      .logits = &head.logits,
+                      .norm = s.output_norm,
+                      .output = s.output,
+                      .n_embd = s.n_embd,
+                      .n_vocab = s.limits.n_vocab,
+                      .eps = s.eps},
+                     b);
+}
+
 // Micro-batches `count` of `b` (checked: ws.rows holds its rows) through
 // the placement's stages as a pipeline: in wave w, stage k runs micro-batch
 // w - k. Each wave first hands every stage its rows (the stage before it
@@ -85,18 +102,7 @@ Status walk_pipelined(const ForwardBatch& b, DeviceWorkspace<Buffers>& ws, const
     for (int64_t il = st.begin; il < st.end; ++il)
       MOESERVE_RETURN_IF_ERROR(layer(d, int(il), mb.rows, k > 0 && il == st.begin));
     if (st.end < n_layer || mb.logit_rows.empty()) return Status::ok();
-    ScopedTimer timer(s.profile, &ForwardProfile::lm_head, *d.ops);
-    return output_head({.device = d.device,
-                        .ops = d.ops.get(),
-                        .x = d.x.template as<float>(),
-                        .final_rows = &d.final_rows,
-                        .logits = &d.logits,
-                        .norm = s.output_norm,
-                        .output = s.output,
-                        .n_embd = s.n_embd,
-                        .n_vocab = s.limits.n_vocab,
-                        .eps = s.eps},
-                       mb.batch);
+    return run_output_head(d, s, mb.batch);
   };
   const int64_t M = int64_t(mbs.size()), S = int64_t(stages.size());
   for (int64_t w = 0; w < M + S - 1; ++w) {
@@ -217,18 +223,7 @@ Status walk_layers(const ForwardBatch& b, DeviceWorkspace<Buffers>& ws, const Wa
   if (p.head_here(n_layer)) {
     Buffers& head = *ws.find(p.output());
     MOESERVE_RETURN_IF_ERROR(move_to(head));
-    ScopedTimer timer(s.profile, &ForwardProfile::lm_head, *head.ops);
-    MOESERVE_RETURN_IF_ERROR(output_head({.device = head.device,
-                                          .ops = head.ops.get(),
-                                          .x = head.x.template as<float>(),
-                                          .final_rows = &head.final_rows,
-                                          .logits = &head.logits,
-                                          .norm = s.output_norm,
-                                          .output = s.output,
-                                          .n_embd = s.n_embd,
-                                          .n_vocab = s.limits.n_vocab,
-                                          .eps = s.eps},
-                                         b));
+    MOESERVE_RETURN_IF_ERROR(run_output_head(head, s, b));
   } else if (current != nullptr) {  // a shard process before the last layer
     MOESERVE_RETURN_IF_ERROR(
         current->ops->download(b.hidden_out, current->x.template as<float>(), layer_bytes));

@@ -17,6 +17,7 @@
 
 #include "core/half.h"
 #include "kernels/cpu/cpu_kernels.h"
+#include "kernels/cpu/avx2/quant_common_avx2.h"
 #include "kernels/cpu/register.h"
 #include "kernels/cpu/simd_common_x86.h"
 #include "tensor/quant_blocks.h"
@@ -27,13 +28,6 @@ void register_quant_kquants_avx2(CpuKernels& k);  // quant_kquants_avx2.cpp
 void register_quant_lowbit_avx2(CpuKernels& k);   // quant_lowbit_avx2.cpp
 
 namespace {
-
-inline float hsum(__m256 v) {
-  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-  s = _mm_add_ss(s, _mm_movehdup_ps(s));
-  return _mm_cvtss_f32(s);
-}
 
 inline float hmax(__m256 v) {
   __m128 s = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
@@ -48,8 +42,6 @@ inline float hmin(__m256 v) {
   s = _mm_min_ss(s, _mm_movehdup_ps(s));
   return _mm_cvtss_f32(s);
 }
-
-inline float half_to_float(uint16_t h) { return _cvtsh_ss(h); }
 
 // ---- float weights ----------------------------------------------------------
 
@@ -88,12 +80,6 @@ inline float scalar_f16(uint16_t v) { return half_to_float(v); }
 inline float scalar_bf16(uint16_t v) { return bf16_to_fp32(v); }
 
 // ---- Q8_0 / Q4_0 weights x Q8_0 activations ------------------------------------
-
-// 8 int32 partial sums of Σ w*x for 32 signed weights and 32 activations.
-inline __m256i dot_i8_32(__m256i w, __m256i x) {
-  const __m256i pairs = _mm256_maddubs_epi16(_mm256_sign_epi8(w, w), _mm256_sign_epi8(x, w));
-  return _mm256_madd_epi16(pairs, _mm256_set1_epi16(1));
-}
 
 inline __m256i load_q8_0(const BlockQ8_0& b) {
   return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.qs));

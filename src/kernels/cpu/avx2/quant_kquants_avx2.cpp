@@ -15,6 +15,7 @@
 #include <cstring>
 
 #include "core/half.h"
+#include "kernels/cpu/avx2/quant_common_avx2.h"
 #include "kernels/cpu/cols_dispatch.h"
 #include "kernels/cpu/cpu_kernels.h"
 #include "kernels/cpu/register.h"
@@ -23,15 +24,6 @@
 
 namespace moeserve::cpu::detail {
 namespace {
-
-inline float hsum(__m256 v) {
-  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-  s = _mm_add_ss(s, _mm_movehdup_ps(s));
-  return _mm_cvtss_f32(s);
-}
-
-inline float half_to_float(uint16_t h) { return _cvtsh_ss(h); }
 
 // Shuffle pattern broadcasting dword k of each 128-bit lane.
 inline __m256i bcast32_pattern(int k) { return _mm256_set1_epi32(0x03020100 + 0x04040404 * k); }

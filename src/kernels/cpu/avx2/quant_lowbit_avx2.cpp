@@ -18,6 +18,7 @@
 #include <cstring>
 
 #include "core/half.h"
+#include "kernels/cpu/avx2/quant_common_avx2.h"
 #include "kernels/cpu/cols_dispatch.h"
 #include "kernels/cpu/cpu_kernels.h"
 #include "kernels/cpu/register.h"
@@ -26,21 +27,6 @@
 
 namespace moeserve::cpu::detail {
 namespace {
-
-inline float hsum(__m256 v) {
-  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-  s = _mm_add_ss(s, _mm_movehdup_ps(s));
-  return _mm_cvtss_f32(s);
-}
-
-inline float half_to_float(uint16_t h) { return _cvtsh_ss(h); }
-
-// 8 int32 partial sums of Σ w*x for 32 signed weights and 32 activations.
-inline __m256i dot_i8_32(__m256i w, __m256i x) {
-  const __m256i pairs = _mm256_maddubs_epi16(_mm256_sign_epi8(w, w), _mm256_sign_epi8(x, w));
-  return _mm256_madd_epi16(pairs, _mm256_set1_epi16(1));
-}
 
 // The 32 nibbles of a block's 16 bytes: low nibbles (elements 0..15) in the
 // low lane, high nibbles (16..31) in the high lane.
