@@ -83,7 +83,7 @@ DType fit_row(DType wanted, int64_t ne0) {
   DType alt = DType::F16;
   switch (wanted) {
     case DType::Q2_K:
-    case DType::Q3_K:
+    case DType::Q3_K: alt = DType::Q4_0; break;
     case DType::IQ4_XS: alt = DType::IQ4_NL; break;
     case DType::Q4_K: alt = DType::Q5_0; break;
     case DType::Q5_K: alt = DType::Q5_1; break;
@@ -92,6 +92,10 @@ DType fit_row(DType wanted, int64_t ne0) {
   }
   return ne0 % dtype_block_elems(alt) == 0 ? alt : DType::F16;
 }
+
+// The tensors llama.cpp's quantizer treats as attention values: attn_v, a
+// fused attn_qkv (also a DeltaNet layer's input projection) and MLA's attn_kv_b.
+bool is_attention_v(std::string_view base) { return base == "attn_v" || base == "attn_qkv" || base == "attn_kv_b"; }
 
 using F = FileType;
 bool one_of(F ft, std::initializer_list<F> set) { return std::find(set.begin(), set.end(), ft) != set.end(); }
@@ -150,13 +154,6 @@ DType attn_output_type(F ft, DType t, int n_expert) {
   return t;
 }
 
-DType attn_qkv_type(F ft, DType t) {
-  if (one_of(ft, {F::kQ3_K_M, F::kQ3_K_L})) return DType::Q4_K;
-  if (ft == F::kQ4_K_M) return DType::Q5_K;
-  if (ft == F::kQ5_K_M) return DType::Q6_K;
-  return t;
-}
-
 }  // namespace
 
 std::optional<FileType> file_type_from_name(std::string_view name) {
@@ -206,7 +203,7 @@ DType choose_tensor_type(FileType file_type, const TensorTypeQuery& q) {
   if (file_type == FileType::kMXFP4_MOE) return fit_row(n_dims >= 3 && q.ne[2] > 1 ? DType::MXFP4 : DType::Q8_0, ne0);
   const int layer = layer_of(q.name);
   DType wanted = dflt;
-  if (base == "attn_v") {
+  if (is_attention_v(base)) {
     wanted = attn_v_type(file_type, dflt, q, layer);
   } else if (base == "attn_k") {
     if (q.n_expert == 8) wanted = DType::Q8_0;
@@ -214,19 +211,14 @@ DType choose_tensor_type(FileType file_type, const TensorTypeQuery& q) {
     wanted = ffn_down_type(file_type, dflt, layer, q.n_layer);
   } else if (base == "attn_output") {
     wanted = attn_output_type(file_type, dflt, q.n_expert);
-  } else if (base == "attn_qkv") {
-    wanted = attn_qkv_type(file_type, dflt);
   }
   return fit_row(wanted, ne0);
 }
 
 AttentionTensorIndex::AttentionTensorIndex(std::span<const std::string_view> names) {
   index_.assign(names.size(), -1);
-  int next_v = 0;
   for (size_t i = 0; i < names.size(); ++i) {
-    const std::string_view base = base_name(names[i]);
-    if (base == "attn_v") index_[i] = next_v++;
-    if (base == "attn_v" || base == "attn_qkv") ++n_attention_wv_;
+    if (is_attention_v(base_name(names[i]))) index_[i] = n_attention_wv_++;
   }
 }
 

@@ -3,8 +3,9 @@
 // shape and the model's layer/expert counts, shared by convert and quantize.
 //
 // The quantized mixes make llama.cpp's per-tensor choices (its
-// llama_tensor_get_type, for the types implemented here; see
-// model-and-format-specs.md §4), reimplemented from its rules:
+// llama_tensor_get_type in the release node-llama-cpp 3.22.1 pins, for the
+// types implemented here; see model-and-format-specs.md §4), reimplemented
+// from its rules:
 //  - 1-D tensors (norms, ssm_a, ssm_dt.bias, ffn_gate_inp_shexp), ffn_gate_inp
 //    (router) and ssm_conv1d (the DeltaNet conv: {4, conv_dim}, applied element
 //    by element, as llama.cpp keeps it) are never quantized: F32, in every
@@ -12,25 +13,26 @@
 //  - output.weight, and token_embd.weight when it doubles as the output
 //    (tied, no output.weight): Q6_K, or Q8_0 for q8_0, mxfp4_moe and rows
 //    that the default type's block does not divide.
-//  - attn_v by the file type: q2_k Q4_K (GQA >= 4) or Q3_K; q2_k_s Q4_K
-//    with GQA >= 4; q3_k_m Q5_K for the first two attn_v tensors, then Q4_K;
-//    q3_k_l Q5_K; iq4_nl/iq4_xs Q5_K with GQA >= 4; q4_k_m/q5_k_m Q6_K when
-//    use_more_bits(i, n) (i: this attn_v's index among the file's attn_v
-//    tensors, n: the count of attn_v + attn_qkv tensors); q4_k_s Q5_K for
-//    the first four; then Q8_0 whenever the model has exactly 8 experts
-//    (also attn_k).
+//  - attention values (attn_v, and as llama.cpp counts them attn_qkv — a
+//    DeltaNet layer's input projection too — and attn_kv_b) by the file
+//    type: q2_k Q4_K (GQA >= 4) or Q3_K; q2_k_s Q4_K with GQA >= 4; q3_k_m
+//    Q5_K for the first two such tensors, then Q4_K; q3_k_l Q5_K;
+//    iq4_nl/iq4_xs Q5_K with GQA >= 4; q4_k_m/q5_k_m Q6_K when
+//    use_more_bits(i, n) (i: the tensor's index among the file's attention
+//    values, n: their count); q4_k_s Q5_K for the first four; then Q8_0
+//    whenever the model has exactly 8 experts (also attn_k).
 //  - ffn_down* by layer: q2_k Q3_K; q2_k_s Q4_K in the first eighth; q3_k_m
 //    Q5_K in the first sixteenth, else Q4_K; q3_k_l Q5_K; q4_k_m/q5_k_m Q6_K
 //    when use_more_bits(layer, n_layer); iq4_nl/iq4_xs Q5_K in the first
 //    eighth; q4_k_s Q5_K in the first eighth.
 //  - attn_output: with exactly 8 experts Q5_K for q2_k, q3_k_s, q3_k_m,
 //    q4_k_s, q4_k_m, iq4_nl and iq4_xs; otherwise q2_k Q3_K, q3_k_m Q4_K,
-//    q3_k_l Q5_K. attn_qkv: q3_k_m/q3_k_l Q4_K, q4_k_m Q5_K, q5_k_m Q6_K.
+//    q3_k_l Q5_K.
 //  - mxfp4_moe: expert stacks (ne[2] > 1) MXFP4, every other matrix Q8_0.
 //  - everything else (token_embd when untied included) -> the default type.
 //  - Rows the chosen type's block does not divide fall back as llama.cpp's
-//    do: Q2_K, Q3_K, IQ4_XS -> IQ4_NL; Q4_K -> Q5_0; Q5_K -> Q5_1; Q6_K ->
-//    Q8_0; and to F16 when even 32 does not divide them.
+//    do: Q2_K, Q3_K -> Q4_0; IQ4_XS -> IQ4_NL; Q4_K -> Q5_0; Q5_K -> Q5_1;
+//    Q6_K -> Q8_0; and to F16 when even 32 does not divide them.
 // Float file types (f32/f16/bf16) store every 2-D+ weight in that type,
 // except ffn_gate_inp and ssm_conv1d, which stay F32 like the norms.
 // The hybrid models' other matrices follow the rules above: ffn_down_shexp like
@@ -90,15 +92,15 @@ struct TensorTypeQuery {
   int n_expert = 0;              // expert_count (0 for dense models)
   bool output_is_tied = false;   // no output.weight: token_embd is the output too
   int n_gqa = 0;                 // attention heads per KV head (0: unknown, taken as 1)
-  // attn_v's index among the file's attn_v tensors, and how many attn_v +
-  // attn_qkv tensors the file has (AttentionTensorIndex); -1 / 0: the
-  // layer and n_layer stand in.
+  // An attention value's index among the file's attention values (attn_v,
+  // attn_qkv, attn_kv_b) and their count (AttentionTensorIndex); -1 / 0:
+  // the layer and n_layer stand in.
   int attn_v_index = -1;
   int n_attention_wv = 0;
 };
 
-// attn_v indices and the attn_v + attn_qkv count of a file's tensors (in
-// file order), for TensorTypeQuery.
+// The attention values' indices and count of a file's tensors (in file
+// order), for TensorTypeQuery.
 class AttentionTensorIndex {
  public:
   explicit AttentionTensorIndex(std::span<const std::string_view> names);

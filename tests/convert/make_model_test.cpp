@@ -412,14 +412,16 @@ std::vector<ExpectedTensor> expected_tiny_hybrid(bool moe) {
       b("attn_q", {256, 4 * 64 * 2}, DType::Q4_K);
       // 8 experts (llama.cpp's rules): attn_k and attn_v Q8_0, attn_output Q5_K.
       b("attn_k", {256, 128}, moe ? DType::Q8_0 : DType::Q4_K);
-      // Dense: attn_v is the first of 4 attention tensors (1 attn_v + 3
-      // attn_qkv), and use_more_bits(0, 4) is false.
-      b("attn_v", {256, 128}, moe ? DType::Q8_0 : DType::Q4_K);
+      // Attention values (attn_qkv and attn_v) count together: this is the
+      // 4th of 4, use_more_bits(3, 4) holds; 8 experts: Q8_0.
+      b("attn_v", {256, 128}, moe ? DType::Q8_0 : DType::Q6_K);
       b("attn_output", {256, 256}, moe ? DType::Q5_K : DType::Q4_K);
       b("attn_q_norm", {64}, DType::F32);
       b("attn_k_norm", {64}, DType::F32);
     } else {
-      b("attn_qkv", {256, 512}, DType::Q5_K);  // Q4_K_M bumps a fused QKV
+      // An attention value in llama.cpp's count: use_more_bits(il, 4) holds
+      // for layer 2 (and 3); 8 experts: Q8_0.
+      b("attn_qkv", {256, 512}, moe ? DType::Q8_0 : il == 2 ? DType::Q6_K : DType::Q4_K);
       b("attn_gate", {256, 256}, DType::Q4_K);
       b("ssm_beta", {256, 4}, DType::Q4_K);
       b("ssm_alpha", {256, 4}, DType::Q4_K);

@@ -95,8 +95,10 @@ TEST(QuantMix, HybridTensors) {
       {FileType::kBF16, "blk.0.ffn_gate_inp_shexp.weight", {2048}, 40, 256, false, DType::F32},
       {FileType::kF16, "blk.0.ssm_a", {32}, 40, 256, false, DType::F32},
       // Matrices: the default type; ffn_down_shexp like ffn_down.
-      // attn_qkv (the DeltaNet input projection) is bumped as llama.cpp's fused QKV is.
-      {M, "blk.0.attn_qkv.weight", {2048, 8192}, 40, 256, false, DType::Q5_K},
+      // attn_qkv (the DeltaNet input projection) counts as an attention value
+      // in llama.cpp's quantizer: use_more_bits(0, 40) without an index.
+      {M, "blk.0.attn_qkv.weight", {2048, 8192}, 40, 256, false, DType::Q6_K},
+      {M, "blk.5.attn_qkv.weight", {2048, 8192}, 40, 256, false, DType::Q4_K},
       {M, "blk.0.attn_gate.weight", {2048, 4096}, 40, 256, false, DType::Q4_K},
       {M, "blk.0.ssm_alpha.weight", {2048, 32}, 40, 256, false, DType::Q4_K},
       {M, "blk.0.ssm_beta.weight", {2048, 32}, 40, 256, false, DType::Q4_K},
@@ -214,7 +216,8 @@ TEST(QuantMix, LowBitMixesOnQwen3Moe) {
       {FileType::kMXFP4_MOE, "blk.6.attn_q.weight", q, -1, DType::Q8_0},
       {FileType::kMXFP4_MOE, "output.weight", {2048, 151936}, -1, DType::Q8_0},
       // Rows the block does not divide: llama.cpp's fallbacks.
-      {FileType::kQ2_K, "blk.6.attn_q.weight", {96, 64}, -1, DType::IQ4_NL},
+      {FileType::kQ2_K, "blk.6.attn_q.weight", {96, 64}, -1, DType::Q4_0},
+      {FileType::kIQ4_XS, "blk.6.attn_q.weight", {96, 64}, -1, DType::IQ4_NL},
       {FileType::kQ4_K_S, "blk.6.attn_q.weight", {96, 64}, -1, DType::Q5_0},
       {FileType::kQ5_K_S, "blk.6.attn_q.weight", {96, 64}, -1, DType::Q5_1},
       {FileType::kQ3_K_L, "blk.6.attn_q.weight", {100, 64}, -1, DType::F16},
@@ -233,23 +236,31 @@ TEST(QuantMix, LowBitMixesOnQwen3Moe) {
   }
 }
 
-// attn_v's index counts attn_v tensors only; the total counts attn_qkv too
-// (a hybrid model's DeltaNet layers), as llama.cpp's counters do.
+// Attention values (attn_v, attn_qkv — a hybrid model's DeltaNet layers —
+// and attn_kv_b) are counted together, in file order, as llama.cpp's
+// quantizer counts them.
 TEST(QuantMix, AttentionIndexCountsLikeLlamaCpp) {
   const std::vector<std::string_view> names = {"blk.0.attn_qkv.weight", "blk.0.ssm_out.weight",
                                                "blk.3.attn_v.weight",   "blk.3.attn_q.weight",
                                                "blk.4.attn_qkv.weight", "blk.7.attn_v.weight"};
   const AttentionTensorIndex index(names);
   EXPECT_EQ(index.n_attention_wv(), 4);
-  EXPECT_EQ(index.attn_v_index(2), 0);
-  EXPECT_EQ(index.attn_v_index(5), 1);
-  EXPECT_EQ(index.attn_v_index(0), -1);
+  EXPECT_EQ(index.attn_v_index(0), 0);
+  EXPECT_EQ(index.attn_v_index(2), 1);
+  EXPECT_EQ(index.attn_v_index(4), 2);
+  EXPECT_EQ(index.attn_v_index(5), 3);
+  EXPECT_EQ(index.attn_v_index(1), -1);
   EXPECT_EQ(index.attn_v_index(99), -1);
-  // With the index, Q4_K_M's attn_v follows use_more_bits(index, count).
+  // With the index, Q4_K_M's attention values follow use_more_bits(index, count).
   const std::vector<int64_t> v{2048, 512};
   const TensorTypeQuery first{.name = "blk.7.attn_v.weight", .ne = v, .n_layer = 40, .n_expert = 256,
                               .n_gqa = 8, .attn_v_index = 1, .n_attention_wv = 40};
   EXPECT_EQ(choose_tensor_type(FileType::kQ4_K_M, first), DType::Q6_K);  // 1 < 40 / 8
+  const TensorTypeQuery qkv{.name = "blk.9.attn_qkv.weight", .ne = v, .n_layer = 40, .n_expert = 256,
+                            .n_gqa = 8, .attn_v_index = 9, .n_attention_wv = 40};
+  EXPECT_EQ(choose_tensor_type(FileType::kQ4_K_M, qkv), DType::Q4_K);  // (9 - 5) % 3 != 2
+  EXPECT_EQ(choose_tensor_type(FileType::kQ3_K_M, qkv), DType::Q4_K);
+  EXPECT_EQ(choose_tensor_type(FileType::kQ2_K, qkv), DType::Q4_K);   // GQA >= 4
 }
 
 }  // namespace
