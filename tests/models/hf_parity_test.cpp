@@ -282,17 +282,25 @@ TEST_P(HfParity, DecodeChunkingAndThreadsAgree) {
 //   laguna:    max |dlogit| 0.0082 (top-20), 0.0044 (last row); greedy 512/512 -> < 0.03
 //              Q8_0   agreement 0.979, KL top-20 0.0045, last 0.0008 -> >= 0.93, <= 0.02
 //              Q4_K_M agreement 0.973, KL top-20 0.0073, last 0.0022 -> >= 0.90, <= 0.04
+// Re-measured (2026-11-29) after Q4_K_M took llama.cpp's own choices (the
+// release node-llama-cpp pins): rows of 128 (these models' hidden size)
+// fall back from Q4_K to Q5_0 and from Q6_K to Q8_0 as llama.cpp's do, where
+// our earlier rule kept Q8_0 throughout, and attn_qkv counts as an attention
+// value:
+//   qwen35moe Q4_K_M agreement 0.878, KL top-20 0.043, last 0.063 -> >= 0.83, <= 0.09
+//   qwen35    Q4_K_M agreement 0.917, KL top-20 0.034, last 0.017 -> >= 0.87, <= 0.05
+//   laguna    Q4_K_M agreement 0.892, KL top-20 0.053, last 0.047 -> >= 0.85, <= 0.08
 INSTANTIATE_TEST_SUITE_P(TinyTrained, HfParity,
                          ::testing::Values(ModelCase{"qwen3moe-tiny.bf16.gguf", "fixtures_qwen3moe.json", 0.03f, 0.93f,
                                                      0.010f, 0.78f, 0.20f},
                                            ModelCase{"qwen3-tiny.bf16.gguf", "fixtures_qwen3.json", 0.04f, 0.93f,
                                                      0.006f, 0.74f, 0.25f},
                                            ModelCase{"qwen35moe-tiny.bf16.gguf", "fixtures_qwen35moe.json", 0.03f,
-                                                     0.93f, 0.03f, 0.90f, 0.05f},
+                                                     0.93f, 0.03f, 0.83f, 0.09f},
                                            ModelCase{"qwen35-tiny.bf16.gguf", "fixtures_qwen35.json", 0.03f, 0.93f,
-                                                     0.006f, 0.90f, 0.02f},
+                                                     0.006f, 0.87f, 0.05f},
                                            ModelCase{"laguna-tiny.bf16.gguf", "fixtures_laguna.json", 0.03f, 0.93f,
-                                                     0.02f, 0.90f, 0.04f}),
+                                                     0.02f, 0.85f, 0.08f}),
                          [](const auto& info) { return testing::fixture_stem(info.param.fixture); });
 
 }  // namespace
