@@ -29,6 +29,14 @@ constexpr DTypeTraits kTraits[] = {
     {DType::IQ4_NL, "iq4_nl", kQK4_NL, sizeof(BlockIQ4_NL), true, DType::Q8_0},
     {DType::IQ4_XS, "iq4_xs", kQK_K, sizeof(BlockIQ4_XS), true, DType::Q8_K},
     {DType::MXFP4, "mxfp4", kQK_MXFP4, sizeof(BlockMXFP4), true, DType::Q8_0},
+    // The i-quants with codebooks: read (dequantized, dotted), not written yet.
+    {DType::IQ2_XXS, "iq2_xxs", kQK_K, sizeof(BlockIQ2_XXS), true, DType::Q8_K},
+    {DType::IQ2_XS, "iq2_xs", kQK_K, sizeof(BlockIQ2_XS), true, DType::Q8_K},
+    {DType::IQ2_S, "iq2_s", kQK_K, sizeof(BlockIQ2_S), true, DType::Q8_K},
+    {DType::IQ3_XXS, "iq3_xxs", kQK_K, sizeof(BlockIQ3_XXS), true, DType::Q8_K},
+    {DType::IQ3_S, "iq3_s", kQK_K, sizeof(BlockIQ3_S), true, DType::Q8_K},
+    {DType::IQ1_S, "iq1_s", kQK_K, sizeof(BlockIQ1_S), true, DType::Q8_K},
+    {DType::IQ1_M, "iq1_m", kQK_K, sizeof(BlockIQ1_M), true, DType::Q8_K},
 };
 
 }  // namespace

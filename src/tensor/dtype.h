@@ -23,8 +23,15 @@ enum class DType : uint32_t {
   Q5_K = 13,
   Q6_K = 14,
   Q8_K = 15,  // activations only (dot-product partner of the K-quants)
+  IQ2_XXS = 16,
+  IQ2_XS = 17,
+  IQ3_XXS = 18,
+  IQ1_S = 19,
   IQ4_NL = 20,
+  IQ3_S = 21,
+  IQ2_S = 22,
   IQ4_XS = 23,
+  IQ1_M = 29,
   BF16 = 30,
   MXFP4 = 39,
 };
@@ -55,15 +62,17 @@ inline size_t dtype_row_bytes(DType t, int64_t n) {
 }
 
 // Every type we know, for tests and tables.
-inline constexpr DType kAllDTypes[] = {DType::F32,  DType::F16,    DType::BF16,   DType::Q8_0, DType::Q4_0,
-                                       DType::Q4_1, DType::Q5_0,   DType::Q5_1,   DType::Q2_K, DType::Q3_K,
-                                       DType::Q4_K, DType::Q5_K,   DType::Q6_K,   DType::Q8_K, DType::IQ4_NL,
-                                       DType::IQ4_XS, DType::MXFP4};
+inline constexpr DType kAllDTypes[] = {
+    DType::F32,    DType::F16,     DType::BF16,   DType::Q8_0,  DType::Q4_0,  DType::Q4_1,   DType::Q5_0,
+    DType::Q5_1,   DType::Q2_K,    DType::Q3_K,   DType::Q4_K,  DType::Q5_K,  DType::Q6_K,   DType::Q8_K,
+    DType::IQ4_NL, DType::IQ4_XS,  DType::MXFP4,  DType::IQ2_XXS, DType::IQ2_XS, DType::IQ2_S, DType::IQ3_XXS,
+    DType::IQ3_S,  DType::IQ1_S,   DType::IQ1_M};
 // Types a weight may have (Q8_K is activation-only).
-inline constexpr DType kWeightDTypes[] = {DType::F32,  DType::F16,  DType::BF16,  DType::Q8_0,   DType::Q4_0,
-                                          DType::Q4_1, DType::Q5_0, DType::Q5_1,  DType::Q2_K,   DType::Q3_K,
-                                          DType::Q4_K, DType::Q5_K, DType::Q6_K,  DType::IQ4_NL, DType::IQ4_XS,
-                                          DType::MXFP4};
+inline constexpr DType kWeightDTypes[] = {
+    DType::F32,    DType::F16,    DType::BF16,    DType::Q8_0,   DType::Q4_0,   DType::Q4_1,    DType::Q5_0,
+    DType::Q5_1,   DType::Q2_K,   DType::Q3_K,    DType::Q4_K,   DType::Q5_K,   DType::Q6_K,    DType::IQ4_NL,
+    DType::IQ4_XS, DType::MXFP4,  DType::IQ2_XXS, DType::IQ2_XS, DType::IQ2_S,  DType::IQ3_XXS, DType::IQ3_S,
+    DType::IQ1_S,  DType::IQ1_M};
 // Weight types the CUDA kernels read (the others: CPU only so far, issue 43).
 inline constexpr DType kGpuWeightDTypes[] = {DType::F32,  DType::F16,  DType::BF16, DType::Q8_0,
                                              DType::Q4_0, DType::Q4_K, DType::Q5_K, DType::Q6_K};

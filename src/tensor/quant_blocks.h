@@ -183,6 +183,78 @@ struct BlockMXFP4 {
 };
 static_assert(sizeof(BlockMXFP4) == 17);
 
+// ---- The i-quants (codebooks: tensor/iquant_grids.h) --------------------------
+// Each 256-element block has 8 sub-blocks of 32, each of 4 groups of 8.
+
+// Per sub-block ib, qs[4ib], qs[4ib+1] hold the 4 groups' grid indices
+// (bytes), qs[4ib+2..3] as a uint32: bits 7l..7l+6 group l's signs
+// (kIqSigns), bits 28..31 the scale s: y = d (2s+1)/8 grid * sign.
+struct BlockIQ2_XXS {
+  uint16_t d;
+  uint16_t qs[kQK_K / 8];
+};
+static_assert(sizeof(BlockIQ2_XXS) == 66);
+
+// qs[4ib + l]: grid index (9 bits) | signs (7 bits) << 9; scales[ib]: the
+// 4-bit scales of groups 0-1 (low nibble) and 2-3.
+struct BlockIQ2_XS {
+  uint16_t d;
+  uint16_t qs[kQK_K / 8];
+  uint8_t scales[kQK_K / 32];
+};
+static_assert(sizeof(BlockIQ2_XS) == 74);
+
+// qs[4ib + l]: the grid index's low 8 bits, its bits 8-9 in bits 2l..2l+1
+// of qh[ib]; qs[32 + 4ib + l]: the 8 signs; scales as IQ2_XS.
+struct BlockIQ2_S {
+  uint16_t d;
+  uint8_t qs[kQK_K / 4];
+  uint8_t qh[kQK_K / 32];
+  uint8_t scales[kQK_K / 32];
+};
+static_assert(sizeof(BlockIQ2_S) == 82);
+
+// qs[8ib + k]: grid indices of 4 values each; qs[64 + 4ib..] as a uint32:
+// signs as IQ2_XXS, bits 28..31 the scale s: y = d (2s+1)/4 grid * sign.
+struct BlockIQ3_XXS {
+  uint16_t d;
+  uint8_t qs[3 * kQK_K / 8];
+};
+static_assert(sizeof(BlockIQ3_XXS) == 98);
+
+// qs[8ib + k]: grid index low 8 bits, bit 8 in bit k of qh[ib]; signs[4ib
+// + l]: group l's 8 signs; scale nibble ib % 2 of scales[ib / 2] = s: y = d
+// (2s+1) grid * sign.
+struct BlockIQ3_S {
+  uint16_t d;
+  uint8_t qs[kQK_K / 4];
+  uint8_t qh[kQK_K / 32];
+  uint8_t signs[kQK_K / 8];
+  uint8_t scales[kQK_K / 64];
+};
+static_assert(sizeof(BlockIQ3_S) == 110);
+
+// qs[4ib + l]: grid index low 8 bits, bits 8-10 in bits 3l.. of qh[ib];
+// qh[ib] bits 12-14 the scale s, bit 15 the sign of the shift: y = d (2s+1)
+// (grid ± 1/8).
+struct BlockIQ1_S {
+  uint16_t d;
+  uint8_t qs[kQK_K / 8];
+  uint16_t qh[kQK_K / 32];
+};
+static_assert(sizeof(BlockIQ1_S) == 50);
+
+// qs[4ib + l]: grid index low 8 bits; qh[2ib + l/2]: bits 8-10 of group
+// 2(l/2) in its bits 0-2 and of the next group in bits 4-6, the shifts'
+// signs in bits 3 and 7; scales (4 uint16): 3-bit sub-block scales (two a
+// sub-block: groups 0-1 and 2-3), and in their top nibbles the f16 d.
+struct BlockIQ1_M {
+  uint8_t qs[kQK_K / 8];
+  uint8_t qh[kQK_K / 16];
+  uint8_t scales[kQK_K / 32];
+};
+static_assert(sizeof(BlockIQ1_M) == 56);
+
 // Activations for K-quant dot products: y = d * q; bsums = sums of 16 q's.
 struct BlockQ8_K {
   float d;

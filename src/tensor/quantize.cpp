@@ -184,6 +184,20 @@ DequantizeRowFn dequantize_row_fn(DType t) {
       return quant_detail::dequantize_iq4_xs;
     case DType::MXFP4:
       return quant_detail::dequantize_mxfp4_row;
+    case DType::IQ2_XXS:
+      return quant_detail::dequantize_iq2_xxs;
+    case DType::IQ2_XS:
+      return quant_detail::dequantize_iq2_xs;
+    case DType::IQ2_S:
+      return quant_detail::dequantize_iq2_s;
+    case DType::IQ3_XXS:
+      return quant_detail::dequantize_iq3_xxs;
+    case DType::IQ3_S:
+      return quant_detail::dequantize_iq3_s;
+    case DType::IQ1_S:
+      return quant_detail::dequantize_iq1_s;
+    case DType::IQ1_M:
+      return quant_detail::dequantize_iq1_m;
   }
   return dequantize_unknown;
 }
@@ -224,11 +238,21 @@ QuantizeRowRefFn quantize_row_fn(DType t) {
       return quant_detail::quantize_iq4_xs;
     case DType::MXFP4:
       return quant_detail::quantize_mxfp4_row;
+    case DType::IQ2_XXS:
+    case DType::IQ2_XS:
+    case DType::IQ2_S:
+    case DType::IQ3_XXS:
+    case DType::IQ3_S:
+    case DType::IQ1_S:
+    case DType::IQ1_M:
+      break;  // read only (dtype_has_quantizer)
   }
   return quantize_unknown;
 }
 
 void dequantize_row(DType t, const void* src, float* dst, int64_t n) { dequantize_row_fn(t)(src, dst, n); }
+
+bool dtype_has_quantizer(DType t) { return quantize_row_fn(t) != quantize_unknown; }
 
 void quantize_row(DType t, const float* src, void* dst, int64_t n) { quantize_row_fn(t)(src, dst, n); }
 

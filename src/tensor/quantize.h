@@ -31,6 +31,10 @@ void dequantize_row(DType t, const void* src, float* dst, int64_t n);
 // Rounding is to nearest, ties to even, everywhere.
 void quantize_row(DType t, const float* src, void* dst, int64_t n);
 
+// Whether quantize_row writes type t (the i-quants with codebooks are read
+// only so far: quantize_row leaves their bytes untouched).
+bool dtype_has_quantizer(DType t);
+
 // quantize_row over n_rows consecutive rows; returns the bytes written.
 size_t quantize_rows(DType t, const float* src, void* dst, int64_t n_rows, int64_t n_per_row);
 

@@ -64,6 +64,14 @@ void dequantize_mxfp4_row(const void* src, float* dst, int64_t n);
 void dequantize_q2_k(const void* src, float* dst, int64_t n);
 void dequantize_q3_k(const void* src, float* dst, int64_t n);
 void dequantize_iq4_xs(const void* src, float* dst, int64_t n);
+// The i-quants with codebooks (dequantize_iquants.cpp): read only.
+void dequantize_iq2_xxs(const void* src, float* dst, int64_t n);
+void dequantize_iq2_xs(const void* src, float* dst, int64_t n);
+void dequantize_iq2_s(const void* src, float* dst, int64_t n);
+void dequantize_iq3_xxs(const void* src, float* dst, int64_t n);
+void dequantize_iq3_s(const void* src, float* dst, int64_t n);
+void dequantize_iq1_s(const void* src, float* dst, int64_t n);
+void dequantize_iq1_m(const void* src, float* dst, int64_t n);
 void dequantize_q4_k(const void* src, float* dst, int64_t n);
 void dequantize_q5_k(const void* src, float* dst, int64_t n);
 void dequantize_q6_k(const void* src, float* dst, int64_t n);

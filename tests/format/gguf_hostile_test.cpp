@@ -14,7 +14,7 @@ namespace {
 
 using testing::RawGguf;
 
-constexpr uint32_t kF32 = 0, kQ8_0 = 8, kIQ2_XXS = 16;
+constexpr uint32_t kF32 = 0, kQ8_0 = 8, kTQ1_0 = 34;
 constexpr const char* kName = "hostile.gguf";
 
 // Header plus one KV whose key is "k"; the caller appends type and value.
@@ -84,8 +84,8 @@ std::vector<HostileCase> hostile_cases() {
       {"n_dims_5", [] { return one_tensor({1, 1, 1, 1, 1}, kF32, 0, 32); }, {"tensor 't'", "n_dims is 5"}},
       {"dimension_0", [] { return one_tensor({4, 0}, kF32, 0, 32); }, {"tensor 't'", "dimension 1 is 0"}},
       {"dimension_negative", [] { return one_tensor({-4}, kF32, 0, 32); }, {"tensor 't'", "dimension 0 is -4"}},
-      {"unsupported_iq2_xxs", [] { return one_tensor({256}, kIQ2_XXS, 0, 128); },
-       {"tensor 't'", "iq2_xxs", "not supported", "supported: f32", "q6_K"}},
+      {"unsupported_tq1_0", [] { return one_tensor({256}, kTQ1_0, 0, 128); },
+       {"tensor 't'", "tq1_0", "not supported", "supported: f32", "q6_K"}},
       {"unknown_type_77", [] { return one_tensor({4}, 77, 0, 32); }, {"tensor 't'", "type 77", "not supported"}},
       {"ne0_not_block_multiple", [] { return one_tensor({33}, kQ8_0, 0, 64); },
        {"tensor 't'", "ne[0] = 33", "not a multiple", "q8_0", "32"}},

@@ -25,6 +25,7 @@
 #include "core/thread_pool.h"
 #include "ops_test_util.h"
 #include "tensor/quantize.h"
+#include "weight_bytes.h"
 
 namespace moeserve::cpu {
 namespace {
@@ -40,8 +41,7 @@ struct Problem {
   Problem(DType t, int64_t tokens, int64_t k, int64_t n, uint32_t seed)
       : type(t), T(tokens), K(k), N(n), x_stride(k + 3), y_stride(n + 2) {
     const auto wf = testing::random_normal(N * K, seed, 0.5f);
-    w.resize(dtype_row_bytes(type, K) * size_t(N));
-    quantize_rows(type, wf.data(), w.data(), N, K);
+    w = moeserve::testing::weight_rows(type, wf, N, K, seed);
     std::vector<float> row(static_cast<size_t>(K));
     for (int64_t r = 0; r < N; ++r) {
       dequantize_row(type, w.data() + size_t(r) * dtype_row_bytes(type, K), row.data(), K);

@@ -12,6 +12,7 @@
 #include "kernels/cpu/cpu_kernels.h"
 #include "tensor/dtype.h"
 #include "tensor/quantize.h"
+#include "weight_bytes.h"
 
 namespace moeserve::cpu {
 namespace {
@@ -147,8 +148,7 @@ TEST_P(Dequantizer, IdenticalToReference) {
       const int64_t n = dtype_traits(t).quantized ? blocks * dtype_block_elems(t) : blocks * 256 + 7;
       std::vector<float> src(static_cast<size_t>(n));
       for (auto& v : src) v = g(rng);
-      std::vector<uint8_t> q(dtype_row_bytes(t, n));
-      quantize_row(t, src.data(), q.data(), n);
+      const std::vector<uint8_t> q = moeserve::testing::weight_rows(t, src, 1, n, uint32_t(n));
       std::vector<float> got(size_t(n), -1.0f), want(static_cast<size_t>(n), -2.0f);
       ASSERT_NE(k->dequantize_row[dtype_slot(t)], nullptr) << dtype_name(t);
       k->dequantize_row[dtype_slot(t)](q.data(), got.data(), n);

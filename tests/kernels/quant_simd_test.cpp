@@ -21,6 +21,7 @@
 #include "kernels/cpu/register.h"
 #include "tensor/dtype.h"
 #include "tensor/quantize.h"
+#include "weight_bytes.h"
 
 namespace moeserve::cpu {
 namespace {
@@ -43,70 +44,13 @@ std::vector<float> gaussian(std::mt19937& rng, int64_t n, float sigma) {
   return v;
 }
 
-// Overwrites the f16 scales of a weight row of quantized bytes with finite
-// values (random or filled bytes could be inf/nan).
-void set_finite_scales(DType t, std::vector<uint8_t>& w, std::mt19937& rng) {
-  const DTypeTraits& tr = dtype_traits(t);
-  std::uniform_real_distribution<float> scale(0.001f, 0.02f);
-  auto put_half = [&](size_t off) {
-    const uint16_t h = fp32_to_fp16(scale(rng));
-    std::memcpy(w.data() + off, &h, 2);
-  };
-  for (size_t blk = 0; blk < w.size() / tr.block_bytes; ++blk) {
-    const size_t base = blk * tr.block_bytes;
-    switch (t) {
-      case DType::Q8_0:
-      case DType::Q4_0:
-        put_half(base);
-        break;
-      case DType::Q4_K:
-      case DType::Q5_K:
-        put_half(base);
-        put_half(base + 2);
-        break;
-      case DType::Q6_K:
-        put_half(base + tr.block_bytes - 2);
-        break;
-      case DType::Q5_0:
-      case DType::IQ4_NL:
-      case DType::IQ4_XS:
-        put_half(base);
-        break;
-      case DType::Q4_1:
-      case DType::Q5_1:
-        put_half(base);
-        put_half(base + 2);
-        break;
-      case DType::Q2_K:  // d, dmin after the scales and codes
-        put_half(base + 80);
-        put_half(base + 82);
-        break;
-      case DType::Q3_K:  // d last
-        put_half(base + tr.block_bytes - 2);
-        break;
-      case DType::MXFP4:  // an E8M0 exponent near 2^-7
-        w[base] = uint8_t(118 + int(rng() % 4));
-        break;
-      default:
-        break;
-    }
-  }
-}
-
-// Random bytes cover every code, scale code and high bit.
-void randomize_weight_bytes(DType t, std::vector<uint8_t>& w, std::mt19937& rng) {
-  std::uniform_int_distribution<int> byte(0, 255);
-  for (auto& b : w) b = uint8_t(byte(rng));
-  set_finite_scales(t, w, rng);
-}
-
 Operands make_operands(DType t, int64_t n, WeightData data, uint32_t seed) {
   std::mt19937 rng(seed);
   const DType xt = dtype_traits(t).vec_dot_type;
   Operands op;
   op.w.resize(dtype_row_bytes(t, n));
-  if (data == WeightData::kRandomBytes && dtype_traits(t).quantized) {
-    randomize_weight_bytes(t, op.w, rng);
+  if ((data == WeightData::kRandomBytes || !dtype_has_quantizer(t)) && dtype_traits(t).quantized) {
+    moeserve::testing::randomize_weight_bytes(t, op.w, rng);
   } else {
     const auto wf = gaussian(rng, n, 0.05f);
     quantize_row(t, wf.data(), op.w.data(), n);
@@ -214,7 +158,7 @@ TEST_P(VecDot, ExtremeCodesDoNotSaturate) {
   for (uint8_t fill : {uint8_t(0xFF), uint8_t(0x80), uint8_t(0x7F)}) {
     for (float sign : {1.0f, -1.0f}) {
       std::vector<uint8_t> w(dtype_row_bytes(c.type, n), fill);
-      set_finite_scales(c.type, w, rng);
+      moeserve::testing::set_finite_scales(c.type, w, rng);
       const std::vector<float> xf(size_t(n), sign);
       std::vector<uint8_t> x(dtype_row_bytes(xt, n));
       quantize_row(xt, xf.data(), x.data(), n);

@@ -149,6 +149,7 @@ void register_quant_reference(CpuKernels& k) {
   k.vec_dot[dtype_slot(DType::Q5_K)] = vec_dot_q5_k;
   k.vec_dot[dtype_slot(DType::Q6_K)] = vec_dot_q6_k;
   register_quant_reference_lowbit(k);
+  register_quant_reference_iquants(k);
   // The tensor layer's reference conversions are the ground truth.
   k.quantize_row[dtype_slot(DType::Q8_0)] = quantize_row_fn(DType::Q8_0);
   k.quantize_row[dtype_slot(DType::Q8_K)] = quantize_row_fn(DType::Q8_K);
