@@ -43,6 +43,9 @@ echo "==> [2/3] AddressSanitizer + UBSan: unit tests"
 asan_skip='MakeModelTest\.(SameSeedSameBytesRegardlessOfThreads|HybridSameSeedSameBytes|Q4KMUsesTheMixingRule)'
 asan_skip+='|RouterSkew\.SkewConcentrates|GrammarMask\.(TimingOnAQwenSizedVocabulary|TrieWalkAgreesWithFeedingEveryToken)'
 asan_skip+='|HfParity\.QuantizedAgreementAndKl|QuantizeModel\.F32IsExactAndThreadCountDoesNotMatter'
+# (18 file types quantized and run: 19 minutes under the sanitizers, the
+# same quantizers and forwards the other tests cover there.)
+asan_skip+='|QuantizedModelFidelity\.EveryFileTypeStaysCloseToBf16'
 asan_skip+='|ThreadPoolSizes\.TenThousandTinyJobs/(5|16)$'
 CC=clang CXX=clang++ cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DMOESERVE_SANITIZE=ON \
   -DMOESERVE_BUILD_FUZZ=ON -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O0 -g1 -DNDEBUG" \
