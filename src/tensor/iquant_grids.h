@@ -1,6 +1,7 @@
 // The i-quants' codebooks and sign table (IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS,
 // IQ3_S, IQ1_S, IQ1_M): constants of the GGUF formats as ggml defines them,
-// generated from its ggml-common.h by scripts/quant/gen_iquant_grids.py.
+// generated from its ggml-common.h by scripts/quant/gen_iquant_grids.py
+// (iquant_grids_iq1.cpp, _iq2.cpp, _iq3.cpp).
 //  - A grid entry holds one group of values as bytes, little-endian: byte j
 //    is element j (IQ2: 8 magnitudes of {8, 25, 43, ...}; IQ3: 4 of {4..62};
 //    IQ1: 8 of {-1, 0, 1} as int8).

@@ -56,20 +56,20 @@ inline __m256i load_x(const BlockQ8_0& b) { return load256(b.qs); }
 
 // ---- 32-element types x Q8_0 ---------------------------------------------------
 
-struct Q4_1Codes {
-  using Block = BlockQ4_1;
+// Q4_1 / Q5_1: unsigned codes (the fifth bit for Q5_1), d and the minimum m.
+template <typename B, bool kFiveBits>
+struct AffineCodes {
+  using Block = B;
   static constexpr bool kMin = true;
-  static __m256i codes(const Block& b) { return nibbles32(b.qs); }
+  static __m256i codes(const Block& b) {
+    if constexpr (kFiveBits) return _mm256_or_si256(nibbles32(b.qs), fifth_bits(b.qh));
+    return nibbles32(b.qs);
+  }
   static float scale(const Block& b) { return half_to_float(b.d); }
   static float min(const Block& b) { return half_to_float(b.m); }
 };
-struct Q5_1Codes {
-  using Block = BlockQ5_1;
-  static constexpr bool kMin = true;
-  static __m256i codes(const Block& b) { return _mm256_or_si256(nibbles32(b.qs), fifth_bits(b.qh)); }
-  static float scale(const Block& b) { return half_to_float(b.d); }
-  static float min(const Block& b) { return half_to_float(b.m); }
-};
+using Q4_1Codes = AffineCodes<BlockQ4_1, false>;
+using Q5_1Codes = AffineCodes<BlockQ5_1, true>;
 struct Q5_0Codes {
   using Block = BlockQ5_0;
   static constexpr bool kMin = false;

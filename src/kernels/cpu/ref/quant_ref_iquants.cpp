@@ -15,10 +15,11 @@ float vec_dot_dequantized(int64_t n, const void* wv, const void* xv) {
   const auto* w = static_cast<const uint8_t*>(wv);
   const auto* x = static_cast<const BlockQ8_K*>(xv);
   const size_t block_bytes = dtype_traits(kType).block_bytes;
+  const DequantizeRowFn dequantize = dequantize_row_fn(kType);  // once, not per block
   float deq[kQK_K];
   float sum = 0.0f;
   for (int64_t b = 0; b < n / kQK_K; ++b) {
-    dequantize_row(kType, w + size_t(b) * block_bytes, deq, kQK_K);
+    dequantize(w + size_t(b) * block_bytes, deq, kQK_K);
     float block = 0.0f;
     for (int i = 0; i < kQK_K; ++i) block += deq[i] * float(x[b].qs[i]);
     sum += x[b].d * block;
