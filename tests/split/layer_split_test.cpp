@@ -19,6 +19,7 @@
 #include "runtime/generator.h"
 #include "runtime/memory_plan.h"
 #include "runtime/shard_host.h"
+#include "split_test_util.h"
 #include "test_device.h"
 
 namespace moeserve::split {
@@ -26,9 +27,7 @@ namespace {
 
 using runtime::LayerShard;
 
-std::string model_path(const std::string& arch) {
-  return fmt::format("{}/models/{}-tiny.bf16.gguf", MOESERVE_TEST_DATA_DIR, arch);
-}
+using split_test::model_path;
 
 TEST(LayerSplitSpec, ParsesDevicesWeightsAndRanges) {
   auto a = parse_layer_split("cuda:0,cpu");
@@ -107,41 +106,14 @@ TEST(LayerSplitPlan, RangesFollowTheWeightsAndMistakesAreRefused) {
 // ---- split == unsplit ------------------------------------------------------
 
 std::vector<int32_t> greedy(runtime::Model& m, const std::vector<int32_t>& prompt, int64_t n) {
-  runtime::Generator gen(m, 256);
-  runtime::GenerateOptions o;
-  o.max_tokens = n;
-  o.sampling.temperature = 0.0f;
-  o.stop_at_eos = false;
-  o.n_batch = 5;  // prompt chunks that straddle nothing in particular
-  auto r = gen.generate(prompt, o);
-  EXPECT_TRUE(r.is_ok()) << r.status().to_string();
-  return r.is_ok() ? r->tokens : std::vector<int32_t>{};
+  return split_test::greedy_tokens(m, prompt, n, /*n_batch=*/5, /*n_ctx=*/256);  // chunks straddling nothing in particular
 }
 
 // The engine, two requests at once and a repeated prompt (its prefix comes
 // from the prefix cache, the KV of every shard restored): each gives `want`.
 void expect_engine_output(runtime::Model& m, const std::vector<int32_t>& prompt,
                           const std::vector<int32_t>& want, const std::string& where) {
-  runtime::EngineOptions eo;
-  eo.n_slots = 2;
-  eo.n_ctx = 256;
-  eo.n_batch = 16;
-  runtime::BatchEngine engine(m, eo);
-  for (int round = 0; round < 2; ++round) {
-    std::vector<std::unique_ptr<moeserve::testing::Collector>> cs;
-    for (int i = 0; i < 2; ++i) {
-      cs.push_back(std::make_unique<moeserve::testing::Collector>());
-      runtime::EngineRequest r = moeserve::testing::greedy_request(prompt, 24);
-      r.stop_at_eos = false;
-      cs.back()->attach(r);
-      ASSERT_TRUE(engine.submit(std::move(r)).is_ok());
-    }
-    for (auto& c : cs) {
-      c->wait();
-      ASSERT_TRUE(c->status.is_ok()) << c->status.to_string();
-      EXPECT_EQ(c->tokens, want) << where << " engine round " << round;
-    }
-  }
+  split_test::expect_engine_output(m, prompt, want, where, {.n_ctx = 256, .rounds = 2});
 }
 
 // Splits of a 4-layer model over the test device (and the CPU beside a GPU).

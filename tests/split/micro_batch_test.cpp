@@ -17,6 +17,7 @@
 #include "runtime/engine_collector.h"
 #include "runtime/generator.h"
 #include "runtime/shard_host.h"
+#include "split_test_util.h"
 #include "test_device.h"
 
 namespace moeserve::models {
@@ -86,20 +87,10 @@ TEST(MicroBatches, SequencesContinueAcrossMicroBatchesAndLogitsComeBackInOrder) 
 
 // ---- split == unsplit, pipelined -------------------------------------------
 
-std::string model_path(const std::string& arch) {
-  return fmt::format("{}/models/{}-tiny.bf16.gguf", MOESERVE_TEST_DATA_DIR, arch);
-}
+using split_test::model_path;
 
 std::vector<int32_t> greedy(runtime::Model& m, const std::vector<int32_t>& prompt, int64_t n, int64_t n_batch) {
-  runtime::Generator gen(m, 512);
-  runtime::GenerateOptions o;
-  o.max_tokens = n;
-  o.sampling.temperature = 0.0f;
-  o.stop_at_eos = false;
-  o.n_batch = n_batch;
-  auto r = gen.generate(prompt, o);
-  EXPECT_TRUE(r.is_ok()) << r.status().to_string();
-  return r.is_ok() ? r->tokens : std::vector<int32_t>{};
+  return split_test::greedy_tokens(m, prompt, n, n_batch, /*n_ctx=*/512);
 }
 
 std::vector<int32_t> long_prompt(runtime::Model& m) {
@@ -111,24 +102,7 @@ std::vector<int32_t> long_prompt(runtime::Model& m) {
 // Two requests of the long prompt at once through the engine: each gives `want`.
 void expect_engine_output(runtime::Model& m, const std::vector<int32_t>& prompt,
                           const std::vector<int32_t>& want, const std::string& where) {
-  runtime::EngineOptions eo;
-  eo.n_slots = 2;
-  eo.n_ctx = 512;
-  eo.n_batch = 16;
-  runtime::BatchEngine engine(m, eo);
-  std::vector<std::unique_ptr<moeserve::testing::Collector>> cs;
-  for (int i = 0; i < 2; ++i) {
-    cs.push_back(std::make_unique<moeserve::testing::Collector>());
-    runtime::EngineRequest r = moeserve::testing::greedy_request(prompt, int(want.size()));
-    r.stop_at_eos = false;
-    cs.back()->attach(r);
-    ASSERT_TRUE(engine.submit(std::move(r)).is_ok());
-  }
-  for (auto& c : cs) {
-    c->wait();
-    ASSERT_TRUE(c->status.is_ok()) << c->status.to_string();
-    EXPECT_EQ(c->tokens, want) << where << " (engine)";
-  }
+  split_test::expect_engine_output(m, prompt, want, where, {.n_ctx = 512, .rounds = 1});
 }
 
 class PipelinedSplit : public ::testing::TestWithParam<std::string> {};
