@@ -17,7 +17,7 @@ os.chmod('/tmp/node/bin/node', 0o755)
 with tarfile.open('.nodedeps/modules.tar.xz') as t:
     t.extractall('tests/server_e2e')
 PY
-export PATH=/tmp/node/bin:$PATH MOESERVE_BIN=$PWD/build-gpu/bin/moeserve MOESERVE_E2E_DEVICE=cuda
+export PATH=/tmp/node/bin:$PATH MOESERVE_BIN=$PWD/build-gpu/bin/moeserve MOESERVE_E2E_DEVICE=${E2E_DEVICE-cuda}
 export MOESERVE_SOAK_SECONDS=${1:-60} MOESERVE_ARTIFACTS=/tmp/e2e-artifacts MOESERVE_E2E_MOE_ARGS=${2:-}
 echo "node $(node --version), device: $($MOESERVE_BIN sysinfo 2>&1 | grep -iE 'cuda:0' | head -1)"
 failed=0

@@ -57,12 +57,6 @@ Status check_against_target(const DflashHParams& hp, const ModelInfo& t, const T
   };
   if (io.embedding == nullptr || io.output == nullptr || io.device == nullptr)
     return mismatch("the target does not expose its embedding and output head");
-  if (io.output_device != nullptr && io.output_device != io.device) {
-    return make_error(StatusCode::kUnsupported,
-                      "a DFlash draft needs the target's embedding and output head on one device, and this "
-                      "layer split puts them on {} and {}",
-                      io.device->name(), io.output_device->name());
-  }
   if (hp.n_embd != t.n_embd) {
     return mismatch(fmt::format("the draft's hidden size is {}, the target's {} (features would not match)",
                                 hp.n_embd, t.n_embd));
@@ -240,19 +234,55 @@ class DflashDraft::Forward {
   backend::RopeSpec rope_;
 };
 
-DflashDraft::DflashDraft(DflashHParams hp, DflashWeights w, const TokenIo& target, int64_t n_vocab)
+DflashDraft::DflashDraft(DflashHParams hp, DflashWeights w, const TokenIo& target, int64_t n_vocab,
+                         Device* device)
     : hp_(std::move(hp)), w_(std::move(w)), target_(target), n_vocab_(n_vocab) {
-  placement_.io = target.device;
+  placement_.io = device != nullptr ? device : target.device;
+}
+
+Result<WeightView> DflashDraft::host_copy(const WeightView& v, Device* from) {
+  if (v.packed && !placement_.io->host_memory()) {
+    return make_error(StatusCode::kUnsupported,
+                      "the target keeps its {} rows in the CPU kernels' packed layout, which {} does not read: "
+                      "put the draft on the target's device (leave out --device-draft)",
+                      dtype_name(v.type), placement_.io->name());
+  }
+  const size_t bytes = size_t(v.n_rows) * v.row_bytes;
+  std::vector<uint8_t>& host = io_host_.emplace_back(bytes);
+  MOESERVE_RETURN_IF_ERROR(from->copy_to_host(host.data(), v.data, bytes));
+  WeightView copy = v;
+  copy.data = host.data();
+  copy.matrix_stride = bytes;
+  return copy;
+}
+
+Status DflashDraft::copy_token_io(WeightPlacement& placement) {
+  Device* d = placement_.io;
+  Device* output_device = target_.output_device != nullptr ? target_.output_device : target_.device;
+  if (target_.device != d) {
+    MOESERVE_ASSIGN_OR_RETURN(own_embedding_, host_copy(*target_.embedding, target_.device));
+    placement.add(d, own_embedding_, backend::WeightUse::kLookup);
+    target_.embedding = &own_embedding_;
+  }
+  if (output_device != d) {
+    MOESERVE_ASSIGN_OR_RETURN(own_output_, host_copy(*target_.output, output_device));
+    placement.add(d, own_output_, backend::WeightUse::kMatrix);
+    target_.output = &own_output_;
+  }
+  target_.device = target_.output_device = d;
+  return Status::ok();
 }
 
 Result<std::unique_ptr<DflashDraft>> DflashDraft::create(DflashHParams hp, DflashWeights w,
                                                          const TokenIo& target,
-                                                         const ModelInfo& target_info) {
+                                                         const ModelInfo& target_info, Device* device) {
   MOESERVE_RETURN_IF_ERROR(check_against_target(hp, target_info, target));
-  std::unique_ptr<DflashDraft> m(new DflashDraft(std::move(hp), std::move(w), target, target_info.n_vocab));
+  std::unique_ptr<DflashDraft> m(
+      new DflashDraft(std::move(hp), std::move(w), target, target_info.n_vocab, device));
   using backend::WeightUse;
   WeightPlacement placement;
-  Device* d = target.device;
+  Device* d = m->placement_.io;
+  MOESERVE_RETURN_IF_ERROR(m->copy_token_io(placement));
   for (WeightView* v : {&m->w_.hidden_norm, &m->w_.output_norm}) placement.add(d, *v, WeightUse::kVector);
   placement.add(d, m->w_.fc, WeightUse::kMatrix);
   for (DflashLayerWeights& l : m->w_.layers) {
@@ -263,6 +293,7 @@ Result<std::unique_ptr<DflashDraft>> DflashDraft::create(DflashHParams hp, Dflas
       placement.add(d, *v, WeightUse::kMatrix);
   }
   MOESERVE_RETURN_IF_ERROR(placement.place());
+  if (!d->host_memory()) m->io_host_.clear();  // the device holds its own copies now
   return m;
 }
 
@@ -276,7 +307,7 @@ Result<std::unique_ptr<Workspace>> DflashDraft::create_workspace() {
 Status DflashDraft::reserve(DflashContext& ctx, int64_t rows) {
   if (rows <= ctx.capacity_) return Status::ok();
   const int64_t capacity = std::max<int64_t>({rows, 2 * ctx.capacity_, 256});
-  Device* d = target_.device;
+  Device* d = placement_.io;
   const size_t row_bytes = size_t(hp_.kv_dim()) * sizeof(uint16_t);
   std::vector<DeviceMemory> k(size_t(hp_.n_layer)), v(size_t(hp_.n_layer));
   std::vector<KvLayerView> views(size_t(hp_.n_layer));
@@ -363,7 +394,8 @@ Status DflashDraft::propose(DflashContext& ctx, int32_t root, const DraftOutputs
                             .host_log_probs = out.top_log_probs});
 }
 
-Result<std::unique_ptr<DflashDraft>> load_dflash_draft(const GgufFile& file, const LanguageModel& target) {
+Result<std::unique_ptr<DflashDraft>> load_dflash_draft(const GgufFile& file, const LanguageModel& target,
+                                                       Device* device) {
   MOESERVE_ASSIGN_OR_RETURN(DflashHParams hp, load_dflash_hparams(file));
   MOESERVE_ASSIGN_OR_RETURN(DflashWeights w, load_dflash_weights(file, hp));
   const Placement& p = target.placement();
@@ -374,7 +406,7 @@ Result<std::unique_ptr<DflashDraft>> load_dflash_draft(const GgufFile& file, con
         "keeps them in another process (a proc: shard of --layer-split): keep the first and the "
         "last layers in this process (e.g. cpu=0:1,proc:cpu=1:47,cpu=47:48) or use --spec ngram");
   }
-  return DflashDraft::create(std::move(hp), std::move(w), target.token_io(), target.info());
+  return DflashDraft::create(std::move(hp), std::move(w), target.token_io(), target.info(), device);
 }
 
 }  // namespace moeserve::models

@@ -12,8 +12,11 @@
 // the final norm and the target's output head give the logits of block
 // rows 1.. — row i predicts the token i places after the last one.
 //
-// It runs on the device that holds the target's embedding and output head
-// (TokenIo), so nothing but token ids, features and logits cross to the host.
+// It runs on the device that holds the target's embedding (TokenIo) or on
+// another one (--device-draft): the target's embedding and output head are
+// copied to the draft's device when the target keeps them elsewhere (a
+// second GPU, or a layer split whose head sits on its last shard), so
+// nothing but token ids, features and logits cross to the host.
 #pragma once
 
 #include <cstdint>
@@ -26,6 +29,8 @@
 #include "models/language_model.h"
 
 namespace moeserve::models {
+
+class WeightPlacement;
 
 // One sequence's draft context: K/V rows [capacity][kv_dim] per draft layer
 // on the draft's device; rows 0..length-1 are context, the block is written
@@ -59,8 +64,10 @@ class DflashDraft {
  public:
   // Checks the draft against the target (layers, hidden size, vocabulary)
   // and places its weights on the target's io device.
+  // `device` (null: the target's embedding's) is where the draft computes.
   static Result<std::unique_ptr<DflashDraft>> create(DflashHParams hp, DflashWeights w, const TokenIo& target,
-                                                     const ModelInfo& target_info);
+                                                     const ModelInfo& target_info, backend::Device* device = nullptr);
+  backend::Device* device() const { return placement_.io; }
   const DflashHParams& hparams() const { return hp_; }
   int64_t n_vocab() const { return n_vocab_; }
   uint64_t n_bytes() const { return w_.n_bytes; }
@@ -77,19 +84,27 @@ class DflashDraft {
                  ForwardProfile* profile = nullptr);
 
  private:
-  DflashDraft(DflashHParams hp, DflashWeights w, const TokenIo& target, int64_t n_vocab);
+  DflashDraft(DflashHParams hp, DflashWeights w, const TokenIo& target, int64_t n_vocab, backend::Device* device);
   class Forward;
   Status reserve(DflashContext& ctx, int64_t rows);
+  // The target's embedding / output head as a copy on the draft's device
+  // when the target keeps it elsewhere (placed with the draft's weights).
+  Status copy_token_io(WeightPlacement& placement);
+  Result<WeightView> host_copy(const WeightView& v, backend::Device* from);
 
   DflashHParams hp_;
   DflashWeights w_;
   TokenIo target_;
+  WeightView own_embedding_, own_output_;      // copies on the draft's device (when made)
+  std::vector<std::vector<uint8_t>> io_host_;  // their bytes, kept where the device uses them in place
   Placement placement_;
   int64_t n_vocab_ = 0;
 };
 
 // Loads a draft file for `target` (errors say what does not match). The
 // file must outlive the draft (its devices may use the weights in place).
-Result<std::unique_ptr<DflashDraft>> load_dflash_draft(const GgufFile& file, const LanguageModel& target);
+// `device` (null: the target's embedding's) is where the draft computes.
+Result<std::unique_ptr<DflashDraft>> load_dflash_draft(const GgufFile& file, const LanguageModel& target,
+                                                       backend::Device* device = nullptr);
 
 }  // namespace moeserve::models

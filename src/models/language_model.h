@@ -62,7 +62,10 @@ struct ForwardBatch {
 // forward down a little.
 struct ForwardProfile {
   int64_t embed = 0, attn_proj = 0, attention = 0, router = 0, experts = 0, dense_ffn = 0, lm_head = 0, other = 0;
-  int64_t total() const { return embed + attn_proj + attention + router + experts + dense_ffn + lm_head + other; }
+  int64_t boundary = 0;  // hidden rows handed from one device of a layer split to the next
+  int64_t total() const {
+    return embed + attn_proj + attention + router + experts + dense_ffn + lm_head + other + boundary;
+  }
 };
 
 // What one layer keeps per sequence: f16 K/V rows of kv_dim per position

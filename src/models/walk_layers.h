@@ -171,6 +171,7 @@ Status walk_layers(const ForwardBatch& b, DeviceWorkspace<Buffers>& ws, const Wa
   }
   auto move_to = [&](Buffers& to) -> Status {
     if (current == &to) return Status::ok();
+    ScopedTimer timer(s.profile, &ForwardProfile::boundary, *to.ops);
     if (current == nullptr) {
       MOESERVE_RETURN_IF_ERROR(
           to.ops->upload(to.x.template as<float>(), ws.staging.data(), size_t(T * s.n_embd) * sizeof(float)));

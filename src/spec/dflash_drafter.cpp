@@ -6,7 +6,10 @@
 #include <chrono>
 #include <cstdlib>
 
+#include "backend/cpu/cpu_device.h"
+#include "backend/devices.h"
 #include "core/log.h"
+#include "models/forward_common.h"
 #include "spec/ddtree.h"
 
 namespace moeserve::spec {
@@ -18,12 +21,30 @@ constexpr int64_t kMaxWaitingRows = 256;
 constexpr int kTreeTopK = 8;
 }  // namespace
 
-Result<std::shared_ptr<DflashModel>> DflashModel::load(const std::string& path,
-                                                       const models::LanguageModel& target) {
+namespace {
+// The device named `name` for a draft beside `target`: the target's own
+// when it uses it (one set of streams and memory accounting), else opened here.
+Result<backend::Device*> draft_device(std::string_view name, const models::LanguageModel& target,
+                                      std::unique_ptr<backend::Device>& owned) {
+  if (name.empty()) return static_cast<backend::Device*>(nullptr);
+  MOESERVE_ASSIGN_OR_RETURN(backend::DeviceSpec spec, backend::parse_device_spec(name));
+  const std::string wanted = spec.to_string();
+  for (backend::Device* d : models::placement_devices(target.placement(), target.info().n_layer)) {
+    if (d != nullptr && d->name() == wanted) return d;
+  }
+  if (spec.kind == backend::DeviceKind::kCpu) return static_cast<backend::Device*>(&backend::host_device());
+  MOESERVE_ASSIGN_OR_RETURN(owned, backend::open_cuda_device(spec.index));
+  return owned.get();
+}
+}  // namespace
+
+Result<std::shared_ptr<DflashModel>> DflashModel::load(const std::string& path, const models::LanguageModel& target,
+                                                       std::string_view device) {
   auto m = std::make_shared<DflashModel>();
+  MOESERVE_ASSIGN_OR_RETURN(backend::Device * d, draft_device(device, target, m->own_device_));
   MOESERVE_ASSIGN_OR_RETURN(GgufFile file, GgufFile::open(path));
   m->file_.emplace(std::move(file));
-  MOESERVE_ASSIGN_OR_RETURN(m->draft_, models::load_dflash_draft(*m->file_, target));
+  MOESERVE_ASSIGN_OR_RETURN(m->draft_, models::load_dflash_draft(*m->file_, target, d));
   MOESERVE_ASSIGN_OR_RETURN(m->ws_, m->draft_->create_workspace());
   return m;
 }
@@ -39,9 +60,9 @@ std::string DflashModel::description() const {
     if (!layers.empty()) layers += ',';
     layers += std::to_string(l);
   }
-  return fmt::format("DFlash draft {}: {} layers, hidden {}, block {}, reads target layers {}, {:.1f} MiB",
+  return fmt::format("DFlash draft {}: {} layers, hidden {}, block {}, reads target layers {}, {:.1f} MiB, on {}",
                      file_->name(), h.n_layer, h.n_embd, h.block_size, layers,
-                     double(draft_->n_bytes()) / (1024.0 * 1024.0));
+                     double(draft_->n_bytes()) / (1024.0 * 1024.0), draft_->device()->name());
 }
 
 DflashDrafter::DflashDrafter(std::shared_ptr<DflashModel> model) : model_(std::move(model)) {

@@ -10,6 +10,7 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "format/gguf.h"
@@ -22,9 +23,10 @@ namespace moeserve::spec {
 // computed one at a time.
 class DflashModel : public std::enable_shared_from_this<DflashModel> {
  public:
-  // Loads `path` for `target`; errors say what does not fit.
-  static Result<std::shared_ptr<DflashModel>> load(const std::string& path,
-                                                   const models::LanguageModel& target);
+  // Loads `path` for `target` onto `device` ("cpu", "cuda:N"; empty: the
+  // device of the target's embedding); errors say what does not fit.
+  static Result<std::shared_ptr<DflashModel>> load(const std::string& path, const models::LanguageModel& target,
+                                                   std::string_view device = {});
   const models::DflashHParams& hparams() const { return draft_->hparams(); }
   std::unique_ptr<runtime::Drafter> make_drafter();
   // A request's draft context on the device, per position (memory plans).
@@ -36,6 +38,7 @@ class DflashModel : public std::enable_shared_from_this<DflashModel> {
 
  private:
   friend class DflashDrafter;
+  std::unique_ptr<backend::Device> own_device_;  // a GPU the target does not use (outlives the draft)
   std::optional<GgufFile> file_;
   std::unique_ptr<models::DflashDraft> draft_;
   std::unique_ptr<models::Workspace> ws_;

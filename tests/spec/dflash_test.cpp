@@ -20,6 +20,7 @@
 
 #include "dflash_fixture.h"
 #include "format/gguf.h"
+#include "backend/cpu/cpu_device.h"
 #include "models/dflash_draft.h"
 #include "runtime/batch_engine.h"
 #include "runtime/engine_collector.h"
@@ -578,6 +579,88 @@ TEST_P(DflashRuntime, DflashDraftsDecodeExactlyAsPlainGreedy) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Architectures, DflashRuntime, ::testing::Values("qwen3moe", "qwen35moe", "laguna"));
+
+// A draft placed on another device (--device-draft) copies the target's
+// embedding and output head there and proposes what it proposes beside them.
+TEST(DflashDraft, OnAnotherDeviceProposesAsBesideTheTarget) {
+  auto target = load_target("qwen3moe");
+  ASSERT_NE(target, nullptr);
+  DraftShape s = shape_for(*target);
+  s.scale = 0.15f;
+  const std::string path = make_draft("other_device", s);
+  auto file = GgufFile::open(path);
+  ASSERT_TRUE(file.is_ok()) << file.status().to_string();
+  backend::Device* other = &backend::host_device();  // never the target model's own device object
+  std::vector<std::vector<float>> logits;
+  std::vector<std::vector<int32_t>> greedy;
+  for (backend::Device* where : {static_cast<backend::Device*>(nullptr), other}) {
+    auto draft = models::load_dflash_draft(*file, target->net(), where);
+    ASSERT_TRUE(draft.is_ok()) << draft.status().to_string();
+    EXPECT_EQ((*draft)->device(), where != nullptr ? where : target->net().token_io().device);
+    auto ws = (*draft)->create_workspace();
+    ASSERT_TRUE(ws.is_ok());
+    const models::DflashHParams& hp = (*draft)->hparams();
+    const int64_t n_ctx = 5, width = hp.feature_width();
+    std::mt19937 rng(11);
+    std::normal_distribution<float> nd(0.0f, 1.0f);
+    std::vector<float> features(size_t(n_ctx * width));
+    for (float& v : features) v = nd(rng);
+    models::DflashContext ctx;
+    ASSERT_TRUE((*draft)->extend(ctx, features, n_ctx, **ws).is_ok());
+    const int64_t n_out = hp.block_size - 1, V = (*draft)->n_vocab();
+    logits.emplace_back(size_t(n_out * V));
+    greedy.emplace_back(size_t(n_out));
+    const Status st = (*draft)->propose(
+        ctx, 7, {.n_out = n_out, .greedy = greedy.back().data(), .logits = logits.back().data()}, **ws);
+    ASSERT_TRUE(st.is_ok()) << st.to_string();
+  }
+  double max_ref = 0, max_err = 0;
+  for (size_t i = 0; i < logits[0].size(); ++i) {
+    max_ref = std::max(max_ref, double(std::abs(logits[0][i])));
+    max_err = std::max(max_err, double(std::abs(logits[0][i] - logits[1][i])));
+  }
+  EXPECT_GT(max_ref, 0.0);
+  // The same kernels on the CPU; a GPU target against the CPU: bf16-rounded head rows.
+  const bool same_kind = target->net().token_io().device->host_memory();
+  EXPECT_LE(max_err, same_kind ? 1e-4 * max_ref : 2e-2 * max_ref + 1e-3) << "max |logit| " << max_ref;
+  if (same_kind) {
+    EXPECT_EQ(greedy[0], greedy[1]);
+  }
+}
+
+// A layer split keeps the embedding on its first shard and the output head
+// on its last: the draft computes beside the embedding with a copy of the
+// head, and decoding stays exactly plain greedy.
+TEST(DflashDraft, BesideASplitTargetDecodesAsPlainGreedy) {
+  const std::string device = moeserve::testing::test_device() == "cpu" ? "cpu" : "cuda:0";
+  runtime::ModelLoadOptions lo{.n_threads = 2};
+  lo.layer_shards = {{device, 0, 2}, {device, 2, 4}};
+  auto model = Model::load(fmt::format("{}/models/qwen3moe-tiny.bf16.gguf", MOESERVE_TEST_DATA_DIR), lo);
+  ASSERT_TRUE(model.is_ok()) << model.status().to_string();
+  const std::string path = make_draft("split_target", shape_for(**model));
+  auto draft = DflashModel::load(path, (*model)->net());
+  ASSERT_TRUE(draft.is_ok()) << draft.status().to_string();
+  EXPECT_NE((*draft)->description().find("on " + device), std::string::npos) << (*draft)->description();
+  const std::vector<int32_t> prompt = (*model)->tokenizer().encode("def add(a, b):\n    return a + b\n");
+  const int64_t n = 16;
+  const GenerateResult ref = plain(**model, prompt, n);
+  std::unique_ptr<runtime::Drafter> drafter = (*draft)->make_drafter();
+  Generator gen(**model, 256);
+  GenerateOptions o;
+  o.max_tokens = n;
+  o.sampling.temperature = 0.0f;
+  o.stop_at_eos = false;
+  o.spec.mode = runtime::SpecMode::kDflash;
+  o.spec.max_draft = 4;
+  o.spec_adaptive = false;
+  o.drafter = drafter.get();
+  auto r = gen.generate(prompt, o);
+  ASSERT_TRUE(r.is_ok()) << r.status().to_string();
+  EXPECT_EQ(r->tokens, ref.tokens);
+  EXPECT_GT(r->spec.drafted, 0);
+  EXPECT_TRUE(drafter->status().is_ok()) << drafter->status().to_string();
+}
+
 
 // ---- drafts that do not fit ----------------------------------------------
 

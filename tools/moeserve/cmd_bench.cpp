@@ -122,13 +122,20 @@ double print_device_bound(runtime::Model& model, double active_gb, double tg_tok
   return *bw;
 }
 
-std::string profile_line(const models::ForwardProfile& p) {
+// Each part's share; with `steps` forwards, also the split's boundary copy per forward.
+std::string profile_line(const models::ForwardProfile& p, int64_t steps) {
   const double tot = double(std::max<int64_t>(p.total(), 1));
   auto pct = [&](int64_t v) { return 100.0 * double(v) / tot; };
-  return fmt::format("attn_proj {:.1f}% attention {:.1f}% router {:.1f}% experts {:.1f}% dense_ffn {:.1f}% "
-                     "lm_head {:.1f}% embed {:.1f}% other {:.1f}%",
-                     pct(p.attn_proj), pct(p.attention), pct(p.router), pct(p.experts), pct(p.dense_ffn),
-                     pct(p.lm_head), pct(p.embed), pct(p.other));
+  std::string line = fmt::format(
+      "attn_proj {:.1f}% attention {:.1f}% router {:.1f}% experts {:.1f}% dense_ffn {:.1f}% "
+      "lm_head {:.1f}% embed {:.1f}% other {:.1f}%",
+      pct(p.attn_proj), pct(p.attention), pct(p.router), pct(p.experts), pct(p.dense_ffn), pct(p.lm_head),
+      pct(p.embed), pct(p.other));
+  if (p.boundary > 0) {
+    line += fmt::format(" layer-split boundary {:.1f}% ({:.3f} ms a forward)", pct(p.boundary),
+                        double(p.boundary) * 1e-6 / double(std::max<int64_t>(steps, 1)));
+  }
+  return line;
 }
 
 Status run_bench(const BenchOptions& o) {
@@ -279,7 +286,9 @@ Status run_bench(const BenchOptions& o) {
     fmt::print("\n");
   }
   if (o.profile) {
-    fmt::print("pp profile: {}\ntg profile: {}\n", profile_line(pp_prof), profile_line(tg_prof));
+    const int64_t pp_forwards = o.batch > 0 ? (o.n_prompt + o.batch - 1) / o.batch : 1;
+    fmt::print("pp profile: {}\ntg profile: {}\n", profile_line(pp_prof, o.repetitions * pp_forwards),
+               profile_line(tg_prof, o.repetitions * o.n_gen));
   }
   if (spec_config.enabled()) {
     SpecBenchOptions so{.spec = spec_config,

@@ -4,6 +4,7 @@
 
 #include <filesystem>
 
+#include "backend/devices.h"
 #include "core/log.h"
 #include "format/gguf.h"
 #include "models/dflash_weights.h"
@@ -34,6 +35,10 @@ void add_spec_flags(CLI::App* cmd, SpecCliOptions* o) {
       "--draft", o->draft_path,
       "DFlash draft model (GGUF; `moeserve convert` makes one from a DFlash checkpoint directory) "
       "for --spec dflash or auto");
+  cmd->add_option("--device-draft,--draft-device", o->draft_device,
+                  "Where the DFlash draft computes: cpu or cuda:N (default: the device of the target's "
+                  "embedding). A second GPU takes the draft's weights and work off the target's; the target's "
+                  "embedding and output head are copied there");
 }
 
 Result<runtime::SpecConfig> resolve_spec_flags(const SpecCliOptions& o) {
@@ -51,6 +56,13 @@ Result<runtime::SpecConfig> resolve_spec_flags(const SpecCliOptions& o) {
                       o.mode);
   }
   MOESERVE_RETURN_IF_ERROR(runtime::validate_spec_config(c));
+  if (!o.draft_device.empty()) {
+    if (o.draft_path.empty()) {
+      return make_error(StatusCode::kInvalidArgument, "--device-draft places a DFlash draft: add --draft FILE");
+    }
+    Result<backend::DeviceSpec> d = backend::parse_device_spec(o.draft_device);
+    if (!d.is_ok()) return make_error(d.status().code(), "--device-draft: {}", d.status().message());
+  }
   if (!o.draft_path.empty()) MOESERVE_RETURN_IF_ERROR(check_draft_file(o.draft_path));
   return c;
 }
@@ -73,7 +85,7 @@ Status check_draft_file(const std::string& path) {
 Result<std::shared_ptr<spec::DflashModel>> load_draft_model(const SpecCliOptions& o,
                                                             const models::LanguageModel& target) {
   if (o.draft_path.empty()) return std::shared_ptr<spec::DflashModel>();
-  Result<std::shared_ptr<spec::DflashModel>> m = spec::DflashModel::load(o.draft_path, target);
+  Result<std::shared_ptr<spec::DflashModel>> m = spec::DflashModel::load(o.draft_path, target, o.draft_device);
   if (!m.is_ok()) return make_error(m.status().code(), "--draft {}: {}", o.draft_path, m.status().message());
   MOESERVE_LOG_INFO("{}", (*m)->description());
   return m;

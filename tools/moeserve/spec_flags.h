@@ -19,6 +19,7 @@ struct SpecCliOptions {
   int tree_nodes = 0;
   int ngram_min = 2, ngram_max = 4;
   std::string draft_path;
+  std::string draft_device;  // --device-draft: where the DFlash draft computes (empty: the target's)
   bool fixed = false;  // --spec-fixed: no adaptive policy (measurements)
 };
 

@@ -10,6 +10,7 @@
 #include "backend/cuda/staged_upload.h"
 #include "backend/devices.h"
 #include "backend/expert_split.h"
+#include "core/log.h"
 #include "core/progress.h"
 #include "kernels/cuda/attention.h"
 #include "kernels/cuda/cuda_check.h"
@@ -63,6 +64,32 @@ CudaDevice::~CudaDevice() {
 Status CudaDevice::activate() const {
   MOESERVE_CUDA_RETURN_IF_ERROR(cudaSetDevice(index_));
   return Status::ok();
+}
+
+bool CudaDevice::reads_peer(int source) const {
+  std::lock_guard lock(peer_mu_);
+  if (auto it = peer_.find(source); it != peer_.end()) return it->second;
+  int can = 0;
+  bool ok = cudaDeviceCanAccessPeer(&can, index_, source) == cudaSuccess && can != 0;
+  if (ok) {
+    int previous = 0;
+    cudaGetDevice(&previous);
+    cudaSetDevice(index_);
+    cudaError_t e = cudaDeviceEnablePeerAccess(source, 0);
+    if (e == cudaErrorPeerAccessAlreadyEnabled) e = cudaSuccess;  // another device object of this GPU did
+    ok = e == cudaSuccess;
+    cudaGetLastError();  // neither answer is an error of a later call
+    cudaSetDevice(previous);
+  }
+  if (ok) {
+    MOESERVE_LOG_INFO("{} reads cuda:{}'s memory directly (peer access): rows between them cross GPU to GPU",
+                      name(), source);
+  } else {
+    MOESERVE_LOG_INFO("{} cannot read cuda:{}'s memory (no peer access): rows between them go through the host",
+                      name(), source);
+  }
+  peer_[source] = ok;
+  return ok;
 }
 
 std::string CudaDevice::description() const {

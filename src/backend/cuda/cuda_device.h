@@ -7,6 +7,7 @@
 
 #include <map>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <utility>
 #include <vector>
@@ -61,6 +62,10 @@ class CudaDevice final : public Device {
   std::span<const ExpertSplit* const> splits() const { return split_order_; }
   const ExpertSplit* next_split(const ExpertSplit* split) const;
   Status activate() const;  // makes this GPU current on the calling thread
+  // Lets this GPU's copies read GPU `source`'s memory directly (peer access
+  // over NVLink or PCIe) where the two can; false: peer copies go through
+  // the host. Decided once per pair, and said in the log.
+  bool reads_peer(int source) const;
 
  protected:
   void release(void* data, size_t bytes) override;
@@ -87,6 +92,8 @@ class CudaDevice final : public Device {
   std::vector<std::pair<uintptr_t, uintptr_t>> pinned_spans_;  // their [begin, end)
   bool host_pointers_usable_ = false;  // kernels read registered memory through host pointers
   bool has_host_experts_ = false;
+  mutable std::mutex peer_mu_;
+  mutable std::map<int, bool> peer_;  // reads_peer's answers
 };
 
 std::unique_ptr<Ops> make_cuda_ops(CudaDevice& device, cudaStream_t stream);

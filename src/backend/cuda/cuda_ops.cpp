@@ -316,6 +316,7 @@ Status CudaOps::receive_from(const Device& src_device, void* dst, const void* sr
   if (from->index() == device_.index()) {
     MOESERVE_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, stream_));
   } else {
+    (void)device_.reads_peer(from->index());  // direct where the two GPUs can; the copy works either way
     MOESERVE_CUDA_RETURN_IF_ERROR(
         cudaMemcpyPeerAsync(dst, device_.index(), src, from->index(), bytes, stream_));
   }
