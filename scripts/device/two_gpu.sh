@@ -6,8 +6,8 @@
 #                                    # split and spec GPU tests; tiny models' text over two GPUs; the draft on
 #                                    # cuda:1 against cuda:0
 #   scripts/device/two_gpu.sh bench  # 30b-a3b unsplit vs cuda:0,cuda:1 (pp512, tg128, pp4096, boundary copy per
-#                                    # step), pipelined prefill with each GPU's busy share sampled, the 96-layer
-#                                    # file on one GPU with --gpu-mem half of it vs split, the draft on cuda:1
+#                                    # step), pipelined prefill with each GPU's busy share sampled, the draft on cuda:1
+#   scripts/device/two_gpu.sh big    # the 96-layer file on one GPU with --gpu-mem half of it vs split
 #   scripts/device/two_gpu.sh e2e    # the server's end-to-end suite against a cuda:0,cuda:1 split (carry .nodedeps)
 # Carry .devdeps (and .nodedeps for e2e). Logs and tables go to $OUT.
 set -uo pipefail
@@ -92,19 +92,19 @@ case "${1:-start}" in
     [ "$(cat /tmp/2gpu/train.rc)" = 0 ] || { tail -20 "$out/train_dflash.log"; exit 1; }
     grep -v '^step' "$out/train_dflash.log" | tail -3
     $bin convert $draft -o $draft.gguf --type bf16 2>&1 | tail -1
-    echo "== qwen3moe tiny, DFlash draft (chain of 15): target on cuda:0, draft on cuda:0 vs cuda:1; target split"
+    echo "== qwen3moe tiny, DFlash draft (chain of 15, drafting every step): draft on cuda:0 vs cuda:1; target split"
     for where in "--device cuda" "--device cuda --device-draft cuda:1" "--layer-split cuda:0,cuda:1" \
                  "--layer-split cuda:0,cuda:1 --device-draft cuda:1"; do
       echo "-- $where"
-      $bin bench -m $tiny -p 64 -n 128 -r 3 $where --spec dflash --draft $draft.gguf --spec-max 15 2>&1 \
-        | tee "$out/spec_tiny_${where//[ :=,-]/_}.txt" | grep -E 'DFlash draft|speculative \(|plain|tok/s|error' | head -8
+      $bin bench -m $tiny -p 64 -n 128 -r 3 $where --spec dflash --draft $draft.gguf --spec-max 15 --spec-fixed 2>&1 \
+        | tee "$out/spec_tiny_${where//[ :=,-]/_}.txt" | grep -E 'DFlash draft|^\| (code|chat)|error' | head -8
     done;;
   bench)
     wait_for $m30 || exit 1
     for split in "--device cuda" "--layer-split cuda:0,cuda:1"; do
       echo "== 30b-a3b Q4_K_M $split"
       $bin bench -m $m30 -p 512 -n 128 -r 3 $split 2>&1 | tee "$out/b30_${split//[ :=,-]/_}.txt" \
-        | grep -E '\| pp[0-9]+|\| tg128|memory|error'
+        | grep -E '\| pp[0-9]+|\| tg128|peer access|error'
       $bin bench -m $m30 -p 0 -n 64 -r 1 --profile $split 2>&1 | grep -E 'tg profile|error'
       for micro in 1 4; do
         [ "$split" = "--device cuda" ] && [ $micro = 4 ] && continue
@@ -128,6 +128,8 @@ case "${1:-start}" in
       $bin generate -m $m30 --device cuda $where -n 64 --temp 0 --spec dflash --draft $d30.gguf \
         --spec-max 15 --spec-fixed -p "def fibonacci(n):" 2>&1 | grep -E 'speculative|decode|error'
     done
+    ;;
+  big)
     wait_for $m96 || exit 1
     gib=$(python3 -c "import os; print(f'{os.path.getsize(\"$m96\") / 2**30 / 2:.1f}GiB')")
     for split in "--device cuda --gpu-mem $gib" "--layer-split cuda:0,cuda:1"; do

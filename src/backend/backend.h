@@ -396,6 +396,10 @@ class Ops {
   // the forward's graph); the regions must not overlap.
   virtual Status copy(void* dst, const void* src, size_t bytes) = 0;
   virtual Status finish() = 0;
+  // Makes this device the calling thread's current one before its ops are
+  // queued (a GPU: kernels' per-device settings follow the current device).
+  // A walk that goes back and forth between devices calls it each time.
+  virtual Status make_current() { return Status::ok(); }
   // The caller's buffers that ops were given may have moved (a workspace
   // grew): forget any work recorded with the old addresses (a GPU's
   // captured graphs).

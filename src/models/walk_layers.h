@@ -94,6 +94,8 @@ Status walk_pipelined(const ForwardBatch& b, DeviceWorkspace<Buffers>& ws, const
       return Status::ok();
     }
     Buffers& d = buffers(k);
+    // The wave handed rows to every stage first: the current device is another stage's.
+    MOESERVE_RETURN_IF_ERROR(d.ops->make_current());
     if (k == 0) {
       MOESERVE_RETURN_IF_ERROR(d.ops->begin_batch(mb.layout));
       ScopedTimer timer(s.profile, &ForwardProfile::embed, *d.ops);

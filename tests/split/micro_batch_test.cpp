@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "kernels/gpu_api.h"
 #include "runtime/batch_engine.h"
 #include "runtime/engine_collector.h"
 #include "runtime/generator.h"
@@ -158,6 +159,29 @@ TEST_P(PipelinedSplit, GpuBesideTheCpuGivesTheUnsplitOutput) {
     EXPECT_EQ(pipeline_depth((*split)->net().placement(), 4), 4);
     const std::string where = fmt::format("{} {}+{} pipelined", GetParam(), shards[0].device, shards[1].device);
     EXPECT_EQ(greedy(**split, prompt, 16, 16), want) << where;
+    expect_engine_output(**split, prompt, want, where);
+  }
+}
+
+// On a machine with two GPUs: a lane each. Each wave hands both stages their
+// rows before it runs them, so each stage's kernels must go to its own GPU.
+TEST_P(PipelinedSplit, TwoGpusGiveTheUnsplitOutput) {
+  const std::string device = moeserve::testing::test_device();
+  auto gpus = gpu::list_devices();
+  if (device == "cpu" || !gpus.is_ok() || gpus->size() < 2) GTEST_SKIP() << "needs two GPUs";
+  auto whole = runtime::Model::load(model_path(GetParam()), {.n_threads = 2, .device = "cuda:0"});
+  ASSERT_TRUE(whole.is_ok()) << whole.status().to_string();
+  const std::vector<int32_t> prompt = long_prompt(**whole);
+  const std::vector<int32_t> want = greedy(**whole, prompt, 16, 64);
+  for (const int64_t micro : {int64_t(1), int64_t(4)}) {
+    runtime::ModelLoadOptions lo{.n_threads = 2};
+    lo.layer_shards = {{"cuda:0", 0, 2}, {"cuda:1", 2, 4}};
+    lo.micro_batches = micro;
+    auto split = runtime::Model::load(model_path(GetParam()), lo);
+    ASSERT_TRUE(split.is_ok()) << split.status().to_string();
+    EXPECT_EQ(pipeline_depth((*split)->net().placement(), 4), micro);
+    const std::string where = fmt::format("{} cuda:0 + cuda:1, {} micro-batches", GetParam(), micro);
+    EXPECT_EQ(greedy(**split, prompt, 16, micro == 1 ? 64 : 16), want) << where;
     expect_engine_output(**split, prompt, want, where);
   }
 }

@@ -186,6 +186,7 @@ class CudaOps final : public Ops {
     return host_stage_ != nullptr ? host_stage_->join() : Status::ok();
   }
   void buffers_moved() override;
+  Status make_current() override { return device_.activate(); }
 
  private:
   // The shape of a forward: what a captured graph's launches depend on.
