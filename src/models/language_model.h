@@ -133,6 +133,9 @@ struct Placement {
   // A layer split whose stages can run at once cuts a forward of many rows
   // into this many micro-batches and pipelines them (micro_batches.h; 1: off).
   int64_t micro_batches = 1;
+  // ... each of at least this many rows: smaller ones lose more to thin
+  // expert and attention batches than the overlap gains (micro_batches.h).
+  int64_t min_micro_batch_rows = 512;
 
   backend::Device* layer(int64_t l) const { return layers.empty() ? io : layers[size_t(l)]; }
   backend::Device* output() const { return head != nullptr ? head : io; }

@@ -73,7 +73,9 @@ int64_t micro_batch_count(const ForwardBatch& b, const Placement& p, int64_t n_l
       if (stages[i].device != nullptr && stages[i].device == stages[j].device) return 1;
     }
   }
-  const int64_t by_rows = int64_t(b.tokens.size()) / kMinMicroBatchRows;
+  // Measured on two H200s (30b-a3b, docs/BENCHMARKS.md): 512-row micro-batches
+  // beat both 256 and 1024; 128-row ones made a 512-token prompt 1.6x slower.
+  const int64_t by_rows = int64_t(b.tokens.size()) / std::max<int64_t>(p.min_micro_batch_rows, 1);
   return std::max<int64_t>(1, std::min(pipeline_depth(p, n_layer), by_rows));
 }
 

@@ -50,11 +50,8 @@ int64_t count_lanes(std::span<const PipelineStage> stages);
 // hands the model this many times its batch of rows per forward.
 int64_t pipeline_depth(const Placement& p, int64_t n_layer);
 
-// Rows below which a micro-batch is not worth its own pass through a stage.
-inline constexpr int64_t kMinMicroBatchRows = 16;
-
 // The micro-batches for `b` (1: run it whole): pipeline_depth, fewer for a
-// small batch, and 1 for what the pipelined walk does not handle (draft
+// batch of fewer than min_micro_batch_rows rows per micro-batch, and 1 for what the pipelined walk does not handle (draft
 // trees, captured layers, hidden rows in or out: a shard process's batch).
 int64_t micro_batch_count(const ForwardBatch& b, const Placement& p, int64_t n_layer, bool has_tree_rows);
 

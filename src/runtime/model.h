@@ -76,6 +76,9 @@ struct ModelLoadOptions {
   // micro-batches; the prefill then hands it this many batches of rows a
   // forward (--micro-batches; 1: off).
   int64_t micro_batches = 4;
+  // ... of at least this many rows each (--micro-batch-rows; smaller batches
+  // are pipelined in fewer micro-batches, or not at all).
+  int64_t min_micro_batch_rows = 512;
   // A shard process (`moeserve shard`): only layers [first_layer,
   // end_layer) (-1: to the last) are placed, on `device`; the embedding
   // when it begins at 0, the output head when it ends at the last layer.

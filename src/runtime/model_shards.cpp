@@ -74,6 +74,7 @@ Status Model::place_layer_shards(const ModelLoadOptions& options, models::Placem
   placement.head = placement.layers.back() != nullptr ? placement.layers.back() : placement.io;
   device_reason_ = reason;
   placement.micro_batches = std::max<int64_t>(options.micro_batches, 1);
+  placement.min_micro_batch_rows = std::max<int64_t>(options.min_micro_batch_rows, 1);
   if (options.split_experts) {
     MOESERVE_RETURN_IF_ERROR(split_shard_experts(options, placement));
   } else if (options.expert_worker != nullptr) {

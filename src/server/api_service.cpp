@@ -311,6 +311,8 @@ ApiReply ApiService::run(std::vector<int32_t> prompt, const api::GenerationParam
   er.stop = params.stop;
   er.top_logprobs = config.top_logprobs;
   const bool answer_format = params.grammar || params.format != api::OutputFormat::kText;
+  // A constrained answer ends where its grammar does: ignore_eos leaves it alone.
+  er.stop_at_eos = !params.ignore_eos || answer_format || params.tool_calls.has_value();
   // A required call wins over an answer format (the answer is the call); an
   // optional one gives way to it (a JSON answer has no room for a call).
   if (params.tool_calls && (params.tool_calls->required || !answer_format)) {

@@ -35,11 +35,11 @@ for spec in cpu,proc:cpu proc:cpu,cpu; do
   cmp -s "$work/plain2.out" "$work/spec.out" || fail "--layer-split $spec --spec ngram --spec-tree 8 changed the output"
 done
 # Pipelined micro-batches (the CPU beside a shard process: two lanes): a
-# long prompt in forwards of 4 x 8 rows, and an expert worker for the CPU
+# long prompt in forwards of 4 x 8 rows (--micro-batch-rows 8), and an expert worker for the CPU
 # shards' experts: the plain text each time.
 long="$prompt$prompt$prompt$prompt$prompt"
 "$moeserve" generate -m "$model" -p "$long" -n 24 --temp 0 --device cpu > "$work/plain3.out" 2> /dev/null
-"$moeserve" generate -m "$model" -p "$long" -n 24 --temp 0 -b 8 --layer-split cpu,proc:cpu --micro-batches 4 \
+"$moeserve" generate -m "$model" -p "$long" -n 24 --temp 0 -b 8 --layer-split cpu,proc:cpu --micro-batches 4 --micro-batch-rows 8 \
   > "$work/pipe.out" 2> "$work/pipe.err" || fail "--micro-batches 4: $(tail -3 "$work/pipe.err")"
 cmp -s "$work/plain3.out" "$work/pipe.out" || fail "--layer-split cpu,proc:cpu --micro-batches 4 changed the output"
 "$moeserve" generate -m "$model" -p "$prompt" -n 32 --temp 0 --layer-split cpu,cpu --expert-worker spawn \

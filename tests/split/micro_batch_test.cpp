@@ -127,6 +127,7 @@ TEST_P(PipelinedSplit, CpuBesideAProcessGivesTheUnsplitOutput) {
     runtime::ModelLoadOptions lo{.n_threads = 2};
     lo.layer_shards = {{"cpu", 0, 2}, {"proc:cpu", 2, 4, &host}};
     lo.micro_batches = micro;
+    lo.min_micro_batch_rows = 16;  // the tiny models' 64-row forwards in 4 parts
     auto split = runtime::Model::load(model_path(GetParam()), lo);
     ASSERT_TRUE(split.is_ok()) << split.status().to_string();
     EXPECT_EQ(pipeline_depth((*split)->net().placement(), 4), micro);
@@ -154,6 +155,7 @@ TEST_P(PipelinedSplit, GpuBesideTheCpuGivesTheUnsplitOutput) {
     runtime::ModelLoadOptions lo{.n_threads = 2};
     lo.layer_shards = shards;
     lo.micro_batches = 4;
+    lo.min_micro_batch_rows = 16;  // the tiny models' 64-row forwards in 4 parts
     auto split = runtime::Model::load(model_path(GetParam()), lo);
     ASSERT_TRUE(split.is_ok()) << split.status().to_string();
     EXPECT_EQ(pipeline_depth((*split)->net().placement(), 4), 4);
@@ -177,6 +179,7 @@ TEST_P(PipelinedSplit, TwoGpusGiveTheUnsplitOutput) {
     runtime::ModelLoadOptions lo{.n_threads = 2};
     lo.layer_shards = {{"cuda:0", 0, 2}, {"cuda:1", 2, 4}};
     lo.micro_batches = micro;
+    lo.min_micro_batch_rows = 16;  // the tiny models' 64-row forwards in 4 parts
     auto split = runtime::Model::load(model_path(GetParam()), lo);
     ASSERT_TRUE(split.is_ok()) << split.status().to_string();
     EXPECT_EQ(pipeline_depth((*split)->net().placement(), 4), micro);
@@ -191,6 +194,7 @@ TEST(PipelinedSplitPlan, OneLaneDoesNotPipeline) {
   runtime::ModelLoadOptions lo{.n_threads = 1};
   lo.layer_shards = {{"cpu", 0, 2}, {"cpu", 2, 4}};
   lo.micro_batches = 4;
+  lo.min_micro_batch_rows = 16;  // the tiny models' 64-row forwards in 4 parts
   auto split = runtime::Model::load(model_path("qwen3"), lo);
   ASSERT_TRUE(split.is_ok()) << split.status().to_string();
   EXPECT_EQ(pipeline_depth((*split)->net().placement(), 4), 1);

@@ -29,6 +29,12 @@ void add_layer_split_flag(CLI::App* cmd, LayerSplitFlags* flags) {
                   "many a forward, so every shard works at the same time (1: one shard at a time)")
       ->check(CLI::Range(1, 64))
       ->capture_default_str();
+  cmd->add_option("--micro-batch-rows", flags->micro_batch_rows,
+                  "Rows of one pipelined micro-batch at least: a forward of fewer than --micro-batches times "
+                  "this many rows is cut into fewer micro-batches (a short prompt: none). Smaller micro-batches "
+                  "overlap more but compute less efficiently")
+      ->check(CLI::Range(1, 1 << 20))
+      ->capture_default_str();
 }
 
 namespace {
@@ -103,6 +109,7 @@ Status apply_layer_split(const std::string& model_path, const LayerSplitFlags& f
   const std::string& spec = flags.spec;
   if (spec.empty()) return Status::ok();
   load->micro_batches = flags.micro_batches;
+  load->min_micro_batch_rows = flags.micro_batch_rows;
   if (!device.empty() && device != "auto") {
     return make_error(StatusCode::kInvalidArgument,
                       "--layer-split names its devices; drop --device {} (or put it in the split)", device);

@@ -22,6 +22,7 @@ struct LayerSplitProcesses {
 struct LayerSplitFlags {
   std::string spec;           // --layer-split
   int64_t micro_batches = 4;  // --micro-batches
+  int64_t micro_batch_rows = 512;  // --micro-batch-rows
 };
 
 void add_layer_split_flag(CLI::App* cmd, LayerSplitFlags* flags);

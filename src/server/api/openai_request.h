@@ -48,6 +48,9 @@ struct GenerationParams {
   // server picks one).
   runtime::SamplerOptions sampling;
   int64_t max_tokens = -1;  // -1: until the context ends
+  // "ignore_eos" (as vLLM and llama-server take it): generate max_tokens
+  // tokens past end-of-sequence (load generators fix output lengths so).
+  bool ignore_eos = false;
   std::vector<std::string> stop;
   bool logprobs = false;
   int top_logprobs = 0;

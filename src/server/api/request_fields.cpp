@@ -319,6 +319,7 @@ GenerationParams read_generation_params(const ojson& body, Endpoint endpoint) {
   } else if (max_tokens) {
     p.max_tokens = *max_tokens;
   }
+  p.ignore_eos = read_bool(body, "ignore_eos").value_or(false);
   read_stop(body, p);
   read_logprobs(body, endpoint, p);
   if (endpoint == Endpoint::kChat) read_response_format(body, p);
