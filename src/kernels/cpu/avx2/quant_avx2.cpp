@@ -26,6 +26,7 @@ namespace moeserve::cpu::detail {
 
 void register_quant_kquants_avx2(CpuKernels& k);  // quant_kquants_avx2.cpp
 void register_quant_lowbit_avx2(CpuKernels& k);   // quant_lowbit_avx2.cpp
+void register_quant_iquants_avx2(CpuKernels& k);  // quant_iquants_avx2.cpp
 
 namespace {
 
@@ -258,6 +259,7 @@ void register_quant_avx2(CpuKernels& k) {
   k.dequantize_row[dtype_slot(DType::Q8_0)] = dequantize_q8_0;
   register_quant_kquants_avx2(k);
   register_quant_lowbit_avx2(k);
+  register_quant_iquants_avx2(k);
 }
 
 }  // namespace moeserve::cpu::detail

@@ -1,0 +1,180 @@
+// AVX2 dot products of the codebook i-quants (IQ2_XXS, IQ2_XS, IQ2_S,
+// IQ3_XXS, IQ3_S) against Q8_K activations, one weight row against 1..8
+// activation rows (a sub-block decoded once for every column).
+//
+// Every one of them stores a sub-block of 32 values as four groups of 8:
+// each group a codebook entry of 8 unsigned magnitudes (IQ3: two entries of
+// 4) and a byte of signs, and the sub-block (IQ2_XS/IQ2_S: each half) has
+// an odd integer scale 2s + 1. Per sub-block: the magnitudes as 32 unsigned
+// bytes from four (eight) table loads, the signs moved onto the activations
+// (vpsignb by ±1 bytes), vpmaddubsw into 16 int16 pair sums, vpmaddwd by
+// the scales into 8 int32 lanes. Bounds: magnitudes <= 62, |x| <= 127, so a
+// pair sum <= 15,748; times a scale <= 31 and summed over a super-block's
+// 8 sub-blocks, < 2^31. The float scale d * x.d and the type's constant
+// (1/8 for IQ2, 1/4 for IQ3_XXS, 1 for IQ3_S) are applied once a block.
+#include <cstdint>
+#include <cstring>
+
+#include "core/half.h"
+#include "kernels/cpu/avx2/quant_common_avx2.h"
+#include "kernels/cpu/cols_dispatch.h"
+#include "kernels/cpu/cpu_kernels.h"
+#include "kernels/cpu/register.h"
+#include "kernels/cpu/simd_common_x86.h"
+#include "tensor/iquant_grids.h"
+#include "tensor/quant_blocks.h"
+
+namespace moeserve::cpu::detail {
+namespace {
+
+// ±1 bytes from four sign bytes: bit j of byte l negates element 8l + j.
+inline __m256i sign_bytes(uint32_t four) {
+  const __m256i spread = _mm256_shuffle_epi8(_mm256_set1_epi32(int(four)),
+                                             _mm256_setr_epi64x(0x0000000000000000, 0x0101010101010101,
+                                                                0x0202020202020202, 0x0303030303030303));
+  const __m256i bit = _mm256_set1_epi64x(int64_t(0x8040201008040201));
+  const __m256i negate = _mm256_cmpeq_epi8(_mm256_and_si256(spread, bit), bit);
+  return _mm256_or_si256(negate, _mm256_set1_epi8(1));
+}
+
+inline uint32_t pack4(uint32_t a, uint32_t b, uint32_t c, uint32_t d) { return a | b << 8 | c << 16 | d << 24; }
+
+inline uint32_t u32_at(const uint8_t* p) {
+  uint32_t v;
+  std::memcpy(&v, p, 4);
+  return v;
+}
+
+// The scales of a sub-block's two halves as int16 lanes (pair sums 0..7: the
+// first 16 values, 8..15: the last 16).
+inline __m256i half_scales(int first, int second) {
+  return _mm256_set_m128i(_mm_set1_epi16(int16_t(second)), _mm_set1_epi16(int16_t(first)));
+}
+
+// A sub-block: its magnitudes, signs (±1 bytes) and int16 scales.
+struct SubBlock {
+  __m256i mags, signs, scales;
+};
+
+// One decoder per type: the block type, the constant factor, d, and sub-block ib.
+struct Iq2Xxs {
+  using Block = BlockIQ2_XXS;
+  static constexpr float kFactor = 0.125f;
+  static SubBlock decode(const Block& b, int ib) {
+    const uint32_t idx = uint32_t(b.qs[4 * ib]) | uint32_t(b.qs[4 * ib + 1]) << 16;
+    const uint32_t aux = uint32_t(b.qs[4 * ib + 2]) | uint32_t(b.qs[4 * ib + 3]) << 16;
+    return {_mm256_setr_epi64x(int64_t(kIq2xxsGrid[idx & 255]), int64_t(kIq2xxsGrid[(idx >> 8) & 255]),
+                               int64_t(kIq2xxsGrid[(idx >> 16) & 255]), int64_t(kIq2xxsGrid[idx >> 24])),
+            sign_bytes(pack4(kIqSigns[aux & 127], kIqSigns[(aux >> 7) & 127], kIqSigns[(aux >> 14) & 127],
+                             kIqSigns[(aux >> 21) & 127])),
+            _mm256_set1_epi16(int16_t(2 * (aux >> 28) + 1))};
+  }
+};
+
+struct Iq2Xs {
+  using Block = BlockIQ2_XS;
+  static constexpr float kFactor = 0.125f;
+  static SubBlock decode(const Block& b, int ib) {
+    const uint16_t* q = b.qs + 4 * ib;
+    return {_mm256_setr_epi64x(int64_t(kIq2xsGrid[q[0] & 511]), int64_t(kIq2xsGrid[q[1] & 511]),
+                               int64_t(kIq2xsGrid[q[2] & 511]), int64_t(kIq2xsGrid[q[3] & 511])),
+            sign_bytes(pack4(kIqSigns[q[0] >> 9], kIqSigns[q[1] >> 9], kIqSigns[q[2] >> 9], kIqSigns[q[3] >> 9])),
+            half_scales(2 * (b.scales[ib] & 15) + 1, 2 * (b.scales[ib] >> 4) + 1)};
+  }
+};
+
+struct Iq2S {
+  using Block = BlockIQ2_S;
+  static constexpr float kFactor = 0.125f;
+  static SubBlock decode(const Block& b, int ib) {
+    const uint8_t* q = b.qs + 4 * ib;
+    const int h = b.qh[ib];
+    return {_mm256_setr_epi64x(int64_t(kIq2sGrid[q[0] | ((h << 8) & 0x300)]),
+                               int64_t(kIq2sGrid[q[1] | ((h << 6) & 0x300)]),
+                               int64_t(kIq2sGrid[q[2] | ((h << 4) & 0x300)]),
+                               int64_t(kIq2sGrid[q[3] | ((h << 2) & 0x300)])),
+            sign_bytes(u32_at(b.qs + 32 + 4 * ib)),
+            half_scales(2 * (b.scales[ib] & 15) + 1, 2 * (b.scales[ib] >> 4) + 1)};
+  }
+};
+
+struct Iq3Xxs {
+  using Block = BlockIQ3_XXS;
+  static constexpr float kFactor = 0.25f;
+  static SubBlock decode(const Block& b, int ib) {
+    const uint8_t* q = b.qs + 8 * ib;
+    const uint32_t aux = u32_at(b.qs + 64 + 4 * ib);
+    const uint32_t* g = kIq3xxsGrid;
+    return {_mm256_setr_epi32(int(g[q[0]]), int(g[q[1]]), int(g[q[2]]), int(g[q[3]]), int(g[q[4]]), int(g[q[5]]),
+                              int(g[q[6]]), int(g[q[7]])),
+            sign_bytes(pack4(kIqSigns[aux & 127], kIqSigns[(aux >> 7) & 127], kIqSigns[(aux >> 14) & 127],
+                             kIqSigns[(aux >> 21) & 127])),
+            _mm256_set1_epi16(int16_t(2 * (aux >> 28) + 1))};
+  }
+};
+
+struct Iq3S {
+  using Block = BlockIQ3_S;
+  static constexpr float kFactor = 1.0f;
+  static SubBlock decode(const Block& b, int ib) {
+    const uint8_t* q = b.qs + 8 * ib;
+    const int h = b.qh[ib];
+    const uint32_t* g = kIq3sGrid;
+    auto at = [&](int k) { return int(g[q[k] | ((h << (8 - k)) & 256)]); };
+    const int s = (b.scales[ib / 2] >> (4 * (ib % 2))) & 15;
+    return {_mm256_setr_epi32(at(0), at(1), at(2), at(3), at(4), at(5), at(6), at(7)),
+            sign_bytes(u32_at(b.signs + 4 * ib)), _mm256_set1_epi16(int16_t(2 * s + 1))};
+  }
+};
+
+template <typename D, int NC>
+void iquant_cols(int64_t n, const void* wv, const void* xv, size_t x_stride, float* out, int64_t out_stride) {
+  const auto* w = static_cast<const typename D::Block*>(wv);
+  const BlockQ8_K* x[NC];
+  activation_rows(xv, x_stride, x);
+  __m256 acc[NC];
+  for (int j = 0; j < NC; ++j) acc[j] = _mm256_setzero_ps();
+  for (int64_t b = 0; b < n / kQK_K; ++b) {
+    prefetch_ahead(w + b, sizeof(typename D::Block));
+    __m256i isum[NC];
+    for (int j = 0; j < NC; ++j) isum[j] = _mm256_setzero_si256();
+    for (int ib = 0; ib < 8; ++ib) {
+      const SubBlock s = D::decode(w[b], ib);
+      for (int j = 0; j < NC; ++j) {
+        const __m256i xs = _mm256_sign_epi8(load256(x[j][b].qs + 32 * ib), s.signs);
+        isum[j] = _mm256_add_epi32(isum[j], _mm256_madd_epi16(_mm256_maddubs_epi16(s.mags, xs), s.scales));
+      }
+    }
+    const float wd = half_to_float(w[b].d) * D::kFactor;
+    for (int j = 0; j < NC; ++j) {
+      acc[j] = _mm256_fmadd_ps(_mm256_set1_ps(x[j][b].d * wd), _mm256_cvtepi32_ps(isum[j]), acc[j]);
+    }
+  }
+  for (int j = 0; j < NC; ++j) out[j * out_stride] = hsum(acc[j]);
+}
+
+template <typename D>
+struct Cols {
+  template <int NC>
+  struct Table {
+    static constexpr ColsKernel fn = iquant_cols<D, NC>;
+  };
+};
+
+template <typename D>
+void register_type(CpuKernels& k, DType t) {
+  k.vec_dot[dtype_slot(t)] = one_column_dot<Cols<D>::template Table>;
+  k.vec_dot_cols[dtype_slot(t)] = dispatch_cols<Cols<D>::template Table>;
+}
+
+}  // namespace
+
+void register_quant_iquants_avx2(CpuKernels& k) {
+  register_type<Iq2Xxs>(k, DType::IQ2_XXS);
+  register_type<Iq2Xs>(k, DType::IQ2_XS);
+  register_type<Iq2S>(k, DType::IQ2_S);
+  register_type<Iq3Xxs>(k, DType::IQ3_XXS);
+  register_type<Iq3S>(k, DType::IQ3_S);
+}
+
+}  // namespace moeserve::cpu::detail
