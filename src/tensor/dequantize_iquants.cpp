@@ -113,18 +113,10 @@ void iq1_s_block(const BlockIQ1_S& b, float* y) {
 
 }  // namespace
 
-// IQ1_M's f16 scale, from the top nibbles of its four scale words.
-float iq1_m_scale(const BlockIQ1_M& b) {
-  uint16_t sc[4];
-  std::memcpy(sc, b.scales, 8);
-  const uint16_t bits = uint16_t((sc[0] >> 12) | ((sc[1] >> 8) & 0x00f0) | ((sc[2] >> 4) & 0x0f00) | (sc[3] & 0xf000));
-  return fp16_to_fp32(bits);
-}
-
 namespace {
 
 void iq1_m_block(const BlockIQ1_M& b, float* y) {
-  const float d = iq1_m_scale(b);
+  const float d = fp16_to_fp32(iq1_m_scale_bits(b));
   uint16_t sc[4];
   std::memcpy(sc, b.scales, 8);
   for (int ib = 0; ib < 8; ++ib) {

@@ -255,6 +255,13 @@ struct BlockIQ1_M {
 };
 static_assert(sizeof(BlockIQ1_M) == 56);
 
+// IQ1_M's f16 scale (its bits), from the top nibbles of its four scale words.
+inline uint16_t iq1_m_scale_bits(const BlockIQ1_M& b) {
+  uint16_t sc[4];
+  std::memcpy(sc, b.scales, 8);
+  return uint16_t((sc[0] >> 12) | ((sc[1] >> 8) & 0x00f0) | ((sc[2] >> 4) & 0x0f00) | (sc[3] & 0xf000));
+}
+
 // Activations for K-quant dot products: y = d * q; bsums = sums of 16 q's.
 struct BlockQ8_K {
   float d;

@@ -1,6 +1,6 @@
 // AVX2 dot products of the codebook i-quants (IQ2_XXS, IQ2_XS, IQ2_S,
-// IQ3_XXS, IQ3_S) against Q8_K activations, one weight row against 1..8
-// activation rows (a sub-block decoded once for every column).
+// IQ3_XXS, IQ3_S, IQ1_S, IQ1_M) against Q8_K activations, one weight row
+// against 1..8 activation rows (a sub-block decoded once for every column).
 //
 // Every one of them stores a sub-block of 32 values as four groups of 8:
 // each group a codebook entry of 8 unsigned magnitudes (IQ3: two entries of
@@ -12,6 +12,11 @@
 // pair sum <= 15,748; times a scale <= 31 and summed over a super-block's
 // 8 sub-blocks, < 2^31. The float scale d * x.d and the type's constant
 // (1/8 for IQ2, 1/4 for IQ3_XXS, 1 for IQ3_S) are applied once a block.
+//
+// IQ1_S / IQ1_M: a group's values are g + delta with g in {-1, 0, 1} (int8
+// entries) and delta = ±1/8 per sub-block (IQ1_M: per group); 8 (g + delta)
+// = 8g ± 1 is a signed byte in -9..9, so the weights go through the signed
+// byte dot (the sign trick) and the constant is 1/8.
 #include <cstdint>
 #include <cstring>
 
@@ -127,6 +132,75 @@ struct Iq3S {
   }
 };
 
+// IQ1: 32 signed weights 8g + s (s = ±1 per group, as the `deltas` bytes say).
+inline __m256i iq1_weights(uint64_t e0, uint64_t e1, uint64_t e2, uint64_t e3, __m256i deltas) {
+  const __m256i g = _mm256_setr_epi64x(int64_t(e0), int64_t(e1), int64_t(e2), int64_t(e3));
+  const __m256i g2 = _mm256_add_epi8(g, g), g4 = _mm256_add_epi8(g2, g2);  // byte-wise: no carry between bytes
+  return _mm256_add_epi8(_mm256_add_epi8(g4, g4), deltas);
+}
+
+// ±1 per group from four flags (bit l set: group l's delta is negative).
+inline __m256i iq1_deltas(int negative) {
+  return _mm256_setr_epi64x(negative & 1 ? -1 : 0x0101010101010101, negative & 2 ? -1 : 0x0101010101010101,
+                            negative & 4 ? -1 : 0x0101010101010101, negative & 8 ? -1 : 0x0101010101010101);
+}
+
+struct Iq1S {
+  using Block = BlockIQ1_S;
+  static constexpr float kFactor = 0.125f;
+  static constexpr bool kSignedWeights = true;
+  static SubBlock decode(const Block& b, int ib) {
+    const int h = b.qh[ib];
+    const uint8_t* q = b.qs + 4 * ib;
+    const __m256i w = iq1_weights(kIq1sGrid[q[0] | ((h << 8) & 0x700)], kIq1sGrid[q[1] | ((h << 5) & 0x700)],
+                                  kIq1sGrid[q[2] | ((h << 2) & 0x700)], kIq1sGrid[q[3] | ((h >> 1) & 0x700)],
+                                  iq1_deltas(h & 0x8000 ? 15 : 0));
+    return {w, w, _mm256_set1_epi16(int16_t(2 * ((h >> 12) & 7) + 1))};
+  }
+};
+
+struct Iq1M {
+  using Block = BlockIQ1_M;
+  static constexpr float kFactor = 0.125f;
+  static constexpr bool kSignedWeights = true;
+  static SubBlock decode(const Block& b, int ib) {
+    uint16_t sc[4];
+    std::memcpy(sc, b.scales, 8);
+    const int shift = 6 * (ib % 2);
+    const uint8_t* q = b.qs + 4 * ib;
+    const int h0 = b.qh[2 * ib], h1 = b.qh[2 * ib + 1];
+    const int negative = (h0 & 0x08 ? 1 : 0) | (h0 & 0x80 ? 2 : 0) | (h1 & 0x08 ? 4 : 0) | (h1 & 0x80 ? 8 : 0);
+    const __m256i w = iq1_weights(kIq1sGrid[q[0] | ((h0 << 8) & 0x700)], kIq1sGrid[q[1] | ((h0 << 4) & 0x700)],
+                                  kIq1sGrid[q[2] | ((h1 << 8) & 0x700)], kIq1sGrid[q[3] | ((h1 << 4) & 0x700)],
+                                  iq1_deltas(negative));
+    return {w, w,
+            half_scales(2 * ((sc[ib / 2] >> shift) & 7) + 1, 2 * ((sc[ib / 2] >> (shift + 3)) & 7) + 1)};
+  }
+  static float scale(const Block& b) { return half_to_float(iq1_m_scale_bits(b)); }
+};
+
+// The block's f16 scale: its d, or what the decoder says (IQ1_M keeps it in its scales).
+template <typename D>
+float block_scale(const typename D::Block& b) {
+  if constexpr (requires { D::scale(b); }) {
+    return D::scale(b);
+  } else {
+    return half_to_float(b.d);
+  }
+}
+
+// The 16 int16 pair sums of a sub-block against 32 activations: unsigned
+// magnitudes with the signs moved onto x, or (IQ1) signed weights through
+// the sign trick (mags and signs are then both the weights).
+template <typename D>
+inline __m256i pair_sums(const SubBlock& s, __m256i xq) {
+  if constexpr (requires { D::kSignedWeights; }) {
+    return _mm256_maddubs_epi16(_mm256_sign_epi8(s.mags, s.mags), _mm256_sign_epi8(xq, s.signs));
+  } else {
+    return _mm256_maddubs_epi16(s.mags, _mm256_sign_epi8(xq, s.signs));
+  }
+}
+
 template <typename D, int NC>
 void iquant_cols(int64_t n, const void* wv, const void* xv, size_t x_stride, float* out, int64_t out_stride) {
   const auto* w = static_cast<const typename D::Block*>(wv);
@@ -141,11 +215,11 @@ void iquant_cols(int64_t n, const void* wv, const void* xv, size_t x_stride, flo
     for (int ib = 0; ib < 8; ++ib) {
       const SubBlock s = D::decode(w[b], ib);
       for (int j = 0; j < NC; ++j) {
-        const __m256i xs = _mm256_sign_epi8(load256(x[j][b].qs + 32 * ib), s.signs);
-        isum[j] = _mm256_add_epi32(isum[j], _mm256_madd_epi16(_mm256_maddubs_epi16(s.mags, xs), s.scales));
+        const __m256i p = pair_sums<D>(s, load256(x[j][b].qs + 32 * ib));
+        isum[j] = _mm256_add_epi32(isum[j], _mm256_madd_epi16(p, s.scales));
       }
     }
-    const float wd = half_to_float(w[b].d) * D::kFactor;
+    const float wd = block_scale<D>(w[b]) * D::kFactor;
     for (int j = 0; j < NC; ++j) {
       acc[j] = _mm256_fmadd_ps(_mm256_set1_ps(x[j][b].d * wd), _mm256_cvtepi32_ps(isum[j]), acc[j]);
     }
@@ -175,6 +249,8 @@ void register_quant_iquants_avx2(CpuKernels& k) {
   register_type<Iq2S>(k, DType::IQ2_S);
   register_type<Iq3Xxs>(k, DType::IQ3_XXS);
   register_type<Iq3S>(k, DType::IQ3_S);
+  register_type<Iq1S>(k, DType::IQ1_S);
+  register_type<Iq1M>(k, DType::IQ1_M);
 }
 
 }  // namespace moeserve::cpu::detail
