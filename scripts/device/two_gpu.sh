@@ -9,6 +9,10 @@
 #                                    # step), pipelined prefill with each GPU's busy share sampled, the draft on cuda:1
 #   scripts/device/two_gpu.sh big    # the 96-layer file on one GPU with --gpu-mem half of it vs split
 #   scripts/device/two_gpu.sh e2e    # the server's end-to-end suite against a cuda:0,cuda:1 split (carry .nodedeps)
+#   scripts/device/two_gpu.sh mpi    # OpenMPI from .mpideps (Debian's debs, carried in a call of their own:
+#                                    # the tree and .devdeps fill one call), the build with MPI, then two
+#                                    # ranks with a GPU each (--layer-split mpi:0:cuda:0,mpi:1:cuda:1)
+#                                    # against the in-process cuda:0,cuda:1 split
 # Carry .devdeps (and .nodedeps for e2e). Logs and tables go to $OUT.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -137,6 +141,33 @@ case "${1:-start}" in
       $bin bench -m $m96 -p 512 -n 128 -r 2 $split 2>&1 | tee "$out/b96_${split//[ :=,-]/_}.txt" \
         | grep -E 'experts:|\| pp[0-9]+|\| tg128|memory|error'
       $bin bench -m $m96 -p 4096 -n 0 -r 1 $split 2>&1 | grep -E '\| pp[0-9]+|error'
+    done;;
+  mpi)
+    root=/tmp/mpiroot
+    if [ ! -f $root/.done ]; then
+      mkdir -p $root && for f in .mpideps/*.deb; do dpkg -x "$f" $root; done && touch $root/.done
+    fi
+    # Debian's OpenMPI moved under /tmp: OPAL_PREFIX relocates its wrappers and plugins.
+    export OPAL_PREFIX=$root/usr PATH=$root/usr/bin:$PATH
+    export LD_LIBRARY_PATH=$root/usr/lib/x86_64-linux-gnu:$root/usr/lib/x86_64-linux-gnu/openmpi/lib:$LD_LIBRARY_PATH
+    export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+    cmake -S . -B build-gpu -DMOESERVE_MPI=ON -DMPI_CXX_COMPILER=$root/usr/bin/mpicxx.openmpi > "$out/mpi_cmake.log" 2>&1 \
+      || { tail -20 "$out/mpi_cmake.log"; exit 1; }
+    ninja -C build-gpu moeserve > "$out/mpi_build.log" 2>&1 || { grep -E 'error' -A3 "$out/mpi_build.log" | head -30; exit 1; }
+    mpirun_=(mpirun.openmpi -np 2 --bind-to none --mca btl self,vader,tcp --mca pml ob1)
+    wait_for $m30 || exit 1
+    echo "== greedy text: two MPI ranks against one GPU"
+    a=$($bin generate -m $m30 -p 'def fibonacci(n):' -n 48 --temp 0 --device cuda 2>/dev/null | md5sum)
+    b=$("${mpirun_[@]}" $bin generate -m $m30 -p 'def fibonacci(n):' -n 48 --temp 0 \
+        --layer-split mpi:0:cuda:0,mpi:1:cuda:1 2>"$out/mpi_generate.err" | md5sum)
+    [ "$a" = "$b" ] && echo "same text" || { echo "DIFFERENT text"; tail -5 "$out/mpi_generate.err"; }
+    for split in "--layer-split cuda:0,cuda:1" "--layer-split mpi:0:cuda:0,mpi:1:cuda:1"; do
+      echo "== 30b-a3b Q4_K_M $split"
+      run=()
+      [[ $split == *mpi:* ]] && run=("${mpirun_[@]}")
+      "${run[@]}" $bin bench -m $m30 -p 512 -n 128 -r 3 $split 2>&1 | tee "$out/mpi_${split//[ :=,-]/_}.txt" \
+        | grep -E '\| pp[0-9]+|\| tg128|error|abort'
+      "${run[@]}" $bin bench -m $m30 -p 4096 -n 0 -r 2 $split 2>&1 | grep -E '\| pp[0-9]+|error|abort'
     done;;
   e2e)
     E2E_DEVICE= scripts/device/e2e_gpu.sh ${SOAK:-45} "--layer-split cuda:0,cuda:1";;
