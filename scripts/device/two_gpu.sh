@@ -9,6 +9,7 @@
 #                                    # step), pipelined prefill with each GPU's busy share sampled, the draft on cuda:1
 #   scripts/device/two_gpu.sh big    # the 96-layer file on one GPU with --gpu-mem half of it vs split
 #   scripts/device/two_gpu.sh e2e    # the server's end-to-end suite against a cuda:0,cuda:1 split (carry .nodedeps)
+#   scripts/device/two_gpu.sh final  # every GPU suite (gpu_tests.sh), then pp512 / pp4096 unsplit vs split again
 #   scripts/device/two_gpu.sh mpi    # OpenMPI from .mpideps (Debian's debs, carried in a call of their own:
 #                                    # the tree and .devdeps fill one call), the build with MPI, then two
 #                                    # ranks with a GPU each (--layer-split mpi:0:cuda:0,mpi:1:cuda:1)
@@ -141,6 +142,20 @@ case "${1:-start}" in
       $bin bench -m $m96 -p 512 -n 128 -r 2 $split 2>&1 | tee "$out/b96_${split//[ :=,-]/_}.txt" \
         | grep -E 'experts:|\| pp[0-9]+|\| tg128|memory|error'
       $bin bench -m $m96 -p 4096 -n 0 -r 1 $split 2>&1 | grep -E '\| pp[0-9]+|error'
+    done;;
+  final)
+    # Every GPU suite, then the split's prefill again with the 512-row micro-batch rule.
+    scripts/device/build.sh build-gpu 90a moeserve test_kernels_gpu test_models test_split test_ipc test_runtime \
+      test_spec test_server > "$out/build.log" 2>&1 || { grep -E 'error|FAILED' -A3 "$out/build.log" | head -40; exit 1; }
+    cp "$bin" /tmp/2gpu/moeserve-mm
+    [ -f $m30.done ] || setsid nohup sh -c "/tmp/2gpu/moeserve-mm make-model --arch qwen3moe --preset 30b-a3b \
+      --type q4_k_m --quick-quant --no-progress --router-skew 0 -o $m30 && touch $m30.done" > /tmp/2gpu/make.log 2>&1 < /dev/null &
+    scripts/device/gpu_tests.sh 2>&1 | grep -v '^NVIDIA'
+    wait_for $m30 || exit 1
+    for split in "--device cuda" "--layer-split cuda:0,cuda:1"; do
+      echo "== 30b-a3b Q4_K_M $split (defaults: --micro-batches 4, --micro-batch-rows 512)"
+      $bin bench -m $m30 -p 512 -n 0 -r 5 $split 2>&1 | grep -E '\| pp[0-9]+|error'
+      $bin bench -m $m30 -p 4096 -n 0 -r 3 $split 2>&1 | grep -E '\| pp[0-9]+|error'
     done;;
   mpi)
     root=/tmp/mpiroot
