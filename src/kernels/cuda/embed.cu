@@ -84,6 +84,30 @@ Status embed(const EmbedArgs& a, cudaStream_t stream) {
     case DType::Q6_K:
       launch<DType::Q6_K>(a, threads, stream);
       break;
+    case DType::Q4_1:
+      launch<DType::Q4_1>(a, threads, stream);
+      break;
+    case DType::Q5_0:
+      launch<DType::Q5_0>(a, threads, stream);
+      break;
+    case DType::Q5_1:
+      launch<DType::Q5_1>(a, threads, stream);
+      break;
+    case DType::IQ4_NL:
+      launch<DType::IQ4_NL>(a, threads, stream);
+      break;
+    case DType::IQ4_XS:
+      launch<DType::IQ4_XS>(a, threads, stream);
+      break;
+    case DType::MXFP4:
+      launch<DType::MXFP4>(a, threads, stream);
+      break;
+    case DType::Q2_K:
+      launch<DType::Q2_K>(a, threads, stream);
+      break;
+    case DType::Q3_K:
+      launch<DType::Q3_K>(a, threads, stream);
+      break;
     default:
       return make_error(StatusCode::kInvalidArgument, "embed: unsupported type {}", dtype_name(a.type));
   }

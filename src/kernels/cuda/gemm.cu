@@ -26,7 +26,9 @@
 //     difference exact in f32), |r| <= 2^-24 |x| within f16's range
 //     (|x| < 65504; below |x| ~ 0.25 lo is subnormal: |r| <= 2^-25
 //     absolute). Exact f16 weights: as BF16, <= 1.4e-7 (1.7e-7 SwiGLU).
-//   F32, Q8_0, Q4_0, Q4_K, Q5_K, Q6_K: 1 f16 term, x rounded to f16 once.
+//   F32 and the quantized types (Q8_0, Q4_0, Q4_K, Q5_K, Q6_K when the integer
+//     kernel is off, and Q4_1, Q5_0, Q5_1, IQ4_NL, IQ4_XS, MXFP4, Q2_K,
+//     Q3_K): 1 f16 term, x rounded to f16 once.
 //     The weight is rounded to f16 as well (a dequantized value, code *
 //     d*sc - dmin*m, has up to ~21 significant bits, an F32 weight 24), so
 //     each product carries two f16 roundings (<= 2^-11 relative each, at
@@ -36,6 +38,8 @@
 //     2.6e-4 .. 4.2e-4 -> 1.6e-4 .. 3.0e-4 for 16 .. 43% of the speed). Error
 //     about 3e-4 (measured 2.6e-4 .. 3.6e-4; 3.7e-4 .. 4.3e-4 through
 //     SwiGLU, whose output carries both the gate's and the up's error).
+//     (Weights must lie within f16's range: MXFP4's 2^(e - 128) scale could
+//     in principle leave it, trained weights do not come near.)
 // Products of the operand terms are exact in the f32 accumulators.
 // Accumulation: with several terms, a K step's (32 columns x terms) products
 // go into a fresh fragment, smallest terms first, then that sum is added to
@@ -468,6 +472,22 @@ Status launch_gemm(const MmProblem& p, cudaStream_t stream) {
       return launch_type<DType::Q5_K>(p, stream);
     case DType::Q6_K:
       return launch_type<DType::Q6_K>(p, stream);
+    case DType::Q4_1:
+      return launch_type<DType::Q4_1>(p, stream);
+    case DType::Q5_0:
+      return launch_type<DType::Q5_0>(p, stream);
+    case DType::Q5_1:
+      return launch_type<DType::Q5_1>(p, stream);
+    case DType::IQ4_NL:
+      return launch_type<DType::IQ4_NL>(p, stream);
+    case DType::IQ4_XS:
+      return launch_type<DType::IQ4_XS>(p, stream);
+    case DType::MXFP4:
+      return launch_type<DType::MXFP4>(p, stream);
+    case DType::Q2_K:
+      return launch_type<DType::Q2_K>(p, stream);
+    case DType::Q3_K:
+      return launch_type<DType::Q3_K>(p, stream);
     default:
       break;
   }

@@ -1,15 +1,17 @@
 // Matrix x vector products on CUDA cores, reading weight blocks as stored:
 // the decode path (1..16 tokens) and the grouped expert products of a
-// decode step. The grouped expert products of the quantized types (and
-// matvec_multi) take the tensor-core kernels of matvec_tc.cu instead
-// (launch_matvec hands them over).
+// decode step. The grouped expert products of the quantized types that have
+// a tensor-core decoder (Q8_0, Q4_0 and the K-quants Q4_K..Q6_K;
+// tc_decode.cuh), and matvec_multi of those, take the tensor-core kernels of
+// matvec_tc.cu instead (launch_matvec hands them over); the other quantized
+// types (Q4_1, Q5_0, Q5_1, IQ4_NL, IQ4_XS, MXFP4, Q2_K, Q3_K) run here.
 //
 // Memory-bound at one token, and x is f32 (4 bytes a column against about
 // half a byte of weight), so the layout makes x nearly free and the weight
 // stream coalesced:
 //  - a block owns 16 rows (kGateUp: 8 gate rows and the same 8 up rows) and
 //    its 8 warps split the columns: warp w takes chunks w, w + 8, ... of
-//    every row (a chunk: about 128-210 bytes, kMvChunkBlocks blocks; F32:
+//    every row (a chunk: about 84-210 bytes, kMvChunkBlocks blocks; F32:
 //    512 bytes, so that a router's 2048-column rows take few round trips);
 //  - a warp copies its chunk of the 16 rows into shared memory with 16-byte
 //    cp.async (whatever the block size or alignment: each row's span is
@@ -120,13 +122,19 @@ __device__ __forceinline__ void issue_chunk(const RowSource& src, int64_t nb, in
   }
   if constexpr (Q::kRowAlign < 16) {
     // At most one row index (and the rows clamped to it) is the last: lane r
-    // copies that row's tail with plain loads, nothing past its bytes.
+    // copies that row's tail with plain loads, nothing past its bytes: 2
+    // bytes at a time where rows end on an even byte, else (MXFP4's 17-byte
+    // blocks) 1.
     if (lane < kRows && src.last(lane)) {
       const uint8_t* start = src.row(lane) + off;
       const int lead = lead_bytes(start), end = lead + chunk_bytes, tail = end & ~15;
       uint8_t* dst = stage + lane * G::kRowStage;
-      for (int b = tail; b < end; b += 2) {
-        *reinterpret_cast<uint16_t*>(dst + b) = *reinterpret_cast<const uint16_t*>(start - lead + b);
+      if constexpr (Q::kRowAlign == 1) {
+        for (int b = tail; b < end; ++b) dst[b] = start[b - lead];
+      } else {
+        for (int b = tail; b < end; b += 2) {
+          *reinterpret_cast<uint16_t*>(dst + b) = *reinterpret_cast<const uint16_t*>(start - lead + b);
+        }
       }
     }
   }
@@ -458,6 +466,22 @@ size_t weight_row_align(DType t) {
     case DType::Q4_0:
     case DType::Q6_K:
       return 2;
+    case DType::Q4_1:
+      return qdec::Traits<DType::Q4_1>::kRowAlign;
+    case DType::Q5_0:
+      return qdec::Traits<DType::Q5_0>::kRowAlign;
+    case DType::Q5_1:
+      return qdec::Traits<DType::Q5_1>::kRowAlign;
+    case DType::IQ4_NL:
+      return qdec::Traits<DType::IQ4_NL>::kRowAlign;
+    case DType::IQ4_XS:
+      return qdec::Traits<DType::IQ4_XS>::kRowAlign;
+    case DType::MXFP4:
+      return qdec::Traits<DType::MXFP4>::kRowAlign;
+    case DType::Q2_K:
+      return qdec::Traits<DType::Q2_K>::kRowAlign;
+    case DType::Q3_K:
+      return qdec::Traits<DType::Q3_K>::kRowAlign;
     default:
       return 16;
   }
@@ -544,6 +568,22 @@ Status launch_matvec(const MmProblem& p, cudaStream_t stream) {
       return launch_type<DType::Q5_K>(p, nt, stream);
     case DType::Q6_K:
       return launch_type<DType::Q6_K>(p, nt, stream);
+    case DType::Q4_1:
+      return launch_type<DType::Q4_1>(p, nt, stream);
+    case DType::Q5_0:
+      return launch_type<DType::Q5_0>(p, nt, stream);
+    case DType::Q5_1:
+      return launch_type<DType::Q5_1>(p, nt, stream);
+    case DType::IQ4_NL:
+      return launch_type<DType::IQ4_NL>(p, nt, stream);
+    case DType::IQ4_XS:
+      return launch_type<DType::IQ4_XS>(p, nt, stream);
+    case DType::MXFP4:
+      return launch_type<DType::MXFP4>(p, nt, stream);
+    case DType::Q2_K:
+      return launch_type<DType::Q2_K>(p, nt, stream);
+    case DType::Q3_K:
+      return launch_type<DType::Q3_K>(p, nt, stream);
     default:
       break;
   }

@@ -4,10 +4,13 @@
 // Every type is cut into "runs": 16 consecutive elements of one row. A type's
 // Traits decode one run from a pointer to its block (shared or global
 // memory) into 16 floats v and a scale a:
-//   kScaled types (Q8_0, Q4_0, Q6_K): element = a * v[i], v the integer code
-//     (minus its offset) as an exact float; a = d or d * sc.
-//   the others (F32, F16, BF16, Q4_K, Q5_K): v[i] is the element itself
-//     (Q4_K/Q5_K: fma(q, d*sc, -dmin*m), the reference's value up to the FMA).
+//   kScaled types (Q8_0, Q4_0, Q6_K; Q5_0, IQ4_NL, IQ4_XS, MXFP4, Q3_K):
+//     element = a * v[i], v the integer code (minus its offset) or table
+//     value as an exact float; a = d, d * sc or MXFP4's 2^(e - 128).
+//   the others (F32, F16, BF16, Q4_K, Q5_K; Q4_1, Q5_1, Q2_K): v[i] is the
+//     element itself (fma(q, d*sc, -dmin*m) or fma(q, d, m), the reference's
+//     value up to the FMA).
+// Issue 43's types (Q4_1 .. Q3_K above) are in quant_decode_lowbit.cuh.
 // The scaled form lets the matrix x vector kernel sum code * x over a run and
 // scale once per run instead of once per element.
 //
@@ -18,7 +21,10 @@
 // A "unit" groups the runs one lane decodes together because they share the
 // loaded bytes (the low and high nibbles of the same Q4_K bytes, say).
 // kMvChunkBlocks: the blocks of one row the matrix x vector kernel stages in
-// shared memory at a time (about 128-210 bytes, an even number of units).
+// shared memory at a time (about 84-210 bytes, an even number of units; the
+// newer types stay small enough for matvec.cu's two stages).
+// kRowAlign: the alignment a row (so every block) of the type has: 16 for
+// whole 16-byte blocks, else what the block length allows (weight_row_align).
 #pragma once
 
 #include <cuda_bf16.h>
@@ -99,9 +105,10 @@ MOESERVE_QDEC void load16_aligned(const uint8_t* p, uint32_t w[4]) {
   w[0] = v.x, w[1] = v.y, w[2] = v.z, w[3] = v.w;
 }
 
-// 16 bytes from any address (the 2-byte aligned blocks of Q8_0, Q4_0, Q6_K):
-// aligned words, then funnel shifts. Never reads a word that holds none of
-// the 16 bytes, so reading the last bytes of an allocation is safe.
+// 16 bytes from any address (the 2-byte aligned blocks of Q8_0, Q4_0, Q6_K,
+// and MXFP4's at any byte): aligned words, then funnel shifts by the byte
+// offset. Never reads a word that holds none of the 16 bytes, so reading the
+// last bytes of an allocation is safe.
 MOESERVE_QDEC void load16_any(const uint8_t* p, uint32_t w[4]) {
   const uint32_t mis = static_cast<uint32_t>(reinterpret_cast<uintptr_t>(p)) & 3u;
   const uint32_t* base = reinterpret_cast<const uint32_t*>(p - mis);
@@ -327,3 +334,5 @@ MOESERVE_QDEC_UNROLL
 };
 
 }  // namespace moeserve::cuda::qdec
+
+#include "kernels/cuda/quant_decode_lowbit.cuh"  // IWYU pragma: export

@@ -37,7 +37,8 @@ constexpr double kPrefillTolExactW = 1e-6;
 // arithmetic (checked bit for bit below); against the double reference,
 // Q8_K's ~6e-3.
 constexpr double kPrefillTolQ8K = 2e-2;
-// Other types (F32, Q8_0, Q4_0): the weights and the
+// Other types (F32, Q8_0, Q4_0, and Q4_1, Q5_0, Q5_1, IQ4_NL, IQ4_XS, MXFP4,
+// Q2_K, Q3_K, which have no integer kernel): the weights and the
 // activations are each rounded to f16, ~2^-11 relative each: measured
 // 2.6e-4 .. 3.0e-4 (down) and 3.7e-4 .. 4.3e-4 (gate/up: SwiGLU's output
 // carries both the gate's and the up's error) on an H100; a product's
@@ -108,8 +109,9 @@ Routing sub_routing(const Routing& r, int64_t t0, int64_t n) {
 }
 
 // n_expert matrices of rows x cols, matrix_stride apart (16 bytes of padding
-// between matrices: the 2-byte aligned types start experts off 16-byte
-// boundaries), and their dequantized values.
+// between matrices: the types whose blocks are not whole 16-byte pieces start
+// experts off 16-byte boundaries, MXFP4 at odd addresses where a row has an
+// odd number of blocks), and their dequantized values.
 struct ExpertStack {
   cuda::ExpertWeights desc;
   std::vector<uint8_t> bytes;

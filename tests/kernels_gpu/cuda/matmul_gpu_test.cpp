@@ -3,12 +3,14 @@
 // weight type, at odd sizes, on random data, with poisoned outputs.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 #include <string>
 #include <vector>
 
 #include "kernels/cuda/matmul.h"
+#include "kernels/cuda/matmul_detail.h"
 #include "kernels_gpu/cuda/cpu_reference_dot.h"
 #include "kernels_gpu/cuda/gpu_test_util.h"
 #include "tensor/quantize.h"
@@ -33,7 +35,8 @@ constexpr double kGemmTolExactW = 1e-6;
 // kernels; against the double reference that is Q8_K's accuracy (~6e-3 on
 // normal data: a step of max|x| / 127 per 256 columns).
 constexpr double kGemmTolQ8K = 2e-2;
-// Other types (F32, Q8_0, Q4_0): the weight (a dequantized
+// Other types (F32, Q8_0, Q4_0, and Q4_1, Q5_0, Q5_1, IQ4_NL, IQ4_XS, MXFP4,
+// Q2_K, Q3_K, which have no integer kernel): the weight (a dequantized
 // value has up to ~21 significant bits; F32 24) and the activation are each
 // rounded to f16, ~2^-11 relative each: measured 2.6e-4 .. 3.6e-4 on an
 // H100 (about 3e-4 RMS expected); a product's error is at most about
@@ -48,9 +51,16 @@ double gemm_tol(DType t) {
 // The smallest column count unit of a type (float types: runs of 16).
 int64_t col_unit(DType t) { return dtype_traits(t).quantized ? dtype_block_elems(t) : 16; }
 
-// Row padding that keeps rows legal: 2 bytes shifts the 2-byte aligned
-// block types off 4- and 16-byte boundaries; the others need 16.
-size_t row_pad(DType t) { return t == DType::Q8_0 || t == DType::Q4_0 || t == DType::Q6_K ? 2 : 16; }
+// Row padding that keeps rows legal and moves the rows of the types whose
+// blocks are not whole 16-byte pieces off 16-byte boundaries: their row
+// alignment (2 for Q8_0, Q4_0, Q6_K, Q5_0, IQ4_NL, Q3_K; 4 for Q4_1, Q2_K; 8
+// for Q5_1, IQ4_XS), 2 for MXFP4 (its 17-byte blocks at the odd block counts
+// of these shapes then give rows of odd length: rows at odd addresses); the
+// others need 16.
+size_t row_pad(DType t) {
+  const size_t align = cuda::detail::weight_row_align(t);
+  return align == 16 ? 16 : std::max<size_t>(align, 2);
+}
 
 // A quantized matrix with optional row padding, and its exact f32 values.
 struct QuantMatrix {
