@@ -154,8 +154,8 @@ case "${1:-start}" in
     wait_for $m30 || exit 1
     for split in "--device cuda" "--layer-split cuda:0,cuda:1"; do
       echo "== 30b-a3b Q4_K_M $split (defaults: --micro-batches 4, --micro-batch-rows 512)"
-      $bin bench -m $m30 -p 512 -n 0 -r 5 $split 2>&1 | grep -E '\| pp[0-9]+|error'
-      $bin bench -m $m30 -p 4096 -n 0 -r 3 $split 2>&1 | grep -E '\| pp[0-9]+|error'
+      $bin bench -m $m30 -p 512 -n 0 -r 3 $split 2>&1 | grep -E '\| pp[0-9]+|error'
+      $bin bench -m $m30 -p 4096 -n 0 -r 2 $split 2>&1 | grep -E '\| pp[0-9]+|error'
     done;;
   mpi)
     root=/tmp/mpiroot
