@@ -56,6 +56,14 @@ inline __m256i half_scales(int first, int second) {
   return _mm256_set_m128i(_mm_set1_epi16(int16_t(second)), _mm_set1_epi16(int16_t(first)));
 }
 
+// IQ2_XXS / IQ3_XXS keep a sub-block's four 7-bit sign indices and its
+// 4-bit scale in one word.
+inline __m256i xxs_signs(uint32_t aux) {
+  return sign_bytes(pack4(kIqSigns[aux & 127], kIqSigns[(aux >> 7) & 127], kIqSigns[(aux >> 14) & 127],
+                          kIqSigns[(aux >> 21) & 127]));
+}
+inline __m256i xxs_scale(uint32_t aux) { return _mm256_set1_epi16(int16_t(2 * (aux >> 28) + 1)); }
+
 // A sub-block: its magnitudes, signs (±1 bytes) and int16 scales.
 struct SubBlock {
   __m256i mags, signs, scales;
@@ -70,9 +78,7 @@ struct Iq2Xxs {
     const uint32_t aux = uint32_t(b.qs[4 * ib + 2]) | uint32_t(b.qs[4 * ib + 3]) << 16;
     return {_mm256_setr_epi64x(int64_t(kIq2xxsGrid[idx & 255]), int64_t(kIq2xxsGrid[(idx >> 8) & 255]),
                                int64_t(kIq2xxsGrid[(idx >> 16) & 255]), int64_t(kIq2xxsGrid[idx >> 24])),
-            sign_bytes(pack4(kIqSigns[aux & 127], kIqSigns[(aux >> 7) & 127], kIqSigns[(aux >> 14) & 127],
-                             kIqSigns[(aux >> 21) & 127])),
-            _mm256_set1_epi16(int16_t(2 * (aux >> 28) + 1))};
+            xxs_signs(aux), xxs_scale(aux)};
   }
 };
 
@@ -112,9 +118,7 @@ struct Iq3Xxs {
     const uint32_t* g = kIq3xxsGrid;
     return {_mm256_setr_epi32(int(g[q[0]]), int(g[q[1]]), int(g[q[2]]), int(g[q[3]]), int(g[q[4]]), int(g[q[5]]),
                               int(g[q[6]]), int(g[q[7]])),
-            sign_bytes(pack4(kIqSigns[aux & 127], kIqSigns[(aux >> 7) & 127], kIqSigns[(aux >> 14) & 127],
-                             kIqSigns[(aux >> 21) & 127])),
-            _mm256_set1_epi16(int16_t(2 * (aux >> 28) + 1))};
+            xxs_signs(aux), xxs_scale(aux)};
   }
 };
 
