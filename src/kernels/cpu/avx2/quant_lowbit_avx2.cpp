@@ -172,9 +172,11 @@ void q2_k_cols(int64_t n, const void* wv, const void* xv, size_t x_stride, float
 // ((u2 & 0x03..) << 4), 4..7 from u1 and u2 >> 2, 8..11 from u0 >> 4 and u2
 // >> 4, 12..15 from u1 >> 4 and u2 >> 6.
 inline __m128i q3_k_scales16(const uint8_t* packed) {
-  alignas(16) uint8_t bytes[16] = {};
-  std::memcpy(bytes, packed, 12);  // (the block ends 2 bytes after them)
-  const __m128i u = _mm_load_si128(reinterpret_cast<const __m128i*>(bytes));
+  // 8 + 4 bytes (the block ends 2 bytes after them), straight into
+  // registers: a copy through the stack stalled every block on store forwarding.
+  int32_t last;
+  std::memcpy(&last, packed + 8, 4);
+  const __m128i u = _mm_insert_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(packed)), last, 2);
   const __m128i lo = _mm_and_si128(_mm_srlv_epi32(_mm_shuffle_epi32(u, _MM_SHUFFLE(1, 0, 1, 0)), _mm_setr_epi32(0, 0, 4, 4)),
                                    _mm_set1_epi8(15));
   const __m128i hi = _mm_and_si128(_mm_srlv_epi32(_mm_shuffle_epi32(u, _MM_SHUFFLE(2, 2, 2, 2)), _mm_setr_epi32(0, 2, 4, 6)),
