@@ -42,7 +42,6 @@ inline __m256i sign_bytes(uint32_t four) {
   return _mm256_or_si256(negate, _mm256_set1_epi8(1));
 }
 
-inline uint32_t pack4(uint32_t a, uint32_t b, uint32_t c, uint32_t d) { return a | b << 8 | c << 16 | d << 24; }
 
 inline uint32_t u32_at(const uint8_t* p) {
   uint32_t v;
@@ -56,11 +55,30 @@ inline __m256i half_scales(int first, int second) {
   return _mm256_set_m128i(_mm_set1_epi16(int16_t(second)), _mm_set1_epi16(int16_t(first)));
 }
 
+// kIqSigns[i] as 8 bytes of ±1 (0xFF where bit j negates element j): a
+// group's signs in one load. kIqSigns's rule (i with bit 7 set when i has
+// an odd number of ones), checked against the table by the kernel tests.
+struct SignMasks {
+  uint64_t mask[128];
+  constexpr SignMasks() : mask() {
+    for (int i = 0; i < 128; ++i) {
+      int ones = 0;
+      for (int b = 0; b < 7; ++b) ones += (i >> b) & 1;
+      const int signs = i | (ones & 1) << 7;
+      uint64_t m = 0;
+      for (int j = 0; j < 8; ++j) m |= uint64_t((signs >> j) & 1 ? 0xFF : 0x01) << (8 * j);
+      mask[i] = m;
+    }
+  }
+};
+inline constexpr SignMasks kSignMasks;
+
 // IQ2_XXS / IQ3_XXS keep a sub-block's four 7-bit sign indices and its
 // 4-bit scale in one word.
 inline __m256i xxs_signs(uint32_t aux) {
-  return sign_bytes(pack4(kIqSigns[aux & 127], kIqSigns[(aux >> 7) & 127], kIqSigns[(aux >> 14) & 127],
-                          kIqSigns[(aux >> 21) & 127]));
+  const uint64_t* m = kSignMasks.mask;
+  return _mm256_setr_epi64x(int64_t(m[aux & 127]), int64_t(m[(aux >> 7) & 127]), int64_t(m[(aux >> 14) & 127]),
+                            int64_t(m[(aux >> 21) & 127]));
 }
 inline __m256i xxs_scale(uint32_t aux) { return _mm256_set1_epi16(int16_t(2 * (aux >> 28) + 1)); }
 
@@ -89,7 +107,8 @@ struct Iq2Xs {
     const uint16_t* q = b.qs + 4 * ib;
     return {_mm256_setr_epi64x(int64_t(kIq2xsGrid[q[0] & 511]), int64_t(kIq2xsGrid[q[1] & 511]),
                                int64_t(kIq2xsGrid[q[2] & 511]), int64_t(kIq2xsGrid[q[3] & 511])),
-            sign_bytes(pack4(kIqSigns[q[0] >> 9], kIqSigns[q[1] >> 9], kIqSigns[q[2] >> 9], kIqSigns[q[3] >> 9])),
+            _mm256_setr_epi64x(int64_t(kSignMasks.mask[q[0] >> 9]), int64_t(kSignMasks.mask[q[1] >> 9]),
+                               int64_t(kSignMasks.mask[q[2] >> 9]), int64_t(kSignMasks.mask[q[3] >> 9])),
             half_scales(2 * (b.scales[ib] & 15) + 1, 2 * (b.scales[ib] >> 4) + 1)};
   }
 };
