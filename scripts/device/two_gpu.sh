@@ -166,6 +166,9 @@ case "${1:-start}" in
     export OPAL_PREFIX=$root/usr PATH=$root/usr/bin:$PATH
     export LD_LIBRARY_PATH=$root/usr/lib/x86_64-linux-gnu:$root/usr/lib/x86_64-linux-gnu/openmpi/lib:$LD_LIBRARY_PATH
     export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+    # The image has another PMIx at the path Debian's was built for: load the carried plugins
+    # (without this, its zlib plugin fails to load with a warning; the runs work either way).
+    export PMIX_MCA_mca_base_component_path=$root/usr/lib/x86_64-linux-gnu/pmix2/lib/pmix
     cmake -S . -B build-gpu -DMOESERVE_MPI=ON -DMPI_CXX_COMPILER=$root/usr/bin/mpicxx.openmpi > "$out/mpi_cmake.log" 2>&1 \
       || { tail -20 "$out/mpi_cmake.log"; exit 1; }
     ninja -C build-gpu moeserve > "$out/mpi_build.log" 2>&1 || { grep -E 'error' -A3 "$out/mpi_build.log" | head -30; exit 1; }
