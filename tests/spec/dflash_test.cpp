@@ -322,12 +322,29 @@ TEST(DflashDraft, ForwardMatchesAPlainReference) {
 const char* kPrompt =
     "def add(a, b):\n    return a + b\n\ndef sub(a, b):\n    return a - b\n\ndef add(a, b):\n";
 
-GenerateResult plain(Model& m, const std::vector<int32_t>& prompt, int64_t n) {
-  Generator gen(m, 256);
+// Greedy, n tokens past any end-of-sequence.
+GenerateOptions greedy_options(int64_t n) {
   GenerateOptions o;
   o.max_tokens = n;
   o.sampling.temperature = 0.0f;
   o.stop_at_eos = false;
+  return o;
+}
+
+// greedy_options with DFlash drafts from `drafter`.
+GenerateOptions dflash_options(int64_t n, runtime::Drafter* drafter, int max_draft, int tree_nodes, bool adaptive) {
+  GenerateOptions o = greedy_options(n);
+  o.spec.mode = runtime::SpecMode::kDflash;
+  o.spec.max_draft = max_draft;
+  o.spec.tree_nodes = tree_nodes;
+  o.spec_adaptive = adaptive;
+  o.drafter = drafter;
+  return o;
+}
+
+GenerateResult plain(Model& m, const std::vector<int32_t>& prompt, int64_t n) {
+  Generator gen(m, 256);
+  const GenerateOptions o = greedy_options(n);
   auto r = gen.generate(prompt, o);
   EXPECT_TRUE(r.is_ok()) << r.status().to_string();
   return r.is_ok() ? std::move(r.value()) : GenerateResult{};
@@ -410,15 +427,7 @@ TEST_P(DflashRuntime, AFeatureDrafterIsHandedEveryKeptRowOnce) {
   for (int tree : {0, 10}) {
     FeatureOracle drafter(full, layers);
     Generator gen(*model, 256);
-    GenerateOptions o;
-    o.max_tokens = n;
-    o.sampling.temperature = 0.0f;
-    o.stop_at_eos = false;
-    o.spec.mode = runtime::SpecMode::kDflash;
-    o.spec.max_draft = 5;
-    o.spec.tree_nodes = tree;
-    o.spec_adaptive = false;
-    o.drafter = &drafter;
+    const GenerateOptions o = dflash_options(n, &drafter, 5, tree, false);
     auto r = gen.generate(prompt, o);
     ASSERT_TRUE(r.is_ok()) << r.status().to_string();
     EXPECT_EQ(r->tokens, ref.tokens);
@@ -476,14 +485,7 @@ TEST_P(DflashRuntime, FeaturesPauseWhileThePolicyDoesNotDraft) {
   const GenerateResult ref = plain(*model, prompt, n);
   Misser drafter({0, int32_t(model->info().n_layer - 1)});
   Generator gen(*model, 512);
-  GenerateOptions o;
-  o.max_tokens = n;
-  o.sampling.temperature = 0.0f;
-  o.stop_at_eos = false;
-  o.spec.mode = runtime::SpecMode::kDflash;
-  o.spec.max_draft = 4;
-  o.spec_adaptive = true;
-  o.drafter = &drafter;
+  const GenerateOptions o = dflash_options(n, &drafter, 4, 0, true);
   auto r = gen.generate(prompt, o);
   ASSERT_TRUE(r.is_ok()) << r.status().to_string();
   EXPECT_EQ(r->tokens, ref.tokens);
@@ -509,15 +511,7 @@ TEST_P(DflashRuntime, DflashDraftsDecodeExactlyAsPlainGreedy) {
   for (int tree : {0, 12}) {
     std::unique_ptr<runtime::Drafter> drafter = (*draft)->make_drafter();
     Generator gen(*model, 256);
-    GenerateOptions o;
-    o.max_tokens = n;
-    o.sampling.temperature = 0.0f;
-    o.stop_at_eos = false;
-    o.spec.mode = runtime::SpecMode::kDflash;
-    o.spec.max_draft = 6;
-    o.spec.tree_nodes = tree;
-    o.spec_adaptive = false;
-    o.drafter = drafter.get();
+    const GenerateOptions o = dflash_options(n, drafter.get(), 6, tree, false);
     for (int run = 0; run < 2; ++run) {  // a second generation starts the draft context afresh
       auto r = gen.generate(prompt, o);
       ASSERT_TRUE(r.is_ok()) << r.status().to_string();
@@ -535,10 +529,7 @@ TEST_P(DflashRuntime, DflashDraftsDecodeExactlyAsPlainGreedy) {
     std::unique_ptr<runtime::Drafter> drafter = drafter_factory(*draft)(auto_config);
     ASSERT_NE(dynamic_cast<AutoDrafter*>(drafter.get()), nullptr);
     Generator gen(*model, 256);
-    GenerateOptions o;
-    o.max_tokens = n;
-    o.sampling.temperature = 0.0f;
-    o.stop_at_eos = false;
+    GenerateOptions o = greedy_options(n);
     o.spec = auto_config;
     o.spec_adaptive = false;
     o.drafter = drafter.get();
@@ -646,14 +637,7 @@ TEST(DflashDraft, BesideASplitTargetDecodesAsPlainGreedy) {
   const GenerateResult ref = plain(**model, prompt, n);
   std::unique_ptr<runtime::Drafter> drafter = (*draft)->make_drafter();
   Generator gen(**model, 256);
-  GenerateOptions o;
-  o.max_tokens = n;
-  o.sampling.temperature = 0.0f;
-  o.stop_at_eos = false;
-  o.spec.mode = runtime::SpecMode::kDflash;
-  o.spec.max_draft = 4;
-  o.spec_adaptive = false;
-  o.drafter = drafter.get();
+  const GenerateOptions o = dflash_options(n, drafter.get(), 4, 0, false);
   auto r = gen.generate(prompt, o);
   ASSERT_TRUE(r.is_ok()) << r.status().to_string();
   EXPECT_EQ(r->tokens, ref.tokens);

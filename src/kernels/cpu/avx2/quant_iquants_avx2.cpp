@@ -82,6 +82,9 @@ inline __m256i xxs_signs(uint32_t aux) {
 }
 inline __m256i xxs_scale(uint32_t aux) { return _mm256_set1_epi16(int16_t(2 * (aux >> 28) + 1)); }
 
+// IQ2_XS / IQ2_S: a sub-block's two 4-bit scales s in one byte, as 2s + 1.
+inline __m256i iq2_scales(uint8_t both) { return half_scales(2 * (both & 15) + 1, 2 * (both >> 4) + 1); }
+
 // A sub-block: its magnitudes, signs (±1 bytes) and int16 scales.
 struct SubBlock {
   __m256i mags, signs, scales;
@@ -109,7 +112,7 @@ struct Iq2Xs {
                                int64_t(kIq2xsGrid[q[2] & 511]), int64_t(kIq2xsGrid[q[3] & 511])),
             _mm256_setr_epi64x(int64_t(kSignMasks.mask[q[0] >> 9]), int64_t(kSignMasks.mask[q[1] >> 9]),
                                int64_t(kSignMasks.mask[q[2] >> 9]), int64_t(kSignMasks.mask[q[3] >> 9])),
-            half_scales(2 * (b.scales[ib] & 15) + 1, 2 * (b.scales[ib] >> 4) + 1)};
+            iq2_scales(b.scales[ib])};
   }
 };
 
@@ -124,7 +127,7 @@ struct Iq2S {
                                int64_t(kIq2sGrid[q[2] | ((h << 4) & 0x300)]),
                                int64_t(kIq2sGrid[q[3] | ((h << 2) & 0x300)])),
             sign_bytes(u32_at(b.qs + 32 + 4 * ib)),
-            half_scales(2 * (b.scales[ib] & 15) + 1, 2 * (b.scales[ib] >> 4) + 1)};
+            iq2_scales(b.scales[ib])};
   }
 };
 
