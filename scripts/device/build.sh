@@ -7,6 +7,7 @@
 #   scripts/device/build.sh [BUILD_DIR] [CUDA_ARCHS] [ninja targets...]
 # BUILD_DIR defaults to build-gpu, CUDA_ARCHS to 90a (one architecture for
 # quick iteration; "all" builds every architecture users have).
+# MOESERVE_CMAKE_ARGS: more CMake arguments (MPI, NCCL: two_gpu.sh nccl).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 build_dir=${1:-build-gpu}
@@ -25,5 +26,5 @@ arch_flag=()
 if [ "$archs" != "all" ]; then arch_flag=(-DMOESERVE_CUDA_ARCHS="$archs"); fi
 cmake -S . -B "$build_dir" -G Ninja -DCMAKE_BUILD_TYPE=Release -DMOESERVE_CUDA=ON \
   -DCMAKE_PREFIX_PATH="$root/usr" -DCMAKE_INCLUDE_PATH="$root/usr/include" \
-  -DCMAKE_LIBRARY_PATH="$root/usr/lib/x86_64-linux-gnu" "${arch_flag[@]}" >/dev/null
+  -DCMAKE_LIBRARY_PATH="$root/usr/lib/x86_64-linux-gnu" "${arch_flag[@]}" ${MOESERVE_CMAKE_ARGS:-} >/dev/null
 ninja -C "$build_dir" "$@"

@@ -14,6 +14,10 @@
 #                                    # the tree and .devdeps fill one call), the build with MPI, then two
 #                                    # ranks with a GPU each (--layer-split mpi:0:cuda:0,mpi:1:cuda:1)
 #                                    # against the in-process cuda:0,cuda:1 split
+#   scripts/device/two_gpu.sh mpideps  # unpack .mpideps (carried alone), then in the next calls (carry .devdeps):
+#   scripts/device/two_gpu.sh nccl     # the build with MPI and NCCL (the pip package nvidia-nccl's), the split and
+#                                      # shard GPU tests, tiny models' text over two ranks (NCCL and host rows)
+#   scripts/device/two_gpu.sh nccl_bench  # 30b-a3b: in-process split vs two ranks with rows over NCCL vs the host
 # Carry .devdeps (and .nodedeps for e2e). Logs and tables go to $OUT.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -186,6 +190,62 @@ case "${1:-start}" in
       "${run[@]}" $bin bench -m $m30 -p 512 -n 128 -r 3 $split 2>&1 | tee "$out/mpi_${split//[ :=,-]/_}.txt" \
         | grep -E '\| pp[0-9]+|\| tg128|error|abort'
       "${run[@]}" $bin bench -m $m30 -p 4096 -n 0 -r 2 $split 2>&1 | grep -E '\| pp[0-9]+|error|abort'
+    done;;
+  mpideps)
+    root=/tmp/mpiroot
+    mkdir -p $root && for f in .mpideps/*.deb; do dpkg -x "$f" $root; done && touch $root/.done
+    ls $root/usr/bin | grep -c mpi;;
+  nccl|nccl_bench)
+    root=/tmp/mpiroot
+    [ -f $root/.done ] || { echo "run two_gpu.sh mpideps first (carry .mpideps)"; exit 1; }
+    export OPAL_PREFIX=$root/usr PATH=$root/usr/bin:$PATH
+    export LD_LIBRARY_PATH=$root/usr/lib/x86_64-linux-gnu:$root/usr/lib/x86_64-linux-gnu/openmpi/lib:$LD_LIBRARY_PATH
+    export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+    export PMIX_MCA_mca_base_component_path=$root/usr/lib/x86_64-linux-gnu/pmix2/lib/pmix
+    nccl_root=$(python3 -c "import nvidia.nccl as n; print(list(n.__path__)[0])")
+    export LD_LIBRARY_PATH=$nccl_root/lib:$LD_LIBRARY_PATH NCCL_DEBUG=WARN
+    mpirun_=(mpirun.openmpi -np 2 --bind-to none --mca btl self,vader,tcp --mca pml ob1
+             -x LD_LIBRARY_PATH -x MOESERVE_NCCL -x NCCL_DEBUG -x NCCL_NVLS_ENABLE)
+    ranks="--layer-split mpi:0:cuda:0,mpi:1:cuda:1"
+    if [ "$1" = nccl ]; then
+      ls $nccl_root/include/nccl.h $nccl_root/lib
+      MOESERVE_CMAKE_ARGS="-DMOESERVE_MPI=ON -DMPI_CXX_COMPILER=$root/usr/bin/mpicxx.openmpi -DMOESERVE_NCCL=ON \
+        -DNCCL_ROOT=$nccl_root" scripts/device/build.sh build-gpu 90a moeserve test_split test_ipc > "$out/build.log" 2>&1 \
+        || { grep -E 'error|FAILED|NCCL' -A3 "$out/build.log" | head -40; exit 1; }
+      cp "$bin" /tmp/2gpu/moeserve-mm
+      [ -f $m30.done ] || pgrep -f moeserve-mm >/dev/null || setsid nohup sh -c "/tmp/2gpu/moeserve-mm make-model \
+        --arch qwen3moe --preset 30b-a3b --type q4_k_m --quick-quant --no-progress --router-skew 0 -o $m30 \
+        && touch $m30.done" > /tmp/2gpu/make.log 2>&1 < /dev/null &
+      run_test split build-gpu/tests/split/test_split
+      run_test ipc build-gpu/tests/ipc/test_ipc
+      echo "== tiny models: greedy text over two MPI ranks (rows over NCCL, then through the host) against one GPU"
+      for arch in qwen3 qwen3moe qwen35moe laguna; do
+        m=tests/data/models/$arch-tiny.bf16.gguf
+        want=$($bin generate -m $m -p 'def add(a, b):' -n 32 --temp 0 --device cuda 2>/dev/null | md5sum)
+        for nccl in 1 0; do
+          got=$(MOESERVE_NCCL=$nccl "${mpirun_[@]}" $bin generate -m $m -p 'def add(a, b):' -n 32 --temp 0 $ranks \
+            2>"$out/mpi_err_${arch}_$nccl.txt" | md5sum)
+          [ "$got" = "$want" ] && echo "$arch MOESERVE_NCCL=$nccl: same text" \
+            || { echo "$arch MOESERVE_NCCL=$nccl: DIFFERENT"; tail -5 "$out/mpi_err_${arch}_$nccl.txt"; }
+        done
+      done
+      grep -h "NCCL\|through the host" "$out"/mpi_err_qwen3moe_*.txt | sort -u | head -4
+      exit 0
+    fi
+    wait_for $m30 || exit 1
+    echo "== greedy text, 30b-a3b: two MPI ranks over NCCL against one GPU"
+    a=$($bin generate -m $m30 -p 'def fibonacci(n):' -n 48 --temp 0 --device cuda 2>/dev/null | md5sum)
+    b=$(MOESERVE_NCCL=1 "${mpirun_[@]}" $bin generate -m $m30 -p 'def fibonacci(n):' -n 48 --temp 0 $ranks \
+        2>"$out/nccl_generate.err" | md5sum)
+    [ "$a" = "$b" ] && echo "same text" || { echo "DIFFERENT text"; tail -5 "$out/nccl_generate.err"; }
+    for how in inproc nccl host; do
+      echo "== 30b-a3b Q4_K_M, $how"
+      run=("${mpirun_[@]}") split=$ranks nccl=1
+      [ $how = inproc ] && run=() split="--layer-split cuda:0,cuda:1"
+      [ $how = host ] && nccl=0
+      MOESERVE_NCCL=$nccl "${run[@]}" $bin bench -m $m30 -p 512 -n 128 -r 3 $split 2>&1 \
+        | tee "$out/nccl_$how.txt" | grep -E '\| pp[0-9]+|\| tg128|error|abort'
+      MOESERVE_NCCL=$nccl "${run[@]}" $bin bench -m $m30 -p 4096 -n 0 -r 2 $split 2>&1 | grep -E '\| pp[0-9]+|error|abort'
     done;;
   e2e)
     E2E_DEVICE= scripts/device/e2e_gpu.sh ${SOAK:-45} "--layer-split cuda:0,cuda:1";;

@@ -16,6 +16,7 @@
 #include <cstdint>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "core/status.h"
@@ -44,6 +45,9 @@ struct RemoteForward {
   std::span<const int32_t> capture_layers;
   float* captured = nullptr;
   int64_t decode_rows = 0;
+  // Not empty: hidden_in and hidden_out are in this device's memory
+  // ("cuda:0", RemoteLayers::rows_device) and cross without the host.
+  std::string_view rows_device;
 };
 
 // One sequence's cache in the other process (KvCache's operations, for the
@@ -54,6 +58,10 @@ class RemoteLayers {
   // For errors and logs: "proc:cpu (pid 1234)".
   virtual std::string name() const = 0;
   virtual Status forward(const RemoteForward& f) = 0;
+  // The device ("cuda:0") whose memory this range takes its hidden rows
+  // from and gives them back to directly (NCCL between MPI ranks' GPUs);
+  // empty: host rows only. A forward may still bring host rows.
+  virtual std::string rows_device() const { return {}; }
 
   virtual Status open_cache(uint64_t cache, int64_t capacity) = 0;
   virtual void close_cache(uint64_t cache) = 0;

@@ -10,7 +10,9 @@
 // receive that times out or a rank that is gone ends the job (abort).
 #pragma once
 
+#include <cstdint>
 #include <memory>
+#include <span>
 
 #include "core/status.h"
 #include "ipc/shard_client.h"
@@ -36,6 +38,8 @@ std::unique_ptr<ShardStream> stream_to(int rank);
 // A shard rank's channel from rank 0 (shard_session.h serves it); it ends
 // when rank 0 closes its stream (its exit).
 std::unique_ptr<Channel> channel_from_root();
+// Rank 0's `bytes` to every rank (each passes a buffer of the same size).
+Status broadcast(std::span<uint8_t> bytes);
 // Ends the whole job (every rank) with the reason on stderr.
 [[noreturn]] void abort(const Status& why);
 

@@ -45,6 +45,8 @@ class SocketStream final : public ShardStream {
 
 }  // namespace
 
+std::unique_ptr<ShardStream> socket_stream(Socket s) { return std::make_unique<SocketStream>(std::move(s)); }
+
 Result<std::unique_ptr<ShardConnection>> ShardConnection::connect(const Options& o) {
   MOESERVE_ASSIGN_OR_RETURN(Socket socket, connect_unix(o.socket_path, deadline_in(o.connect_timeout)));
   return handshake(std::make_unique<SocketStream>(std::move(socket)), o.hello,
@@ -115,7 +117,8 @@ Status ShardConnection::read_answer(uint64_t seq, std::span<const std::span<uint
 
 Status ShardConnection::call(ShardOp op, uint64_t cache, int64_t a, int64_t b,
                              std::span<const std::span<const uint8_t>> payload,
-                             std::span<const std::span<uint8_t>> reply, Clock::time_point deadline) {
+                             std::span<const std::span<uint8_t>> reply, Clock::time_point deadline,
+                             const LinkSteps* link) {
   if (broken_) return make_error(StatusCode::kUnavailable, "the connection is closed");
   uint64_t bytes = 0;
   for (const auto& p : payload) bytes += p.size();
@@ -128,7 +131,14 @@ Status ShardConnection::call(ShardOp op, uint64_t cache, int64_t a, int64_t b,
   std::vector<std::span<const uint8_t>> parts = {frame_};
   parts.insert(parts.end(), payload.begin(), payload.end());
   if (Status st = stream_->write_all(parts, deadline); !st.is_ok()) return fail(st);
-  return read_answer(seq, reply, deadline);
+  if (link != nullptr && link->after_call) {
+    if (Status st = link->after_call(); !st.is_ok()) return fail(st);
+  }
+  MOESERVE_RETURN_IF_ERROR(read_answer(seq, reply, deadline));
+  if (link != nullptr && link->after_reply) {
+    if (Status st = link->after_reply(); !st.is_ok()) return fail(st);
+  }
+  return Status::ok();
 }
 
 Status ShardConnection::ping(Clock::time_point deadline) {
@@ -305,9 +315,10 @@ void ShardClient::lose(const Status& why) {
 
 Status ShardClient::call(ShardOp op, uint64_t cache, int64_t a, int64_t b,
                          std::span<const std::span<const uint8_t>> payload,
-                         std::span<const std::span<uint8_t>> reply) {
+                         std::span<const std::span<uint8_t>> reply,
+                         const ShardConnection::LinkSteps* link) {
   const Clock::time_point t0 = Clock::now();
-  Status st = conn_->call(op, cache, a, b, payload, reply, deadline_in(options_.timeout));
+  Status st = conn_->call(op, cache, a, b, payload, reply, deadline_in(options_.timeout), link);
   m_.calls += 1;
   m_.wait_ns += uint64_t(elapsed_ns(t0));
   for (const auto& p : payload) m_.payload_bytes += p.size();
@@ -333,21 +344,42 @@ Status ShardClient::forward(const backend::RemoteForward& f) {
                       "--batch-size)",
                       name(), f.tokens.size(), conn_->limits().max_rows);
   }
+  const bool on_link = !f.rows_device.empty();
+  if (on_link && f.rows_device != rows_device()) {
+    return make_error(StatusCode::kInvalidArgument, "{}: rows in {}'s memory; this shard takes them from {}",
+                      name(), f.rows_device, rows_device().empty() ? "the host" : rows_device());
+  }
   std::vector<uint8_t> head;
   encode_forward(f, head);
   const size_t T = f.tokens.size(), H = size_t(shape_.n_embd), R = f.logit_rows.size();
   const std::span<const uint8_t> payload[] = {
-      head, f.hidden_in != nullptr ? bytes_of(f.hidden_in, T * H) : std::span<const uint8_t>{}};
+      head, f.hidden_in != nullptr && !on_link ? bytes_of(f.hidden_in, T * H) : std::span<const uint8_t>{}};
   std::vector<std::span<uint8_t>> reply;
-  if (f.end < int64_t(shape_.n_layer)) {
-    reply.push_back(bytes_of(f.hidden_out, T * H));
+  const bool rows_back = f.end < int64_t(shape_.n_layer);
+  if (rows_back) {
+    if (!on_link) reply.push_back(bytes_of(f.hidden_out, T * H));
   } else {
     if (f.logits != nullptr) reply.push_back(bytes_of(f.logits, R * size_t(shape_.n_vocab)));
     if (f.greedy != nullptr) reply.push_back(bytes_of(f.greedy, R));
   }
   if (!f.capture_layers.empty()) reply.push_back(bytes_of(f.captured, f.capture_layers.size() * T * H));
   m_.forwards += 1;
-  return call(ShardOp::kForward, 0, 0, 0, payload, reply);
+  if (!on_link) return call(ShardOp::kForward, 0, 0, 0, payload, reply);
+  // The rows after the call (the shard receives them once it has read it)
+  // and back after the reply (it sends them once it has answered).
+  const Clock::time_point deadline = deadline_in(options_.timeout);
+  ShardConnection::LinkSteps steps;
+  if (f.hidden_in != nullptr)
+    steps.after_call = [&] { return options_.link->send(f.hidden_in, T * H, options_.link_peer, deadline); };
+  if (rows_back)
+    steps.after_reply = [&] { return options_.link->receive(f.hidden_out, T * H, options_.link_peer, deadline); };
+  m_.link_forwards += 1;
+  m_.link_bytes += ((f.hidden_in != nullptr ? 1 : 0) + (rows_back ? 1 : 0)) * T * H * sizeof(float);
+  return call(ShardOp::kForward, 0, 0, 0, payload, reply, &steps);
+}
+
+std::string ShardClient::rows_device() const {
+  return options_.link != nullptr ? options_.link->device() : std::string();
 }
 
 Status ShardClient::open_cache(uint64_t cache, int64_t capacity) {
@@ -506,6 +538,8 @@ std::string prometheus_text(std::span<const ShardClient* const> shards) {
          [](const M& x) { return double(x.forwards); });
   series("payload_bytes_total", "counter", "Bytes moved to and from the layer shard.",
          [](const M& x) { return double(x.payload_bytes); });
+  series("link_bytes_total", "counter", "Hidden-row bytes moved GPU to GPU over NCCL (not in the payload).",
+         [](const M& x) { return double(x.link_bytes); });
   series("wait_seconds_total", "counter", "Time spent waiting for the layer shard's answers.",
          [](const M& x) { return double(x.wait_ns) * 1e-9; });
   series("failures_total", "counter", "Times the layer shard was lost (death, timeout, bad answer).",

@@ -26,6 +26,7 @@
 
 #include "backend/remote_layers.h"
 #include "core/status.h"
+#include "ipc/row_link.h"
 #include "ipc/shard_frames.h"
 #include "ipc/socket.h"
 #include "ipc/worker_process.h"
@@ -50,6 +51,10 @@ class ShardStream {
   virtual void close() = 0;
 };
 
+// A stream over a connected socket (a shard reached by its socket; tests
+// hand one end of a socket pair).
+std::unique_ptr<ShardStream> socket_stream(Socket s);
+
 // One connection: the handshake, then calls one at a time.
 class ShardConnection {
  public:
@@ -72,9 +77,15 @@ class ShardConnection {
   // One operation: the call with its payload parts, the reply read into
   // `reply` (its parts' sizes must add up to the reply's). An error answer
   // is that error (the connection goes on).
+  // `link` (optional): what moves over the row link, run after the call
+  // is written and after its answer is read (a failure there breaks the
+  // connection: the two ends no longer agree on what comes next).
+  struct LinkSteps {
+    std::function<Status()> after_call, after_reply;
+  };
   Status call(ShardOp op, uint64_t cache, int64_t a, int64_t b,
               std::span<const std::span<const uint8_t>> payload, std::span<const std::span<uint8_t>> reply,
-              Clock::time_point deadline);
+              Clock::time_point deadline, const LinkSteps* link = nullptr);
   Status ping(Clock::time_point deadline);
 
  private:
@@ -100,6 +111,11 @@ struct ShardClientOptions {
   // job cannot lose a rank and go on: a lost rank calls `fatal`.
   std::function<Result<std::unique_ptr<ShardStream>>()> open_stream;
   std::function<void(const Status&)> fatal;
+  // Or (not null, with open_stream): the hidden rows go GPU to GPU over
+  // this link (not owned) to and from MPI rank link_peer, when a forward
+  // brings them on link->device() (RemoteLayers::rows_device).
+  RowLink* link = nullptr;
+  int link_peer = 0;
   std::string socket_path, exe, model_path;
   std::string device = "cpu";  // the shard's --device
   int threads = 0;
@@ -122,6 +138,7 @@ struct ShardClientOptions {
 
 struct ShardClientMetrics {
   uint64_t calls = 0, forwards = 0, payload_bytes = 0, wait_ns = 0, failures = 0, restarts = 0;
+  uint64_t link_forwards = 0, link_bytes = 0;  // forwards whose rows went over the row link, and those bytes
   bool connected = false;
   int pid = -1;
 };
@@ -141,6 +158,7 @@ class ShardClient final : public backend::RemoteLayers {
 
   std::string name() const override;
   Status forward(const backend::RemoteForward& f) override;
+  std::string rows_device() const override;
   Status open_cache(uint64_t cache, int64_t capacity) override;
   void close_cache(uint64_t cache) override;
   Status truncate(uint64_t cache, int64_t used, int64_t pos) override;
@@ -164,7 +182,8 @@ class ShardClient final : public backend::RemoteLayers {
   Status check_welcome(const ShardWelcome& w) const;
   // One call under the lock; a transport failure loses the shard.
   Status call(ShardOp op, uint64_t cache, int64_t a, int64_t b,
-              std::span<const std::span<const uint8_t>> payload, std::span<const std::span<uint8_t>> reply);
+              std::span<const std::span<const uint8_t>> payload, std::span<const std::span<uint8_t>> reply,
+              const ShardConnection::LinkSteps* link = nullptr);
   // kUnavailable for a lost cache; while the shard restarts, waits for it.
   Status usable(std::unique_lock<std::mutex>& lock, std::span<const uint64_t> caches);
   void lose(const Status& why);

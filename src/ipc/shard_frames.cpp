@@ -169,7 +169,7 @@ void encode_forward(const backend::RemoteForward& f, std::vector<uint8_t>& out) 
   put_u32(out, uint32_t(f.slices.size()));
   put_u32(out, uint32_t(f.logit_rows.size()));
   put_u32(out, (f.logits != nullptr ? 1u : 0u) | (f.greedy != nullptr ? 2u : 0u) |
-                   (f.hidden_in != nullptr ? 4u : 0u));
+                   (f.hidden_in != nullptr ? 4u : 0u) | (f.rows_device.empty() ? 0u : kRowsOnLinkFlag));
   put_u32(out, uint32_t(f.capture_layers.size()));
   put_u32(out, uint32_t(parents));
   put_i64(out, f.decode_rows);
@@ -190,7 +190,7 @@ void encode_forward(const backend::RemoteForward& f, std::vector<uint8_t>& out) 
 }
 
 uint64_t forward_hidden_bytes(const backend::RemoteForward& f, uint32_t n_embd) {
-  return f.hidden_in != nullptr ? uint64_t(f.tokens.size()) * n_embd * 4 : 0;
+  return f.hidden_in != nullptr && f.rows_device.empty() ? uint64_t(f.tokens.size()) * n_embd * 4 : 0;
 }
 
 Result<ForwardRequest> decode_forward(std::span<const uint8_t> payload, const ShardLimits& limits) {
@@ -201,13 +201,14 @@ Result<ForwardRequest> decode_forward(std::span<const uint8_t> payload, const Sh
   q.decode_rows = r.i64();
   if (r.failed()) return bad("a forward shorter than its fixed part");
   if (n_rows == 0 || n_rows > limits.max_rows || n_slices == 0 || n_slices > n_rows || n_logits > n_rows ||
-      n_parents > n_rows || n_capture > limits.end - limits.begin || (flags & ~7u) != 0 ||
+      n_parents > n_rows || n_capture > limits.end - limits.begin || (flags & ~(7u | kRowsOnLinkFlag)) != 0 ||
       q.decode_rows < 0 || q.decode_rows > n_rows) {
     return bad("a forward's counts are out of range");
   }
   // Every count is bounded now: the arrays' sizes are known before reading.
   q.want_logits = (flags & 1u) != 0, q.want_greedy = (flags & 2u) != 0;
   const bool hidden = (flags & 4u) != 0;
+  q.rows_on_link = (flags & kRowsOnLinkFlag) != 0;
   if (hidden != (limits.begin > 0))
     return bad("hidden rows where the range begins at layer 0, or none after it");
   const bool last = limits.end == limits.n_layer;
@@ -254,17 +255,17 @@ Result<ForwardRequest> decode_forward(std::span<const uint8_t> payload, const Sh
     q.capture_layers[k] = l;
   }
   if (r.failed()) return bad("a forward cut short");
-  const uint64_t hidden_bytes = hidden ? uint64_t(n_rows) * limits.n_embd * 4 : 0;
+  const uint64_t hidden_bytes = hidden && !q.rows_on_link ? uint64_t(n_rows) * limits.n_embd * 4 : 0;
   if (r.left() != hidden_bytes) return bad("a forward whose hidden rows are not rows x n_embd floats");
   q.hidden = r.bytes(hidden_bytes);
   return q;
 }
 
 uint64_t forward_reply_bytes(size_t rows, size_t logit_rows, bool logits, bool greedy, size_t captures,
-                             const ShardLimits& limits) {
+                             bool rows_on_link, const ShardLimits& limits) {
   const uint64_t H = limits.n_embd;
   uint64_t bytes = uint64_t(captures) * rows * H * 4;
-  if (limits.end < limits.n_layer) return bytes + uint64_t(rows) * H * 4;
+  if (limits.end < limits.n_layer) return rows_on_link ? bytes : bytes + uint64_t(rows) * H * 4;
   if (logits) bytes += uint64_t(logit_rows) * limits.n_vocab * 4;
   if (greedy) bytes += uint64_t(logit_rows) * 4;
   return bytes;

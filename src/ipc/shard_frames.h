@@ -21,6 +21,8 @@ inline constexpr size_t kShardWelcomeBytes = 56;
 inline constexpr size_t kShardCallFixedBytes = 32;
 inline constexpr size_t kForwardFixedBytes = 32;
 inline constexpr size_t kForwardSliceBytes = 40;
+// A forward's flag: its hidden rows travel over the row link (RemoteForward::rows_device).
+inline constexpr uint32_t kRowsOnLinkFlag = 8;
 
 struct ShardHello {
   uint64_t model_fingerprint = 0;
@@ -80,6 +82,9 @@ struct ForwardRequest {
   std::vector<int64_t> logit_rows;
   std::vector<int32_t> capture_layers;
   bool want_logits = false, want_greedy = false;
+  // The hidden rows (in, and back unless the range is the last) cross over
+  // the row link (row_link.h), not in the frames.
+  bool rows_on_link = false;
   int64_t decode_rows = 0;
   std::span<const uint8_t> hidden;  // [rows][n_embd] f32 when the range begins after layer 0
 };
@@ -96,14 +101,15 @@ void encode_shard_call(uint64_t seq, ShardOp op, uint64_t cache, int64_t a, int6
 Result<ShardCall> decode_shard_call(std::span<const uint8_t> body, const ShardLimits& limits);
 
 // A forward's payload (after the call's fixed part), without the hidden
-// rows, which follow it: n_rows * n_embd floats when hidden_in is set.
+// rows, which follow it: n_rows * n_embd floats when hidden_in is set and
+// the rows are on the host (over the row link when rows_device is set).
 void encode_forward(const backend::RemoteForward& f, std::vector<uint8_t>& out);
 uint64_t forward_hidden_bytes(const backend::RemoteForward& f, uint32_t n_embd);
 Result<ForwardRequest> decode_forward(std::span<const uint8_t> payload, const ShardLimits& limits);
 // The reply's size for a forward: hidden rows (range before the last
 // layer) or logits and greedy ids as asked, then the captured rows.
 uint64_t forward_reply_bytes(size_t rows, size_t logit_rows, bool logits, bool greedy, size_t captures,
-                             const ShardLimits& limits);
+                             bool rows_on_link, const ShardLimits& limits);
 
 void encode_shard_reply_head(uint64_t seq, uint64_t payload_bytes, std::vector<uint8_t>& out);
 

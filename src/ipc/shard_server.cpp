@@ -42,6 +42,8 @@ ShardSessionOptions ShardServer::session_options() const {
   const models::ModelInfo& info = model_->info();
   ShardSessionOptions so;
   so.layers = host_.get();
+  so.link = options_.link;
+  so.link_peer = 0;
   so.model_fingerprint = fingerprint_;
   so.limits = {.begin = uint32_t(host_->first_layer()),
                .end = uint32_t(host_->end_layer()),

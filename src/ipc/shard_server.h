@@ -27,6 +27,8 @@ struct ShardServerOptions {
   std::string socket_path;  // "": no socket (an MPI rank: serve_one over its channel)
   const std::atomic<bool>* stop = nullptr;
   int max_sessions = 0;  // 0: until stopped
+  // An MPI rank's row link to rank 0 (not owned; row_link.h), or null.
+  RowLink* link = nullptr;
 };
 
 class ShardServer {

@@ -11,6 +11,7 @@
 
 #include "backend/remote_layers.h"
 #include "core/status.h"
+#include "ipc/row_link.h"
 #include "ipc/shard_frames.h"
 #include "ipc/worker_session.h"
 
@@ -24,10 +25,15 @@ struct ShardSessionOptions {
   uint32_t pid = 0;
   // Called when the session starts and ends (its caches are the parent's).
   std::function<void()> reset;
+  // Optional (not owned): the row link to the parent (MPI rank 0), for
+  // forwards whose rows come over it; the layers must take rows on its
+  // device (RemoteLayers::rows_device). A link that fails ends the session.
+  RowLink* link = nullptr;
+  int link_peer = 0;
 };
 
 struct ShardSessionStats {
-  uint64_t calls = 0, forwards = 0, errors = 0;
+  uint64_t calls = 0, forwards = 0, errors = 0, link_forwards = 0;
   bool handshake_ok = false;
 };
 

@@ -275,10 +275,15 @@ Status check_layer_range(const ForwardBatch& b, const Placement& p, int64_t n_la
   return Status::ok();
 }
 
-Status run_remote_range(const ForwardBatch& b, const BatchRows& rows, const backend::RemoteRange& r,
-                        int64_t n_layer, int64_t n_embd, std::vector<float>& staging) {
+namespace {
+
+// The remote forward of batch `b` over range `r` without its hidden rows;
+// `slices` holds what its slices point to.
+Status remote_forward(const ForwardBatch& b, const BatchRows& rows, const backend::RemoteRange& r,
+                      int64_t n_layer, int64_t n_embd, std::vector<backend::RemoteSlice>& slices,
+                      backend::RemoteForward& f) {
   const int64_t T = int64_t(b.tokens.size());
-  std::vector<backend::RemoteSlice> slices;
+  slices.clear();
   slices.reserve(rows.slices.size());
   for (const SequenceSlice& q : rows.slices) {
     if (q.kv.remote_id == 0) {
@@ -292,25 +297,64 @@ Status run_remote_range(const ForwardBatch& b, const BatchRows& rows, const back
   // The range's captured layers are consecutive among the ascending ids.
   const auto first = std::lower_bound(b.capture_layers.begin(), b.capture_layers.end(), int32_t(r.begin));
   const auto last = std::lower_bound(first, b.capture_layers.end(), int32_t(r.end));
-  backend::RemoteForward f;
   f.begin = r.begin, f.end = r.end;
   f.tokens = b.tokens;
   f.slices = slices;
   f.decode_rows = b.decode_rows;
+  if (r.end == n_layer) f.logit_rows = b.logit_rows, f.logits = b.logits, f.greedy = b.greedy;
+  f.capture_layers = {first, last};
+  if (first != last) f.captured = b.captured + size_t(first - b.capture_layers.begin()) * size_t(T * n_embd);
+  return Status::ok();
+}
+
+}  // namespace
+
+Status run_remote_range(const ForwardBatch& b, const BatchRows& rows, const backend::RemoteRange& r,
+                        int64_t n_layer, int64_t n_embd, std::vector<float>& staging) {
+  const int64_t T = int64_t(b.tokens.size());
+  std::vector<backend::RemoteSlice> slices;
+  backend::RemoteForward f;
+  MOESERVE_RETURN_IF_ERROR(remote_forward(b, rows, r, n_layer, n_embd, slices, f));
   staging.resize(size_t(T * n_embd));
   std::vector<float> out;
   if (r.begin > 0) f.hidden_in = staging.data();
   if (r.end < n_layer) {
     out.resize(size_t(T * n_embd));
     f.hidden_out = out.data();
-  } else {
-    f.logit_rows = b.logit_rows, f.logits = b.logits, f.greedy = b.greedy;
   }
-  f.capture_layers = {first, last};
-  if (first != last) f.captured = b.captured + size_t(first - b.capture_layers.begin()) * size_t(T * n_embd);
   MOESERVE_RETURN_IF_ERROR(r.layers->forward(f));
   if (r.end < n_layer) staging.swap(out);
   return Status::ok();
+}
+
+Status run_remote_range_on_device(const ForwardBatch& b, const BatchRows& rows, const backend::RemoteRange& r,
+                                  int64_t n_layer, int64_t n_embd, const DeviceRows& on) {
+  std::vector<backend::RemoteSlice> slices;
+  backend::RemoteForward f;
+  MOESERVE_RETURN_IF_ERROR(remote_forward(b, rows, r, n_layer, n_embd, slices, f));
+  f.rows_device = on.device;
+  if (r.begin > 0) f.hidden_in = on.in;
+  if (r.end < n_layer) f.hidden_out = on.out;
+  return r.layers->forward(f);
+}
+
+bool takes_rows_on(const backend::RemoteRange& r, const backend::Device& d) {
+  const std::string device = r.layers->rows_device();
+  return !device.empty() && device == d.name();
+}
+
+Status check_hidden_device(const ForwardBatch& b, const backend::Device& d, int64_t layer) {
+  if (b.hidden_device == d.name()) return Status::ok();
+  return make_error(StatusCode::kInvalidArgument, "forward: the hidden rows are in {}'s memory, layer {} runs on {}",
+                    b.hidden_device, layer, d.name());
+}
+
+Status receive_rows(backend::Ops& ops, const backend::Device& d, float* dst, const float* src, size_t bytes) {
+  const Status direct = ops.receive_from(d, dst, src, bytes);
+  if (direct.code() != StatusCode::kUnsupported) return direct;
+  // (The host's memory: a plain copy.)
+  MOESERVE_RETURN_IF_ERROR(ops.copy(dst, src, bytes));
+  return ops.finish();
 }
 
 }  // namespace moeserve::models

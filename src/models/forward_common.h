@@ -82,6 +82,25 @@ Status check_layer_range(const ForwardBatch& b, const Placement& p, int64_t n_la
 // batch's logits and greedy ids. Its captured layers land in b.captured.
 Status run_remote_range(const ForwardBatch& b, const BatchRows& rows, const backend::RemoteRange& r,
                         int64_t n_layer, int64_t n_embd, std::vector<float>& staging);
+// The same with the hidden rows in `device`'s memory (the range's
+// rows_device): `in` goes there (unless the range begins at layer 0), the
+// rows after it come back into `out` (unless it ends at the last layer).
+// The rows at `in` must be complete (the device's queue finished).
+struct DeviceRows {
+  std::string_view device;
+  const float* in = nullptr;
+  float* out = nullptr;
+};
+Status run_remote_range_on_device(const ForwardBatch& b, const BatchRows& rows, const backend::RemoteRange& r,
+                                  int64_t n_layer, int64_t n_embd, const DeviceRows& on);
+// Range `r` takes and gives its hidden rows in `d`'s memory directly.
+bool takes_rows_on(const backend::RemoteRange& r, const backend::Device& d);
+// kInvalidArgument unless the batch's hidden rows are in `d`'s memory
+// (ForwardBatch::hidden_device), the device of layer `layer`.
+Status check_hidden_device(const ForwardBatch& b, const backend::Device& d, int64_t layer);
+// Rows at `src` in `d`'s own memory into `dst` (there too) as rows that
+// arrived from elsewhere (a GPU's next stretch is a graph of its own).
+Status receive_rows(backend::Ops& ops, const backend::Device& d, float* dst, const float* src, size_t bytes);
 // `mem` holds at least `bytes` (grown on `device`; the ops forget their
 // recorded work when it moves).
 Status ensure_capture_buffer(backend::Device& device, backend::Ops& ops, backend::DeviceMemory& mem,
@@ -118,6 +137,12 @@ class DeviceWorkspace final : public Workspace {
   // Per device (as `devices`): captured hidden rows (ForwardBatch::capture_layers)
   // until the forward's end, [layers][rows][n_embd].
   std::vector<backend::DeviceMemory> captures;
+  // Per device (as `devices`): rows back from a remote range that hands
+  // them to this device's memory directly (RemoteLayers::rows_device).
+  std::vector<backend::DeviceMemory> remote_rows;
+  // A pipelined forward's remote stages' rows on a device, two per stage
+  // (walk_pipelined).
+  std::vector<backend::DeviceMemory> stage_rows;
 
   Buffers* find(const backend::Device* d) {
     for (Buffers& b : devices) {

@@ -8,6 +8,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "backend/backend.h"
@@ -42,6 +43,10 @@ struct ForwardBatch {
   // A shard process that ends before the last layer: the hidden rows after
   // its last layer [T][n_embd] (no output head runs; logit_rows must be empty).
   float* hidden_out = nullptr;
+  // Not empty: hidden_in and hidden_out are in this device's memory
+  // ("cuda:1": an MPI rank's rows that came over NCCL), the device of the
+  // first and last local layer, not the host's.
+  std::string_view hidden_device;
   // Optional, host memory [n_layer * n_expert]: each MoE layer's expert
   // selections in this forward are added (routing statistics; slower on a
   // GPU, which then reads them back layer by layer).

@@ -53,6 +53,25 @@ Status walk_pipelined(const ForwardBatch& b, DeviceWorkspace<Buffers>& ws, const
     max_rows = std::max(max_rows, mb.rows);
   }
   for (Buffers& d : ws.devices) MOESERVE_RETURN_IF_ERROR(ensure(d, max_rows));
+  // A remote stage between two stretches on one device that it takes rows
+  // from directly (RemoteLayers::rows_device) gets them there: in and back
+  // in two buffers of its own on that device (slots 2k, 2k + 1).
+  std::vector<const backend::Device*> rows_on(stages.size(), nullptr);
+  ws.stage_rows.resize(2 * stages.size());
+  for (size_t k = 1; k < stages.size(); ++k) {
+    const PipelineStage &st = stages[k], &before = stages[k - 1];
+    if (st.remote == nullptr || before.device == nullptr || !takes_rows_on(*st.remote, *before.device)) continue;
+    // (Rows back to the same device: two shards "cpu" are two devices of one memory.)
+    if (k + 1 < stages.size() &&
+        (stages[k + 1].device == nullptr || stages[k + 1].device->name() != before.device->name()))
+      continue;
+    Buffers& d = *ws.find(before.device);
+    for (size_t slot : {2 * k, 2 * k + 1})
+      MOESERVE_RETURN_IF_ERROR(ensure_capture_buffer(*d.device, *d.ops, ws.stage_rows[slot],
+                                                     size_t(max_rows * s.n_embd) * sizeof(float)));
+    rows_on[k] = before.device;
+  }
+  auto stage_rows = [&](size_t slot) { return ws.stage_rows[slot].template as<float>(); };
   // A remote stage's rows on the host: what it takes, then what it gave.
   std::vector<std::vector<float>> host(stages.size());
   // A remote stage's call in flight (on a thread of its own: the host's
@@ -67,6 +86,12 @@ Status walk_pipelined(const ForwardBatch& b, DeviceWorkspace<Buffers>& ws, const
     // The rows from k - 1's last call; k's own last call done with its buffer.
     MOESERVE_RETURN_IF_ERROR(call_done(k - 1));
     MOESERVE_RETURN_IF_ERROR(call_done(k));
+    if (rows_on[k] != nullptr) {  // into the remote stage's buffer on the device
+      Buffers& src = buffers(k - 1);
+      MOESERVE_RETURN_IF_ERROR(src.ops->finish());
+      MOESERVE_RETURN_IF_ERROR(src.ops->copy(stage_rows(2 * k), src.x.template as<float>(), bytes));
+      return src.ops->finish();
+    }
     if (to.remote != nullptr) {
       if (from.remote != nullptr) {
         host[k].swap(host[k - 1]);
@@ -78,6 +103,7 @@ Status walk_pipelined(const ForwardBatch& b, DeviceWorkspace<Buffers>& ws, const
     Buffers& dst = buffers(k);
     MOESERVE_RETURN_IF_ERROR(dst.ops->begin_batch(mb.layout));
     float* x = dst.x.template as<float>();
+    if (rows_on[k - 1] != nullptr) return receive_rows(*dst.ops, *dst.device, x, stage_rows(2 * k - 1), bytes);
     if (from.remote != nullptr) return dst.ops->upload(x, host[k - 1].data(), bytes);
     Buffers& src = buffers(k - 1);
     MOESERVE_RETURN_IF_ERROR(src.ops->finish());
@@ -89,7 +115,12 @@ Status walk_pipelined(const ForwardBatch& b, DeviceWorkspace<Buffers>& ws, const
     const PipelineStage& st = stages[k];
     if (st.remote != nullptr) {
       calls[k] = std::async(std::launch::async, [&, k] {
-        return run_remote_range(mb.batch, mb.host_rows, *st.remote, n_layer, s.n_embd, host[k]);
+        if (rows_on[k] == nullptr)
+          return run_remote_range(mb.batch, mb.host_rows, *st.remote, n_layer, s.n_embd, host[k]);
+        const std::string device = rows_on[k]->name();
+        return run_remote_range_on_device(
+            mb.batch, mb.host_rows, *st.remote, n_layer, s.n_embd,
+            {.device = device, .in = stage_rows(2 * k), .out = stage_rows(2 * k + 1)});
       });
       return Status::ok();
     }
@@ -147,14 +178,20 @@ Status walk_layers(const ForwardBatch& b, DeviceWorkspace<Buffers>& ws, const Wa
   backend::BatchLayout layout = batch_layout(b, ws.rows, s.ropes, s.profile != nullptr);
   // Over several devices (or processes), each device's stretch between two
   // crossings is captured apart (BatchLayout::graph_segments).
-  layout.graph_segments = ws.devices.size() > 1 || !p.remote.empty();
+  // A shard process's rows arrive too: its graph begins when they are there.
+  layout.graph_segments = ws.devices.size() > 1 || !p.remote.empty() || b.hidden_in != nullptr;
   ws.captures.resize(ws.devices.size());
   const size_t capture_bytes = b.capture_layers.size() * size_t(T * s.n_embd) * sizeof(float);
+  ws.remote_rows.resize(ws.devices.size());
   for (size_t i = 0; i < ws.devices.size(); ++i) {
     Buffers& d = ws.devices[i];
     MOESERVE_RETURN_IF_ERROR(ensure(d, T));
     // Before begin_batch: a GPU's captured graphs must not see it move.
     MOESERVE_RETURN_IF_ERROR(ensure_capture_buffer(*d.device, *d.ops, ws.captures[i], capture_bytes));
+    if (std::any_of(p.remote.begin(), p.remote.end(),
+                    [&](const backend::RemoteRange& r) { return takes_rows_on(r, *d.device); }))
+      MOESERVE_RETURN_IF_ERROR(ensure_capture_buffer(*d.device, *d.ops, ws.remote_rows[i],
+                                                     size_t(T * s.n_embd) * sizeof(float)));
   }
   // The embedding's device last: its graph begins in begin_batch, and no
   // other device may synchronise while it captures.
@@ -168,6 +205,12 @@ Status walk_layers(const ForwardBatch& b, DeviceWorkspace<Buffers>& ws, const Wa
     current = ws.find(p.io);
     ScopedTimer timer(s.profile, &ForwardProfile::embed, *current->ops);
     MOESERVE_RETURN_IF_ERROR(current->ops->embed(*s.token_embd, current->x.template as<float>()));
+  } else if (b.hidden_in != nullptr && !b.hidden_device.empty()) {
+    // An MPI rank's rows, already in its GPU's memory.
+    current = ws.find(p.layer(p.first_layer));
+    MOESERVE_RETURN_IF_ERROR(check_hidden_device(b, *current->device, p.first_layer));
+    MOESERVE_RETURN_IF_ERROR(receive_rows(*current->ops, *current->device, current->x.template as<float>(),
+                                          b.hidden_in, size_t(T * s.n_embd) * sizeof(float)));
   } else if (b.hidden_in != nullptr) {
     ws.staging.assign(b.hidden_in, b.hidden_in + T * s.n_embd);
   }
@@ -198,8 +241,23 @@ Status walk_layers(const ForwardBatch& b, DeviceWorkspace<Buffers>& ws, const Wa
     return it == b.capture_layers.end() ? -1 : int64_t(it - b.capture_layers.begin());
   };
   const size_t layer_bytes = size_t(T * s.n_embd) * sizeof(float);
+  bool rows_came_back = false;  // a remote range replaced the rows on `current`
   for (int il = int(p.first_layer); il < int(p.local_end(n_layer));) {
     if (const backend::RemoteRange* r = p.remote_from(il)) {
+      if (current != nullptr && takes_rows_on(*r, *current->device)) {
+        // The rows leave from this device's memory and come back to it (NCCL).
+        MOESERVE_RETURN_IF_ERROR(current->ops->finish());
+        float* x = current->x.template as<float>();
+        float* back = ws.remote_rows[size_t(current - ws.devices.data())].template as<float>();
+        const std::string device = current->device->name();
+        MOESERVE_RETURN_IF_ERROR(run_remote_range_on_device(b, ws.rows, *r, n_layer, s.n_embd,
+                                                            {.device = device, .in = x, .out = back}));
+        if (r->end == n_layer) return Status::ok();  // the head ran there
+        MOESERVE_RETURN_IF_ERROR(receive_rows(*current->ops, *current->device, x, back, layer_bytes));
+        rows_came_back = true;
+        il = int(r->end);
+        continue;
+      }
       // The rows leave for another process and come back to the host.
       if (current != nullptr) {
         ws.staging.resize(size_t(T * s.n_embd));
@@ -213,7 +271,8 @@ Status walk_layers(const ForwardBatch& b, DeviceWorkspace<Buffers>& ws, const Wa
       continue;
     }
     Buffers& d = *ws.find(p.layer(il));
-    const bool moved = current != &d;
+    const bool moved = current != &d || rows_came_back;
+    rows_came_back = false;
     MOESERVE_RETURN_IF_ERROR(move_to(d));
     MOESERVE_RETURN_IF_ERROR(layer(d, il, T, moved));
     if (const int64_t k = capture_index(il); k >= 0) {
@@ -227,6 +286,11 @@ Status walk_layers(const ForwardBatch& b, DeviceWorkspace<Buffers>& ws, const Wa
     Buffers& head = *ws.find(p.output());
     MOESERVE_RETURN_IF_ERROR(move_to(head));
     MOESERVE_RETURN_IF_ERROR(run_output_head(head, s, b));
+  } else if (!b.hidden_device.empty()) {  // an MPI rank's rows stay on its GPU
+    if (current == nullptr) return make_error(StatusCode::kInvalidArgument, "forward: no rows on a device");
+    MOESERVE_RETURN_IF_ERROR(check_hidden_device(b, *current->device, p.local_end(n_layer) - 1));
+    MOESERVE_RETURN_IF_ERROR(current->ops->copy(b.hidden_out, current->x.template as<float>(), layer_bytes));
+    MOESERVE_RETURN_IF_ERROR(current->ops->finish());
   } else if (current != nullptr) {  // a shard process before the last layer
     MOESERVE_RETURN_IF_ERROR(
         current->ops->download(b.hidden_out, current->x.template as<float>(), layer_bytes));

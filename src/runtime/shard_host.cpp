@@ -75,6 +75,7 @@ Status ShardHost::forward(const backend::RemoteForward& f) {
   b.capture_layers = f.capture_layers;
   b.captured = f.captured;
   b.decode_rows = f.decode_rows;
+  b.hidden_device = f.rows_device;
   ++forwards_;
   return model_.net().forward(b, *ws_);
 }

@@ -3,10 +3,12 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <charconv>
 #include <cstdlib>
 
 #include "core/log.h"
 #include "ipc/mpi_world.h"
+#include "ipc/row_link.h"
 #include "ipc/shard_server.h"
 #include "moe/moe_shape.h"
 #include "split/layer_split.h"
@@ -52,12 +54,58 @@ ipc::ShardClientOptions client_options(const std::string& model_path, const Gguf
   return co;
 }
 
+// The CUDA ordinal of `device` ("cuda:1"), or -1.
+int cuda_ordinal(std::string_view device) {
+  if (!device.starts_with("cuda:")) return -1;
+  int n = -1;
+  const auto [end, ec] = std::from_chars(device.data() + 5, device.data() + device.size(), n);
+  return ec == std::errc() && end == device.data() + device.size() ? n : -1;
+}
+
+// Each rank's GPU for an MPI job whose boundary rows go GPU to GPU over
+// NCCL, or empty when they go through the host: NCCL built and not turned
+// off (MOESERVE_NCCL=0), every other rank's shard on a GPU, and rank 0's
+// own shards all on one GPU. Every rank decides alike (the same command
+// line, the same binary).
+std::vector<int> nccl_devices(std::span<const split::ShardSpec> specs, int world_size) {
+  if (!ipc::nccl::built()) return {};
+  if (const char* v = std::getenv("MOESERVE_NCCL"); v != nullptr && std::string_view(v) == "0") return {};
+  std::vector<int> device(size_t(world_size), -1);
+  for (const split::ShardSpec& s : specs) {
+    const bool remote = s.kind == split::ShardKind::kMpi && s.mpi_rank > 0;
+    const int rank = remote ? s.mpi_rank : 0;
+    if (s.kind == split::ShardKind::kProcess) return {};
+    const int ordinal = cuda_ordinal(s.kind == split::ShardKind::kMpi ? s.process_device : s.device);
+    if (ordinal < 0 || (device[size_t(rank)] >= 0 && device[size_t(rank)] != ordinal)) return {};
+    device[size_t(rank)] = ordinal;
+  }
+  if (std::find(device.begin(), device.end(), -1) != device.end()) return {};
+  return device;
+}
+
+// The job's row link on every rank (a collective), or null without one.
+Result<std::unique_ptr<ipc::RowLink>> open_row_link(std::span<const split::ShardSpec> specs,
+                                                    const ipc::mpi::World& world) {
+  const std::vector<int> devices = nccl_devices(specs, world.size);
+  if (devices.empty()) {
+    if (world.rank == 0)
+      MOESERVE_LOG_INFO("MPI ranks hand their rows over through the host{}",
+                        ipc::nccl::built() ? "" : " (this build has no NCCL)");
+    return std::unique_ptr<ipc::RowLink>();
+  }
+  return ipc::nccl::open({.rank = world.rank,
+                          .size = world.size,
+                          .cuda_device = devices[size_t(world.rank)],
+                          .broadcast = [](std::span<uint8_t> b) { return ipc::mpi::broadcast(b); }});
+}
+
 // An MPI job: every rank runs this command. Rank 0 goes on (it serves);
 // each other rank runs its layers for rank 0 here and exits when rank 0
 // does. Every rank of the job must have a shard, and no shard a rank
 // past the job's.
 Status start_mpi_ranks(const std::string& model_path, std::span<const split::ShardSpec> specs,
-                       std::span<const split::ShardPlan> plan, const runtime::ModelLoadOptions* load) {
+                       std::span<const split::ShardPlan> plan, const runtime::ModelLoadOptions* load,
+                       std::unique_ptr<ipc::RowLink>* link) {
   if (std::none_of(specs.begin(), specs.end(),
                    [](const auto& s) { return s.kind == split::ShardKind::kMpi; }))
     return Status::ok();
@@ -79,6 +127,10 @@ Status start_mpi_ranks(const std::string& model_path, std::span<const split::Sha
                         world.size, r);
     }
   }
+  Result<std::unique_ptr<ipc::RowLink>> opened = open_row_link(specs, world);
+  if (!opened.is_ok())
+    ipc::mpi::abort(make_error(opened.status().code(), "MPI rank {}: {}", world.rank, opened.status().message()));
+  *link = std::move(opened.value());
   if (world.rank == 0) return Status::ok();
   for (size_t i = 0; i < specs.size(); ++i) {
     if (specs[i].kind != split::ShardKind::kMpi || specs[i].mpi_rank != world.rank) continue;
@@ -89,6 +141,7 @@ Status start_mpi_ranks(const std::string& model_path, std::span<const split::Sha
     so.device = specs[i].process_device;
     so.n_threads = load->n_threads;
     so.pack_weights = load->pack_weights;
+    so.link = link->get();
     Result<std::unique_ptr<ipc::ShardServer>> server = ipc::ShardServer::open(so);
     if (!server.is_ok())
       ipc::mpi::abort(
@@ -119,7 +172,12 @@ Status apply_layer_split(const std::string& model_path, const LayerSplitFlags& f
   MOESERVE_ASSIGN_OR_RETURN(std::vector<split::ShardPlan> plan, split::plan_layer_split(file, shards));
   MOESERVE_LOG_INFO("layer split of {}:\n{}", model_path, split::describe_layer_split(plan));
   load->layer_shards = split::layer_shards(plan);
-  MOESERVE_RETURN_IF_ERROR(start_mpi_ranks(model_path, shards, plan, load));
+  std::unique_ptr<ipc::RowLink> link;
+  MOESERVE_RETURN_IF_ERROR(start_mpi_ranks(model_path, shards, plan, load, &link));
+  if (link != nullptr) {
+    if (processes == nullptr) return make_error(StatusCode::kUnsupported, "--layer-split: no MPI ranks here");
+    processes->link = std::move(link);
+  }
   for (size_t i = 0; i < shards.size(); ++i) {
     const split::ShardSpec& sp = shards[i];
     if (sp.kind == split::ShardKind::kMpi) {
@@ -136,6 +194,8 @@ Status apply_layer_split(const std::string& model_path, const LayerSplitFlags& f
         return ipc::mpi::stream_to(rank);
       };
       co.fatal = [](const Status& why) { ipc::mpi::abort(why); };
+      co.link = processes->link.get();
+      co.link_peer = sp.mpi_rank;
       MOESERVE_LOG_INFO("waiting for MPI rank {} (layers {}:{})...", sp.mpi_rank, shard.begin, shard.end);
       MOESERVE_ASSIGN_OR_RETURN(std::unique_ptr<ipc::ShardClient> client, ipc::ShardClient::create(co));
       shard.remote = client.get();

@@ -16,6 +16,8 @@ namespace moeserve::tools {
 // The shard processes of a split (proc:): started, connected and
 // supervised here; they must outlive the model.
 struct LayerSplitProcesses {
+  // An MPI job's rows GPU to GPU (declared first: it outlives the shards that use it).
+  std::unique_ptr<ipc::RowLink> link;
   std::vector<std::unique_ptr<ipc::ShardClient>> shards;
 };
 

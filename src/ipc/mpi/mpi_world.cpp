@@ -194,6 +194,13 @@ std::unique_ptr<ShardStream> stream_to(int rank) { return std::make_unique<RankS
 
 std::unique_ptr<Channel> channel_from_root() { return std::make_unique<RootChannel>(); }
 
+Status broadcast(std::span<uint8_t> bytes) {
+  std::lock_guard lock(mpi_mutex());
+  if (MPI_Bcast(bytes.data(), int(bytes.size()), MPI_BYTE, 0, MPI_COMM_WORLD) != MPI_SUCCESS)
+    return make_error(StatusCode::kIoError, "MPI_Bcast of {} bytes failed", bytes.size());
+  return Status::ok();
+}
+
 void abort(const Status& why) {
   std::fprintf(stderr, "error: %s; ending the MPI job (a job cannot go on without one of its ranks)\n",
                why.message().c_str());

@@ -22,6 +22,10 @@ std::unique_ptr<ShardStream> stream_to(int) { return nullptr; }
 
 std::unique_ptr<Channel> channel_from_root() { return nullptr; }
 
+Status broadcast(std::span<uint8_t>) {
+  return make_error(StatusCode::kUnsupported, "this moeserve was built without MPI");
+}
+
 void abort(const Status& why) {
   std::fprintf(stderr, "error: %s\n", why.message().c_str());
   std::_Exit(1);
