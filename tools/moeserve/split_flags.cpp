@@ -150,6 +150,8 @@ Status start_mpi_ranks(const std::string& model_path, std::span<const split::Sha
     std::unique_ptr<ipc::Channel> channel = ipc::mpi::channel_from_root();
     (void)(*server)->serve_one(*channel);
     server->reset();
+    // (NCCL's communicator is torn down on every rank together: rank 0's waits for this one's.)
+    link->reset();
     std::exit(0);  // (MPI is finalised at exit)
   }
   return Status::ok();
