@@ -203,7 +203,7 @@ case "${1:-start}" in
     export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
     export PMIX_MCA_mca_base_component_path=$root/usr/lib/x86_64-linux-gnu/pmix2/lib/pmix
     nccl_root=$(python3 -c "import nvidia.nccl as n; print(list(n.__path__)[0])")
-    export LD_LIBRARY_PATH=$nccl_root/lib:$LD_LIBRARY_PATH NCCL_DEBUG=WARN
+    export LD_LIBRARY_PATH=$nccl_root/lib:$LD_LIBRARY_PATH NCCL_DEBUG=${NCCL_DEBUG:-WARN}
     mpirun_=(timeout 240 mpirun.openmpi -np 2 --bind-to none --mca btl self,vader,tcp --mca pml ob1
              -x LD_LIBRARY_PATH -x MOESERVE_NCCL -x NCCL_DEBUG -x NCCL_NVLS_ENABLE)
     ranks="--layer-split mpi:0:cuda:0,mpi:1:cuda:1"
@@ -225,12 +225,12 @@ case "${1:-start}" in
       echo "== tiny models: greedy text over two MPI ranks (rows over NCCL, then through the host) against one GPU"
       for arch in qwen3 qwen3moe qwen35moe laguna; do
         m=tests/data/models/$arch-tiny.bf16.gguf
-        want=$($bin generate -m $m -p 'def add(a, b):' -n 32 --temp 0 --device cuda 2>/dev/null | md5sum)
+        $bin generate -m $m -p 'def add(a, b):' -n 32 --temp 0 --device cuda 2>/dev/null > "$out/text_$arch.txt"
         for nccl in 1 0; do
-          got=$(MOESERVE_NCCL=$nccl "${mpirun_[@]}" $bin generate -m $m -p 'def add(a, b):' -n 32 --temp 0 $ranks \
-            2>"$out/mpi_err_${arch}_$nccl.txt" | md5sum)
-          [ "$got" = "$want" ] && echo "$arch MOESERVE_NCCL=$nccl: same text" \
-            || { echo "$arch MOESERVE_NCCL=$nccl: DIFFERENT"; tail -5 "$out/mpi_err_${arch}_$nccl.txt"; }
+          MOESERVE_NCCL=$nccl "${mpirun_[@]}" $bin generate -m $m -p 'def add(a, b):' -n 32 --temp 0 $ranks \
+            2>"$out/mpi_err_${arch}_$nccl.txt" > "$out/text_${arch}_$nccl.txt"
+          cmp -s "$out/text_$arch.txt" "$out/text_${arch}_$nccl.txt" && echo "$arch MOESERVE_NCCL=$nccl: same text" \
+            || { echo "$arch MOESERVE_NCCL=$nccl: DIFFERENT"; diff "$out/text_$arch.txt" "$out/text_${arch}_$nccl.txt" | head -6; }
         done
       done
       grep -h "NCCL\|through the host" "$out"/mpi_err_qwen3moe_*.txt | sort -u | head -4
