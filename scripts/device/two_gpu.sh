@@ -203,9 +203,9 @@ case "${1:-start}" in
     export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
     export PMIX_MCA_mca_base_component_path=$root/usr/lib/x86_64-linux-gnu/pmix2/lib/pmix
     nccl_root=$(python3 -c "import nvidia.nccl as n; print(list(n.__path__)[0])")
-    export LD_LIBRARY_PATH=$nccl_root/lib:$LD_LIBRARY_PATH NCCL_DEBUG=${NCCL_DEBUG:-WARN}
+    export LD_LIBRARY_PATH=$nccl_root/lib:$LD_LIBRARY_PATH
     mpirun_=(timeout 240 mpirun.openmpi -np 2 --bind-to none --mca btl self,vader,tcp --mca pml ob1
-             -x LD_LIBRARY_PATH -x MOESERVE_NCCL -x NCCL_DEBUG -x NCCL_NVLS_ENABLE)
+             -x LD_LIBRARY_PATH -x MOESERVE_NCCL -x NCCL_NVLS_ENABLE)
     ranks="--layer-split mpi:0:cuda:0,mpi:1:cuda:1"
     if [ "$1" = nccl ]; then
       ls $nccl_root/include/nccl.h $nccl_root/lib
