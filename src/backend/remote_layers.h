@@ -62,6 +62,9 @@ class RemoteLayers {
   // from and gives them back to directly (NCCL between MPI ranks' GPUs);
   // empty: host rows only. A forward may still bring host rows.
   virtual std::string rows_device() const { return {}; }
+  // Fewer bytes of rows than this go through the host even so (a decode
+  // step's few KB: there the direct path's own launches cost more).
+  virtual size_t rows_device_min_bytes() const { return 0; }
 
   virtual Status open_cache(uint64_t cache, int64_t capacity) = 0;
   virtual void close_cache(uint64_t cache) = 0;

@@ -116,6 +116,7 @@ struct ShardClientOptions {
   // brings them on link->device() (RemoteLayers::rows_device).
   RowLink* link = nullptr;
   int link_peer = 0;
+  size_t link_min_bytes = 0;  // fewer bytes of rows go in the frames (rows_device_min_bytes)
   std::string socket_path, exe, model_path;
   std::string device = "cpu";  // the shard's --device
   int threads = 0;
@@ -159,6 +160,7 @@ class ShardClient final : public backend::RemoteLayers {
   std::string name() const override;
   Status forward(const backend::RemoteForward& f) override;
   std::string rows_device() const override;
+  size_t rows_device_min_bytes() const override { return options_.link_min_bytes; }
   Status open_cache(uint64_t cache, int64_t capacity) override;
   void close_cache(uint64_t cache) override;
   Status truncate(uint64_t cache, int64_t used, int64_t pos) override;

@@ -338,9 +338,9 @@ Status run_remote_range_on_device(const ForwardBatch& b, const BatchRows& rows, 
   return r.layers->forward(f);
 }
 
-bool takes_rows_on(const backend::RemoteRange& r, const backend::Device& d) {
+bool takes_rows_on(const backend::RemoteRange& r, const backend::Device& d, size_t bytes) {
   const std::string device = r.layers->rows_device();
-  return !device.empty() && device == d.name();
+  return !device.empty() && device == d.name() && bytes >= r.layers->rows_device_min_bytes();
 }
 
 Status check_hidden_device(const ForwardBatch& b, const backend::Device& d, int64_t layer) {

@@ -93,8 +93,8 @@ struct DeviceRows {
 };
 Status run_remote_range_on_device(const ForwardBatch& b, const BatchRows& rows, const backend::RemoteRange& r,
                                   int64_t n_layer, int64_t n_embd, const DeviceRows& on);
-// Range `r` takes and gives its hidden rows in `d`'s memory directly.
-bool takes_rows_on(const backend::RemoteRange& r, const backend::Device& d);
+// Range `r` takes and gives `bytes` of hidden rows in `d`'s memory directly.
+bool takes_rows_on(const backend::RemoteRange& r, const backend::Device& d, size_t bytes);
 // kInvalidArgument unless the batch's hidden rows are in `d`'s memory
 // (ForwardBatch::hidden_device), the device of layer `layer`.
 Status check_hidden_device(const ForwardBatch& b, const backend::Device& d, int64_t layer);

@@ -60,7 +60,9 @@ Status walk_pipelined(const ForwardBatch& b, DeviceWorkspace<Buffers>& ws, const
   ws.stage_rows.resize(2 * stages.size());
   for (size_t k = 1; k < stages.size(); ++k) {
     const PipelineStage &st = stages[k], &before = stages[k - 1];
-    if (st.remote == nullptr || before.device == nullptr || !takes_rows_on(*st.remote, *before.device)) continue;
+    if (st.remote == nullptr || before.device == nullptr ||
+        !takes_rows_on(*st.remote, *before.device, size_t(max_rows * s.n_embd) * sizeof(float)))
+      continue;
     // (Rows back to the same device: two shards "cpu" are two devices of one memory.)
     if (k + 1 < stages.size() &&
         (stages[k + 1].device == nullptr || stages[k + 1].device->name() != before.device->name()))
@@ -189,7 +191,9 @@ Status walk_layers(const ForwardBatch& b, DeviceWorkspace<Buffers>& ws, const Wa
     // Before begin_batch: a GPU's captured graphs must not see it move.
     MOESERVE_RETURN_IF_ERROR(ensure_capture_buffer(*d.device, *d.ops, ws.captures[i], capture_bytes));
     if (std::any_of(p.remote.begin(), p.remote.end(),
-                    [&](const backend::RemoteRange& r) { return takes_rows_on(r, *d.device); }))
+                    [&](const backend::RemoteRange& r) {
+                      return takes_rows_on(r, *d.device, size_t(T * s.n_embd) * sizeof(float));
+                    }))
       MOESERVE_RETURN_IF_ERROR(ensure_capture_buffer(*d.device, *d.ops, ws.remote_rows[i],
                                                      size_t(T * s.n_embd) * sizeof(float)));
   }
@@ -244,7 +248,7 @@ Status walk_layers(const ForwardBatch& b, DeviceWorkspace<Buffers>& ws, const Wa
   bool rows_came_back = false;  // a remote range replaced the rows on `current`
   for (int il = int(p.first_layer); il < int(p.local_end(n_layer));) {
     if (const backend::RemoteRange* r = p.remote_from(il)) {
-      if (current != nullptr && takes_rows_on(*r, *current->device)) {
+      if (current != nullptr && takes_rows_on(*r, *current->device, layer_bytes)) {
         // The rows leave from this device's memory and come back to it (NCCL).
         MOESERVE_RETURN_IF_ERROR(current->ops->finish());
         float* x = current->x.template as<float>();

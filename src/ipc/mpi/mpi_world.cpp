@@ -97,8 +97,9 @@ class Peer {
       const auto now = Clock::now();
       if (now >= deadline)
         return make_error(StatusCode::kUnavailable, "rank {} did not answer in time", rank_);
-      // Spin for the first millisecond (a decode step's answer), then nap.
-      if (now - start < std::chrono::milliseconds(1)) {
+      // Spin for the first 10 ms (a decode step's answer, the next step's
+      // call: a nap's wake-up would add its latency to every token), then nap.
+      if (now - start < std::chrono::milliseconds(10)) {
         std::this_thread::yield();
       } else {
         std::this_thread::sleep_for(std::chrono::microseconds(50));
