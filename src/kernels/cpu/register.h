@@ -7,15 +7,16 @@
 
 namespace moeserve::cpu::detail {
 
-void register_quant_reference(CpuKernels& k);  // vec_dot, quantize_row, dequantize_row
-void register_quant_reference_lowbit(CpuKernels& k);  // issue 43's types (quant_ref_lowbit.cpp)
+void register_quant_reference(CpuKernels& k);          // vec_dot, quantize_row, dequantize_row
+void register_quant_reference_lowbit(CpuKernels& k);   // issue 43's types (quant_ref_lowbit.cpp)
 void register_quant_reference_iquants(CpuKernels& k);  // the codebook i-quants (quant_ref_iquants.cpp)
-void register_ops_reference(CpuKernels& k);    // everything else
+void register_ops_reference(CpuKernels& k);            // everything else
 void register_quant_avx2(CpuKernels& k);
 void register_ops_avx2(CpuKernels& k);
 void register_quant_avx512(CpuKernels& k);
 void register_ops_avx512(CpuKernels& k);
 void register_quant_kquants_cols_avx512(CpuKernels& k);  // after register_quant_avx512
+void register_quant_lowbit_avx512(CpuKernels& k);        // issue 43's types (quant_lowbit_avx512.cpp)
 void register_packed_kquants_avx512(CpuKernels& k);
 
 // After a level's registration (`before`: the table it started from): a
