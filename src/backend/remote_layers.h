@@ -82,6 +82,22 @@ class RemoteLayers {
   virtual Status reserve_tree_nodes(uint64_t cache, int64_t n) = 0;
   // KvCache::accept_tree at position `used`.
   virtual Status accept_tree(uint64_t cache, int64_t used, std::span<const int32_t> path) = 0;
+
+  // Prefix-cache entries kept where the rows are (the prefix cache's
+  // entry numbers): save_entry copies rows [0, n) of the cache's layers
+  // (and, for recurrent layers, their states, which must be at n) into
+  // entry `entry`, replacing one of that number; restore_entry copies rows
+  // [0, n) of it back into a cache (the states too: n is then the entry's
+  // whole length), drop_entry forgets it. Without them (keeps_entries()
+  // false) the prefix cache reads the rows back instead.
+  virtual bool keeps_entries() const { return false; }
+  virtual Status save_entry(uint64_t cache, uint64_t entry, int64_t n) {
+    return make_error(StatusCode::kUnsupported, "{} keeps no prefix-cache entries", name());
+  }
+  virtual Status restore_entry(uint64_t cache, uint64_t entry, int64_t n) {
+    return make_error(StatusCode::kUnsupported, "{} keeps no prefix-cache entries", name());
+  }
+  virtual void drop_entry(uint64_t entry) {}
 };
 
 // Layers [begin, end) on `layers` (not owned; outlives the model).

@@ -315,8 +315,7 @@ void ShardClient::lose(const Status& why) {
 
 Status ShardClient::call(ShardOp op, uint64_t cache, int64_t a, int64_t b,
                          std::span<const std::span<const uint8_t>> payload,
-                         std::span<const std::span<uint8_t>> reply,
-                         const ShardConnection::LinkSteps* link) {
+                         std::span<const std::span<uint8_t>> reply, const ShardConnection::LinkSteps* link) {
   const Clock::time_point t0 = Clock::now();
   Status st = conn_->call(op, cache, a, b, payload, reply, deadline_in(options_.timeout), link);
   m_.calls += 1;
@@ -372,7 +371,9 @@ Status ShardClient::forward(const backend::RemoteForward& f) {
   if (f.hidden_in != nullptr)
     steps.after_call = [&] { return options_.link->send(f.hidden_in, T * H, options_.link_peer, deadline); };
   if (rows_back)
-    steps.after_reply = [&] { return options_.link->receive(f.hidden_out, T * H, options_.link_peer, deadline); };
+    steps.after_reply = [&] {
+      return options_.link->receive(f.hidden_out, T * H, options_.link_peer, deadline);
+    };
   m_.link_forwards += 1;
   m_.link_bytes += ((f.hidden_in != nullptr ? 1 : 0) + (rows_back ? 1 : 0)) * T * H * sizeof(float);
   return call(ShardOp::kForward, 0, 0, 0, payload, reply, &steps);
@@ -460,6 +461,24 @@ Status ShardClient::accept_tree(uint64_t cache, int64_t used, std::span<const in
   MOESERVE_RETURN_IF_ERROR(usable(lock, {&cache, 1}));
   const std::span<const uint8_t> payload[] = {bytes_of(path.data(), path.size())};
   return call(ShardOp::kAcceptTree, cache, used, int64_t(path.size()), payload, {});
+}
+
+Status ShardClient::save_entry(uint64_t cache, uint64_t entry, int64_t n) {
+  std::unique_lock lock(mu_);
+  MOESERVE_RETURN_IF_ERROR(usable(lock, {&cache, 1}));
+  return call(ShardOp::kSaveEntry, cache, int64_t(entry), n, {}, {});
+}
+
+Status ShardClient::restore_entry(uint64_t cache, uint64_t entry, int64_t n) {
+  std::unique_lock lock(mu_);
+  MOESERVE_RETURN_IF_ERROR(usable(lock, {&cache, 1}));
+  return call(ShardOp::kRestoreEntry, cache, int64_t(entry), n, {}, {});
+}
+
+void ShardClient::drop_entry(uint64_t entry) {
+  std::lock_guard lock(mu_);
+  if (conn_ == nullptr) return;  // (a restarted shard starts with none)
+  (void)call(ShardOp::kDropEntry, 0, int64_t(entry), 0, {}, {});
 }
 
 ShardClientMetrics ShardClient::metrics() const {

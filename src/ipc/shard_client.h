@@ -171,6 +171,10 @@ class ShardClient final : public backend::RemoteLayers {
   int64_t state_floats() const override { return int64_t(shape_.state_floats); }
   Status reserve_tree_nodes(uint64_t cache, int64_t n) override;
   Status accept_tree(uint64_t cache, int64_t used, std::span<const int32_t> path) override;
+  bool keeps_entries() const override { return true; }
+  Status save_entry(uint64_t cache, uint64_t entry, int64_t n) override;
+  Status restore_entry(uint64_t cache, uint64_t entry, int64_t n) override;
+  void drop_entry(uint64_t entry) override;
 
   ShardClientMetrics metrics() const;
   const ShardClientOptions& options() const { return options_; }

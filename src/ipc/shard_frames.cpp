@@ -46,6 +46,12 @@ const char* shard_op_name(ShardOp op) {
       return "accept tree";
     case ShardOp::kReset:
       return "reset";
+    case ShardOp::kSaveEntry:
+      return "save entry";
+    case ShardOp::kRestoreEntry:
+      return "restore entry";
+    case ShardOp::kDropEntry:
+      return "drop entry";
   }
   return "unknown";
 }
@@ -132,7 +138,7 @@ Result<ShardCall> decode_shard_call(std::span<const uint8_t> body, const ShardLi
   const uint32_t op = r.u32(), reserved = r.u32();
   c.cache = r.u64(), c.a = r.i64(), c.b = r.i64();
   if (r.failed()) return bad("shorter than its fixed part");
-  if (op < uint32_t(ShardOp::kForward) || op > uint32_t(ShardOp::kReset) || reserved != 0)
+  if (op < uint32_t(ShardOp::kForward) || op > uint32_t(ShardOp::kDropEntry) || reserved != 0)
     return bad("an unknown operation");
   c.op = ShardOp(op);
   c.payload = r.bytes(r.left());
@@ -141,6 +147,10 @@ Result<ShardCall> decode_shard_call(std::span<const uint8_t> body, const ShardLi
   const bool rows_op = c.op == ShardOp::kReadRows || c.op == ShardOp::kWriteRows;
   if (rows_op && (c.a < limits.begin || c.a >= limits.end || c.b < 0 || c.b > limits.max_capacity))
     return bad("rows of a layer outside the range, or more than a cache holds");
+  const bool entry_rows = c.op == ShardOp::kSaveEntry || c.op == ShardOp::kRestoreEntry;
+  if (entry_rows && (c.a <= 0 || c.b < 1 || c.b > limits.max_capacity))
+    return bad("an entry of no number, or of no rows or more than a cache holds");
+  if (c.op == ShardOp::kDropEntry && c.a <= 0) return bad("an entry of no number");
   uint64_t want = 0;
   switch (c.op) {
     case ShardOp::kForward:

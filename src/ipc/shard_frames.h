@@ -55,14 +55,17 @@ enum class ShardOp : uint32_t {
   kForward = 1,
   kOpen = 2,  // a: capacity
   kClose = 3,
-  kTruncate = 4,     // a: used, b: pos
-  kReadRows = 5,     // a: layer, b: n -> K then V rows
-  kWriteRows = 6,    // a: layer, b: n; K then V rows follow
-  kReadStates = 7,   // -> state_floats floats
-  kWriteStates = 8,  // state_floats floats follow
-  kReserveTree = 9,  // a: nodes
-  kAcceptTree = 10,  // a: used, b: path length; the path (i32) follows
-  kReset = 11,       // every cache closed
+  kTruncate = 4,       // a: used, b: pos
+  kReadRows = 5,       // a: layer, b: n -> K then V rows
+  kWriteRows = 6,      // a: layer, b: n; K then V rows follow
+  kReadStates = 7,     // -> state_floats floats
+  kWriteStates = 8,    // state_floats floats follow
+  kReserveTree = 9,    // a: nodes
+  kAcceptTree = 10,    // a: used, b: path length; the path (i32) follows
+  kReset = 11,         // every cache closed
+  kSaveEntry = 12,     // a: entry, b: n (prefix-cache entries kept in the shard)
+  kRestoreEntry = 13,  // a: entry, b: n
+  kDropEntry = 14,     // a: entry
 };
 const char* shard_op_name(ShardOp op);
 

@@ -257,6 +257,15 @@ Status ShardSession::serve_call(uint64_t seq, const ShardCall& c) {
     case ShardOp::kReset:
       if (o_.reset) o_.reset();
       break;
+    case ShardOp::kSaveEntry:
+      st = L.save_entry(c.cache, uint64_t(c.a), c.b);
+      break;
+    case ShardOp::kRestoreEntry:
+      st = L.restore_entry(c.cache, uint64_t(c.a), c.b);
+      break;
+    case ShardOp::kDropEntry:
+      L.drop_entry(uint64_t(c.a));
+      break;
   }
   if (!st.is_ok()) return reply_error(seq, ErrorCode::kComputeFailed, st.message());
   return reply(seq);

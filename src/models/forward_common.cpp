@@ -345,8 +345,9 @@ bool takes_rows_on(const backend::RemoteRange& r, const backend::Device& d, size
 
 Status check_hidden_device(const ForwardBatch& b, const backend::Device& d, int64_t layer) {
   if (b.hidden_device == d.name()) return Status::ok();
-  return make_error(StatusCode::kInvalidArgument, "forward: the hidden rows are in {}'s memory, layer {} runs on {}",
-                    b.hidden_device, layer, d.name());
+  return make_error(StatusCode::kInvalidArgument,
+                    "forward: the hidden rows are in {}'s memory, layer {} runs on {}", b.hidden_device,
+                    layer, d.name());
 }
 
 Status receive_rows(backend::Ops& ops, const backend::Device& d, float* dst, const float* src, size_t bytes) {

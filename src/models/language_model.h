@@ -26,12 +26,12 @@ using backend::SequenceSlice;
 // must cover the rows in order without gaps. Every matrix product runs over
 // all rows at once; attention stays within each sequence.
 struct ForwardBatch {
-  std::span<const int32_t> tokens;      // this chunk (host memory)
-  int64_t pos0 = 0;                     // single sequence: position of tokens[0]; cache rows 0..pos0-1 are valid
-  KvView kv;                            // single sequence: its cache
+  std::span<const int32_t> tokens;  // this chunk (host memory)
+  int64_t pos0 = 0;                 // single sequence: position of tokens[0]; cache rows 0..pos0-1 are valid
+  KvView kv;                        // single sequence: its cache
   std::span<const SequenceSlice> sequences;  // non-empty: several sequences (pos0/kv above unused)
-  std::span<const int64_t> logit_rows;  // chunk indices whose logits are wanted (ascending or not)
-  float* logits = nullptr;              // host memory: [logit_rows.size()][n_vocab]
+  std::span<const int64_t> logit_rows;       // chunk indices whose logits are wanted (ascending or not)
+  float* logits = nullptr;                   // host memory: [logit_rows.size()][n_vocab]
   // Optional, host memory: [logit_rows.size()]: each logit row's greedy
   // choice (Ops::argmax_rows), computed where the logits are; `logits` may
   // then be null (they stay on the device).
@@ -66,7 +66,8 @@ struct ForwardBatch {
 // an asynchronous device each part waits for its work, which slows the
 // forward down a little.
 struct ForwardProfile {
-  int64_t embed = 0, attn_proj = 0, attention = 0, router = 0, experts = 0, dense_ffn = 0, lm_head = 0, other = 0;
+  int64_t embed = 0, attn_proj = 0, attention = 0, router = 0, experts = 0, dense_ffn = 0, lm_head = 0,
+          other = 0;
   int64_t boundary = 0;  // hidden rows handed from one device of a layer split to the next
   int64_t total() const {
     return embed + attn_proj + attention + router + experts + dense_ffn + lm_head + other + boundary;
@@ -83,13 +84,13 @@ struct LayerCache {
 
 // Sizes the runtime needs; an architecture fills what applies to it.
 struct ModelInfo {
-  std::string arch;          // "qwen3moe"
+  std::string arch;  // "qwen3moe"
   int64_t n_layer = 0;
   int64_t n_vocab = 0;
   int64_t n_embd = 0;
   int64_t n_ctx_train = 0;
-  int64_t kv_dim = 0;        // f16 K (and V) values per position and layer
-  int64_t n_expert = 0;      // 0: dense
+  int64_t kv_dim = 0;    // f16 K (and V) values per position and layer
+  int64_t n_expert = 0;  // 0: dense
   int64_t n_expert_used = 0;
   uint64_t n_params = 0;
   uint64_t n_bytes = 0;
@@ -100,7 +101,9 @@ struct ModelInfo {
   // [n_layer]; empty: every layer is an attention layer with K/V rows.
   std::vector<LayerCache> layer_caches{};
 
-  LayerCache layer_cache(int64_t l) const { return layer_caches.empty() ? LayerCache{} : layer_caches[size_t(l)]; }
+  LayerCache layer_cache(int64_t l) const {
+    return layer_caches.empty() ? LayerCache{} : layer_caches[size_t(l)];
+  }
   // Some layer keeps a recurrent state (a cache that cannot be cut back to
   // an earlier position without a snapshot taken there).
   bool recurrent() const {

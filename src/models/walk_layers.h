@@ -105,7 +105,8 @@ Status walk_pipelined(const ForwardBatch& b, DeviceWorkspace<Buffers>& ws, const
     Buffers& dst = buffers(k);
     MOESERVE_RETURN_IF_ERROR(dst.ops->begin_batch(mb.layout));
     float* x = dst.x.template as<float>();
-    if (rows_on[k - 1] != nullptr) return receive_rows(*dst.ops, *dst.device, x, stage_rows(2 * k - 1), bytes);
+    if (rows_on[k - 1] != nullptr)
+      return receive_rows(*dst.ops, *dst.device, x, stage_rows(2 * k - 1), bytes);
     if (from.remote != nullptr) return dst.ops->upload(x, host[k - 1].data(), bytes);
     Buffers& src = buffers(k - 1);
     MOESERVE_RETURN_IF_ERROR(src.ops->finish());
@@ -190,12 +191,11 @@ Status walk_layers(const ForwardBatch& b, DeviceWorkspace<Buffers>& ws, const Wa
     MOESERVE_RETURN_IF_ERROR(ensure(d, T));
     // Before begin_batch: a GPU's captured graphs must not see it move.
     MOESERVE_RETURN_IF_ERROR(ensure_capture_buffer(*d.device, *d.ops, ws.captures[i], capture_bytes));
-    if (std::any_of(p.remote.begin(), p.remote.end(),
-                    [&](const backend::RemoteRange& r) {
-                      return takes_rows_on(r, *d.device, size_t(T * s.n_embd) * sizeof(float));
-                    }))
-      MOESERVE_RETURN_IF_ERROR(ensure_capture_buffer(*d.device, *d.ops, ws.remote_rows[i],
-                                                     size_t(T * s.n_embd) * sizeof(float)));
+    if (std::any_of(p.remote.begin(), p.remote.end(), [&](const backend::RemoteRange& r) {
+          return takes_rows_on(r, *d.device, size_t(T * s.n_embd) * sizeof(float));
+        }))
+      MOESERVE_RETURN_IF_ERROR(
+          ensure_capture_buffer(*d.device, *d.ops, ws.remote_rows[i], size_t(T * s.n_embd) * sizeof(float)));
   }
   // The embedding's device last: its graph begins in begin_batch, and no
   // other device may synchronise while it captures.
@@ -324,6 +324,5 @@ Status walk_layers(const ForwardBatch& b, DeviceWorkspace<Buffers>& ws, const Wa
   }
   return Status::ok();
 }
-
 
 }  // namespace moeserve::models

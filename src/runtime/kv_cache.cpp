@@ -172,14 +172,51 @@ Status KvCache::write_rows(int64_t layer, int64_t n, const uint16_t* k, const ui
   return d->copy_to_device(v_[size_t(layer)].data(), v, bytes);
 }
 
-Result<CacheSnapshot> KvCache::snapshot() const {
+namespace {
+
+int64_t remote_state_floats(std::span<const backend::RemoteRange> ranges) {
+  int64_t n = 0;
+  for (const backend::RemoteRange& r : ranges) n += r.layers->state_floats();
+  return n;
+}
+
+}  // namespace
+
+bool KvCache::remote_keeps_entries() const {
+  const auto& ranges = remote_.ranges();
+  return !ranges.empty() &&
+         std::all_of(ranges.begin(), ranges.end(), [](const auto& r) { return r.layers->keeps_entries(); });
+}
+
+Status KvCache::save_remote_entry(uint64_t entry, int64_t n) const {
+  for (const backend::RemoteRange& r : remote_.ranges())
+    MOESERVE_RETURN_IF_ERROR(r.layers->save_entry(remote_.id(), entry, n));
+  return Status::ok();
+}
+
+Status KvCache::restore_remote_entry(uint64_t entry, int64_t n) {
+  states_written_ = true;
+  for (const backend::RemoteRange& r : remote_.ranges())
+    MOESERVE_RETURN_IF_ERROR(r.layers->restore_entry(remote_.id(), entry, n));
+  return Status::ok();
+}
+
+std::vector<backend::RemoteLayers*> KvCache::remote_layers() const {
+  std::vector<backend::RemoteLayers*> out;
+  for (const backend::RemoteRange& r : remote_.ranges()) out.push_back(r.layers);
+  return out;
+}
+
+Result<CacheSnapshot> KvCache::snapshot(Scope scope) const {
+  const bool all = scope == Scope::kAll;
   CacheSnapshot snap;
   snap.position = used_;
-  snap.states.resize(size_t(state_floats_));
+  snap.states.resize(size_t(state_floats_ - (all ? 0 : remote_state_floats(remote_.ranges()))));
   float* out = snap.states.data();
   for (size_t l = 0; l < state_.size(); ++l) {
     const backend::DeviceMemory& s = state_[l];
-    if (const backend::RemoteRange* r = remote_.find(int64_t(l)); r != nullptr && r->begin == int64_t(l)) {
+    if (const backend::RemoteRange* r = remote_.find(int64_t(l));
+        all && r != nullptr && r->begin == int64_t(l)) {
       MOESERVE_RETURN_IF_ERROR(r->layers->read_states(remote_.id(), out));
       out += r->layers->state_floats();
     }
@@ -190,18 +227,21 @@ Result<CacheSnapshot> KvCache::snapshot() const {
   return snap;
 }
 
-Status KvCache::restore(const CacheSnapshot& snap) {
-  if (snap.states.size() != size_t(state_floats_) || snap.position < 0 || snap.position > capacity_) {
+Status KvCache::restore(const CacheSnapshot& snap, Scope scope) {
+  const bool all = scope == Scope::kAll;
+  const int64_t floats = state_floats_ - (all ? 0 : remote_state_floats(remote_.ranges()));
+  if (snap.states.size() != size_t(floats) || snap.position < 0 || snap.position > capacity_) {
     return make_error(StatusCode::kInvalidArgument,
                       "cache snapshot of {} state floats at position {} does not fit this cache ({} floats, "
                       "capacity {})",
-                      snap.states.size(), snap.position, state_floats_, capacity_);
+                      snap.states.size(), snap.position, floats, capacity_);
   }
   const float* in = snap.states.data();
   states_written_ = true;
   for (size_t l = 0; l < state_.size(); ++l) {
     backend::DeviceMemory& s = state_[l];
-    if (const backend::RemoteRange* r = remote_.find(int64_t(l)); r != nullptr && r->begin == int64_t(l)) {
+    if (const backend::RemoteRange* r = remote_.find(int64_t(l));
+        all && r != nullptr && r->begin == int64_t(l)) {
       MOESERVE_RETURN_IF_ERROR(r->layers->write_states(remote_.id(), in));
       in += r->layers->state_floats();
     }

@@ -47,6 +47,7 @@ class KvCache {
   int64_t kv_dim() const { return kv_dim_; }
   // A layer keeps a recurrent state (see the file comment).
   bool recurrent() const { return state_floats_ > 0; }
+  int64_t state_floats() const { return state_floats_; }  // every recurrent layer's, remote ones too
   static size_t bytes_for(const models::ModelInfo& info, int64_t capacity);
   size_t bytes() const;
   // Positions [0, used) hold valid rows.
@@ -69,12 +70,26 @@ class KvCache {
   // Rows [0, n) of attention layer l to or from host memory (the prefix cache).
   Status read_rows(int64_t layer, int64_t n, uint16_t* k, uint16_t* v) const;
   Status write_rows(int64_t layer, int64_t n, const uint16_t* k, const uint16_t* v);
-  // The recurrent states at used() (no state: an empty snapshot).
-  Result<CacheSnapshot> snapshot() const;
-  // Back to a snapshot taken of this cache: the states are copied back and
-  // used() becomes its position. The K/V rows below it must not have been
-  // rewritten since (Sequence::restore checks the tokens).
-  Status restore(const CacheSnapshot& snapshot);
+  // The recurrent states at used() (no state: an empty snapshot); with
+  // kLocal, only those of this process's layers (not of remote ranges).
+  enum class Scope { kAll, kLocal };
+  Result<CacheSnapshot> snapshot(Scope scope = Scope::kAll) const;
+  // Back to a snapshot taken of this cache (with the same scope): the
+  // states are copied back and used() becomes its position. The K/V rows
+  // below it must not have been rewritten since (Sequence::restore checks
+  // the tokens).
+  Status restore(const CacheSnapshot& snapshot, Scope scope = Scope::kAll);
+
+  // Layer l is another process's (Placement::remote).
+  bool remote_layer(int64_t l) const { return remote_.find(l) != nullptr; }
+  // Every remote range keeps prefix-cache entries itself
+  // (RemoteLayers::keeps_entries); false without remote ranges.
+  bool remote_keeps_entries() const;
+  // The remote ranges' side of a prefix-cache entry (RemoteLayers::save_entry...).
+  Status save_remote_entry(uint64_t entry, int64_t n) const;
+  Status restore_remote_entry(uint64_t entry, int64_t n);
+  // The layers that keep them (to drop an entry after the cache is gone).
+  std::vector<backend::RemoteLayers*> remote_layers() const;
 
   // Speculative decoding's draft trees (backend::SequenceSlice::tree_parents).
   // Room for the states after each of up to n rows of a tree, on every

@@ -17,6 +17,7 @@ ShardHost::~ShardHost() = default;
 void ShardHost::reset() {
   std::lock_guard lock(mu_);
   caches_.clear();
+  entries_.clear();
 }
 
 int64_t ShardHost::open_caches() const {
@@ -143,6 +144,63 @@ Status ShardHost::write_states(uint64_t cache, const float* states) {
   snap.position = kv->used();
   snap.states.assign(states, states + state_floats_);
   return kv->restore(snap);
+}
+
+Status ShardHost::save_entry(uint64_t cache, uint64_t entry, int64_t n) {
+  std::lock_guard lock(mu_);
+  MOESERVE_ASSIGN_OR_RETURN(KvCache * kv, find(cache));
+  // (The parent checks that recurrent states are at n: it keeps the position.)
+  if (n < 1 || n > kv->capacity()) {
+    return make_error(StatusCode::kInvalidArgument, "{}: an entry of {} rows of a cache of capacity {}",
+                      options_.name, n, kv->capacity());
+  }
+  if (entries_.count(entry) == 0 && int64_t(entries_.size()) >= options_.max_entries) {
+    return make_error(StatusCode::kResourceExhausted, "{}: {} prefix-cache entries kept, the most it keeps",
+                      options_.name, entries_.size());
+  }
+  Entry e;
+  e.n = n;
+  const int64_t dim = kv->kv_dim();
+  for (int64_t l = first_; l < end_; ++l) {
+    if (!kv->layer(l).kv) continue;
+    const size_t at = e.rows.size();
+    e.rows.resize(at + size_t(2 * n * dim));
+    MOESERVE_RETURN_IF_ERROR(kv->read_rows(l, n, e.rows.data() + at, e.rows.data() + at + size_t(n * dim)));
+  }
+  if (kv->recurrent()) {
+    MOESERVE_ASSIGN_OR_RETURN(e.states, kv->snapshot());
+  }
+  entries_[entry] = std::move(e);
+  return Status::ok();
+}
+
+Status ShardHost::restore_entry(uint64_t cache, uint64_t entry, int64_t n) {
+  std::lock_guard lock(mu_);
+  MOESERVE_ASSIGN_OR_RETURN(KvCache * kv, find(cache));
+  const auto it = entries_.find(entry);
+  if (it == entries_.end())
+    return make_error(StatusCode::kNotFound, "{}: no prefix-cache entry {}", options_.name, entry);
+  const Entry& e = it->second;
+  if (n < 1 || n > e.n || n > kv->capacity() || (kv->recurrent() && n != e.n)) {
+    return make_error(StatusCode::kInvalidArgument, "{}: {} rows of an entry of {}", options_.name, n, e.n);
+  }
+  const int64_t dim = kv->kv_dim();
+  const uint16_t* k = e.rows.data();
+  for (int64_t l = first_; l < end_; ++l) {
+    if (!kv->layer(l).kv) continue;
+    MOESERVE_RETURN_IF_ERROR(kv->write_rows(l, n, k, k + size_t(e.n * dim)));
+    k += size_t(2 * e.n * dim);
+  }
+  if (!kv->recurrent()) return Status::ok();
+  // As write_states: the parent sets the position (truncate) itself.
+  CacheSnapshot snap = e.states;
+  snap.position = kv->used();
+  return kv->restore(snap);
+}
+
+void ShardHost::drop_entry(uint64_t entry) {
+  std::lock_guard lock(mu_);
+  entries_.erase(entry);
 }
 
 Status ShardHost::reserve_tree_nodes(uint64_t cache, int64_t n) {

@@ -22,6 +22,9 @@ struct ShardHostOptions {
   // Caches one parent may keep open at once (each costs its capacity's K/V
   // on this shard's device): a bound against a parent that never closes.
   int64_t max_caches = 4096;
+  // Prefix-cache entries kept at once (the parent's cache evicts and drops
+  // them; this bounds one that does not).
+  int64_t max_entries = 4096;
   std::string name = "shard";
 };
 
@@ -55,8 +58,23 @@ class ShardHost final : public backend::RemoteLayers {
   int64_t state_floats() const override { return state_floats_; }
   Status reserve_tree_nodes(uint64_t cache, int64_t n) override;
   Status accept_tree(uint64_t cache, int64_t used, std::span<const int32_t> path) override;
+  bool keeps_entries() const override { return true; }
+  Status save_entry(uint64_t cache, uint64_t entry, int64_t n) override;
+  Status restore_entry(uint64_t cache, uint64_t entry, int64_t n) override;
+  void drop_entry(uint64_t entry) override;
+  // Prefix-cache entries kept here, and their bytes (tests, logs).
+  int64_t entries() const {
+    std::lock_guard lock(mu_);
+    return int64_t(entries_.size());
+  }
 
  private:
+  // A prefix-cache entry of this shard's layers, in host memory.
+  struct Entry {
+    int64_t n = 0;
+    std::vector<uint16_t> rows;  // per attention layer: K rows [n][kv_dim], then V rows
+    CacheSnapshot states;        // the recurrent layers' at n (none: empty)
+  };
   Result<KvCache*> find(uint64_t cache);
   Status check_layer(int64_t layer, int64_t n, const KvCache& kv) const;
 
@@ -65,6 +83,7 @@ class ShardHost final : public backend::RemoteLayers {
   int64_t first_ = 0, end_ = 0, state_floats_ = 0;
   mutable std::mutex mu_;
   std::map<uint64_t, std::unique_ptr<KvCache>> caches_;
+  std::map<uint64_t, Entry> entries_;
   std::unique_ptr<models::Workspace> ws_;
   int64_t forwards_ = 0;
 };

@@ -53,7 +53,8 @@ class LoopbackLink final : public RowLink {
                                   [&] { return !q.empty(); }))
       return make_error(StatusCode::kUnavailable, "nothing came over the loopback link");
     if (q.front().size() != floats)
-      return make_error(StatusCode::kInvalidArgument, "{} floats came, {} were expected", q.front().size(), floats);
+      return make_error(StatusCode::kInvalidArgument, "{} floats came, {} were expected", q.front().size(),
+                        floats);
     std::copy(q.front().begin(), q.front().end(), rows);
     q.pop_front();
     bytes_ += floats * 4;
@@ -100,8 +101,15 @@ std::vector<int32_t> greedy(runtime::Model& m, const std::vector<int32_t>& promp
 // A forward over the link: the flag set, no hidden rows in the payload,
 // and nothing but the logits, ids and captures in the reply.
 TEST(ShardRowLinkFrames, AForwardOverTheLinkCarriesNoRows) {
-  const ShardLimits limits = {.begin = 2, .end = 4, .n_layer = 6, .n_embd = 8, .n_vocab = 16, .kv_dim = 4,
-                              .state_floats = 0, .max_rows = 32, .max_capacity = 64};
+  const ShardLimits limits = {.begin = 2,
+                              .end = 4,
+                              .n_layer = 6,
+                              .n_embd = 8,
+                              .n_vocab = 16,
+                              .kv_dim = 4,
+                              .state_floats = 0,
+                              .max_rows = 32,
+                              .max_capacity = 64};
   const std::vector<int32_t> tokens = {5, 6, 7};
   const std::vector<backend::RemoteSlice> slices = {{.cache = 11, .row0 = 0, .n_tokens = 3, .pos0 = 7}};
   std::vector<float> hidden(3 * 8, 0.5f), out(3 * 8);
@@ -134,8 +142,8 @@ TEST_P(ShardRowLink, RowsOverTheLinkDecodeAsUnsplit) {
   const std::string arch = GetParam();
   auto whole = runtime::Model::load(model_path(arch), {.n_threads = 2, .device = "cpu"});
   ASSERT_TRUE(whole.is_ok()) << whole.status().to_string();
-  std::vector<int32_t> prompt =
-      (*whole)->tokenizer().encode("def add(a, b):\n    return a + b\n\nclass Foo:\n    def __init__(self):\n");
+  std::vector<int32_t> prompt = (*whole)->tokenizer().encode(
+      "def add(a, b):\n    return a + b\n\nclass Foo:\n    def __init__(self):\n");
   while (prompt.size() < 40) prompt.insert(prompt.end(), prompt.begin(), prompt.end());
   prompt.resize(40);
   const std::vector<int32_t> want = greedy(**whole, prompt, 40);

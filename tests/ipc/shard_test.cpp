@@ -148,6 +148,13 @@ TEST(ShardFrames, CallsAreCheckedAgainstTheLimits) {
   EXPECT_FALSE(call(ShardOp::kWriteStates, 0, 0, 20).is_ok());
   EXPECT_TRUE(call(ShardOp::kAcceptTree, 5, 3, 12).is_ok());
   EXPECT_FALSE(call(ShardOp::kAcceptTree, 5, 65, 65 * 4).is_ok());
+  EXPECT_TRUE(call(ShardOp::kSaveEntry, 7, 64, 0).is_ok());
+  EXPECT_FALSE(call(ShardOp::kSaveEntry, 0, 8, 0).is_ok());      // an entry of no number
+  EXPECT_FALSE(call(ShardOp::kRestoreEntry, 7, 65, 0).is_ok());  // more rows than a cache
+  EXPECT_FALSE(call(ShardOp::kRestoreEntry, 7, 0, 0).is_ok());   // no rows
+  EXPECT_FALSE(call(ShardOp::kSaveEntry, 7, 8, 4).is_ok());      // a payload
+  EXPECT_TRUE(call(ShardOp::kDropEntry, 7, 0, 0).is_ok());
+  EXPECT_FALSE(call(ShardOp::kDropEntry, 0, 0, 0).is_ok());
   std::vector<uint8_t> f;
   encode_shard_call(1, ShardOp::kOpen, 9, 1, 0, 0, f);
   f[kHeaderBytes] = 99;  // unknown op

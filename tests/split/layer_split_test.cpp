@@ -106,7 +106,8 @@ TEST(LayerSplitPlan, RangesFollowTheWeightsAndMistakesAreRefused) {
 // ---- split == unsplit ------------------------------------------------------
 
 std::vector<int32_t> greedy(runtime::Model& m, const std::vector<int32_t>& prompt, int64_t n) {
-  return split_test::greedy_tokens(m, prompt, n, /*n_batch=*/5, /*n_ctx=*/256);  // chunks straddling nothing in particular
+  return split_test::greedy_tokens(m, prompt, n, /*n_batch=*/5,
+                                   /*n_ctx=*/256);  // chunks straddling nothing in particular
 }
 
 // The engine, two requests at once and a repeated prompt (its prefix comes
@@ -178,6 +179,28 @@ TEST_P(LayerSplitModel, RemoteRangesDecodeExactlyAsUnsplit) {
     EXPECT_EQ(host.open_caches(), 0) << where << ": the generator's cache was not closed";
     EXPECT_GE(host.forwards(), 24) << where;
     expect_engine_output(**split, prompt, want, where);
+    EXPECT_EQ(host.entries(), 0) << where << ": the prefix cache's entries were not dropped with it";
+    // A prefix-cache hit: the remote layers' rows of the entry stay there.
+    {
+      runtime::EngineOptions eo;
+      eo.n_slots = 1;
+      eo.n_ctx = 256;
+      eo.n_batch = 16;
+      runtime::BatchEngine engine(**split, eo);
+      for (int round = 0; round < 2; ++round) {
+        moeserve::testing::Collector c;
+        runtime::EngineRequest r = moeserve::testing::greedy_request(prompt, int(want.size()));
+        r.stop_at_eos = false;
+        c.attach(r);
+        ASSERT_TRUE(engine.submit(std::move(r)).is_ok());
+        c.wait();
+        ASSERT_TRUE(c.status.is_ok()) << c.status.to_string();
+        EXPECT_EQ(c.tokens, want) << where << " round " << round;
+      }
+      EXPECT_GT(engine.stats().prefix.hits, 0) << where;
+      EXPECT_GT(host.entries(), 0) << where << ": no entry kept in the shard";
+    }
+    EXPECT_EQ(host.entries(), 0) << where;
   }
 }
 
@@ -263,7 +286,8 @@ TEST(LayerSplitExpertWorker, CpuShardsHandTheWorkerItsExperts) {
   const std::vector<int32_t> want = greedy(**whole, prompt, 24);
   backend::CpuExpertBackend worker(nullptr);
   std::vector<std::vector<int32_t>> owned(4);
-  for (int32_t e = 1; e < int32_t((*whole)->info().n_expert); e += 3) owned[1].push_back(e), owned[3].push_back(e);
+  for (int32_t e = 1; e < int32_t((*whole)->info().n_expert); e += 3)
+    owned[1].push_back(e), owned[3].push_back(e);
   const std::string device = moeserve::testing::test_device();
   std::vector<std::vector<LayerShard>> splits = {{{"cpu", 0, 2}, {"cpu", 2, 4}}};
   if (device != "cpu") splits.push_back({{device, 0, 2}, {"cpu", 2, 4}});
@@ -290,7 +314,8 @@ TEST(LayerSplitExpertWorker, CpuShardsHandTheWorkerItsExperts) {
     lo.worker_experts = owned;
     auto m = runtime::Model::load(model_path("qwen3moe"), lo);
     ASSERT_FALSE(m.is_ok());
-    EXPECT_NE(m.status().message().find("no shard of the layer split"), std::string::npos) << m.status().message();
+    EXPECT_NE(m.status().message().find("no shard of the layer split"), std::string::npos)
+        << m.status().message();
   }
 }
 

@@ -31,10 +31,11 @@ void add_layer_split_flag(CLI::App* cmd, LayerSplitFlags* flags) {
                   "many a forward, so every shard works at the same time (1: one shard at a time)")
       ->check(CLI::Range(1, 64))
       ->capture_default_str();
-  cmd->add_option("--micro-batch-rows", flags->micro_batch_rows,
-                  "Rows of one pipelined micro-batch at least: a forward of fewer than --micro-batches times "
-                  "this many rows is cut into fewer micro-batches (a short prompt: none). Smaller micro-batches "
-                  "overlap more but compute less efficiently")
+  cmd->add_option(
+         "--micro-batch-rows", flags->micro_batch_rows,
+         "Rows of one pipelined micro-batch at least: a forward of fewer than --micro-batches times "
+         "this many rows is cut into fewer micro-batches (a short prompt: none). Smaller micro-batches "
+         "overlap more but compute less efficiently")
       ->check(CLI::Range(1, 1 << 20))
       ->capture_default_str();
 }
@@ -129,7 +130,8 @@ Status start_mpi_ranks(const std::string& model_path, std::span<const split::Sha
   }
   Result<std::unique_ptr<ipc::RowLink>> opened = open_row_link(specs, world);
   if (!opened.is_ok())
-    ipc::mpi::abort(make_error(opened.status().code(), "MPI rank {}: {}", world.rank, opened.status().message()));
+    ipc::mpi::abort(
+        make_error(opened.status().code(), "MPI rank {}: {}", world.rank, opened.status().message()));
   *link = std::move(opened.value());
   if (world.rank == 0) return Status::ok();
   for (size_t i = 0; i < specs.size(); ++i) {
@@ -159,8 +161,9 @@ Status start_mpi_ranks(const std::string& model_path, std::span<const split::Sha
 
 }  // namespace
 
-Status apply_layer_split(const std::string& model_path, const LayerSplitFlags& flags, const std::string& device,
-                         runtime::ModelLoadOptions* load, LayerSplitProcesses* processes) {
+Status apply_layer_split(const std::string& model_path, const LayerSplitFlags& flags,
+                         const std::string& device, runtime::ModelLoadOptions* load,
+                         LayerSplitProcesses* processes) {
   const std::string& spec = flags.spec;
   if (spec.empty()) return Status::ok();
   load->micro_batches = flags.micro_batches;

@@ -22,8 +22,8 @@ struct LayerSplitProcesses {
 };
 
 struct LayerSplitFlags {
-  std::string spec;           // --layer-split
-  int64_t micro_batches = 4;  // --micro-batches
+  std::string spec;                // --layer-split
+  int64_t micro_batches = 4;       // --micro-batches
   int64_t micro_batch_rows = 512;  // --micro-batch-rows
 };
 
@@ -31,7 +31,8 @@ void add_layer_split_flag(CLI::App* cmd, LayerSplitFlags* flags);
 // Plans SPEC for the model file into `load` (nothing when SPEC is empty),
 // starting (or attaching to) its shard processes into `processes`.
 // `device` is the --device flag: a split names its devices itself.
-Status apply_layer_split(const std::string& model_path, const LayerSplitFlags& flags, const std::string& device,
-                         runtime::ModelLoadOptions* load, LayerSplitProcesses* processes);
+Status apply_layer_split(const std::string& model_path, const LayerSplitFlags& flags,
+                         const std::string& device, runtime::ModelLoadOptions* load,
+                         LayerSplitProcesses* processes);
 
 }  // namespace moeserve::tools

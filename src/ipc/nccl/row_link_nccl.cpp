@@ -87,14 +87,16 @@ class NcclLink final : public RowLink {
     return move(rows, floats, peer, deadline, /*out=*/false);
   }
   Result<float*> buffer(int slot, size_t floats) override {
-    if (slot < 0 || slot > 1) return make_error(StatusCode::kInvalidArgument, "row link buffer slot {}", slot);
+    if (slot < 0 || slot > 1)
+      return make_error(StatusCode::kInvalidArgument, "row link buffer slot {}", slot);
     std::lock_guard lock(mu_);
     Buffer& b = buffers_[size_t(slot)];
     if (b.floats >= floats) return b.data;
     DeviceScope scope(device_);
     if (b.data != nullptr) cudaFree(b.data);
     b = {};
-    if (cudaError_t e = cudaMalloc(reinterpret_cast<void**>(&b.data), floats * sizeof(float)); e != cudaSuccess) {
+    if (cudaError_t e = cudaMalloc(reinterpret_cast<void**>(&b.data), floats * sizeof(float));
+        e != cudaSuccess) {
       b.data = nullptr;
       return make_error(StatusCode::kResourceExhausted, "cuda:{}: {} MiB for the rows between MPI ranks: {}",
                         device_, (floats * sizeof(float)) >> 20, cudaGetErrorString(e));
