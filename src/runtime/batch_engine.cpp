@@ -286,6 +286,7 @@ bool BatchEngine::step() {
   // (models/micro_batches.h); with captured layers it runs them whole.
   const int64_t step_rows = options_.n_batch * (step_feature_layers().empty() ? pipeline_depth_ : 1);
   int64_t budget = step_rows - n_decode;
+  if (n_decode > 0 && options_.prefill_chunk > 0) budget = std::min(budget, options_.prefill_chunk);
   for (Slot* s : prefilling) {
     if (budget <= 0) break;
     const int64_t left = int64_t(s->req.prompt.size()) - s->prompt_done;

@@ -81,6 +81,12 @@ struct EngineOptions {
   int n_slots = 4;        // sequences decoded together
   int64_t n_ctx = 4096;   // context (KV positions) per slot
   int64_t n_batch = 512;  // tokens per forward (decode rows + prefill chunk)
+  // While sequences decode, a step takes at most this many prompt rows
+  // (0: the step's whole budget): their next tokens wait for the step, so
+  // a smaller chunk keeps running streams' inter-token latency down while
+  // a long prompt comes in, at some cost to that prompt's prefill speed.
+  // Without decoding sequences a prompt takes the whole budget.
+  int64_t prefill_chunk = 0;
   size_t max_queue = 64;  // waiting requests beyond the slots; more: kResourceExhausted
   size_t prefix_cache_bytes = size_t(256) << 20;  // 0: no prefix cache
   // Experts shared between the GPU and the CPU: every N tokens (prefill

@@ -5,8 +5,10 @@
 
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <condition_variable>
 #include <mutex>
+#include <thread>
 
 #include "runtime/engine_collector.h"
 #include "test_device.h"
@@ -230,6 +232,65 @@ TEST(BatchEngine, StopStringsAndMaxTokens) {
   cut.wait();
   EXPECT_EQ(cut.stats.reason, StopReason::kStopString);
   EXPECT_EQ(cut.text, full.text.substr(0, full.text.find(stop)));
+}
+
+}  // namespace
+}  // namespace moeserve::runtime
+
+namespace moeserve::runtime {
+namespace {
+
+// --prefill-chunk: while a sequence decodes, a long prompt comes in at most
+// that many rows a step, so the running stream keeps getting a token every
+// step; without it the prompt takes the step's whole budget at once. The
+// outputs are the same either way.
+TEST(BatchEngine, PrefillChunkKeepsRunningStreamsGoing) {
+  auto model = load(2);
+  std::vector<int32_t> long_prompt;
+  const std::vector<int32_t> piece = model->tokenizer().encode("def add(a, b):\n    return a + b\n");
+  while (long_prompt.size() < 64) long_prompt.insert(long_prompt.end(), piece.begin(), piece.end());
+  long_prompt.resize(64);
+  std::vector<int32_t> first_tokens;
+  for (int64_t chunk : {int64_t(0), int64_t(4)}) {
+    EngineOptions eo;
+    eo.n_slots = 2;
+    eo.n_ctx = 256;
+    eo.n_batch = 64;
+    eo.prefill_chunk = chunk;
+    eo.prefix_cache_bytes = 0;
+    BatchEngine engine(*model, eo);
+    Collector running, arriving;
+    EngineRequest a = greedy(model->tokenizer().encode("import os\n"), 80);
+    a.stop_at_eos = false;
+    running.attach(a);
+    ASSERT_TRUE(engine.submit(std::move(a)).is_ok());
+    auto running_tokens = [&] {
+      std::lock_guard lock(running.mu);
+      return int64_t(running.tokens.size());
+    };
+    while (running_tokens() < 1) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    // The running stream's tokens when the arriving prompt's first token comes.
+    std::atomic<int64_t> at_first{-1};
+    arriving.on_token = [&] {
+      if (at_first.load() < 0) at_first = running_tokens();
+    };
+    EngineRequest b = greedy(long_prompt, 2);
+    b.stop_at_eos = false;
+    arriving.attach(b);
+    const int64_t before = running_tokens();
+    ASSERT_TRUE(engine.submit(std::move(b)).is_ok());
+    arriving.wait();
+    running.wait();
+    ASSERT_TRUE(arriving.status.is_ok() && running.status.is_ok());
+    const int64_t steps_meanwhile = at_first.load() - before;
+    if (chunk == 0) {
+      EXPECT_LT(steps_meanwhile, 8) << "the whole prompt should fit one or two steps";
+      first_tokens = arriving.tokens;
+    } else {
+      EXPECT_GE(steps_meanwhile, 64 / chunk - 1) << "the prompt came in faster than " << chunk << " rows a step";
+      EXPECT_EQ(arriving.tokens, first_tokens);
+    }
+  }
 }
 
 }  // namespace

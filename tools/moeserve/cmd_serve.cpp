@@ -40,6 +40,7 @@ struct ServeCliOptions {
   int parallel = 4;
   int64_t ctx_size = 0;
   int64_t batch = 512;
+  int64_t prefill_chunk = 0;
   int threads = 0;
   bool no_pack = false;
   std::string device = "auto";
@@ -155,6 +156,7 @@ Status run_serve(ServeCliOptions o) {
   const int64_t trained = (*model)->info().n_ctx_train;
   eo.n_ctx = o.ctx_size > 0 ? o.ctx_size : std::min<int64_t>(trained > 0 ? trained : 4096, 4096);
   eo.n_batch = o.batch;
+  eo.prefill_chunk = o.prefill_chunk;
   eo.max_queue = o.queue;
   eo.prefix_cache_bytes = o.prefix_cache_mb << 20;
   eo.spec = spec_config;  // requests may choose their own ("speculative")
@@ -284,6 +286,12 @@ void register_serve(CLI::App& app) {
   cmd->add_option("-b,--batch", o->batch, "Tokens per forward step (decode rows + a prompt chunk)")
       ->capture_default_str()
       ->check(CLI::Range(int64_t(1), int64_t(1) << 16));
+  cmd->add_option("--prefill-chunk", o->prefill_chunk,
+                  "Prompt tokens a step takes at most while other sequences decode (0: the rest of --batch). "
+                  "Smaller keeps running streams' inter-token latency low while a long prompt arrives; "
+                  "prompts alone still take all of --batch")
+      ->capture_default_str()
+      ->check(CLI::Range(int64_t(0), int64_t(1) << 16));
   cmd->add_option(
       "--api-key", o->api_key,
       "Require 'Authorization: Bearer KEY' or 'x-api-key: KEY' (except /health and the web page)");
