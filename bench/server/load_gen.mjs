@@ -8,6 +8,8 @@
 //        [--mode closed --clients 64 | --mode open --rate 8] [--requests 256] \
 //        [--workload sharegpt|shared-prefix] [--input 200:2000] [--output 100:500] [--seed 1] [--json FILE]
 //        [--model-name NAME]  (the "model" field, for servers that need it, e.g. vLLM)
+//        [--long-prompt WORDS [--long-at SECONDS]]  (one long prompt arrives mid-run: the other
+//        streams' inter-token latency while it is prefilled, e.g. moeserve's --prefill-chunk)
 //   node bench/server/load_gen.mjs --bin build/bin/moeserve --model M.gguf [--serve-args="--parallel 64"] ...
 //
 // Workloads: `sharegpt` — each prompt a fresh random text of uniform length
@@ -141,10 +143,18 @@ export function percentile(values, p) {
   return s[Math.min(s.length - 1, Math.max(0, Math.ceil((p / 100) * s.length) - 1))];
 }
 
-// Runs `requests` against `url` closed-loop (clients) or open-loop (rate a second).
-export async function runLoad({ url, model, requests, mode = 'closed', clients = 8, rate = 1, seed = 1 }) {
+// Runs `requests` against `url` closed-loop (clients) or open-loop (rate a
+// second); with `longPrompt` ({words, at}) one more request of that many
+// words arrives `at` seconds in.
+export async function runLoad({ url, model, requests, mode = 'closed', clients = 8, rate = 1, seed = 1,
+                                longPrompt = null }) {
   const results = new Array(requests.length);
   const t0 = performance.now();
+  const long = longPrompt && new Promise((resolve) => setTimeout(() => {
+    const random = rng(seed ^ 0x1b873593);
+    const req = { messages: [{ role: 'user', content: 'Long request: ' + text(random, longPrompt.words) }], maxTokens: 8 };
+    streamRequest(url, model, req).then(resolve);
+  }, longPrompt.at * 1e3));
   if (mode === 'closed') {
     let next = 0;
     const client = async () => {
@@ -166,7 +176,26 @@ export async function runLoad({ url, model, requests, mode = 'closed', clients =
     }
     await Promise.all(inFlight);
   }
-  return summarize(results, (performance.now() - t0) / 1e3, requests);
+  const s = summarize(results, (performance.now() - t0) / 1e3, requests);
+  if (long) {
+    const r = await long;
+    s.longPrompt = { ok: r.ok, error: r.error, promptTokens: r.usage?.prompt_tokens ?? 0, ttftMs: r.ttft };
+    // The other streams' gaps that ended while the long prompt was prefilled.
+    const from = r.start, to = r.ttft !== null ? r.start + r.ttft : r.end;
+    const gaps = [];
+    for (const q of results.filter((x) => x?.ok)) {
+      for (let k = 1; k < q.tokenTimes.length; ++k) {
+        if (q.tokenTimes[k] >= from && q.tokenTimes[k] <= to) gaps.push(q.tokenTimes[k] - q.tokenTimes[k - 1]);
+      }
+    }
+    s.itlDuringLongMs = { ...statsOf(gaps), n: gaps.length };
+  }
+  return s;
+}
+
+function statsOf(v) {
+  return { mean: v.reduce((a, x) => a + x, 0) / Math.max(v.length, 1), p50: percentile(v, 50),
+           p90: percentile(v, 90), p99: percentile(v, 99) };
 }
 
 export function summarize(results, seconds, requests) {
@@ -181,8 +210,7 @@ export function summarize(results, seconds, requests) {
   const outputTokens = ok.reduce((a, r) => a + r.usage.completion_tokens, 0);
   const promptTokens = ok.reduce((a, r) => a + r.usage.prompt_tokens, 0);
   const cached = ok.reduce((a, r) => a + (r.usage.prompt_tokens_details?.cached_tokens ?? 0), 0);
-  const stats = (v) => ({ mean: v.reduce((a, x) => a + x, 0) / Math.max(v.length, 1), p50: percentile(v, 50),
-                          p90: percentile(v, 90), p99: percentile(v, 99) });
+  const stats = statsOf;
   return {
     requests: results.length, completed: ok.length,
     failed: results.filter((r) => !r.ok).map((r) => r.error),
@@ -208,6 +236,9 @@ export function report(s, title) {
       `prefix cache hit ${f(100 * s.prefixHitRate)}% of prompt tokens`,
     '| ms | mean | p50 | p90 | p99 |', '|---|---:|---:|---:|---:|',
     line('TTFT', s.ttftMs), line('TPOT', s.tpotMs), line('ITL', s.itlMs),
+    ...(s.longPrompt ? [line(`ITL while the long prompt was prefilled (${s.itlDuringLongMs.n} gaps)`, s.itlDuringLongMs),
+                        `long prompt: ${s.longPrompt.promptTokens} tokens, first token after ` +
+                        `${f(s.longPrompt.ttftMs)} ms${s.longPrompt.ok ? '' : ` (failed: ${s.longPrompt.error})`}`] : []),
   ].join('\n');
 }
 
@@ -237,6 +268,7 @@ async function main() {
       workload: { type: 'string', default: 'sharegpt' }, input: { type: 'string', default: '200:2000' },
       output: { type: 'string', default: '100:500' }, 'shared-share': { type: 'string', default: '0.9' },
       seed: { type: 'string', default: '1' }, warmup: { type: 'string', default: '1' }, json: { type: 'string' },
+      'long-prompt': { type: 'string' }, 'long-at': { type: 'string', default: '2' },
     },
   });
   if (!['closed', 'open'].includes(o.mode)) throw new Error(`--mode closed|open, not '${o.mode}'`);
@@ -251,8 +283,9 @@ async function main() {
     for (let i = 0; i < Number(o.warmup); ++i) {
       await streamRequest(url, o['model-name'], { messages: [{ role: 'user', content: 'warm up' }], maxTokens: 4 });
     }
+    const longPrompt = o['long-prompt'] ? { words: Number(o['long-prompt']), at: Number(o['long-at']) } : null;
     const s = await runLoad({ url, model: o['model-name'], requests, mode: o.mode, clients: Number(o.clients),
-                              rate: Number(o.rate), seed: Number(o.seed) });
+                              rate: Number(o.rate), seed: Number(o.seed), longPrompt });
     const how = o.mode === 'closed' ? `${o.clients} concurrent clients` : `Poisson arrivals at ${o.rate} req/s`;
     console.log(report(s, `== ${o.workload}, ${how}, ${o.requests} requests (input ${o.input} words, output ${o.output} tokens, seed ${o.seed})`));
     if (o.json) writeFileSync(o.json, JSON.stringify({ options: o, ...s }, null, 2));
