@@ -348,22 +348,44 @@ Status ShardClient::forward(const backend::RemoteForward& f) {
     return make_error(StatusCode::kInvalidArgument, "{}: rows in {}'s memory; this shard takes them from {}",
                       name(), f.rows_device, rows_device().empty() ? "the host" : rows_device());
   }
+  // Rows over the link are f32; in the frames as --split-rows says.
+  const PayloadType rows_type = on_link ? PayloadType::kF32 : options_.rows_type;
+  const bool narrow = rows_type != PayloadType::kF32;
   std::vector<uint8_t> head;
-  encode_forward(f, head);
+  encode_forward(f, head, rows_type);
   const size_t T = f.tokens.size(), H = size_t(shape_.n_embd), R = f.logit_rows.size();
-  const std::span<const uint8_t> payload[] = {
-      head, f.hidden_in != nullptr && !on_link ? bytes_of(f.hidden_in, T * H) : std::span<const uint8_t>{}};
+  const size_t row_bytes = T * H * payload_elem_bytes(rows_type);
+  std::span<const uint8_t> rows_sent;
+  if (f.hidden_in != nullptr && !on_link) {
+    if (narrow) {
+      rows_out_.resize(row_bytes);
+      encode_rows(rows_type, f.hidden_in, T * H, rows_out_.data());
+      rows_sent = rows_out_;
+    } else {
+      rows_sent = bytes_of(f.hidden_in, T * H);
+    }
+  }
+  const std::span<const uint8_t> payload[] = {head, rows_sent};
   std::vector<std::span<uint8_t>> reply;
   const bool rows_back = f.end < int64_t(shape_.n_layer);
   if (rows_back) {
-    if (!on_link) reply.push_back(bytes_of(f.hidden_out, T * H));
+    if (!on_link && narrow) {
+      rows_in_.resize(row_bytes);
+      reply.push_back(rows_in_);
+    } else if (!on_link) {
+      reply.push_back(bytes_of(f.hidden_out, T * H));
+    }
   } else {
     if (f.logits != nullptr) reply.push_back(bytes_of(f.logits, R * size_t(shape_.n_vocab)));
     if (f.greedy != nullptr) reply.push_back(bytes_of(f.greedy, R));
   }
   if (!f.capture_layers.empty()) reply.push_back(bytes_of(f.captured, f.capture_layers.size() * T * H));
   m_.forwards += 1;
-  if (!on_link) return call(ShardOp::kForward, 0, 0, 0, payload, reply);
+  if (!on_link) {
+    MOESERVE_RETURN_IF_ERROR(call(ShardOp::kForward, 0, 0, 0, payload, reply));
+    if (rows_back && narrow) decode_rows(rows_type, rows_in_.data(), T * H, f.hidden_out);
+    return Status::ok();
+  }
   // The rows after the call (the shard receives them once it has read it)
   // and back after the reply (it sends them once it has answered).
   const Clock::time_point deadline = deadline_in(options_.timeout);

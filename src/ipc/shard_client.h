@@ -117,6 +117,9 @@ struct ShardClientOptions {
   RowLink* link = nullptr;
   int link_peer = 0;
   size_t link_min_bytes = 0;  // fewer bytes of rows go in the frames (rows_device_min_bytes)
+  // The hidden rows' type in the frames (--split-rows): f32 keeps the
+  // output the unsplit model's; f16/bf16 halve the bytes and round them.
+  PayloadType rows_type = PayloadType::kF32;
   std::string socket_path, exe, model_path;
   std::string device = "cpu";  // the shard's --device
   int threads = 0;
@@ -209,6 +212,7 @@ class ShardClient final : public backend::RemoteLayers {
   Clock::time_point next_attempt_{}, last_used_{}, up_since_{};
   std::atomic<bool> stop_{false};
   ShardClientMetrics m_;
+  std::vector<uint8_t> rows_out_, rows_in_;  // hidden rows as f16/bf16 (rows_type)
   std::thread supervisor_;
 };
 

@@ -172,14 +172,15 @@ Result<ShardCall> decode_shard_call(std::span<const uint8_t> body, const ShardLi
   return c;
 }
 
-void encode_forward(const backend::RemoteForward& f, std::vector<uint8_t>& out) {
+void encode_forward(const backend::RemoteForward& f, std::vector<uint8_t>& out, PayloadType rows_type) {
   size_t parents = 0;
   for (const backend::RemoteSlice& s : f.slices) parents += s.tree_parents.size();
   put_u32(out, uint32_t(f.tokens.size()));
   put_u32(out, uint32_t(f.slices.size()));
   put_u32(out, uint32_t(f.logit_rows.size()));
   put_u32(out, (f.logits != nullptr ? 1u : 0u) | (f.greedy != nullptr ? 2u : 0u) |
-                   (f.hidden_in != nullptr ? 4u : 0u) | (f.rows_device.empty() ? 0u : kRowsOnLinkFlag));
+                   (f.hidden_in != nullptr ? 4u : 0u) | (f.rows_device.empty() ? 0u : kRowsOnLinkFlag) |
+                   (f.rows_device.empty() ? uint32_t(rows_type) << kRowsTypeShift : 0u));
   put_u32(out, uint32_t(f.capture_layers.size()));
   put_u32(out, uint32_t(parents));
   put_i64(out, f.decode_rows);
@@ -199,8 +200,10 @@ void encode_forward(const backend::RemoteForward& f, std::vector<uint8_t>& out) 
   for (int32_t l : f.capture_layers) put_u32(out, uint32_t(l));
 }
 
-uint64_t forward_hidden_bytes(const backend::RemoteForward& f, uint32_t n_embd) {
-  return f.hidden_in != nullptr && f.rows_device.empty() ? uint64_t(f.tokens.size()) * n_embd * 4 : 0;
+uint64_t forward_hidden_bytes(const backend::RemoteForward& f, uint32_t n_embd, PayloadType rows_type) {
+  return f.hidden_in != nullptr && f.rows_device.empty()
+             ? uint64_t(f.tokens.size()) * n_embd * payload_elem_bytes(rows_type)
+             : 0;
 }
 
 Result<ForwardRequest> decode_forward(std::span<const uint8_t> payload, const ShardLimits& limits) {
@@ -211,14 +214,18 @@ Result<ForwardRequest> decode_forward(std::span<const uint8_t> payload, const Sh
   q.decode_rows = r.i64();
   if (r.failed()) return bad("a forward shorter than its fixed part");
   if (n_rows == 0 || n_rows > limits.max_rows || n_slices == 0 || n_slices > n_rows || n_logits > n_rows ||
-      n_parents > n_rows || n_capture > limits.end - limits.begin || (flags & ~(7u | kRowsOnLinkFlag)) != 0 ||
-      q.decode_rows < 0 || q.decode_rows > n_rows) {
+      n_parents > n_rows || n_capture > limits.end - limits.begin ||
+      (flags & ~(7u | kRowsOnLinkFlag | (3u << kRowsTypeShift))) != 0 ||
+      ((flags >> kRowsTypeShift) & 3u) > uint32_t(PayloadType::kBF16) || q.decode_rows < 0 ||
+      q.decode_rows > n_rows) {
     return bad("a forward's counts are out of range");
   }
   // Every count is bounded now: the arrays' sizes are known before reading.
   q.want_logits = (flags & 1u) != 0, q.want_greedy = (flags & 2u) != 0;
   const bool hidden = (flags & 4u) != 0;
   q.rows_on_link = (flags & kRowsOnLinkFlag) != 0;
+  q.rows_type = PayloadType((flags >> kRowsTypeShift) & 3u);
+  if (q.rows_on_link && q.rows_type != PayloadType::kF32) return bad("rows over the link are f32");
   if (hidden != (limits.begin > 0))
     return bad("hidden rows where the range begins at layer 0, or none after it");
   const bool last = limits.end == limits.n_layer;
@@ -265,7 +272,8 @@ Result<ForwardRequest> decode_forward(std::span<const uint8_t> payload, const Sh
     q.capture_layers[k] = l;
   }
   if (r.failed()) return bad("a forward cut short");
-  const uint64_t hidden_bytes = hidden && !q.rows_on_link ? uint64_t(n_rows) * limits.n_embd * 4 : 0;
+  const uint64_t hidden_bytes =
+      hidden && !q.rows_on_link ? uint64_t(n_rows) * limits.n_embd * payload_elem_bytes(q.rows_type) : 0;
   if (r.left() != hidden_bytes) return bad("a forward whose hidden rows are not rows x n_embd floats");
   q.hidden = r.bytes(hidden_bytes);
   return q;

@@ -23,6 +23,9 @@ inline constexpr size_t kForwardFixedBytes = 32;
 inline constexpr size_t kForwardSliceBytes = 40;
 // A forward's flag: its hidden rows travel over the row link (RemoteForward::rows_device).
 inline constexpr uint32_t kRowsOnLinkFlag = 8;
+// Bits 4-5 of a forward's flags: the PayloadType of its hidden rows in the
+// frames, both ways (f32; f16 or bf16 halve the bytes and round the rows).
+inline constexpr uint32_t kRowsTypeShift = 4;
 
 struct ShardHello {
   uint64_t model_fingerprint = 0;
@@ -88,6 +91,7 @@ struct ForwardRequest {
   // The hidden rows (in, and back unless the range is the last) cross over
   // the row link (row_link.h), not in the frames.
   bool rows_on_link = false;
+  PayloadType rows_type = PayloadType::kF32;  // of `hidden` and of the rows the reply takes back
   int64_t decode_rows = 0;
   std::span<const uint8_t> hidden;  // [rows][n_embd] f32 when the range begins after layer 0
 };
@@ -106,8 +110,10 @@ Result<ShardCall> decode_shard_call(std::span<const uint8_t> body, const ShardLi
 // A forward's payload (after the call's fixed part), without the hidden
 // rows, which follow it: n_rows * n_embd floats when hidden_in is set and
 // the rows are on the host (over the row link when rows_device is set).
-void encode_forward(const backend::RemoteForward& f, std::vector<uint8_t>& out);
-uint64_t forward_hidden_bytes(const backend::RemoteForward& f, uint32_t n_embd);
+void encode_forward(const backend::RemoteForward& f, std::vector<uint8_t>& out,
+                    PayloadType rows_type = PayloadType::kF32);
+uint64_t forward_hidden_bytes(const backend::RemoteForward& f, uint32_t n_embd,
+                              PayloadType rows_type = PayloadType::kF32);
 Result<ForwardRequest> decode_forward(std::span<const uint8_t> payload, const ShardLimits& limits);
 // The reply's size for a forward: hidden rows (range before the last
 // layer) or logits and greedy ids as asked, then the captured rows.

@@ -36,6 +36,7 @@ class ShardSession {
   std::vector<float> in_, out_, logits_, captured_;
   std::vector<int32_t> greedy_;
   std::vector<uint16_t> k_, v_;
+  std::vector<uint8_t> narrow_;  // the reply's rows as f16/bf16
 };
 
 template <typename T>
@@ -138,7 +139,7 @@ Status ShardSession::serve_forward(uint64_t seq, const ShardCall& c) {
   f.decode_rows = q.decode_rows;
   if (!q.hidden.empty()) {
     in_.resize(T * H);
-    std::memcpy(in_.data(), q.hidden.data(), q.hidden.size());
+    decode_rows(q.rows_type, q.hidden.data(), T * H, in_.data());
     f.hidden_in = in_.data();
   }
   out_.resize(last ? 0 : T * H);
@@ -154,8 +155,13 @@ Status ShardSession::serve_forward(uint64_t seq, const ShardCall& c) {
   if (Status st = o_.layers->forward(f); !st.is_ok())
     return reply_error(seq, ErrorCode::kComputeFailed, st.message());
   st_.forwards += 1;
-  const std::span<const uint8_t> parts[] = {as_bytes(out_), as_bytes(logits_), as_bytes(greedy_),
-                                            as_bytes(captured_)};
+  std::span<const uint8_t> rows = as_bytes(out_);
+  if (q.rows_type != PayloadType::kF32 && !out_.empty()) {
+    narrow_.resize(out_.size() * payload_elem_bytes(q.rows_type));
+    encode_rows(q.rows_type, out_.data(), out_.size(), narrow_.data());
+    rows = narrow_;
+  }
+  const std::span<const uint8_t> parts[] = {rows, as_bytes(logits_), as_bytes(greedy_), as_bytes(captured_)};
   return reply(seq, parts);
 }
 

@@ -86,6 +86,59 @@ struct InProcessShard {
   }
 };
 
+// The shard's side of [b, e) on the CPU, served over socket `fd` on a thread.
+std::unique_ptr<InProcessShard> start_shard(const std::string& arch, int64_t b, int64_t e, int64_t n_layer,
+                                            int fd, RowLink* link) {
+  auto shard = std::make_unique<InProcessShard>();
+  auto m = runtime::Model::load(model_path(arch),
+                                {.n_threads = 2, .device = "cpu", .first_layer = b, .end_layer = e});
+  EXPECT_TRUE(m.is_ok()) << m.status().to_string();
+  if (!m.is_ok()) return nullptr;
+  shard->model = std::move(*m);
+  shard->host = std::make_unique<runtime::ShardHost>(*shard->model);
+  shard->socket = Socket(Fd(fd));
+  auto file = GgufFile::open(model_path(arch));
+  EXPECT_TRUE(file.is_ok());
+  const models::ModelInfo& info = shard->model->info();
+  ShardSessionOptions so;
+  so.layers = shard->host.get();
+  so.model_fingerprint = fingerprint_value(moe::model_fingerprint(*file));
+  so.limits = {.begin = uint32_t(b),
+               .end = uint32_t(e),
+               .n_layer = uint32_t(n_layer),
+               .n_embd = uint32_t(info.n_embd),
+               .n_vocab = uint32_t(info.n_vocab),
+               .kv_dim = uint32_t(info.kv_dim),
+               .state_floats = uint64_t(shard->host->state_floats()),
+               .max_rows = 1024,
+               .max_capacity = 4096};
+  so.link = link;
+  so.link_peer = 0;
+  so.reset = [h = shard->host.get()] { h->reset(); };
+  shard->thread = std::thread([s = shard.get(), so] {
+    SocketChannel ch(s->socket);
+    s->ended = serve_shard_session(ch, so, &s->stats);
+  });
+  return shard;
+}
+
+// The parent's side, over socket `fd`.
+ShardClientOptions shard_client_options(const std::string& arch, int64_t b, int64_t e, int64_t n_layer,
+                                        int fd) {
+  auto file = GgufFile::open(model_path(arch));
+  EXPECT_TRUE(file.is_ok());
+  ShardClientOptions co;
+  co.name = "mpi:1";
+  co.spawn = false;
+  co.open_stream = [fd]() -> Result<std::unique_ptr<ShardStream>> { return socket_stream(Socket(Fd(fd))); };
+  co.fatal = [](const Status& why) { ADD_FAILURE() << why.to_string(); };
+  co.begin = b, co.end = e;
+  co.model_fingerprint = file.is_ok() ? fingerprint_value(moe::model_fingerprint(*file)) : 0;
+  co.n_layer = n_layer;
+  co.max_rows = 1024, co.max_capacity = 4096;
+  return co;
+}
+
 std::vector<int32_t> greedy(runtime::Model& m, const std::vector<int32_t>& prompt, int64_t n_batch) {
   runtime::Generator gen(m, 256);
   runtime::GenerateOptions o;
@@ -153,51 +206,14 @@ TEST_P(ShardRowLink, RowsOverTheLinkDecodeAsUnsplit) {
   const int64_t n_layer = (*whole)->info().n_layer;
   // In the middle (rows there and back), and last (the head there).
   for (auto [b, e] : {std::pair<int64_t, int64_t>{1, 3}, {2, n_layer}}) {
-    int fds[2];
-    ASSERT_EQ(socketpair(AF_UNIX, SOCK_STREAM, 0, fds), 0);
     LoopbackWire wire;
     LoopbackLink parent_link(wire, 0), shard_link(wire, 1);
-    auto shard = std::make_unique<InProcessShard>();
-    {
-      auto m = runtime::Model::load(model_path(arch),
-                                    {.n_threads = 2, .device = "cpu", .first_layer = b, .end_layer = e});
-      ASSERT_TRUE(m.is_ok()) << m.status().to_string();
-      shard->model = std::move(*m);
-    }
-    shard->host = std::make_unique<runtime::ShardHost>(*shard->model);
-    shard->socket = Socket(Fd(fds[1]));
-    const uint64_t fingerprint = fingerprint_value(moe::model_fingerprint(*file));
+    int fds[2];
+    ASSERT_EQ(socketpair(AF_UNIX, SOCK_STREAM, 0, fds), 0);
+    auto shard = start_shard(arch, b, e, n_layer, fds[1], &shard_link);
+    ASSERT_NE(shard, nullptr);
     const models::ModelInfo& info = shard->model->info();
-    ShardSessionOptions so;
-    so.layers = shard->host.get();
-    so.model_fingerprint = fingerprint;
-    so.limits = {.begin = uint32_t(b),
-                 .end = uint32_t(e),
-                 .n_layer = uint32_t(n_layer),
-                 .n_embd = uint32_t(info.n_embd),
-                 .n_vocab = uint32_t(info.n_vocab),
-                 .kv_dim = uint32_t(info.kv_dim),
-                 .state_floats = uint64_t(shard->host->state_floats()),
-                 .max_rows = 1024,
-                 .max_capacity = 4096};
-    so.link = &shard_link;
-    so.link_peer = 0;
-    so.reset = [h = shard->host.get()] { h->reset(); };
-    shard->thread = std::thread([&, s = shard.get(), so] {
-      SocketChannel ch(s->socket);
-      s->ended = serve_shard_session(ch, so, &s->stats);
-    });
-    ShardClientOptions co;
-    co.name = "mpi:1";
-    co.spawn = false;
-    co.open_stream = [fd = fds[0]]() -> Result<std::unique_ptr<ShardStream>> {
-      return socket_stream(Socket(Fd(fd)));
-    };
-    co.fatal = [](const Status& why) { ADD_FAILURE() << why.to_string(); };
-    co.begin = b, co.end = e;
-    co.model_fingerprint = fingerprint;
-    co.n_layer = n_layer;
-    co.max_rows = 1024, co.max_capacity = 4096;
+    ShardClientOptions co = shard_client_options(arch, b, e, n_layer, fds[0]);
     co.link = &parent_link;
     co.link_peer = 1;
     // The last shard: a step's single row goes in the frames (below the
@@ -237,6 +253,57 @@ TEST_P(ShardRowLink, RowsOverTheLinkDecodeAsUnsplit) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Architectures, ShardRowLink, ::testing::Values("qwen3moe", "qwen35moe", "laguna"));
+
+}  // namespace
+}  // namespace moeserve::ipc
+
+namespace moeserve::ipc {
+namespace {
+
+// --split-rows f16/bf16: the hidden rows in the frames take half the bytes
+// (both ways); f32 gives the unsplit output exactly.
+TEST(ShardRowTypes, NarrowRowsHalveTheBytes) {
+  const std::string arch = "qwen3moe";
+  auto whole = runtime::Model::load(model_path(arch), {.n_threads = 2, .device = "cpu"});
+  ASSERT_TRUE(whole.is_ok()) << whole.status().to_string();
+  const std::vector<int32_t> prompt = (*whole)->tokenizer().encode("def add(a, b):\n    return a + b\n");
+  const std::vector<int32_t> want = greedy(**whole, prompt, 8);
+  const int64_t n_layer = (*whole)->info().n_layer;
+  uint64_t f32_bytes = 0;
+  for (PayloadType type : {PayloadType::kF32, PayloadType::kF16, PayloadType::kBF16}) {
+    int fds[2];
+    ASSERT_EQ(socketpair(AF_UNIX, SOCK_STREAM, 0, fds), 0);
+    auto shard = start_shard(arch, 1, 3, n_layer, fds[1], nullptr);
+    ASSERT_NE(shard, nullptr);
+    ShardClientOptions co = shard_client_options(arch, 1, 3, n_layer, fds[0]);
+    co.rows_type = type;
+    {
+      auto client = ShardClient::create(co);
+      ASSERT_TRUE(client.is_ok()) << client.status().to_string();
+      runtime::ModelLoadOptions lo{.n_threads = 2};
+      lo.layer_shards = {{"cpu", 0, 1}, {"mpi:1", 1, 3, client->get()}, {"cpu", 3, n_layer}};
+      auto split = runtime::Model::load(model_path(arch), lo);
+      ASSERT_TRUE(split.is_ok()) << split.status().to_string();
+      const std::vector<int32_t> got = greedy(**split, prompt, 8);
+      ASSERT_EQ(got.size(), want.size());
+      const uint64_t bytes = (*client)->metrics().payload_bytes;
+      if (type == PayloadType::kF32) {
+        EXPECT_EQ(got, want) << "f32 rows: the unsplit output";
+        f32_bytes = bytes;
+      } else {
+        // The rows are half the bytes; the rest of the frames (tokens, slices, ids) stays.
+        EXPECT_LT(bytes, f32_bytes * 6 / 10) << payload_type_name(type);
+        EXPECT_GT(bytes, f32_bytes * 4 / 10) << payload_type_name(type);
+        size_t same = 0;
+        while (same < got.size() && got[same] == want[same]) ++same;
+        // (Rounded rows may change a near-tie; the first token comes from the same prompt rows.)
+        EXPECT_GE(same, 1u) << payload_type_name(type);
+      }
+    }
+    shard->thread.join();
+    EXPECT_TRUE(shard->ended.is_ok()) << shard->ended.to_string();
+  }
+}
 
 }  // namespace
 }  // namespace moeserve::ipc

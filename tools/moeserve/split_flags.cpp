@@ -38,6 +38,12 @@ void add_layer_split_flag(CLI::App* cmd, LayerSplitFlags* flags) {
          "overlap more but compute less efficiently")
       ->check(CLI::Range(1, 1 << 20))
       ->capture_default_str();
+  cmd->add_option("--split-rows", flags->rows,
+                  "Type of the hidden rows handed to proc: and mpi: shards through sockets or MPI: f32 (the "
+                  "output is the unsplit model's), f16 or bf16 (half the bytes, for a slow network; rounds "
+                  "the rows, so the output may differ). Rows between GPUs over NCCL stay f32")
+      ->check(CLI::IsMember({"f32", "f16", "bf16"}))
+      ->capture_default_str();
 }
 
 namespace {
@@ -172,6 +178,7 @@ Status apply_layer_split(const std::string& model_path, const LayerSplitFlags& f
     return make_error(StatusCode::kInvalidArgument,
                       "--layer-split names its devices; drop --device {} (or put it in the split)", device);
   }
+  MOESERVE_ASSIGN_OR_RETURN(const ipc::PayloadType rows_type, ipc::parse_payload_type(flags.rows));
   MOESERVE_ASSIGN_OR_RETURN(std::vector<split::ShardSpec> shards, split::parse_layer_split(spec));
   MOESERVE_ASSIGN_OR_RETURN(GgufFile file, GgufFile::open(model_path));
   MOESERVE_ASSIGN_OR_RETURN(std::vector<split::ShardPlan> plan, split::plan_layer_split(file, shards));
@@ -194,6 +201,7 @@ Status apply_layer_split(const std::string& model_path, const LayerSplitFlags& f
       if (processes == nullptr)
         return make_error(StatusCode::kUnsupported, "--layer-split: '{}': no MPI ranks here", sp.device);
       ipc::ShardClientOptions co = client_options(model_path, file, plan, i, sp);
+      co.rows_type = rows_type;
       co.spawn = false;
       co.open_stream = [rank = sp.mpi_rank]() -> Result<std::unique_ptr<ipc::ShardStream>> {
         return ipc::mpi::stream_to(rank);
@@ -215,6 +223,7 @@ Status apply_layer_split(const std::string& model_path, const LayerSplitFlags& f
       return make_error(StatusCode::kUnsupported, "--layer-split: '{}': no shard processes here", sp.device);
     runtime::LayerShard& shard = load->layer_shards[i];
     ipc::ShardClientOptions co = client_options(model_path, file, plan, i, sp);
+    co.rows_type = rows_type;
     co.spawn = sp.attach_socket.empty();
     co.socket_path = sp.attach_socket;
     if (co.spawn) {

@@ -25,6 +25,7 @@ struct LayerSplitFlags {
   std::string spec;                // --layer-split
   int64_t micro_batches = 4;       // --micro-batches
   int64_t micro_batch_rows = 512;  // --micro-batch-rows
+  std::string rows = "f32";        // --split-rows
 };
 
 void add_layer_split_flag(CLI::App* cmd, LayerSplitFlags* flags);

@@ -5,7 +5,8 @@
 // every GPU consumer that reads weights element by element: dequantize.cu,
 // the embedding gather. The table types' values come from
 // quant_decode_lowbit.cuh's packed tables (device code cannot index
-// quant_blocks.h's host arrays).
+// quant_blocks.h's host arrays), the i-quants' from their Traits
+// (quant_decode_iquants.cuh: the codebooks' device copies).
 #pragma once
 
 #include <cuda_fp16.h>
@@ -101,6 +102,14 @@ __device__ inline float element_lowbit(DType type, const uint8_t* src, int64_t i
   }
 }
 
+// Element i of the row at src of an i-quant with codebooks: its 256-element
+// block's Traits::element (one group's entry and the run's scale).
+template <DType T>
+__device__ __forceinline__ float element_iquant(const uint8_t* src, int64_t i) {
+  using Q = qdec::Traits<T>;
+  return Q::element(src + (i / Q::kBlockElems) * Q::kBlockBytes, int(i % Q::kBlockElems));
+}
+
 // Element i of a row of `type` starting at src (i counts from the row start).
 // Types without a decoder here (Q8_K, an activation type) give 0.
 __device__ inline float element(DType type, const uint8_t* src, int64_t i) {
@@ -160,6 +169,20 @@ __device__ inline float element(DType type, const uint8_t* src, int64_t i) {
     case DType::Q2_K:
     case DType::Q3_K:
       return element_lowbit(type, src, i);
+    case DType::IQ2_XXS:
+      return element_iquant<DType::IQ2_XXS>(src, i);
+    case DType::IQ2_XS:
+      return element_iquant<DType::IQ2_XS>(src, i);
+    case DType::IQ2_S:
+      return element_iquant<DType::IQ2_S>(src, i);
+    case DType::IQ3_XXS:
+      return element_iquant<DType::IQ3_XXS>(src, i);
+    case DType::IQ3_S:
+      return element_iquant<DType::IQ3_S>(src, i);
+    case DType::IQ1_S:
+      return element_iquant<DType::IQ1_S>(src, i);
+    case DType::IQ1_M:
+      return element_iquant<DType::IQ1_M>(src, i);
     default:
       return 0.0f;
   }

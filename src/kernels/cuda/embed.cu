@@ -108,6 +108,27 @@ Status embed(const EmbedArgs& a, cudaStream_t stream) {
     case DType::Q3_K:
       launch<DType::Q3_K>(a, threads, stream);
       break;
+    case DType::IQ2_XXS:
+      launch<DType::IQ2_XXS>(a, threads, stream);
+      break;
+    case DType::IQ2_XS:
+      launch<DType::IQ2_XS>(a, threads, stream);
+      break;
+    case DType::IQ2_S:
+      launch<DType::IQ2_S>(a, threads, stream);
+      break;
+    case DType::IQ3_XXS:
+      launch<DType::IQ3_XXS>(a, threads, stream);
+      break;
+    case DType::IQ3_S:
+      launch<DType::IQ3_S>(a, threads, stream);
+      break;
+    case DType::IQ1_S:
+      launch<DType::IQ1_S>(a, threads, stream);
+      break;
+    case DType::IQ1_M:
+      launch<DType::IQ1_M>(a, threads, stream);
+      break;
     default:
       return make_error(StatusCode::kInvalidArgument, "embed: unsupported type {}", dtype_name(a.type));
   }

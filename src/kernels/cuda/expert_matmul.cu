@@ -10,7 +10,8 @@
 // kMatvecMaxTokens tokens (decode, batched decode) the matrix x vector
 // kernels (matvec_tc.cu for Q8_0/Q4_0, matvec.cu for the float ones and the
 // quantized types without a tensor-core decoder: Q4_1, Q5_0, Q5_1, IQ4_NL,
-// IQ4_XS, MXFP4, Q2_K, Q3_K; f32 accuracy), all of an expert's pairs in one
+// IQ4_XS, MXFP4, Q2_K, Q3_K and the i-quants IQ2_XXS .. IQ1_M; f32
+// accuracy), all of an expert's pairs in one
 // slot so its rows are read once; larger batches (prefill) the tensor-core
 // kernels of gemm.cu, 64 pairs of one expert a tile.
 // Within each path a pair's result does not depend on how many other pairs

@@ -28,7 +28,8 @@
 //     absolute). Exact f16 weights: as BF16, <= 1.4e-7 (1.7e-7 SwiGLU).
 //   F32 and the quantized types (Q8_0, Q4_0, Q4_K, Q5_K, Q6_K when the integer
 //     kernel is off, and Q4_1, Q5_0, Q5_1, IQ4_NL, IQ4_XS, MXFP4, Q2_K,
-//     Q3_K): 1 f16 term, x rounded to f16 once.
+//     Q3_K, IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S, IQ1_S, IQ1_M): 1 f16
+//     term, x rounded to f16 once.
 //     The weight is rounded to f16 as well (a dequantized value, code *
 //     d*sc - dmin*m, has up to ~21 significant bits, an F32 weight 24), so
 //     each product carries two f16 roundings (<= 2^-11 relative each, at
@@ -488,6 +489,20 @@ Status launch_gemm(const MmProblem& p, cudaStream_t stream) {
       return launch_type<DType::Q2_K>(p, stream);
     case DType::Q3_K:
       return launch_type<DType::Q3_K>(p, stream);
+    case DType::IQ2_XXS:
+      return launch_type<DType::IQ2_XXS>(p, stream);
+    case DType::IQ2_XS:
+      return launch_type<DType::IQ2_XS>(p, stream);
+    case DType::IQ2_S:
+      return launch_type<DType::IQ2_S>(p, stream);
+    case DType::IQ3_XXS:
+      return launch_type<DType::IQ3_XXS>(p, stream);
+    case DType::IQ3_S:
+      return launch_type<DType::IQ3_S>(p, stream);
+    case DType::IQ1_S:
+      return launch_type<DType::IQ1_S>(p, stream);
+    case DType::IQ1_M:
+      return launch_type<DType::IQ1_M>(p, stream);
     default:
       break;
   }

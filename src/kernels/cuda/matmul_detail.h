@@ -52,8 +52,8 @@ Status check_weights(const char* what, DType type, const void* w, int64_t n_rows
 // Alignment (bytes) a row start (and row_bytes, matrix_stride) of this weight
 // type must have: 16 where the kernels read whole 16-byte pieces of a block,
 // else what the block length allows (qdec::Traits::kRowAlign): 2 for Q8_0,
-// Q4_0, Q6_K, Q5_0, IQ4_NL, Q3_K; 4 for Q4_1, Q2_K; 8 for Q5_1, IQ4_XS; 1
-// for MXFP4 (17-byte blocks).
+// Q4_0, Q6_K, Q5_0, IQ4_NL, Q3_K and the i-quants but IQ1_M; 4 for Q4_1,
+// Q2_K; 8 for Q5_1, IQ4_XS, IQ1_M; 1 for MXFP4 (17-byte blocks).
 size_t weight_row_align(DType type);
 Status check_activations(const char* what, const void* p, int64_t stride, int64_t n_used_cols);
 

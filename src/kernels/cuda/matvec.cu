@@ -4,7 +4,8 @@
 // a tensor-core decoder (Q8_0, Q4_0 and the K-quants Q4_K..Q6_K;
 // tc_decode.cuh), and matvec_multi of those, take the tensor-core kernels of
 // matvec_tc.cu instead (launch_matvec hands them over); the other quantized
-// types (Q4_1, Q5_0, Q5_1, IQ4_NL, IQ4_XS, MXFP4, Q2_K, Q3_K) run here.
+// types (Q4_1, Q5_0, Q5_1, IQ4_NL, IQ4_XS, MXFP4, Q2_K, Q3_K, and the
+// i-quants IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S, IQ1_S, IQ1_M) run here.
 //
 // Memory-bound at one token, and x is f32 (4 bytes a column against about
 // half a byte of weight), so the layout makes x nearly free and the weight
@@ -482,6 +483,20 @@ size_t weight_row_align(DType t) {
       return qdec::Traits<DType::Q2_K>::kRowAlign;
     case DType::Q3_K:
       return qdec::Traits<DType::Q3_K>::kRowAlign;
+    case DType::IQ2_XXS:
+      return qdec::Traits<DType::IQ2_XXS>::kRowAlign;
+    case DType::IQ2_XS:
+      return qdec::Traits<DType::IQ2_XS>::kRowAlign;
+    case DType::IQ2_S:
+      return qdec::Traits<DType::IQ2_S>::kRowAlign;
+    case DType::IQ3_XXS:
+      return qdec::Traits<DType::IQ3_XXS>::kRowAlign;
+    case DType::IQ3_S:
+      return qdec::Traits<DType::IQ3_S>::kRowAlign;
+    case DType::IQ1_S:
+      return qdec::Traits<DType::IQ1_S>::kRowAlign;
+    case DType::IQ1_M:
+      return qdec::Traits<DType::IQ1_M>::kRowAlign;
     default:
       return 16;
   }
@@ -584,6 +599,20 @@ Status launch_matvec(const MmProblem& p, cudaStream_t stream) {
       return launch_type<DType::Q2_K>(p, nt, stream);
     case DType::Q3_K:
       return launch_type<DType::Q3_K>(p, nt, stream);
+    case DType::IQ2_XXS:
+      return launch_type<DType::IQ2_XXS>(p, nt, stream);
+    case DType::IQ2_XS:
+      return launch_type<DType::IQ2_XS>(p, nt, stream);
+    case DType::IQ2_S:
+      return launch_type<DType::IQ2_S>(p, nt, stream);
+    case DType::IQ3_XXS:
+      return launch_type<DType::IQ3_XXS>(p, nt, stream);
+    case DType::IQ3_S:
+      return launch_type<DType::IQ3_S>(p, nt, stream);
+    case DType::IQ1_S:
+      return launch_type<DType::IQ1_S>(p, nt, stream);
+    case DType::IQ1_M:
+      return launch_type<DType::IQ1_M>(p, nt, stream);
     default:
       break;
   }

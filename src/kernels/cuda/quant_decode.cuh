@@ -10,7 +10,9 @@
 //   the others (F32, F16, BF16, Q4_K, Q5_K; Q4_1, Q5_1, Q2_K): v[i] is the
 //     element itself (fma(q, d*sc, -dmin*m) or fma(q, d, m), the reference's
 //     value up to the FMA).
-// Issue 43's types (Q4_1 .. Q3_K above) are in quant_decode_lowbit.cuh.
+// Issue 43's types (Q4_1 .. Q3_K above) are in quant_decode_lowbit.cuh, the
+// i-quants with codebooks (IQ2_XXS .. IQ1_M, all kScaled: a = the sub-block
+// scale, v the signed codebook value) in quant_decode_iquants.cuh.
 // The scaled form lets the matrix x vector kernel sum code * x over a run and
 // scale once per run instead of once per element.
 //
@@ -335,4 +337,5 @@ MOESERVE_QDEC_UNROLL
 
 }  // namespace moeserve::cuda::qdec
 
-#include "kernels/cuda/quant_decode_lowbit.cuh"  // IWYU pragma: export
+#include "kernels/cuda/quant_decode_lowbit.cuh"    // IWYU pragma: export
+#include "kernels/cuda/quant_decode_iquants.cuh"  // IWYU pragma: export
