@@ -17,7 +17,7 @@ using wire::put_u8;
 using wire::Reader;
 
 bool known_type(uint16_t t) {
-  return t >= uint16_t(FrameType::kHello) && t <= uint16_t(FrameType::kShardReply);
+  return t >= uint16_t(FrameType::kHello) && t <= uint16_t(FrameType::kDraftReply);
 }
 
 Result<PayloadType> payload_type_of(uint8_t v, uint32_t allowed, std::string_view what) {
@@ -72,6 +72,14 @@ const char* frame_type_name(FrameType type) {
       return "shard call";
     case FrameType::kShardReply:
       return "shard reply";
+    case FrameType::kDraftHello:
+      return "draft hello";
+    case FrameType::kDraftWelcome:
+      return "draft welcome";
+    case FrameType::kDraftCall:
+      return "draft call";
+    case FrameType::kDraftReply:
+      return "draft reply";
   }
   return "unknown";
 }

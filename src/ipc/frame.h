@@ -19,7 +19,9 @@ namespace moeserve::ipc {
 
 inline constexpr uint32_t kMagic = 0x5058534Du;  // "MSXP" as bytes on the wire
 // 2: the layer-shard frames (shard_frames.h) joined the expert worker's.
-inline constexpr uint16_t kProtocolVersion = 2;
+// 3: the draft process's frames (draft_frames.h); a shard's prefix-cache
+// entry operations and a forward's row link and row type flags.
+inline constexpr uint16_t kProtocolVersion = 3;
 inline constexpr size_t kHeaderBytes = 32;
 inline constexpr size_t kHelloBytes = 48;
 inline constexpr size_t kWelcomeBytes = 56;
@@ -47,6 +49,11 @@ enum class FrameType : uint16_t {
   kShardWelcome = 9,  // shard -> parent
   kShardCall = 10,    // parent -> shard: one RemoteLayers operation
   kShardReply = 11,   // shard -> parent: its answer (kError when it failed)
+  // A draft process (draft_frames.h): speculative decoding's drafts.
+  kDraftHello = 12,    // parent -> draft process
+  kDraftWelcome = 13,  // draft process -> parent
+  kDraftCall = 14,     // parent -> draft process: one sequence's operation
+  kDraftReply = 15,    // draft process -> parent: its answer (kError when it failed)
 };
 const char* frame_type_name(FrameType type);
 

@@ -120,6 +120,20 @@ class Drafter {
   virtual Status status() const { return Status::ok(); }
 };
 
+// Where requests' DFlash drafters come from: a draft model loaded in this
+// process (spec::DflashModel) or one another process runs
+// (ipc::DraftProcess, `--device-draft proc:DEVICE`).
+class DraftSource {
+ public:
+  virtual ~DraftSource() = default;
+  virtual std::unique_ptr<Drafter> make_drafter() = 0;
+  // Device memory of this process a request's draft context takes per
+  // token (memory plans; 0 when the draft runs elsewhere).
+  virtual uint64_t context_bytes_per_token() const = 0;
+  // A line for start-up logs.
+  virtual std::string description() const = 0;
+};
+
 // A forward's captured hidden rows ([layers][rows][n_embd], the layout of
 // ForwardBatch::captured), and the rows a drafter is handed from them.
 struct CapturedRows {

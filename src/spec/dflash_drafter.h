@@ -21,20 +21,20 @@ namespace moeserve::spec {
 
 // A loaded draft, shared by every request's drafter: one workspace, drafts
 // computed one at a time.
-class DflashModel : public std::enable_shared_from_this<DflashModel> {
+class DflashModel : public runtime::DraftSource, public std::enable_shared_from_this<DflashModel> {
  public:
   // Loads `path` for `target` onto `device` ("cpu", "cuda:N"; empty: the
   // device of the target's embedding); errors say what does not fit.
   static Result<std::shared_ptr<DflashModel>> load(const std::string& path, const models::LanguageModel& target,
                                                    std::string_view device = {});
   const models::DflashHParams& hparams() const { return draft_->hparams(); }
-  std::unique_ptr<runtime::Drafter> make_drafter();
+  std::unique_ptr<runtime::Drafter> make_drafter() override;
   // A request's draft context on the device, per position (memory plans).
-  uint64_t context_bytes_per_token() const {
+  uint64_t context_bytes_per_token() const override {
     return uint64_t(hparams().n_layer) * 2 * uint64_t(hparams().kv_dim()) * sizeof(uint16_t);
   }
   // A line for start-up logs: "DFlash draft: 5 layers, block 16, reads target layers 1,9,17,25,33".
-  std::string description() const;
+  std::string description() const override;
 
  private:
   friend class DflashDrafter;

@@ -4,7 +4,7 @@
 
 namespace moeserve::spec {
 
-runtime::DrafterFactory drafter_factory(std::shared_ptr<DflashModel> dflash) {
+runtime::DrafterFactory drafter_factory(std::shared_ptr<runtime::DraftSource> dflash) {
   return [dflash](const runtime::SpecConfig& c) -> std::unique_ptr<runtime::Drafter> {
     using runtime::SpecMode;
     if (c.mode == SpecMode::kAuto && dflash != nullptr) {

@@ -13,6 +13,6 @@
 
 namespace moeserve::spec {
 
-runtime::DrafterFactory drafter_factory(std::shared_ptr<DflashModel> dflash = nullptr);
+runtime::DrafterFactory drafter_factory(std::shared_ptr<runtime::DraftSource> dflash = nullptr);
 
 }  // namespace moeserve::spec

@@ -43,6 +43,21 @@ for tree in 0 12; do
   expect_in "$work/dflash$tree.err" "speculative (dflash)"
 done
 
+# The draft in a process of its own: the same text, the same drafts
+# (--spec-fixed: every step drafts, whatever the timings).
+for where in here proc:cpu; do
+  extra=()
+  [ "$where" = here ] || extra=(--device-draft "$where")
+  "$moeserve" generate -m "$target" -p "$prompt" -n 24 --temp 0 --device cpu --spec dflash --draft "$work/draft.gguf" \
+    --spec-max 6 --spec-tree 12 --spec-fixed "${extra[@]}" > "$work/fixed_$where.out" 2> "$work/fixed_$where.err" \
+    || fail "generate --spec-fixed $where: $(tail -3 "$work/fixed_$where.err")"
+  cmp -s "$work/plain.out" "$work/fixed_$where.out" || fail "the draft $where changed the output"
+done
+expect_in "$work/fixed_proc:cpu.err" "in a process of its own"
+drafted() { sed -n 's/.* \([0-9]*\) drafted.*/\1/p' "$1" | head -1; }
+[ -n "$(drafted "$work/fixed_here.err")" ] && [ "$(drafted "$work/fixed_proc:cpu.err")" = "$(drafted "$work/fixed_here.err")" ] \
+  || fail "the draft process drafted $(drafted "$work/fixed_proc:cpu.err"), this process $(drafted "$work/fixed_here.err")"
+
 # Mistakes: each exits non-zero before generating, saying what to do.
 run_bad() {  # name expected-text args...
   local name=$1 want=$2
@@ -58,6 +73,7 @@ run_bad directory "convert the checkpoint first" -m "$target" --spec dflash --dr
 run_bad target_as_draft "not a DFlash draft" -m "$target" --spec dflash --draft "$target"
 run_bad draft_as_model "is a DFlash draft model" -m "$work/draft.gguf"
 run_bad wrong_target "does not fit the target model" -m "$other" --spec dflash --draft "$work/draft.gguf"
+run_bad proc_device "--device-draft" -m "$target" --spec dflash --draft "$work/draft.gguf" --device-draft proc:gpu
 run_bad tree_budget "--spec-tree must be 0" -m "$target" --spec dflash --draft "$work/draft.gguf" --spec-tree 99
 
 if [ "$failures" -ne 0 ]; then

@@ -5,6 +5,7 @@
 
 #include "kernels/gpu_api.h"
 #include "tensor/quantize.h"
+#include "weight_bytes.h"
 
 namespace moeserve {
 namespace {
@@ -38,8 +39,8 @@ TEST_P(DequantizeGpu, MatchesCpuReferenceExactly) {
   std::normal_distribution<float> dist(0.0f, 1.0f);
   std::vector<float> src(n);
   for (float& v : src) v = dist(rng);
-  std::vector<uint8_t> packed(dtype_row_bytes(type, n));
-  quantize_row(type, src.data(), packed.data(), n);
+  // Random bytes with finite scales for the types without a quantizer.
+  const std::vector<uint8_t> packed = testing::weight_rows(type, src, 1, n, 1235);
 
   std::vector<float> want(n), got(n, -1.0f);
   dequantize_row(type, packed.data(), want.data(), n);

@@ -162,7 +162,8 @@ Status run_bench(const BenchOptions& o) {
       std::unique_ptr<ipc::WorkerExpertBackend> worker,
       apply_expert_worker_flags(o.model_path, o.experts.placement_path, o.worker, &load));
   MOESERVE_ASSIGN_OR_RETURN(std::unique_ptr<runtime::Model> model, runtime::Model::load(o.model_path, load));
-  MOESERVE_ASSIGN_OR_RETURN(std::shared_ptr<spec::DflashModel> draft_model, load_draft_model(o.spec, model->net()));
+  MOESERVE_ASSIGN_OR_RETURN(std::shared_ptr<runtime::DraftSource> draft_model,
+                            load_draft_model(o.spec, model->net(), o.model_path));
   const models::ModelInfo& info = model->info();
   // The per-expert variant is only for comparing dispatch strategies.
   backend::PerExpertMatmulBackend per_expert(&model->pool());

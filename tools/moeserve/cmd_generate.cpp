@@ -80,7 +80,8 @@ Status run_generate(const GenerateCliOptions& o) {
   go.stop = o.stop;
   go.spec = spec_config;
   go.spec_adaptive = !o.spec.fixed;
-  MOESERVE_ASSIGN_OR_RETURN(std::shared_ptr<spec::DflashModel> draft_model, load_draft_model(o.spec, model->net()));
+  MOESERVE_ASSIGN_OR_RETURN(std::shared_ptr<runtime::DraftSource> draft_model,
+                            load_draft_model(o.spec, model->net(), o.model_path));
   std::unique_ptr<runtime::Drafter> drafter = spec::drafter_factory(draft_model)(spec_config);
   go.drafter = drafter.get();
   MOESERVE_ASSIGN_OR_RETURN(runtime::GenerateResult r, gen.generate(prompt, go, [](std::string_view piece) {

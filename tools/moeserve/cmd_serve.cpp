@@ -161,7 +161,7 @@ Status run_serve(ServeCliOptions o) {
   eo.prefix_cache_bytes = o.prefix_cache_mb << 20;
   eo.spec = spec_config;  // requests may choose their own ("speculative")
   eo.spec_adaptive = !o.spec.fixed;
-  auto draft_model = load_draft_model(o.spec, (*model)->net());
+  auto draft_model = load_draft_model(o.spec, (*model)->net(), o.model_path);
   if (!draft_model.is_ok()) {
     stop_listener();
     return draft_model.status();

@@ -39,6 +39,7 @@ void register_all_commands(CLI::App& app) {
   register_place(app);
   register_worker(app);
   register_shard(app);
+  register_draft_worker(app);
   register_perplexity(app);
 }
 

@@ -38,6 +38,7 @@ void register_place(CLI::App& app);
 void register_calibrate(CLI::App& app);
 void register_worker(CLI::App& app);
 void register_shard(CLI::App& app);
+void register_draft_worker(CLI::App& app);
 void register_perplexity(CLI::App& app);
 
 }  // namespace moeserve::tools

@@ -7,7 +7,11 @@
 #include "backend/devices.h"
 #include "core/log.h"
 #include "format/gguf.h"
+#include "ipc/draft_client.h"
+#include "ipc/frame.h"
+#include "ipc/worker_process.h"
 #include "models/dflash_weights.h"
+#include "moe/moe_shape.h"
 
 namespace moeserve::tools {
 
@@ -38,7 +42,8 @@ void add_spec_flags(CLI::App* cmd, SpecCliOptions* o) {
   cmd->add_option("--device-draft,--draft-device", o->draft_device,
                   "Where the DFlash draft computes: cpu or cuda:N (default: the device of the target's "
                   "embedding). A second GPU takes the draft's weights and work off the target's; the target's "
-                  "embedding and output head are copied there");
+                  "embedding and output head are copied there. proc:cpu or proc:cuda:N: in a process of its own "
+                  "(`moeserve draft-worker`, started here); if it dies, requests decode without drafts");
 }
 
 Result<runtime::SpecConfig> resolve_spec_flags(const SpecCliOptions& o) {
@@ -60,7 +65,10 @@ Result<runtime::SpecConfig> resolve_spec_flags(const SpecCliOptions& o) {
     if (o.draft_path.empty()) {
       return make_error(StatusCode::kInvalidArgument, "--device-draft places a DFlash draft: add --draft FILE");
     }
-    Result<backend::DeviceSpec> d = backend::parse_device_spec(o.draft_device);
+    const std::string_view where = std::string_view(o.draft_device).starts_with("proc:")
+                                       ? std::string_view(o.draft_device).substr(5)
+                                       : std::string_view(o.draft_device);
+    Result<backend::DeviceSpec> d = backend::parse_device_spec(std::string(where));
     if (!d.is_ok()) return make_error(d.status().code(), "--device-draft: {}", d.status().message());
   }
   if (!o.draft_path.empty()) MOESERVE_RETURN_IF_ERROR(check_draft_file(o.draft_path));
@@ -82,13 +90,31 @@ Status check_draft_file(const std::string& path) {
   return Status::ok();
 }
 
-Result<std::shared_ptr<spec::DflashModel>> load_draft_model(const SpecCliOptions& o,
-                                                            const models::LanguageModel& target) {
-  if (o.draft_path.empty()) return std::shared_ptr<spec::DflashModel>();
+Result<std::shared_ptr<runtime::DraftSource>> load_draft_model(const SpecCliOptions& o,
+                                                               const models::LanguageModel& target,
+                                                               const std::string& target_path) {
+  if (o.draft_path.empty()) return std::shared_ptr<runtime::DraftSource>();
+  if (o.draft_device.starts_with("proc:")) {
+    ipc::DraftProcessOptions po;
+    MOESERVE_ASSIGN_OR_RETURN(po.exe, ipc::self_executable());
+    po.target_path = target_path;
+    po.draft_path = o.draft_path;
+    po.device = o.draft_device.substr(5);
+    MOESERVE_ASSIGN_OR_RETURN(GgufFile target_file, GgufFile::open(target_path));
+    MOESERVE_ASSIGN_OR_RETURN(GgufFile draft_file, GgufFile::open(o.draft_path));
+    po.target_fingerprint = ipc::fingerprint_value(moe::model_fingerprint(target_file));
+    po.draft_fingerprint = ipc::fingerprint_value(moe::model_fingerprint(draft_file));
+    MOESERVE_LOG_INFO("starting the DFlash draft's process on {}...", po.device);
+    Result<std::shared_ptr<ipc::DraftProcess>> p = ipc::DraftProcess::start(po);
+    if (!p.is_ok())
+      return make_error(p.status().code(), "--device-draft {}: {}", o.draft_device, p.status().message());
+    MOESERVE_LOG_INFO("{}", (*p)->description());
+    return std::shared_ptr<runtime::DraftSource>(std::move(*p));
+  }
   Result<std::shared_ptr<spec::DflashModel>> m = spec::DflashModel::load(o.draft_path, target, o.draft_device);
   if (!m.is_ok()) return make_error(m.status().code(), "--draft {}: {}", o.draft_path, m.status().message());
   MOESERVE_LOG_INFO("{}", (*m)->description());
-  return m;
+  return std::shared_ptr<runtime::DraftSource>(std::move(*m));
 }
 
 std::string spec_summary_line(runtime::SpecMode mode, const runtime::SpecCounters& c) {

@@ -29,9 +29,12 @@ void add_spec_flags(CLI::App* cmd, SpecCliOptions* o);
 Result<runtime::SpecConfig> resolve_spec_flags(const SpecCliOptions& o);
 // The --draft file exists and is a DFlash draft (checked before the target loads).
 Status check_draft_file(const std::string& path);
-// The --draft model for `target` (null without --draft); errors name the flag.
-Result<std::shared_ptr<spec::DflashModel>> load_draft_model(const SpecCliOptions& o,
-                                                            const models::LanguageModel& target);
+// The --draft model for `target` (null without --draft): loaded here, or
+// in a draft process (--device-draft proc:DEVICE) started with the target
+// file `target_path`; errors name the flag.
+Result<std::shared_ptr<runtime::DraftSource>> load_draft_model(const SpecCliOptions& o,
+                                                               const models::LanguageModel& target,
+                                                               const std::string& target_path);
 // "speculative (ngram): 42 steps, 120 drafted, 80 accepted (66.7%), mean
 // acceptance length 2.90 tokens a step | draft 0.3 ms, verify 812 ms".
 std::string spec_summary_line(runtime::SpecMode mode, const runtime::SpecCounters& c);

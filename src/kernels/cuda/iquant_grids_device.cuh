@@ -6,8 +6,11 @@
 // QuantDecodeHost.DeviceCodebooksEqualTheReference checks every entry
 // against the host tables. Included by quant_decode_iquants.cuh only.
 //
-// One copy per translation unit (internal linkage; the CUDA code is built
-// without relocatable device code): about 33 KB of global memory each.
+// Variable templates (the parameter is unused) so that only a translation
+// unit that decodes an i-quant holds a table: the CUDA code is built without
+// relocatable device code, so each such unit has its own copy (about 33 KB
+// of global memory for all six), and the many that include the decoders
+// without using these types hold none.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -17,7 +20,8 @@
 namespace moeserve::cuda::qdec::grids {
 
 // = kIq2xxsGrid.
-static __device__ const uint64_t kIq2xxs[256] = {
+template <int = 0>
+__device__ const uint64_t kIq2xxs[256] = {
     0x0808080808080808, 0x080808080808082b, 0x0808080808081919, 0x0808080808082b08,
     0x0808080808082b2b, 0x0808080808190819, 0x0808080808191908, 0x08080808082b0808,
     0x08080808082b082b, 0x08080808082b2b08, 0x08080808082b2b2b, 0x0808080819080819,
@@ -85,7 +89,8 @@ static __device__ const uint64_t kIq2xxs[256] = {
 };
 
 // = kIq2xsGrid.
-static __device__ const uint64_t kIq2xs[512] = {
+template <int = 0>
+__device__ const uint64_t kIq2xs[512] = {
     0x0808080808080808, 0x080808080808082b, 0x0808080808081919, 0x0808080808082b08,
     0x0808080808082b2b, 0x0808080808190819, 0x0808080808191908, 0x080808080819192b,
     0x0808080808192b19, 0x08080808082b0808, 0x08080808082b082b, 0x08080808082b1919,
@@ -217,7 +222,8 @@ static __device__ const uint64_t kIq2xs[512] = {
 };
 
 // = kIq2sGrid.
-static __device__ const uint64_t kIq2s[1024] = {
+template <int = 0>
+__device__ const uint64_t kIq2s[1024] = {
     0x0808080808080808, 0x080808080808082b, 0x0808080808081919, 0x0808080808082b08,
     0x0808080808082b2b, 0x0808080808190819, 0x0808080808191908, 0x080808080819192b,
     0x0808080808192b19, 0x08080808082b0808, 0x08080808082b082b, 0x08080808082b1919,
@@ -477,7 +483,8 @@ static __device__ const uint64_t kIq2s[1024] = {
 };
 
 // = kIq3xxsGrid.
-static __device__ const uint32_t kIq3xxs[256] = {
+template <int = 0>
+__device__ const uint32_t kIq3xxs[256] = {
     0x04040404, 0x04040414, 0x04040424, 0x04040c0c, 0x04040c1c, 0x04040c3e, 0x04041404, 0x04041414,
     0x04041c0c, 0x04042414, 0x04043e1c, 0x04043e2c, 0x040c040c, 0x040c041c, 0x040c0c04, 0x040c0c14,
     0x040c140c, 0x040c142c, 0x040c1c04, 0x040c1c14, 0x040c240c, 0x040c2c24, 0x040c3e04, 0x04140404,
@@ -513,7 +520,8 @@ static __device__ const uint32_t kIq3xxs[256] = {
 };
 
 // = kIq3sGrid.
-static __device__ const uint32_t kIq3s[512] = {
+template <int = 0>
+__device__ const uint32_t kIq3s[512] = {
     0x01010101, 0x01010103, 0x01010105, 0x0101010b, 0x0101010f, 0x01010301, 0x01010303, 0x01010305,
     0x01010309, 0x0101030d, 0x01010501, 0x01010503, 0x0101050b, 0x01010707, 0x01010901, 0x01010905,
     0x0101090b, 0x0101090f, 0x01010b03, 0x01010b07, 0x01010d01, 0x01010d05, 0x01010f03, 0x01010f09,
@@ -581,7 +589,8 @@ static __device__ const uint32_t kIq3s[512] = {
 };
 
 // = kIq1sGrid.
-static __device__ const uint64_t kIq1s[2048] = {
+template <int = 0>
+__device__ const uint64_t kIq1s[2048] = {
     0xffffffffffffffff, 0xffffffffffffff01, 0xffffffffffff0000, 0xffffffffffff01ff,
     0xffffffffffff0101, 0xffffffffff00ff00, 0xffffffffff000000, 0xffffffffff01ffff,
     0xffffffffff01ff01, 0xffffffffff0101ff, 0xffffffffff010101, 0xffffffff00ff0000,

@@ -39,7 +39,7 @@ namespace moeserve::cuda::qdec {
 // Entry i of codebook `name` (kIq2xxs .. kIq1s): the device copy in device
 // code, the reference table (name##Grid) on the host.
 #ifdef __CUDA_ARCH__
-#define MOESERVE_IQ_ENTRY(name, i) __ldg(&grids::name[i])
+#define MOESERVE_IQ_ENTRY(name, i) __ldg(&grids::name<>[i])
 #else
 #define MOESERVE_IQ_ENTRY(name, i) ::moeserve::name##Grid[i]
 #endif
@@ -90,6 +90,9 @@ MOESERVE_QDEC float iq_group_value(const IqGroup& g, int j) {
 
 // The Traits of an i-quant from its layout L: L::scale(blk, r) the scale of
 // run r, L::group(blk, g) group g (0..31: sub-block g / 4, position g % 4).
+// The layouts are templates (of an unused parameter) so that their code, and
+// with it a codebook (iquant_grids_device.cuh), is instantiated only in the
+// translation units that decode the type.
 template <DType T, class L>
 struct IqTraits {
   static constexpr DType kType = T;
@@ -119,11 +122,14 @@ MOESERVE_QDEC float iq2_scale(const uint8_t* blk, uint32_t s) {
 
 // ---- IQ2_XXS: {d, qs[64] bytes}; sub-block ib: bytes 8ib..8ib+3 the four
 // grid indices, 8ib+4.. a u32 aux: bits 7l.. group l's signs, bits 28..31 s.
+template <int = 0>
 struct Iq2xxsLayout {
   static constexpr int kBytes = 66, kAlign = 2, kChunkBlocks = 2;
   static constexpr bool kShifted = false;
   MOESERVE_QDEC static uint32_t aux(const uint8_t* blk, int ib) { return load_u32_a2(blk + 2 + 8 * ib + 4); }
-  MOESERVE_QDEC static float scale(const uint8_t* blk, int r) { return iq2_scale(blk, aux(blk, r >> 1) >> 28); }
+  MOESERVE_QDEC static float scale(const uint8_t* blk, int r) {
+    return iq2_scale(blk, aux(blk, r >> 1) >> 28);
+  }
   MOESERVE_QDEC static IqGroup group(const uint8_t* blk, int g) {
     const int ib = g >> 2, l = g & 3;
     const uint32_t idx = blk[2 + 8 * ib + l];
@@ -133,6 +139,7 @@ struct Iq2xxsLayout {
 
 // ---- IQ2_XS: {d, qs[32] (u16: index 9 bits | signs 7 bits << 9),
 // scales[8]}; scales[ib]: groups 0-1 in the low nibble, 2-3 in the high.
+template <int = 0>
 struct Iq2xsLayout {
   static constexpr int kBytes = 74, kAlign = 2, kChunkBlocks = 1;
   static constexpr bool kShifted = false;
@@ -147,6 +154,7 @@ struct Iq2xsLayout {
 
 // ---- IQ2_S: {d, qs[32] index low bytes, signs[32], qh[8], scales[8]};
 // bits 8-9 of group l's index at bit 2l of qh[ib]; scales as IQ2_XS.
+template <int = 0>
 struct Iq2sLayout {
   static constexpr int kBytes = 82, kAlign = 2, kChunkBlocks = 1;
   static constexpr bool kShifted = false;
@@ -166,6 +174,7 @@ struct Iq2sLayout {
 
 // ---- IQ3_XXS: {d, qs[64] indices (8 a sub-block), aux[8] (u32 as
 // IQ2_XXS's, at 66 + 4ib)}; scale d (s + 1/2) / 2.
+template <int = 0>
 struct Iq3xxsLayout {
   static constexpr int kBytes = 98, kAlign = 2, kChunkBlocks = 1;
   static constexpr bool kShifted = false;
@@ -183,6 +192,7 @@ struct Iq3xxsLayout {
 // ---- IQ3_S: {d, qs[64] index low bytes, qh[8], signs[32], scales[4]};
 // bit 8 of index k (0..7) of sub-block ib at bit k of qh[ib]; nibble ib % 2
 // of scales[ib / 2] is s: scale d (2s + 1).
+template <int = 0>
 struct Iq3sLayout {
   static constexpr int kBytes = 110, kAlign = 2, kChunkBlocks = 1;
   static constexpr bool kShifted = false;
@@ -205,6 +215,7 @@ MOESERVE_QDEC float iq1_shift(uint32_t negative) { return negative != 0 ? -kIq1D
 // ---- IQ1_S: {d, qs[32] index low bytes, qh[8] (u16)}; qh[ib]: bits 3l..
 // bits 8-10 of group l's index, bits 12-14 s, bit 15 the shift's sign;
 // scale d (2s + 1).
+template <int = 0>
 struct Iq1sLayout {
   static constexpr int kBytes = 50, kAlign = 2, kChunkBlocks = 2;
   static constexpr bool kShifted = true;
@@ -223,6 +234,7 @@ struct Iq1sLayout {
 // l/2]: bits 8-10 of group l's index in bits 0-2 (l even) or 4-6, the
 // shift's sign in bit 3 or 7; u16 scales[ib / 2] bits 6(ib % 2) + 3(l / 2)..
 // s (scale d (2s + 1)); d (f16) in the top nibbles of the four scale words.
+template <int = 0>
 struct Iq1mLayout {
   static constexpr int kBytes = 56, kAlign = 8, kChunkBlocks = 2;
   static constexpr bool kShifted = true;
@@ -246,18 +258,18 @@ struct Iq1mLayout {
 #undef MOESERVE_IQ_ENTRY
 
 template <>
-struct Traits<DType::IQ2_XXS> : IqTraits<DType::IQ2_XXS, Iq2xxsLayout> {};
+struct Traits<DType::IQ2_XXS> : IqTraits<DType::IQ2_XXS, Iq2xxsLayout<>> {};
 template <>
-struct Traits<DType::IQ2_XS> : IqTraits<DType::IQ2_XS, Iq2xsLayout> {};
+struct Traits<DType::IQ2_XS> : IqTraits<DType::IQ2_XS, Iq2xsLayout<>> {};
 template <>
-struct Traits<DType::IQ2_S> : IqTraits<DType::IQ2_S, Iq2sLayout> {};
+struct Traits<DType::IQ2_S> : IqTraits<DType::IQ2_S, Iq2sLayout<>> {};
 template <>
-struct Traits<DType::IQ3_XXS> : IqTraits<DType::IQ3_XXS, Iq3xxsLayout> {};
+struct Traits<DType::IQ3_XXS> : IqTraits<DType::IQ3_XXS, Iq3xxsLayout<>> {};
 template <>
-struct Traits<DType::IQ3_S> : IqTraits<DType::IQ3_S, Iq3sLayout> {};
+struct Traits<DType::IQ3_S> : IqTraits<DType::IQ3_S, Iq3sLayout<>> {};
 template <>
-struct Traits<DType::IQ1_S> : IqTraits<DType::IQ1_S, Iq1sLayout> {};
+struct Traits<DType::IQ1_S> : IqTraits<DType::IQ1_S, Iq1sLayout<>> {};
 template <>
-struct Traits<DType::IQ1_M> : IqTraits<DType::IQ1_M, Iq1mLayout> {};
+struct Traits<DType::IQ1_M> : IqTraits<DType::IQ1_M, Iq1mLayout<>> {};
 
 }  // namespace moeserve::cuda::qdec

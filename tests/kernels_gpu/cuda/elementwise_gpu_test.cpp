@@ -263,7 +263,10 @@ TEST_P(EmbedGpu, GathersDequantizedRows) {
   const auto values = random_floats(size_t(n_vocab * n_cols), 71);
   const size_t row_bytes = dtype_row_bytes(type, n_cols);
   std::vector<uint8_t> table(row_bytes * size_t(n_vocab));
-  quantize_rows(type, values.data(), table.data(), n_vocab, n_cols);
+  for (int64_t r = 0; r < n_vocab; ++r) {
+    testing::weight_row(type, values.data() + r * n_cols, table.data() + size_t(r) * row_bytes, n_cols,
+                        uint32_t(73 + r));
+  }
 
   std::mt19937 rng(72);
   std::uniform_int_distribution<int32_t> pick(0, int32_t(n_vocab - 1));

@@ -131,7 +131,7 @@ ExpertStack make_stack(DType type, int64_t n_expert, int64_t rows, int64_t cols,
     for (int64_t r = 0; r < rows; ++r) {
       uint8_t* dst = s.bytes.data() + e * s.desc.matrix_stride + r * s.desc.row_bytes;
       const size_t at = size_t((e * rows + r) * cols);
-      quantize_row(type, src.data() + at, dst, cols);
+      testing::weight_row(type, src.data() + at, dst, cols, seed + uint32_t(e * rows + r));
       dequantize_row(type, dst, s.values.data() + at, cols);
     }
   }

@@ -11,6 +11,8 @@
 #include <vector>
 
 #include "kernels/gpu_api.h"
+#include "tensor/quantize.h"
+#include "weight_bytes.h"
 
 namespace moeserve::testing {
 
@@ -80,6 +82,18 @@ inline std::vector<float> random_floats(size_t n, uint32_t seed, float scale = 1
   std::vector<float> v(n);
   for (float& x : v) x = dist(rng);
   return v;
+}
+
+// A row of n elements of type t at dst: src quantized where t has a
+// quantizer, else random bytes with finite scales (the codebook i-quants,
+// read only: weight_bytes.h). Either way, dequantize_row gives its values.
+inline void weight_row(DType t, const float* src, uint8_t* dst, int64_t n, uint32_t seed) {
+  if (dtype_has_quantizer(t)) {
+    quantize_row(t, src, dst, n);
+    return;
+  }
+  const std::vector<uint8_t> w = weight_rows(t, {}, 1, n, seed);
+  std::memcpy(dst, w.data(), w.size());
 }
 
 }  // namespace moeserve::testing

@@ -78,7 +78,7 @@ QuantMatrix make_matrix(DType type, int64_t rows, int64_t cols, uint32_t seed, s
   const std::vector<float> src = random_floats(size_t(rows * cols), seed);
   for (int64_t r = 0; r < rows; ++r) {
     uint8_t* row = m.bytes.data() + r * m.row_bytes;
-    quantize_row(type, src.data() + r * cols, row, cols);
+    testing::weight_row(type, src.data() + r * cols, row, cols, seed + uint32_t(r));
     dequantize_row(type, row, m.values.data() + r * cols, cols);
   }
   return m;

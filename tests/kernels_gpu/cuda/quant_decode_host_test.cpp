@@ -3,7 +3,9 @@
 // dequantize_row, for every weight type the GPU reads: each run of each
 // block, from blocks at every offset the type's row alignment allows (MXFP4:
 // every byte). They are host and device code, so this needs no GPU: a wrong
-// decoder shows here by type and run before any kernel runs.
+// decoder shows here by type and run before any kernel runs. The codebook
+// i-quants (no quantizer) are checked on random blocks with finite scales,
+// their device codebooks against the reference tables.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -16,6 +18,7 @@
 #include "kernels/cuda/matmul_detail.h"
 #include "kernels/cuda/quant_decode.cuh"
 #include "kernels_gpu/cuda/gpu_test_util.h"
+#include "tensor/iquant_grids.h"
 #include "tensor/quantize.h"
 
 namespace moeserve {
@@ -71,7 +74,7 @@ void check_values(uint32_t seed) {
   }
   const size_t bytes = dtype_row_bytes(T, n);
   std::vector<uint8_t> row(bytes);
-  quantize_row(T, src.data(), row.data(), n);
+  testing::weight_row(T, src.data(), row.data(), n, seed);
   std::vector<float> want(static_cast<size_t>(n));
   dequantize_row(T, row.data(), want.data(), n);
 
@@ -91,6 +94,11 @@ void check_values(uint32_t seed) {
         for (int i = 0; i < cuda::qdec::kRunLen; ++i) {
           const float expect = w[cuda::qdec::kRunLen * r + i];
           const int64_t col = b * Q::kBlockElems + cuda::qdec::kRunLen * r + i;
+          if constexpr (requires { Q::element(base, 0); }) {
+            // The element decoder of dequantize.cu and embed.cu.
+            ASSERT_EQ(Q::element(base + off + b * Q::kBlockBytes, cuda::qdec::kRunLen * r + i), expect)
+                << name << " element, offset " << off << " column " << col;
+          }
           if constexpr (Q::kScaled) {
             ASSERT_EQ(a * v[i], expect) << name << " offset " << off << " column " << col << " (run " << r
                                         << "): a " << a << " v " << v[i];
@@ -112,10 +120,11 @@ void check_type(uint32_t seed) {
 }
 
 // The types check_type runs below.
-constexpr DType kChecked[] = {DType::F32,    DType::F16,   DType::BF16, DType::Q8_0,
-                              DType::Q4_0,   DType::Q4_K,  DType::Q5_K, DType::Q6_K,
-                              DType::Q4_1,   DType::Q5_0,  DType::Q5_1, DType::IQ4_NL,
-                              DType::IQ4_XS, DType::MXFP4, DType::Q2_K, DType::Q3_K};
+constexpr DType kChecked[] = {DType::F32,   DType::F16,     DType::BF16,   DType::Q8_0,  DType::Q4_0,
+                              DType::Q4_K,  DType::Q5_K,    DType::Q6_K,   DType::Q4_1,  DType::Q5_0,
+                              DType::Q5_1,  DType::IQ4_NL,  DType::IQ4_XS, DType::MXFP4, DType::Q2_K,
+                              DType::Q3_K,  DType::IQ2_XXS, DType::IQ2_XS, DType::IQ2_S, DType::IQ3_XXS,
+                              DType::IQ3_S, DType::IQ1_S,   DType::IQ1_M};
 
 TEST(QuantDecodeHost, RunsOfEveryGpuTypeMatchTheDequantizer) {
   check_type<DType::F32>(1);
@@ -134,6 +143,32 @@ TEST(QuantDecodeHost, RunsOfEveryGpuTypeMatchTheDequantizer) {
   check_type<DType::MXFP4>(14);
   check_type<DType::Q2_K>(15);
   check_type<DType::Q3_K>(16);
+  check_type<DType::IQ2_XXS>(17);
+  check_type<DType::IQ2_XS>(18);
+  check_type<DType::IQ2_S>(19);
+  check_type<DType::IQ3_XXS>(20);
+  check_type<DType::IQ3_S>(21);
+  check_type<DType::IQ1_S>(22);
+  check_type<DType::IQ1_M>(23);
+}
+
+// The device copies of the codebooks (iquant_grids_device.cuh; plain host
+// arrays in this host-compiled test) are the reference tables, entry for
+// entry, and the computed sign bytes are kIqSigns.
+template <typename T, size_t N>
+void expect_same_table(const T (&device)[N], const T (&reference)[N], const char* name) {
+  for (size_t i = 0; i < N; ++i) ASSERT_EQ(device[i], reference[i]) << name << " entry " << i;
+}
+
+TEST(QuantDecodeHost, DeviceCodebooksEqualTheReference) {
+  namespace g = cuda::qdec::grids;
+  expect_same_table(g::kIq2xxs<>, kIq2xxsGrid, "iq2_xxs");
+  expect_same_table(g::kIq2xs<>, kIq2xsGrid, "iq2_xs");
+  expect_same_table(g::kIq2s<>, kIq2sGrid, "iq2_s");
+  expect_same_table(g::kIq3xxs<>, kIq3xxsGrid, "iq3_xxs");
+  expect_same_table(g::kIq3s<>, kIq3sGrid, "iq3_s");
+  expect_same_table(g::kIq1s<>, kIq1sGrid, "iq1_s");
+  for (uint32_t s = 0; s < 128; ++s) EXPECT_EQ(cuda::qdec::iq_signs(s), kIqSigns[s]) << "signs " << s;
 }
 
 // A type added to kGpuWeightDTypes needs its decoder checked above.
