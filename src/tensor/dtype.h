@@ -73,12 +73,12 @@ inline constexpr DType kWeightDTypes[] = {
     DType::Q5_1,   DType::Q2_K,   DType::Q3_K,    DType::Q4_K,   DType::Q5_K,   DType::Q6_K,    DType::IQ4_NL,
     DType::IQ4_XS, DType::MXFP4,  DType::IQ2_XXS, DType::IQ2_XS, DType::IQ2_S,  DType::IQ3_XXS, DType::IQ3_S,
     DType::IQ1_S,  DType::IQ1_M};
-// Weight types the CUDA kernels read (the i-quants IQ1-IQ3: CPU only so far,
-// issue 43).
-inline constexpr DType kGpuWeightDTypes[] = {DType::F32,  DType::F16,    DType::BF16,   DType::Q8_0,
-                                             DType::Q4_0, DType::Q4_1,   DType::Q5_0,   DType::Q5_1,
-                                             DType::Q2_K, DType::Q3_K,   DType::Q4_K,   DType::Q5_K,
-                                             DType::Q6_K, DType::IQ4_NL, DType::IQ4_XS, DType::MXFP4};
+// Weight types the CUDA kernels read: every weight type.
+inline constexpr DType kGpuWeightDTypes[] = {
+    DType::F32,    DType::F16,    DType::BF16,    DType::Q8_0,   DType::Q4_0,   DType::Q4_1,    DType::Q5_0,
+    DType::Q5_1,   DType::Q2_K,   DType::Q3_K,    DType::Q4_K,   DType::Q5_K,   DType::Q6_K,    DType::IQ4_NL,
+    DType::IQ4_XS, DType::MXFP4,  DType::IQ2_XXS, DType::IQ2_XS, DType::IQ2_S,  DType::IQ3_XXS, DType::IQ3_S,
+    DType::IQ1_S,  DType::IQ1_M};
 inline constexpr bool gpu_reads_weight_type(DType t) {
   for (DType g : kGpuWeightDTypes) {
     if (g == t) return true;

@@ -181,7 +181,7 @@ Result<PlacedWeights> CudaDevice::place_weights(std::span<const WeightRef> weigh
   // allocation, with the numbers and what to change.
   size_t total = 0;
   for (const WeightRef& r : weights) {
-    // A weight type the CUDA kernels do not read yet (issue 43): refused
+    // A type the CUDA kernels do not read as a weight (Q8_K, an activation type): refused
     // here, so --device auto falls back to the CPU and --device cuda says why.
     if (!gpu_reads_weight_type(r.view->type)) {
       return make_error(StatusCode::kUnsupported,
