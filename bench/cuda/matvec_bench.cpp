@@ -164,17 +164,22 @@ void bench_matvec(DType t, int64_t rows, int64_t cols, int copies, double roof,
   }
   DeviceBuffer x = random_floats_on_device(size_t(16 * cols), 5);
   DeviceBuffer y(size_t(16 * rows) * sizeof(float));
+  DeviceBuffer scratch(std::max<size_t>(16, cuda::gemm_scratch_bytes(t, 16, cols)));
+  // matmul() as the engine calls it: large K-quant products on the integer
+  // kernel (cuda::integer_dense_decode), the rest on matvec's.
+  const bool integer = !tc && cuda::integer_dense_decode(t, rows, cols);
   for (int nt : token_counts) {
     cuda::MatmulArgs a;
     a.w_type = t, a.n_rows = rows, a.n_cols = cols, a.row_bytes = dtype_row_bytes(t, cols);
     a.x = x.as<float>(), a.x_stride = cols, a.n_tokens = nt, a.y = y.as<float>(), a.y_stride = rows;
+    a.scratch = scratch.p, a.scratch_bytes = cuda::gemm_scratch_bytes(t, nt, cols);
     const double us = time_us([&](int i, cudaStream_t s) {
       a.w = w[size_t(i)]->p;
-      check(tc ? cuda::matvec_multi(&a, 1, s) : cuda::matvec(a, s));
+      check(tc ? cuda::matvec_multi(&a, 1, s) : cuda::matmul(a, s));
     }, copies);
     const double gbps = double(bytes) / (us * 1e3);
     std::printf("%s %-7s %-5s %6ld -> %-6ld tokens %2d: %8.2f us  %7.0f GB/s  %5.1f%% of copy\n",
-                tc ? "mv_tc " : "matvec", label,
+                tc ? "mv_tc " : integer ? "int   " : "matvec", label,
                 std::string(dtype_name(t)).c_str(), long(cols), long(rows), nt, us, gbps, 100.0 * gbps / roof);
   }
 }

@@ -2,13 +2,16 @@
 """Summarises an `ncu --csv --print-units base` run of moeserve generate:
 forwards are cut at each embedding kernel; by default the first (the
 prompt) is skipped and the decode forwards are averaged per kernel name;
-with --prefill only the first forward is summarised."""
+with --prefill only the first forward is summarised; with --forwards A:B
+the forwards A..B-1 after the one of most rows are averaged, e.g. one row count of
+`moeserve bench --spec`'s verify curve (a prompt, then 5 forwards per row
+count: 1, 2, 4, 8, 16, 32, 64)."""
 import collections
 import csv
 import sys
 
 
-def main(path, prefill=False):
+def main(path, prefill=False, span=None):
     rows = [r for r in csv.reader(l for l in open(path) if l.startswith('"'))]
     head, rows = rows[0], rows[1:]
     col = {n: i for i, n in enumerate(head)}
@@ -33,6 +36,14 @@ def main(path, prefill=False):
         if cur is not None:
             cur.append((f"{short}{tmpl[:60]}", grid, t, rd, wr))
     decode = forwards[:1] if prefill else forwards[1:]
+    if span is not None:
+        # Relative to the forward of most rows (the embedding's grid is one
+        # block a row): the verify curve's 256-token prompt.
+        rows = [int(f[0][1].strip("()").split(",")[0]) if f else 0 for f in forwards]
+        base = rows.index(max(rows)) if rows else 0
+        decode = forwards[base + span[0]:base + span[1]]
+        print(f"forwards {base + span[0]}..{base + span[1] - 1} of {len(forwards)}, rows "
+              f"{sorted(set(rows[base + span[0]:base + span[1]]))}")
     if not decode:
         print("no forwards found")
         return
@@ -46,7 +57,7 @@ def main(path, prefill=False):
             a[3] += wr
     n = len(decode)
     total = sum(a[1] for a in agg.values()) / n
-    print(f"{n} {'prefill' if prefill else 'decode'} forwards, {len(decode[0])} kernels each, kernel time {total / 1e3:.1f} us per forward")
+    print(f"{n} {'prefill' if prefill else 'selected' if span else 'decode'} forwards, {len(decode[0])} kernels each, kernel time {total / 1e3:.1f} us per forward")
     print(f"{'kernel':70s} {'grid':>16s} {'per fwd':>7s} {'us each':>8s} {'us/fwd':>8s} {'share':>6s} {'GB/s':>7s}")
     for (name, grid), (cnt, t, rd, wr) in sorted(agg.items(), key=lambda kv: -kv[1][1]):
         each = t / cnt
@@ -55,4 +66,9 @@ def main(path, prefill=False):
 
 
 if __name__ == "__main__":
-    main(sys.argv[1], "--prefill" in sys.argv[2:])
+    span = None
+    for arg in sys.argv[2:]:
+        if arg.startswith("--forwards="):
+            a, b = arg.split("=", 1)[1].split(":")
+            span = (int(a), int(b))
+    main(sys.argv[1], "--prefill" in sys.argv[2:], span)

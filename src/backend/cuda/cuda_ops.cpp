@@ -394,11 +394,14 @@ bool exact_rows(DType w_type) { return gemm_disabled() || w_type == DType::F32; 
 // leave most of the GPU idle. Chosen by the group's shape only (never by
 // what else is in the batch), so a row's bits do not depend on the batch.
 // Not with MOESERVE_CUDA_GEMM=0, whose rows must equal prefill's matvec rows.
+// Large K-quant products take the integer kernel at every size instead
+// (matmul.h: integer_dense_decode), so a group with one goes product by product.
 bool shared_input_decode(std::span<const MatmulOp> group) {
   if (group.size() < 2 || group.size() > 64 || gemm_disabled()) return false;
   for (const MatmulOp& op : group) {
     if (op.x != group[0].x || op.n_tokens != group[0].n_tokens || op.w->n_cols != group[0].w->n_cols ||
-        op.n_tokens > cuda::kMatvecMaxTokens) {
+        op.n_tokens > cuda::kMatvecMaxTokens ||
+        cuda::integer_dense_decode(op.w->type, op.w->n_rows, op.w->n_cols)) {
       return false;
     }
   }
@@ -436,7 +439,7 @@ Status CudaOps::matmul(std::span<const MatmulOp> group) {
       MOESERVE_RETURN_IF_ERROR(cuda::matvec_rows(a, stream_));
       continue;
     }
-    if (op.n_tokens > cuda::kMatvecMaxTokens) {
+    if (op.n_tokens > cuda::kMatvecMaxTokens || cuda::integer_dense_decode(a.w_type, a.n_rows, a.n_cols)) {
       a.scratch_bytes = cuda::gemm_scratch_bytes(a.w_type, a.n_tokens, a.n_cols);
       if (a.scratch_bytes > 0) {
         MOESERVE_ASSIGN_OR_RETURN(a.scratch, q8_mem_.get(a.scratch_bytes, "workspace (gemm activations)"));

@@ -67,6 +67,8 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdint>
+#include <cstdlib>
+#include <string>
 #include <type_traits>
 
 #include "kernels/cuda/cuda_check.h"
@@ -573,8 +575,17 @@ Status gemm(const MatmulArgs& a, cudaStream_t stream) {
   return detail::launch_gemm(dense_problem(a), stream);
 }
 
+bool integer_dense_decode(DType w_type, int64_t n_rows, int64_t n_cols) {
+  static const bool exact = [] {
+    const char* v = std::getenv("MOESERVE_CUDA_DENSE_DECODE");
+    return v != nullptr && std::string(v) == "exact";
+  }();
+  return !exact && detail::gemm_kq_type(w_type) && n_rows * n_cols >= kIntegerDecodeMinWeights;
+}
+
 Status matmul(const MatmulArgs& a, cudaStream_t stream) {
-  return a.n_tokens <= kMatvecMaxTokens ? matvec(a, stream) : gemm(a, stream);
+  const bool small = a.n_tokens <= kMatvecMaxTokens && !integer_dense_decode(a.w_type, a.n_rows, a.n_cols);
+  return small ? matvec(a, stream) : gemm(a, stream);
 }
 
 }  // namespace moeserve::cuda

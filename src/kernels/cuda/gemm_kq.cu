@@ -463,6 +463,12 @@ int sm_count_of_device() {
 template <DType T>
 Status launch_kq_type(const MmProblem& p, cudaStream_t stream) {
   if (p.mode == MmMode::kDense) {
+    // Decode batches of large products (matmul.h: integer_dense_decode, an
+    // LM head): 16-token tiles of 64 rows, whatever the token count. Small
+    // tiles keep more CTAs an SM streaming weights (H200, the 2048 x 151936
+    // Q6_K head: 16 tokens 151 us in these, 8 tokens 240 us in 8-token
+    // tiles of four stages); a token's bits are the same in every tile.
+    if (p.n_tokens <= 16) return launch_kq<T, 16, 4>(p, 1, stream);
     // 32 tokens a CTA, 16 where that leaves SMs idle (k/v products of a
     // 512-token prompt: 4 row tiles of 128).
     const int64_t ctas32 = ((p.n_tokens + 31) / 32) * ((p.n_rows + 127) / 128);

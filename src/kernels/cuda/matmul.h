@@ -63,8 +63,26 @@ struct MatmulArgs {
 // the weight types that convert nothing ahead).
 size_t gemm_scratch_bytes(DType w_type, int64_t n_rows, int64_t n_cols);
 
-// Rows up to which matmul() takes the matrix x vector path.
+// Rows up to which matmul() takes the matrix x vector path (the weight
+// types integer_dense_decode() leaves there).
 inline constexpr int64_t kMatvecMaxTokens = 16;
+
+// Whether matmul() takes the integer kernel of gemm_kq.cu (Q8_K
+// activations, the CPU's arithmetic) at every token count: K-quant products
+// of at least kIntegerDecodeMinWeights weights (LM heads, the FFNs of large
+// dense models). At decode batches (2..16 rows: batched decode, a verify)
+// the f32 matrix x vector kernels pay an FMA and an activation load per
+// weight and token; the integer kernel reads each weight once into an MMA
+// (H200, the 2048 x 151936 Q6_K LM head: 1 / 8 / 16 tokens 139 / 422 / 961
+// us on the f32 kernel, 147 / 159 / 151 us here). Smaller products stay on
+// the f32 kernels: there the integer kernel's sequential K loop costs more
+// than it saves at one token (the 4096 -> 2048 output projection 9.9 us
+// against 5.1; 16 tokens 14.5 against 46). One kernel for every count keeps
+// a token's result independent of the batch (decode == verify == prefill,
+// bit for bit, and equal to the CPU's). MOESERVE_CUDA_DENSE_DECODE=exact
+// keeps 1..16 tokens on the f32 kernels (comparisons).
+inline constexpr int64_t kIntegerDecodeMinWeights = int64_t(1) << 26;
+bool integer_dense_decode(DType w_type, int64_t n_rows, int64_t n_cols);
 
 // The matrix x vector kernels (decode, batched decode, verify): n_tokens in
 // 1..kMatvecMaxTokens. Each output element is reduced in an order that does

@@ -295,11 +295,18 @@ TEST_P(GemmGpu, TokenResultsDoNotDependOnTheBatch) {
       << dtype_name(type);
 }
 
+// matmul(): the matrix x vector kernels up to 16 tokens, except for large
+// K-quant products, which take the integer kernel at every size
+// (integer_dense_decode).
 TEST_P(GemmGpu, MatmulPicksMatvecUpTo16Tokens) {
   MOESERVE_REQUIRE_GPU();
   const DType type = GetParam();
   const int64_t cols = 3 * col_unit(type), rows = 45;
   const QuantMatrix m = make_matrix(type, rows, cols, 21);
+  EXPECT_FALSE(cuda::integer_dense_decode(type, rows, cols)) << dtype_name(type);
+  EXPECT_EQ(cuda::integer_dense_decode(type, cuda::kIntegerDecodeMinWeights / 2048, 2048),
+            testing::gemm_uses_q8k(type))
+      << dtype_name(type);
   for (int64_t n : {16, 17}) {
     const std::vector<float> x = random_floats(size_t(n * cols), uint32_t(22 + n));
     const ProductRun via_matmul = run_product(Path::kMatmul, m, x, cols, n);
@@ -307,6 +314,38 @@ TEST_P(GemmGpu, MatmulPicksMatvecUpTo16Tokens) {
         run_product(n <= cuda::kMatvecMaxTokens ? Path::kMatvec : Path::kGemm, m, x, cols, n);
     ASSERT_TRUE(via_matmul.status.is_ok() && direct.status.is_ok());
     EXPECT_EQ(std::memcmp(via_matmul.y.data(), direct.y.data(), via_matmul.y.size() * sizeof(float)), 0) << n;
+  }
+}
+
+// gemm() of decode batches (1..16 tokens; what matmul() runs for a large
+// K-quant product, integer_dense_decode): every output bit for bit the
+// reference CPU kernels', and a token's row the same alone, in batches of
+// 5, 8 and 16, and inside a 40-token product (other tiles).
+TEST_P(GemmGpu, KQuantDecodeBatchesEqualTheCpuAndPrefill) {
+  MOESERVE_REQUIRE_GPU();
+  const DType type = GetParam();
+  if (!testing::gemm_uses_q8k(type)) GTEST_SKIP() << dtype_name(type) << ": not the integer kernel";
+  for (const int64_t cols : {int64_t(2048), int64_t(768)}) {
+    const int64_t rows = 133, x_stride = cols + 4;  // partial row tiles
+    const QuantMatrix m = make_matrix(type, rows, cols, uint32_t(40 + cols), row_pad(type));
+    const std::vector<float> x = random_floats(size_t(40 * x_stride), uint32_t(41 + cols));
+    const ProductRun prefill = run_product(Path::kGemm, m, x, x_stride, 40);
+    ASSERT_TRUE(prefill.status.is_ok()) << prefill.status.to_string();
+    const std::vector<float> cpu = cpu_reference(m, x, x_stride, 16);
+    for (const int64_t n : {1, 5, 8, 16}) {
+      const std::vector<float> xn(x.begin(), x.begin() + n * x_stride);
+      const ProductRun got = run_product(Path::kGemm, m, xn, x_stride, n);
+      ASSERT_TRUE(got.status.is_ok()) << got.status.to_string();
+      int64_t differ_cpu = 0, differ_prefill = 0;
+      for (size_t i = 0; i < got.y.size(); ++i) {
+        differ_cpu += std::memcmp(&cpu[i], &got.y[i], sizeof(float)) != 0;
+        differ_prefill += std::memcmp(&prefill.y[i], &got.y[i], sizeof(float)) != 0;
+      }
+      EXPECT_EQ(differ_cpu, 0) << dtype_name(type) << " " << n << " x " << cols
+                               << ": outputs unlike the CPU's";
+      EXPECT_EQ(differ_prefill, 0) << dtype_name(type) << " " << n << " x " << cols
+                                   << ": outputs unlike a 40-token product's";
+    }
   }
 }
 
