@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstring>
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "format/gguf.h"
@@ -21,6 +22,51 @@ namespace {
 constexpr int64_t kElementsPerTask = 1 << 16;
 
 std::string mib(uint64_t bytes) { return fmt::format("{:.2f} MiB", double(bytes) / (1024.0 * 1024.0)); }
+
+// Rows [begin, end) of the job from f32 `src` into `dst`, each with its
+// matrix's importance when the job has one.
+void quantize_chunk(const RowFillJob& job, const float* src, uint8_t* dst, int64_t begin, int64_t end) {
+  if (job.importance == nullptr) {
+    quantize_rows(job.out_type, src, dst, end - begin, job.row_len);
+    return;
+  }
+  const size_t row_bytes = dtype_row_bytes(job.out_type, job.row_len);
+  for (int64_t r = begin; r < end; ++r) {
+    const int64_t m = r / job.rows_per_matrix;
+    const float* x = src + (r - begin) * job.row_len;
+    uint8_t* out = dst + size_t(r - begin) * row_bytes;
+    if (job.importance->present[size_t(m)] != 0) {
+      quantize_rows_weighted(job.out_type, x, out, 1, job.row_len,
+                             job.importance->values.data() + m * job.row_len);
+    } else {
+      quantize_rows(job.out_type, x, out, 1, job.row_len);
+    }
+  }
+}
+
+// Matrices a tensor stacks (experts: ne[2]), each of ne[1] rows.
+int64_t tensor_matrices(const GgufTensorInfo& t) { return t.ne[2] * t.ne[3]; }
+
+// Whether tensor t, written as out_type, is quantized with the imatrix:
+// false when it has no entry (counted as missing), an error when the entry
+// does not fit the tensor.
+Result<bool> uses_imatrix(const QuantizeOptions& o, const GgufTensorInfo& t, DType out_type,
+                          QuantizeSummary* s) {
+  if (o.imatrix == nullptr || out_type == t.type || !dtype_has_weighted_quantizer(out_type)) return false;
+  // The embedding's rows are looked up, never multiplied: no imatrix has
+  // it, so its absence is no news.
+  if (t.name == keys::kTokenEmbd && !o.imatrix->entries.contains(t.name)) return false;
+  auto imp = tensor_importance(*o.imatrix, t.name, t.ne[0], tensor_matrices(t));
+  if (imp.is_ok()) {
+    s->imatrix_used += 1;
+    return true;
+  }
+  if (imp.status().code() != StatusCode::kNotFound) {
+    return make_error(imp.status().code(), "--imatrix {}: {}", o.imatrix_name, imp.status().message());
+  }
+  if (s->imatrix_missing++ == 0) s->first_missing = t.name;
+  return false;
+}
 
 }  // namespace
 
@@ -39,7 +85,7 @@ Status fill_rows_parallel(const RowFillJob& job, std::span<uint8_t> out, ThreadP
     std::vector<float>& buf = scratch[size_t(thread)];
     buf.resize(size_t((end - begin) * job.row_len));
     job.read_rows(begin, end, buf.data());
-    quantize_rows(job.out_type, buf.data(), out.data() + size_t(begin) * out_row_bytes, end - begin, job.row_len);
+    quantize_chunk(job, buf.data(), out.data() + size_t(begin) * out_row_bytes, begin, end);
     if (progress) progress->add_units(uint64_t(end - begin) * out_row_bytes);
   });
   return Status::ok();
@@ -70,6 +116,7 @@ Result<QuantizeSummary> quantize_model(const QuantizeOptions& options) {
   QuantizeSummary summary;
   ThreadPool pool(options.threads);
   std::vector<DType> out_types;
+  std::vector<uint8_t> weighted;  // per tensor: quantized with the imatrix
   uint64_t total_out = 0;
   for (size_t i = 0; i < in.tensors().size(); ++i) {
     const GgufTensorInfo& t = in.tensors()[i];
@@ -91,6 +138,8 @@ Result<QuantizeSummary> quantize_model(const QuantizeOptions& options) {
     tally.tensors += 1;
     tally.bytes += out_bytes;
     out_types.push_back(out_type);
+    MOESERVE_ASSIGN_OR_RETURN(const bool with_imatrix, uses_imatrix(options, t, out_type, &summary));
+    weighted.push_back(with_imatrix ? 1 : 0);
   }
   auto progress = std::make_shared<Progress>(ProgressOptions{.label = "quantize",
                                                              .total_units = total_out,
@@ -101,8 +150,9 @@ Result<QuantizeSummary> quantize_model(const QuantizeOptions& options) {
   for (size_t i = 0; i < in.tensors().size(); ++i) {
     const GgufTensorInfo* t = &in.tensors()[i];
     const DType out_type = out_types[i];
+    const Imatrix* imatrix = weighted[i] != 0 ? options.imatrix : nullptr;
     std::vector<int64_t> shape(t->ne, t->ne + t->n_dims);
-    GgufTensorFill fill = [t, out_type, &pool, progress](std::span<uint8_t> out) -> Status {
+    GgufTensorFill fill = [t, out_type, imatrix, &pool, progress](std::span<uint8_t> out) -> Status {
       if (out_type == t->type) {
         std::memcpy(out.data(), t->data, t->nbytes);
         progress->add_units(t->nbytes);
@@ -113,6 +163,14 @@ Result<QuantizeSummary> quantize_model(const QuantizeOptions& options) {
                            dequantize_row(t->type, t->data + size_t(r) * in_row_bytes, dst + (r - begin) * t->ne[0], t->ne[0]);
                          }
                        }};
+        // Computed here, not up front: one tensor's worth is alive at a time.
+        std::optional<TensorImportance> importance;
+        if (imatrix != nullptr) {
+          MOESERVE_ASSIGN_OR_RETURN(importance,
+                                    tensor_importance(*imatrix, t->name, t->ne[0], tensor_matrices(*t)));
+          job.importance = &*importance;
+          job.rows_per_matrix = t->ne[1];
+        }
         MOESERVE_RETURN_IF_ERROR(fill_rows_parallel(job, out, pool, progress.get()));
       }
       progress->add_items(1);

@@ -4,6 +4,10 @@
 // the target; a tensor whose type does not change is copied byte for byte.
 // Rows are converted in parallel on a ThreadPool at write time
 // (GgufWriter::add_tensor_deferred), so memory use stays small.
+// With an importance matrix (format/imatrix.h), the types that have a
+// weighted quantizer (tensor/quantize.h) weight each column's error by its
+// importance, per expert for stacked expert tensors; a tensor the imatrix
+// has no data for is quantized without (counted in the summary).
 #pragma once
 #include <cstdint>
 #include <functional>
@@ -15,6 +19,7 @@
 #include "core/progress.h"
 #include "core/status.h"
 #include "core/thread_pool.h"
+#include "format/imatrix.h"
 #include "tensor/dtype.h"
 
 namespace moeserve::convert {
@@ -25,6 +30,9 @@ struct QuantizeOptions {
   FileType file_type = FileType::kQ4_K_M;
   int threads = 0;  // <= 0: one per physical core
   ProgressOptions::Mode progress = ProgressOptions::Mode::kAuto;
+  // Null: no importance weighting. Must outlive the call.
+  const Imatrix* imatrix = nullptr;
+  std::string imatrix_name{};  // for errors (the file's path)
 };
 
 struct TypeTally {
@@ -37,6 +45,11 @@ struct QuantizeSummary {
   uint64_t bytes_before = 0;  // tensor data only
   uint64_t bytes_after = 0;
   std::map<std::string, TypeTally> by_type;  // output type name -> tally
+  // With an imatrix: tensors quantized with it, and those of a weighted
+  // type it had no entry for (quantized without; the first one's name).
+  size_t imatrix_used = 0;
+  size_t imatrix_missing = 0;
+  std::string first_missing;
 };
 
 Result<QuantizeSummary> quantize_model(const QuantizeOptions& options);
@@ -54,6 +67,10 @@ struct RowFillJob {
   int64_t n_rows = 0;
   int64_t row_len = 0;  // elements per row (ne[0])
   RowReaderF32 read_rows;
+  // Optional: per-column importance of each matrix (rows_per_matrix rows
+  // each; tensor_importance()); matrices without data are quantized plain.
+  const TensorImportance* importance = nullptr;
+  int64_t rows_per_matrix = 0;
 };
 
 // Fills `out` (n_rows rows of out_type) from read_rows, in parallel chunks on

@@ -49,6 +49,22 @@ enum class QuantEffort { kBest, kQuick };
 size_t quantize_rows(DType t, const float* src, void* dst, int64_t n_rows, int64_t n_per_row,
                      QuantEffort effort);
 
+// ---- importance-weighted quantization (imatrix) -----------------------------
+//
+// `importance` holds one value per column of the row (n_per_row): the mean
+// of x_j^2 over the activations the matrix multiplied during calibration
+// (moeserve imatrix). Each element's error is weighted, as ggml does, by
+// importance_j * sqrt(sigma2 + w_j^2), sigma2 a multiple of the mean square
+// of the weights around it (their block or row; Q6_K takes importance_j
+// alone), so columns the activations make large are coded more exactly.
+// Types with a weighted quantizer: Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, Q4_0,
+// Q4_1, Q5_0, Q5_1, IQ4_NL, IQ4_XS; the others are quantized as by
+// quantize_rows (the importance is not used). Negative or non-finite
+// importances count as 0.
+bool dtype_has_weighted_quantizer(DType t);
+size_t quantize_rows_weighted(DType t, const float* src, void* dst, int64_t n_rows, int64_t n_per_row,
+                              const float* importance);
+
 // The same conversions as plain function pointers (for kernel tables).
 using DequantizeRowFn = void (*)(const void* src, float* dst, int64_t n);
 using QuantizeRowRefFn = void (*)(const float* src, void* dst, int64_t n);

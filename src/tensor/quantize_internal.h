@@ -40,6 +40,32 @@ inline HalfScale half_scale(float s) {
   return {b, fp16_to_fp32(b)};
 }
 
+// ---- importance-weighted quantizers (quantize_weighted.cpp) -------------------
+//
+// The weighted quantizers minimise sum_i w[i] * (x[i] - y[i])^2 instead of the
+// plain squared error; w holds one non-negative weight per element of the
+// row (null: every weight 1). The plain quantizers are these with null w:
+// a weight of exactly 1 changes no product or sum, so their output is bit
+// for bit what it was before weights existed.
+inline constexpr int kUnitWeightCount = 256;  // the largest block a fit sees
+extern const float* const kUnitWeights;       // kUnitWeightCount ones
+// The weights of the block at `offset` of the row: w + offset, or ones.
+inline const float* block_weights(const float* w, int64_t offset) {
+  return w != nullptr ? w + offset : kUnitWeights;
+}
+using QuantizeRowWeightedFn = void (*)(const float* src, const float* w, void* dst, int64_t n);
+void quantize_q4_k_weighted(const float* src, const float* w, void* dst, int64_t n);
+void quantize_q5_k_weighted(const float* src, const float* w, void* dst, int64_t n);
+void quantize_q6_k_weighted(const float* src, const float* w, void* dst, int64_t n);
+void quantize_q2_k_weighted(const float* src, const float* w, void* dst, int64_t n);
+void quantize_q3_k_weighted(const float* src, const float* w, void* dst, int64_t n);
+void quantize_iq4_xs_weighted(const float* src, const float* w, void* dst, int64_t n);
+void quantize_iq4_nl_weighted(const float* src, const float* w, void* dst, int64_t n);
+void quantize_q4_0_weighted(const float* src, const float* w, void* dst, int64_t n);
+void quantize_q4_1_weighted(const float* src, const float* w, void* dst, int64_t n);
+void quantize_q5_0_weighted(const float* src, const float* w, void* dst, int64_t n);
+void quantize_q5_1_weighted(const float* src, const float* w, void* dst, int64_t n);
+
 void quantize_q4_k(const float* src, void* dst, int64_t n);
 // QuantEffort::kQuick (quantize.h): plain range scales, no search.
 void quantize_q4_k_quick(const float* src, void* dst, int64_t n);

@@ -12,6 +12,8 @@
 //      ones, then (d, dmin) are refit by least squares for the chosen integer
 //      codes; every step is kept only if the total error drops. The values are
 //      always coded against the quantized scales, as the reader sees them.
+// Every error and least-squares sum carries a per-element weight (an
+// imatrix's importance; 1 when none is given: quantize_internal.h).
 // Q6_K: y = d*sc_j*(q-32) on 16 sub-blocks of 16, sc_j int8: the same scheme
 // with a symmetric (scale-only) fit and signed levels -32..31.
 #include <cstring>
@@ -42,34 +44,36 @@ struct AffineFit {
   float min = 0.0f;
 };
 
-// Squared error of coding x with f; stores the codes when q is non-null.
-// (float sums: they only rank candidates of one sub-block.)
-float affine_error(const float* x, int n, int nmax, const AffineFit& f, uint8_t* q) {
+// Weighted squared error of coding x with f; stores the codes when q is
+// non-null. (float sums: they only rank candidates of one sub-block.)
+float affine_error(const float* x, const float* w, int n, int nmax, const AffineFit& f, uint8_t* q) {
   const float inv = f.scale > 0.0f ? 1.0f / f.scale : 0.0f;
   float err = 0.0f;
   for (int i = 0; i < n; ++i) {
     const int c = round_clamp((x[i] + f.min) * inv, 0, nmax);
     if (q != nullptr) q[i] = uint8_t(c);
     const float e = x[i] - (f.scale * float(c) - f.min);
-    err += e * e;
+    err += w[i] * e * e;
   }
   return err;
 }
 
-// Least-squares (scale, min) for fixed codes. The format subtracts a
-// non-negative min, so a positive offset is clamped to 0 and the scale refit
-// alone. False when the codes cannot determine a positive scale.
-bool fit_affine_to_codes(const float* x, const uint8_t* q, int n, AffineFit* out) {
-  double sq = 0, sqq = 0, sx = 0, sxq = 0;
+// Weighted least-squares (scale, min) for fixed codes. The format subtracts
+// a non-negative min, so a positive offset is clamped to 0 and the scale
+// refit alone. False when the codes cannot determine a positive scale.
+bool fit_affine_to_codes(const float* x, const float* w, const uint8_t* q, int n, AffineFit* out) {
+  double sw = 0, sq = 0, sqq = 0, sx = 0, sxq = 0;
   for (int i = 0; i < n; ++i) {
-    sq += q[i];
-    sqq += double(q[i]) * q[i];
-    sx += x[i];
-    sxq += double(x[i]) * q[i];
+    const double wi = w[i];
+    sw += wi;
+    sq += wi * q[i];
+    sqq += wi * q[i] * q[i];
+    sx += wi * x[i];
+    sxq += wi * x[i] * q[i];
   }
-  const double det = n * sqq - sq * sq;
-  if (!(det > 0)) return false;  // all codes equal
-  double scale = (n * sxq - sq * sx) / det;
+  const double det = sw * sqq - sq * sq;
+  if (!(det > 0)) return false;  // all codes equal (or no weight)
+  double scale = (sw * sxq - sq * sx) / det;
   double offset = (sqq * sx - sq * sxq) / det;
   if (offset > 0) {
     offset = 0;
@@ -80,7 +84,7 @@ bool fit_affine_to_codes(const float* x, const uint8_t* q, int n, AffineFit* out
   return true;
 }
 
-AffineFit fit_affine_sub_block(const float* x, int n, int nmax) {
+AffineFit fit_affine_sub_block(const float* x, const float* w, int n, int nmax) {
   float lo = 0.0f;  // the min is never positive
   float hi = x[0];
   for (int i = 0; i < n; ++i) {
@@ -89,24 +93,24 @@ AffineFit fit_affine_sub_block(const float* x, int n, int nmax) {
   }
   if (!(hi > lo)) return {0.0f, -lo};  // constant non-positive: exact with q = 0
   AffineFit best{(hi - lo) / float(nmax), -lo};
-  float best_err = affine_error(x, n, nmax, best, nullptr);
+  float best_err = affine_error(x, w, n, nmax, best, nullptr);
   uint8_t q[kSub];
   for (int k = -kSearchSteps; k <= kSearchSteps; ++k) {
     const float iscale = (float(nmax) + kSearchStep * float(k)) / (hi - lo);
     for (int i = 0; i < n; ++i) q[i] = uint8_t(round_clamp((x[i] - lo) * iscale, 0, nmax));
     AffineFit cand;
-    if (!fit_affine_to_codes(x, q, n, &cand)) continue;
-    const float err = affine_error(x, n, nmax, cand, nullptr);
+    if (!fit_affine_to_codes(x, w, q, n, &cand)) continue;
+    const float err = affine_error(x, w, n, nmax, cand, nullptr);
     if (err < best_err) {
       best_err = err;
       best = cand;
     }
   }
   for (int it = 0; it < kPolishIters; ++it) {
-    affine_error(x, n, nmax, best, q);
+    affine_error(x, w, n, nmax, best, q);
     AffineFit cand;
-    if (!fit_affine_to_codes(x, q, n, &cand)) break;
-    const float err = affine_error(x, n, nmax, cand, nullptr);
+    if (!fit_affine_to_codes(x, w, q, n, &cand)) break;
+    const float err = affine_error(x, w, n, nmax, cand, nullptr);
     if (!(err < best_err)) break;
     best_err = err;
     best = cand;
@@ -134,14 +138,16 @@ uint8_t scale_code(float v, float unit, int max_code) {
 
 // Each sub-block takes the best of the (scale, min) codes within 1 of its
 // current ones, against the fixed d and dmin.
-void polish_affine_codes(const float* x, int nmax, AffineSuperBlock* s) {
+void polish_affine_codes(const float* x, const float* w, int nmax, AffineSuperBlock* s) {
   for (int j = 0; j < kNumSub; ++j) {
     int best_sc = s->sc[j], best_mn = s->mn[j];
-    float best_err = affine_error(x + j * kSub, kSub, nmax, sub_block_fit(*s, best_sc, best_mn), nullptr);
+    const float* xj = x + j * kSub;
+    const float* wj = w + j * kSub;
+    float best_err = affine_error(xj, wj, kSub, nmax, sub_block_fit(*s, best_sc, best_mn), nullptr);
     for (int sc = s->sc[j] - 1; sc <= s->sc[j] + 1; ++sc) {
       for (int mn = s->mn[j] - 1; mn <= s->mn[j] + 1; ++mn) {
         if (sc < 0 || sc > kMaxCode6Bit || mn < 0 || mn > kMaxCode6Bit) continue;
-        const float err = affine_error(x + j * kSub, kSub, nmax, sub_block_fit(*s, sc, mn), nullptr);
+        const float err = affine_error(xj, wj, kSub, nmax, sub_block_fit(*s, sc, mn), nullptr);
         if (err < best_err) {
           best_err = err;
           best_sc = sc;
@@ -155,25 +161,28 @@ void polish_affine_codes(const float* x, int nmax, AffineSuperBlock* s) {
 }
 
 // Re-codes all values against the current scales; returns the squared error.
-double code_affine_values(const float* x, int nmax, AffineSuperBlock* s) {
+double code_affine_values(const float* x, const float* w, int nmax, AffineSuperBlock* s) {
   double err = 0.0;
   for (int j = 0; j < kNumSub; ++j) {
-    err += affine_error(x + j * kSub, kSub, nmax, sub_block_fit(*s, s->sc[j], s->mn[j]), s->q + j * kSub);
+    err += affine_error(x + j * kSub, w + j * kSub, kSub, nmax, sub_block_fit(*s, s->sc[j], s->mn[j]),
+                        s->q + j * kSub);
   }
   return err;
 }
 
 // Least-squares (d, dmin) for fixed integer codes: x ≈ d*(sc_j*q) - dmin*m_j.
-bool refit_affine_super_scales(const float* x, const AffineSuperBlock& s, float* d, float* dmin) {
+bool refit_affine_super_scales(const float* x, const float* w, const AffineSuperBlock& s, float* d,
+                               float* dmin) {
   double uu = 0, uv = 0, vv = 0, xu = 0, xv = 0;
   for (int i = 0; i < kQK_K; ++i) {
     const double u = double(s.sc[i / kSub]) * s.q[i];
     const double v = -double(s.mn[i / kSub]);
-    uu += u * u;
-    uv += u * v;
-    vv += v * v;
-    xu += x[i] * u;
-    xv += x[i] * v;
+    const double wi = w[i];
+    uu += wi * u * u;
+    uv += wi * u * v;
+    vv += wi * v * v;
+    xu += wi * x[i] * u;
+    xv += wi * x[i] * v;
   }
   if (vv == 0) {  // no mins in use: dmin is free, fit d alone
     if (!(uu > 0)) return false;
@@ -198,12 +207,12 @@ AffineFit range_affine_sub_block(const float* x, int n, int nmax) {
   return hi > lo ? AffineFit{(hi - lo) / float(nmax), -lo} : AffineFit{0.0f, -lo};
 }
 
-void encode_affine_super_block(const float* x, int nmax, bool quick, AffineSuperBlock* s) {
+void encode_affine_super_block(const float* x, const float* w, int nmax, bool quick, AffineSuperBlock* s) {
   AffineFit fits[kNumSub];
   float max_scale = 0.0f, max_min = 0.0f;
   for (int j = 0; j < kNumSub; ++j) {
     fits[j] = quick ? range_affine_sub_block(x + j * kSub, kSub, nmax)
-                    : fit_affine_sub_block(x + j * kSub, kSub, nmax);
+                    : fit_affine_sub_block(x + j * kSub, w + j * kSub, kSub, nmax);
     max_scale = fits[j].scale > max_scale ? fits[j].scale : max_scale;
     max_min = fits[j].min > max_min ? fits[j].min : max_min;
   }
@@ -214,19 +223,19 @@ void encode_affine_super_block(const float* x, int nmax, bool quick, AffineSuper
     s->mn[j] = scale_code(fits[j].min, s->dmin.value, kMaxCode6Bit);
   }
   if (quick) {
-    code_affine_values(x, nmax, s);
+    code_affine_values(x, w, nmax, s);
     return;
   }
-  polish_affine_codes(x, nmax, s);
-  double err = code_affine_values(x, nmax, s);
+  polish_affine_codes(x, w, nmax, s);
+  double err = code_affine_values(x, w, nmax, s);
   for (int it = 0; it < kSuperIters; ++it) {
     float d = 0.0f, dmin = 0.0f;
-    if (!refit_affine_super_scales(x, *s, &d, &dmin)) break;
+    if (!refit_affine_super_scales(x, w, *s, &d, &dmin)) break;
     AffineSuperBlock cand = *s;
     cand.d = half_scale(d);
     cand.dmin = half_scale(dmin);
-    polish_affine_codes(x, nmax, &cand);
-    const double cand_err = code_affine_values(x, nmax, &cand);
+    polish_affine_codes(x, w, nmax, &cand);
+    const double cand_err = code_affine_values(x, w, nmax, &cand);
     if (!(cand_err < err)) break;
     *s = cand;
     err = cand_err;
@@ -253,11 +262,11 @@ void pack_low_nibbles(const uint8_t* q, uint8_t* qs) {
   }
 }
 
-void quantize_q4_k_effort(const float* src, void* dst, int64_t n, bool quick) {
+void quantize_q4_k_effort(const float* src, const float* w, void* dst, int64_t n, bool quick) {
   auto* out = static_cast<BlockQ4_K*>(dst);
   AffineSuperBlock s;
   for (int64_t b = 0; b < n / kQK_K; ++b) {
-    encode_affine_super_block(src + b * kQK_K, 15, quick, &s);
+    encode_affine_super_block(src + b * kQK_K, block_weights(w, b * kQK_K), 15, quick, &s);
     out[b].d = s.d.bits;
     out[b].dmin = s.dmin.bits;
     pack_scale_min_codes(s.sc, s.mn, out[b].scales);
@@ -265,11 +274,11 @@ void quantize_q4_k_effort(const float* src, void* dst, int64_t n, bool quick) {
   }
 }
 
-void quantize_q5_k_effort(const float* src, void* dst, int64_t n, bool quick) {
+void quantize_q5_k_effort(const float* src, const float* w, void* dst, int64_t n, bool quick) {
   auto* out = static_cast<BlockQ5_K*>(dst);
   AffineSuperBlock s;
   for (int64_t b = 0; b < n / kQK_K; ++b) {
-    encode_affine_super_block(src + b * kQK_K, 31, quick, &s);
+    encode_affine_super_block(src + b * kQK_K, block_weights(w, b * kQK_K), 31, quick, &s);
     out[b].d = s.d.bits;
     out[b].dmin = s.dmin.bits;
     pack_scale_min_codes(s.sc, s.mn, out[b].scales);
@@ -284,10 +293,24 @@ void quantize_q5_k_effort(const float* src, void* dst, int64_t n, bool quick) {
 
 }  // namespace
 
-void quantize_q4_k(const float* src, void* dst, int64_t n) { quantize_q4_k_effort(src, dst, n, false); }
-void quantize_q5_k(const float* src, void* dst, int64_t n) { quantize_q5_k_effort(src, dst, n, false); }
-void quantize_q4_k_quick(const float* src, void* dst, int64_t n) { quantize_q4_k_effort(src, dst, n, true); }
-void quantize_q5_k_quick(const float* src, void* dst, int64_t n) { quantize_q5_k_effort(src, dst, n, true); }
+void quantize_q4_k(const float* src, void* dst, int64_t n) {
+  quantize_q4_k_effort(src, nullptr, dst, n, false);
+}
+void quantize_q5_k(const float* src, void* dst, int64_t n) {
+  quantize_q5_k_effort(src, nullptr, dst, n, false);
+}
+void quantize_q4_k_quick(const float* src, void* dst, int64_t n) {
+  quantize_q4_k_effort(src, nullptr, dst, n, true);
+}
+void quantize_q5_k_quick(const float* src, void* dst, int64_t n) {
+  quantize_q5_k_effort(src, nullptr, dst, n, true);
+}
+void quantize_q4_k_weighted(const float* src, const float* w, void* dst, int64_t n) {
+  quantize_q4_k_effort(src, w, dst, n, false);
+}
+void quantize_q5_k_weighted(const float* src, const float* w, void* dst, int64_t n) {
+  quantize_q5_k_effort(src, w, dst, n, false);
+}
 
 template <typename Block>
 void dequantize_affine(const Block& blk, const uint8_t* qh, float* y) {

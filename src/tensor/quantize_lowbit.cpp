@@ -7,172 +7,36 @@
 // (quantize_kquants.cpp): each (sub-)block's scale (and offset) is searched
 // over candidate inverse scales, each candidate's codes rounded and its
 // least-squares scale refit, the best kept; super-block scales are then
-// quantized and every value re-coded against the scales a reader sees.
+// quantized and every value re-coded against the scales a reader sees. The
+// fits (quantize_fit.h) weight every element's error: the plain quantizers
+// pass no weights (all 1), the *_weighted ones an imatrix's.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
 
 #include "tensor/quant_blocks.h"
+#include "tensor/quantize_fit.h"
 #include "tensor/quantize_internal.h"
 
 namespace moeserve::quant_detail {
 namespace {
 
-constexpr int kSearchSteps = 6;
-constexpr float kSearchStep = 0.15f;
-constexpr int kPolishIters = 3;
-constexpr int kMaxSub = 32;
-
-// ---- affine fits: x ≈ scale * q + offset, q in [0, nmax] --------------------
-
-struct Affine {
-  float scale = 0.0f, offset = 0.0f;
-};
-
-float affine_codes(const float* x, int n, int nmax, const Affine& f, uint8_t* q) {
-  const float inv = f.scale > 0.0f ? 1.0f / f.scale : 0.0f;
-  float err = 0.0f;
-  for (int i = 0; i < n; ++i) {
-    const int c = round_clamp((x[i] - f.offset) * inv, 0, nmax);
-    if (q != nullptr) q[i] = uint8_t(c);
-    const float e = x[i] - (f.scale * float(c) + f.offset);
-    err += e * e;
-  }
-  return err;
-}
-
-// Least squares for fixed codes; `nonpositive_offset`: the format stores a
-// subtracted non-negative minimum (Q2_K), so a positive offset is clamped.
-bool refit_affine(const float* x, const uint8_t* q, int n, bool nonpositive_offset, Affine* out) {
-  double sq = 0, sqq = 0, sx = 0, sxq = 0;
-  for (int i = 0; i < n; ++i) {
-    sq += q[i], sqq += double(q[i]) * q[i], sx += x[i], sxq += double(x[i]) * q[i];
-  }
-  const double det = n * sqq - sq * sq;
-  if (!(det > 0)) return false;
-  double scale = (n * sxq - sq * sx) / det;
-  double offset = (sqq * sx - sq * sxq) / det;
-  if (nonpositive_offset && offset > 0) offset = 0, scale = sxq / sqq;
-  if (!(scale > 0)) return false;
-  *out = {float(scale), float(offset)};
-  return true;
-}
-
-Affine fit_affine(const float* x, int n, int nmax, bool nonpositive_offset) {
-  float lo = x[0], hi = x[0];
-  for (int i = 0; i < n; ++i) lo = std::min(lo, x[i]), hi = std::max(hi, x[i]);
-  if (nonpositive_offset) lo = std::min(lo, 0.0f);
-  if (!(hi > lo)) return {0.0f, lo};
-  Affine best{(hi - lo) / float(nmax), lo};
-  float best_err = affine_codes(x, n, nmax, best, nullptr);
-  uint8_t q[kMaxSub];
-  for (int k = -kSearchSteps; k <= kSearchSteps; ++k) {
-    const float iscale = (float(nmax) + kSearchStep * float(k)) / (hi - lo);
-    for (int i = 0; i < n; ++i) q[i] = uint8_t(round_clamp((x[i] - lo) * iscale, 0, nmax));
-    Affine c;
-    if (!refit_affine(x, q, n, nonpositive_offset, &c)) continue;
-    if (const float e = affine_codes(x, n, nmax, c, nullptr); e < best_err) best_err = e, best = c;
-  }
-  for (int it = 0; it < kPolishIters; ++it) {
-    affine_codes(x, n, nmax, best, q);
-    Affine c;
-    if (!refit_affine(x, q, n, nonpositive_offset, &c)) break;
-    const float e = affine_codes(x, n, nmax, c, nullptr);
-    if (!(e < best_err)) break;
-    best_err = e, best = c;
-  }
-  return best;
-}
-
-// ---- fits on a table of levels: x ≈ scale * values[q] ------------------------
-
-// The index of the level nearest v (levels ascending).
-int nearest_level(float v, const float* levels, int n_levels) {
-  int best = 0;
-  float best_d = std::fabs(v - levels[0]);
-  for (int i = 1; i < n_levels; ++i) {
-    if (const float d = std::fabs(v - levels[i]); d < best_d) best_d = d, best = i;
-  }
-  return best;
-}
-
-float level_codes(const float* x, int n, const float* levels, int n_levels, float scale, uint8_t* q) {
-  const float inv = scale != 0.0f ? 1.0f / scale : 0.0f;
-  float err = 0.0f;
-  for (int i = 0; i < n; ++i) {
-    const int c = nearest_level(x[i] * inv, levels, n_levels);
-    if (q != nullptr) q[i] = uint8_t(c);
-    const float e = x[i] - scale * levels[c];
-    err += e * e;
-  }
-  return err;
-}
-
-// The scale minimising the error over codes chosen by nearest level: the
-// value of largest magnitude tried on levels near the end of the table on
-// its side, each candidate's codes refit by least squares.
-float fit_levels(const float* x, int n, const float* levels, int n_levels) {
-  float m = 0.0f;
-  for (int i = 0; i < n; ++i) m = std::fabs(x[i]) > std::fabs(m) ? x[i] : m;
-  if (m == 0.0f) return 0.0f;
-  const float end = m < 0.0f ? levels[0] : levels[n_levels - 1];  // same sign as m
-  float best = m / end;
-  float best_err = level_codes(x, n, levels, n_levels, best, nullptr);
-  uint8_t q[kMaxSub];
-  for (int k = -kSearchSteps; k <= kSearchSteps; ++k) {
-    const float cand0 = m / (end * (1.0f + 0.04f * float(k)));
-    level_codes(x, n, levels, n_levels, cand0, q);
-    for (int it = 0; it < 2; ++it) {
-      double sxq = 0, sqq = 0;
-      for (int i = 0; i < n; ++i) sxq += double(x[i]) * levels[q[i]], sqq += double(levels[q[i]]) * levels[q[i]];
-      if (!(sqq > 0)) break;
-      const float cand = float(sxq / sqq);
-      const float e = level_codes(x, n, levels, n_levels, cand, q);
-      if (e < best_err) best_err = e, best = cand;
-    }
-  }
-  return best;
-}
-
-// Uniform signed levels lo..hi as a table (Q3_K's -4..3).
-struct Levels {
-  float v[64];
-  int n = 0;
-};
-Levels uniform_levels(int lo, int hi) {
-  Levels l;
-  for (int i = lo; i <= hi; ++i) l.v[l.n++] = float(i);
-  return l;
-}
-Levels table_levels(const int8_t* values, int n) {
-  Levels l;
-  for (int i = 0; i < n; ++i) l.v[l.n++] = float(values[i]);
-  std::sort(l.v, l.v + l.n);
-  return l;
-}
-// The code of table entry `level` in `values` (the stored nibble).
-uint8_t table_code(const int8_t* values, int n, float level) {
-  for (int i = 0; i < n; ++i) {
-    if (float(values[i]) == level) return uint8_t(i);
-  }
-  return 0;
-}
-
 // ---- Q4_1 / Q5_1: y = d * q + m ---------------------------------------------
 
 template <typename Block, int kBits>
-void quantize_affine32(const float* src, void* dst, int64_t n) {
+void quantize_affine32(const float* src, const float* w_row, void* dst, int64_t n) {
   constexpr int kMax = (1 << kBits) - 1;
   auto* out = static_cast<Block*>(dst);
   for (int64_t b = 0; b < n / 32; ++b) {
     const float* x = src + b * 32;
-    const Affine f = fit_affine(x, 32, kMax, false);
+    const float* w = block_weights(w_row, b * 32);
+    const Affine f = fit_affine(x, w, 32, kMax, false);
     const HalfScale d = half_scale(f.scale), m = half_scale(f.offset);
     Block& blk = out[b];
     std::memset(&blk, 0, sizeof blk);
     blk.d = d.bits, blk.m = m.bits;
     uint8_t q[32];
-    affine_codes(x, 32, kMax, {d.value, m.value}, q);
+    affine_codes(x, w, 32, kMax, {d.value, m.value}, q);
     uint32_t qh = 0;
     for (int j = 0; j < 16; ++j) {
       blk.qs[j] = uint8_t((q[j] & 15) | ((q[j + 16] & 15) << 4));
@@ -207,14 +71,15 @@ void dequantize_affine32(const void* src, float* dst, int64_t n) {
 
 // ---- Q5_0: y = d * (q - 16) -------------------------------------------------
 
-void quantize_q5_0(const float* src, void* dst, int64_t n) {
+void quantize_q5_0(const float* src, const float* w_row, void* dst, int64_t n) {
   auto* out = static_cast<BlockQ5_0*>(dst);
   const Levels levels = uniform_levels(-16, 15);
   for (int64_t b = 0; b < n / 32; ++b) {
     const float* x = src + b * 32;
-    const HalfScale d = half_scale(fit_levels(x, 32, levels.v, levels.n));
+    const float* w = block_weights(w_row, b * 32);
+    const HalfScale d = half_scale(fit_levels(x, w, 32, levels));
     uint8_t q[32];  // indices into -16..15: the stored code
-    level_codes(x, 32, levels.v, levels.n, d.value, q);
+    level_codes(x, w, 32, levels, d.value, q);
     BlockQ5_0& blk = out[b];
     blk.d = d.bits;
     uint32_t qh = 0;
@@ -241,14 +106,15 @@ void dequantize_q5_0(const void* src, float* dst, int64_t n) {
 
 // ---- IQ4_NL and MXFP4: y = scale * values[q] ---------------------------------
 
-void quantize_iq4_nl(const float* src, void* dst, int64_t n) {
+void quantize_iq4_nl(const float* src, const float* w_row, void* dst, int64_t n) {
   auto* out = static_cast<BlockIQ4_NL*>(dst);
   const Levels levels = table_levels(kIq4nlValues, 16);  // ascending already
   for (int64_t b = 0; b < n / 32; ++b) {
     const float* x = src + b * 32;
-    const HalfScale d = half_scale(fit_levels(x, 32, levels.v, levels.n));
+    const float* w = block_weights(w_row, b * 32);
+    const HalfScale d = half_scale(fit_levels(x, w, 32, levels));
     uint8_t q[32];
-    level_codes(x, 32, levels.v, levels.n, d.value, q);
+    level_codes(x, w, 32, levels, d.value, q);
     out[b].d = d.bits;
     for (int j = 0; j < 16; ++j) out[b].qs[j] = uint8_t(q[j] | (q[j + 16] << 4));
   }
@@ -290,11 +156,11 @@ void quantize_mxfp4(const float* src, void* dst, int64_t n) {
     uint8_t best_e = uint8_t(e0);
     float best_err = INFINITY;
     for (int e = e0; e <= std::min(e0 + 1, 255); ++e) {
-      const float err = level_codes(x, 32, levels.v, levels.n, mxfp4_scale(uint8_t(e)), nullptr);
+      const float err = level_codes(x, kUnitWeights, 32, levels, mxfp4_scale(uint8_t(e)), nullptr);
       if (err < best_err) best_err = err, best_e = uint8_t(e);
     }
     uint8_t idx[32];
-    level_codes(x, 32, levels.v, levels.n, mxfp4_scale(best_e), idx);
+    level_codes(x, kUnitWeights, 32, levels, mxfp4_scale(best_e), idx);
     out[b].e = best_e;
     for (int j = 0; j < 16; ++j) {
       // Sorted-level index -> stored nibble (0 is code 0, not -0's code 8).
@@ -311,13 +177,29 @@ void dequantize_mxfp4(const void* src, float* dst, int64_t n) {
 
 }  // namespace
 
-void quantize_q4_1(const float* src, void* dst, int64_t n) { quantize_affine32<BlockQ4_1, 4>(src, dst, n); }
-void quantize_q5_1(const float* src, void* dst, int64_t n) { quantize_affine32<BlockQ5_1, 5>(src, dst, n); }
+void quantize_q4_1(const float* src, void* dst, int64_t n) {
+  quantize_affine32<BlockQ4_1, 4>(src, nullptr, dst, n);
+}
+void quantize_q5_1(const float* src, void* dst, int64_t n) {
+  quantize_affine32<BlockQ5_1, 5>(src, nullptr, dst, n);
+}
+void quantize_q4_1_weighted(const float* src, const float* w, void* dst, int64_t n) {
+  quantize_affine32<BlockQ4_1, 4>(src, w, dst, n);
+}
+void quantize_q5_1_weighted(const float* src, const float* w, void* dst, int64_t n) {
+  quantize_affine32<BlockQ5_1, 5>(src, w, dst, n);
+}
 void dequantize_q4_1(const void* src, float* dst, int64_t n) { dequantize_affine32<BlockQ4_1, 4>(src, dst, n); }
 void dequantize_q5_1(const void* src, float* dst, int64_t n) { dequantize_affine32<BlockQ5_1, 5>(src, dst, n); }
-void quantize_q5_0_row(const float* src, void* dst, int64_t n) { quantize_q5_0(src, dst, n); }
+void quantize_q5_0_row(const float* src, void* dst, int64_t n) { quantize_q5_0(src, nullptr, dst, n); }
+void quantize_q5_0_weighted(const float* src, const float* w, void* dst, int64_t n) {
+  quantize_q5_0(src, w, dst, n);
+}
 void dequantize_q5_0_row(const void* src, float* dst, int64_t n) { dequantize_q5_0(src, dst, n); }
-void quantize_iq4_nl_row(const float* src, void* dst, int64_t n) { quantize_iq4_nl(src, dst, n); }
+void quantize_iq4_nl_row(const float* src, void* dst, int64_t n) { quantize_iq4_nl(src, nullptr, dst, n); }
+void quantize_iq4_nl_weighted(const float* src, const float* w, void* dst, int64_t n) {
+  quantize_iq4_nl(src, w, dst, n);
+}
 void dequantize_iq4_nl_row(const void* src, float* dst, int64_t n) { dequantize_iq4_nl(src, dst, n); }
 void quantize_mxfp4_row(const float* src, void* dst, int64_t n) { quantize_mxfp4(src, dst, n); }
 void dequantize_mxfp4_row(const void* src, float* dst, int64_t n) { dequantize_mxfp4(src, dst, n); }
@@ -328,11 +210,11 @@ namespace {
 
 // Q2_K: per sub-block of 16 an affine fit (q in 0..3, min >= 0); the 4-bit
 // scale and min codes against d = max scale / 15, dmin = max min / 15.
-void quantize_q2_k_block(const float* x, BlockQ2_K& blk) {
+void quantize_q2_k_block(const float* x, const float* w, BlockQ2_K& blk) {
   Affine fits[16];
   float max_scale = 0.0f, max_min = 0.0f;
   for (int s = 0; s < 16; ++s) {
-    fits[s] = fit_affine(x + 16 * s, 16, 3, true);
+    fits[s] = fit_affine(x + 16 * s, w + 16 * s, 16, 3, true);
     max_scale = std::max(max_scale, fits[s].scale);
     max_min = std::max(max_min, -fits[s].offset);
   }
@@ -343,7 +225,7 @@ void quantize_q2_k_block(const float* x, BlockQ2_K& blk) {
     const int sc = d.value > 0.0f ? round_clamp(fits[s].scale / d.value, 0, 15) : 0;
     const int mn = dmin.value > 0.0f ? round_clamp(-fits[s].offset / dmin.value, 0, 15) : 0;
     blk.scales[s] = uint8_t(sc | (mn << 4));
-    affine_codes(x + 16 * s, 16, 3, {d.value * float(sc), -dmin.value * float(mn)}, q + 16 * s);
+    affine_codes(x + 16 * s, w + 16 * s, 16, 3, {d.value * float(sc), -dmin.value * float(mn)}, q + 16 * s);
   }
   std::memset(blk.qs, 0, sizeof blk.qs);
   for (int h = 0; h < 2; ++h) {
@@ -368,11 +250,11 @@ void dequantize_q2_k_block(const BlockQ2_K& blk, float* y) {
 
 // Q3_K: per sub-block of 16 a signed fit on -4..3; the 6-bit scales (s -
 // 32) against d = the largest-magnitude scale / -32.
-void quantize_q3_k_block(const float* x, BlockQ3_K& blk) {
+void quantize_q3_k_block(const float* x, const float* w, BlockQ3_K& blk) {
   const Levels levels = uniform_levels(-4, 3);
   float scales[16], m = 0.0f;
   for (int s = 0; s < 16; ++s) {
-    scales[s] = fit_levels(x + 16 * s, 16, levels.v, levels.n);
+    scales[s] = fit_levels(x + 16 * s, w + 16 * s, 16, levels);
     m = std::fabs(scales[s]) > std::fabs(m) ? scales[s] : m;
   }
   const HalfScale d = half_scale(m / -32.0f);
@@ -382,7 +264,7 @@ void quantize_q3_k_block(const float* x, BlockQ3_K& blk) {
   for (int s = 0; s < 16; ++s) {
     const int l = d.value != 0.0f ? round_clamp(scales[s] / d.value, -32, 31) : 0;
     codes[s] = l + 32;
-    level_codes(x + 16 * s, 16, levels.v, levels.n, d.value * float(l), q + 16 * s);  // 0..7 = value + 4
+    level_codes(x + 16 * s, w + 16 * s, 16, levels, d.value * float(l), q + 16 * s);  // 0..7 = value + 4
   }
   q3_k_pack_scales(codes, blk.scales);
   std::memset(blk.qs, 0, sizeof blk.qs);
@@ -416,11 +298,11 @@ void dequantize_q3_k_block(const BlockQ3_K& blk, float* y) {
 
 // IQ4_XS: per sub-block of 32 an IQ4_NL fit; the 6-bit scales (ls - 32)
 // against d = the largest-magnitude scale / -32.
-void quantize_iq4_xs_block(const float* x, BlockIQ4_XS& blk) {
+void quantize_iq4_xs_block(const float* x, const float* w, BlockIQ4_XS& blk) {
   const Levels levels = table_levels(kIq4nlValues, 16);
   float scales[8], m = 0.0f;
   for (int s = 0; s < 8; ++s) {
-    scales[s] = fit_levels(x + 32 * s, 32, levels.v, levels.n);
+    scales[s] = fit_levels(x + 32 * s, w + 32 * s, 32, levels);
     m = std::fabs(scales[s]) > std::fabs(m) ? scales[s] : m;
   }
   const HalfScale d = half_scale(m / -32.0f);
@@ -433,7 +315,7 @@ void quantize_iq4_xs_block(const float* x, BlockIQ4_XS& blk) {
     blk.scales_l[s / 2] |= uint8_t((ls & 15) << (4 * (s % 2)));
     blk.scales_h |= uint16_t((ls >> 4) << (2 * s));
     uint8_t q[32];
-    level_codes(x + 32 * s, 32, levels.v, levels.n, d.value * float(l), q);
+    level_codes(x + 32 * s, w + 32 * s, 32, levels, d.value * float(l), q);
     for (int j = 0; j < 16; ++j) blk.qs[16 * s + j] = uint8_t(q[j] | (q[j + 16] << 4));
   }
 }
@@ -450,10 +332,10 @@ void dequantize_iq4_xs_block(const BlockIQ4_XS& blk, float* y) {
   }
 }
 
-template <typename Block, void (*kEncode)(const float*, Block&)>
-void quantize_super(const float* src, void* dst, int64_t n) {
+template <typename Block, void (*kEncode)(const float*, const float*, Block&)>
+void quantize_super(const float* src, const float* w, void* dst, int64_t n) {
   auto* out = static_cast<Block*>(dst);
-  for (int64_t b = 0; b < n / kQK_K; ++b) kEncode(src + b * kQK_K, out[b]);
+  for (int64_t b = 0; b < n / kQK_K; ++b) kEncode(src + b * kQK_K, block_weights(w, b * kQK_K), out[b]);
 }
 template <typename Block, void (*kDecode)(const Block&, float*)>
 void dequantize_super(const void* src, float* dst, int64_t n) {
@@ -463,14 +345,36 @@ void dequantize_super(const void* src, float* dst, int64_t n) {
 
 }  // namespace
 
-void quantize_q2_k(const float* src, void* dst, int64_t n) {
-  quantize_super<BlockQ2_K, quantize_q2_k_block>(src, dst, n);
-}
-void quantize_q3_k(const float* src, void* dst, int64_t n) {
-  quantize_super<BlockQ3_K, quantize_q3_k_block>(src, dst, n);
-}
+void quantize_q2_k(const float* src, void* dst, int64_t n) { quantize_q2_k_weighted(src, nullptr, dst, n); }
+void quantize_q3_k(const float* src, void* dst, int64_t n) { quantize_q3_k_weighted(src, nullptr, dst, n); }
 void quantize_iq4_xs(const float* src, void* dst, int64_t n) {
-  quantize_super<BlockIQ4_XS, quantize_iq4_xs_block>(src, dst, n);
+  quantize_iq4_xs_weighted(src, nullptr, dst, n);
+}
+void quantize_q2_k_weighted(const float* src, const float* w, void* dst, int64_t n) {
+  quantize_super<BlockQ2_K, quantize_q2_k_block>(src, w, dst, n);
+}
+void quantize_q3_k_weighted(const float* src, const float* w, void* dst, int64_t n) {
+  quantize_super<BlockQ3_K, quantize_q3_k_block>(src, w, dst, n);
+}
+void quantize_iq4_xs_weighted(const float* src, const float* w, void* dst, int64_t n) {
+  quantize_super<BlockIQ4_XS, quantize_iq4_xs_block>(src, w, dst, n);
+}
+
+// Q4_0 with weights: the plain quantizer (quantize.cpp) maps the value of
+// largest magnitude to -8 as ggml's reference does; with an imatrix the
+// scale is fitted instead, on the levels -8..7 (stored code = level + 8).
+void quantize_q4_0_weighted(const float* src, const float* w_row, void* dst, int64_t n) {
+  auto* out = static_cast<BlockQ4_0*>(dst);
+  const Levels levels = uniform_levels(-8, 7);
+  for (int64_t b = 0; b < n / 32; ++b) {
+    const float* x = src + b * 32;
+    const float* w = block_weights(w_row, b * 32);
+    const HalfScale d = half_scale(fit_levels(x, w, 32, levels));
+    uint8_t q[32];
+    level_codes(x, w, 32, levels, d.value, q);
+    for (int j = 0; j < 16; ++j) out[b].qs[j] = uint8_t(q[j] | (q[j + 16] << 4));
+    out[b].d = d.bits;
+  }
 }
 void dequantize_q2_k(const void* src, float* dst, int64_t n) {
   dequantize_super<BlockQ2_K, dequantize_q2_k_block>(src, dst, n);

@@ -169,5 +169,62 @@ TEST_F(QuantizeModel, Q80AndQ40AndMissingInput) {
   EXPECT_NE(missing.status().message().find("nope.gguf"), std::string::npos);
 }
 
+// With an imatrix: the expert tensors it has entries for are quantized
+// with each expert's importance (lower importance-weighted error than
+// without), the others plain and counted; a wrong shape is an error.
+TEST_F(QuantizeModel, ImatrixWeightsTheExpertsAndCountsTheMissing) {
+  Imatrix im;
+  std::mt19937 rng(3);
+  std::lognormal_distribution<float> skew(0.0f, 2.0f);
+  for (int l = 0; l < kLayers; ++l) {
+    ImatrixEntry e{.n_cols = kHidden, .n_mat = kExperts, .in_sum2 = {}, .counts = {}};
+    for (int64_t i = 0; i < kHidden * kExperts; ++i) e.in_sum2.push_back(skew(rng));
+    e.counts.assign(size_t(kExperts), 1.0f);
+    e.counts[1] = 0.0f;  // expert 1 never routed to: quantized plain
+    im.entries["blk." + std::to_string(l) + ".ffn_gate_exps.weight"] = e;
+  }
+  QuantizeOptions o{input(), output(), FileType::kQ4_K_M, 2, ProgressOptions::Mode::kOff};
+  o.imatrix = &im;
+  o.imatrix_name = "test.imatrix";
+  auto summary = quantize_model(o);
+  ASSERT_TRUE(summary.is_ok()) << summary.status().to_string();
+  EXPECT_EQ(summary->imatrix_used, size_t(kLayers));
+  // attn_q, attn_v, ffn_down_exps of each layer and output.weight are of a
+  // weighted type without an entry (token_embd is never counted).
+  EXPECT_EQ(summary->imatrix_missing, size_t(3 * kLayers + 1));
+  const std::string weighted_path = (dir_ / "weighted.gguf").string();
+  fs::rename(output(), weighted_path);
+  ASSERT_TRUE(run(FileType::kQ4_K_M).is_ok());
+
+  auto in = GgufFile::open(input());
+  auto plain = GgufFile::open(output());
+  auto weighted = GgufFile::open(weighted_path);
+  ASSERT_TRUE(in.is_ok() && plain.is_ok() && weighted.is_ok());
+  const std::string name = "blk.2.ffn_gate_exps.weight";
+  const std::vector<float> x = values_of(*in->find_tensor(name));
+  auto error = [&](const GgufFile& f, int64_t expert) {
+    const std::vector<float> y = values_of(*f.find_tensor(name));
+    const ImatrixEntry& e = im.entries.at(name);
+    double err = 0.0;
+    for (int64_t r = expert * kExpertFf; r < (expert + 1) * kExpertFf; ++r) {
+      for (int64_t j = 0; j < kHidden; ++j) {
+        const double d = double(x[size_t(r * kHidden + j)]) - y[size_t(r * kHidden + j)];
+        err += e.in_sum2[size_t(expert * kHidden + j)] * d * d;
+      }
+    }
+    return err;
+  };
+  EXPECT_LT(error(*weighted, 0), 0.8 * error(*plain, 0));
+  EXPECT_EQ(error(*weighted, 1), error(*plain, 1));  // no data: the plain quantizer
+
+  im.entries["blk.0.attn_q.weight"] = {
+      .n_cols = 128, .n_mat = 1, .in_sum2 = std::vector<float>(128, 1.0f), .counts = {1.0f}};
+  auto mismatch = quantize_model(o);
+  ASSERT_FALSE(mismatch.is_ok());
+  EXPECT_NE(mismatch.status().message().find("test.imatrix"), std::string::npos)
+      << mismatch.status().to_string();
+  EXPECT_NE(mismatch.status().message().find("blk.0.attn_q.weight"), std::string::npos);
+}
+
 }  // namespace
 }  // namespace moeserve::convert

@@ -1,5 +1,7 @@
-// moeserve quantize IN OUT --type T [--threads N]: re-type the tensors of a
-// GGUF file by llama.cpp's per-tensor mixing rule (convert/quant_mix.h).
+// moeserve quantize IN OUT --type T [--imatrix FILE] [--threads N]: re-type
+// the tensors of a GGUF file by llama.cpp's per-tensor mixing rule
+// (convert/quant_mix.h), optionally weighting the error by an importance
+// matrix (format/imatrix.h).
 #include <fmt/format.h>
 
 #include <memory>
@@ -7,6 +9,7 @@
 
 #include "convert/quant_mix.h"
 #include "convert/quantize_model.h"
+#include "format/imatrix.h"
 #include "tools/moeserve/commands.h"
 
 namespace moeserve::tools {
@@ -16,6 +19,7 @@ struct QuantizeCliOptions {
   std::string input;
   std::string output;
   std::string type;
+  std::string imatrix;
   int threads = 0;
   bool progress = false;
   bool no_progress = false;
@@ -39,11 +43,30 @@ void run_quantize(const QuantizeCliOptions& cli) {
   options.file_type = *type;
   options.threads = cli.threads;
   options.progress = progress_mode(cli.progress, cli.no_progress);
+  Imatrix imatrix;
+  if (!cli.imatrix.empty()) {
+    auto read = read_imatrix(cli.imatrix);
+    if (!read) {
+      fmt::print(stderr, "error: --imatrix: {}\n", read.status().to_string());
+      set_exit_code(1);
+      return;
+    }
+    imatrix = std::move(read.value());
+    options.imatrix = &imatrix;
+    options.imatrix_name = cli.imatrix;
+    fmt::print(stderr, "quantize: imatrix {}: {} entries, {} chunks of {}\n", cli.imatrix,
+               imatrix.entries.size(), imatrix.chunk_count, imatrix.chunk_size);
+  }
   auto summary = convert::quantize_model(options);
   if (!summary) {
     fmt::print(stderr, "error: {}\n", summary.status().to_string());
     set_exit_code(1);
     return;
+  }
+  if (summary->imatrix_missing > 0) {
+    fmt::print(stderr,
+               "warning: the imatrix has no data for {} tensors (e.g. {}); they were quantized without it\n",
+               summary->imatrix_missing, summary->first_missing);
   }
   fmt::print("wrote {} ({})\n{}", cli.output, cli.type, convert::format_quantize_summary(*summary));
 }
@@ -65,6 +88,10 @@ void register_quantize(CLI::App& app) {
                   "q6_k, q8_0, q4_0, or the float types f16, bf16, f32. Norms and ffn_gate_inp stay f32; rows whose\n"
                   "length is not a multiple of 256 fall back to q8_0")
       ->required();
+  cmd->add_option(
+      "--imatrix", cli->imatrix,
+      "Importance matrix (moeserve imatrix or llama-imatrix: GGUF or the legacy .dat): weights each\n"
+      "column's error by its importance in the K-quants, Q4_0/Q4_1/Q5_0/Q5_1, IQ4_NL and IQ4_XS");
   cmd->add_option("--threads", cli->threads, "Threads quantizing rows (default: one per physical core)");
   cmd->add_flag("--progress", cli->progress, "Show the progress bar even when stderr is not a terminal");
   cmd->add_flag("--no-progress", cli->no_progress, "Never show the progress bar");

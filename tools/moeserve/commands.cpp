@@ -41,6 +41,7 @@ void register_all_commands(CLI::App& app) {
   register_shard(app);
   register_draft_worker(app);
   register_perplexity(app);
+  register_imatrix(app);
 }
 
 }  // namespace moeserve::tools

@@ -40,5 +40,6 @@ void register_worker(CLI::App& app);
 void register_shard(CLI::App& app);
 void register_draft_worker(CLI::App& app);
 void register_perplexity(CLI::App& app);
+void register_imatrix(CLI::App& app);
 
 }  // namespace moeserve::tools

@@ -85,7 +85,9 @@ CpuDevice& host_device() {
   return device;
 }
 
-Result<std::unique_ptr<Ops>> CpuDevice::create_ops() { return make_cpu_ops(options_.pool, experts_); }
+Result<std::unique_ptr<Ops>> CpuDevice::create_ops() {
+  return make_cpu_ops(options_.pool, experts_, observer_);
+}
 
 Result<std::unique_ptr<ExpertBackend>> CpuDevice::create_expert_backend() {
   return std::unique_ptr<ExpertBackend>(std::make_unique<CpuExpertBackend>(options_.pool));

@@ -7,6 +7,7 @@
 
 #include <memory>
 
+#include "backend/activation_observer.h"
 #include "backend/backend.h"
 #include "backend/cpu/expert_backend.h"
 #include "backend/cpu/weight_packing.h"
@@ -48,6 +49,9 @@ class CpuDevice final : public Device {
   // Where create_ops()'s ops compute experts; null: a CpuExpertBackend on
   // the pool (per ops). Set before create_ops(); must outlive the ops.
   void set_expert_backend(ExpertBackend* experts) { experts_ = experts; }
+  // Shown the inputs of every weight product of the ops create_ops() makes
+  // from now on (activation_observer.h; null: none). Must outlive them.
+  void set_activation_observer(ActivationObserver* observer) { observer_ = observer; }
   const PackedWeights& packed() const { return packed_; }
 
  protected:
@@ -56,6 +60,7 @@ class CpuDevice final : public Device {
  private:
   CpuDeviceOptions options_;
   ExpertBackend* experts_ = nullptr;
+  ActivationObserver* observer_ = nullptr;
   PackedWeights packed_;
 };
 
@@ -64,6 +69,9 @@ class CpuDevice final : public Device {
 CpuDevice& host_device();
 
 // The ops of the CPU device (also used directly by tests).
-std::unique_ptr<Ops> make_cpu_ops(ThreadPool* pool, ExpertBackend* experts);
+// With an observer, ops show it their products' inputs; their own expert
+// backend (experts null) too.
+std::unique_ptr<Ops> make_cpu_ops(ThreadPool* pool, ExpertBackend* experts,
+                                  ActivationObserver* observer = nullptr);
 
 }  // namespace moeserve::backend

@@ -45,9 +45,11 @@ cpu::MatmulArgs mm_args(const MatmulOp& op, ThreadPool* pool) {
 
 class CpuOps final : public Ops {
  public:
-  CpuOps(ThreadPool* pool, ExpertBackend* experts) : pool_(pool), k_(cpu::cpu_kernels()), experts_(experts) {
+  CpuOps(ThreadPool* pool, ExpertBackend* experts, ActivationObserver* observer)
+      : pool_(pool), k_(cpu::cpu_kernels()), experts_(experts), observer_(observer) {
     if (experts_ == nullptr) {
       default_experts_ = std::make_unique<CpuExpertBackend>(pool_);
+      default_experts_->set_observer(observer_);
       experts_ = default_experts_.get();
     }
   }
@@ -104,6 +106,9 @@ class CpuOps final : public Ops {
   }
 
   Status matmul(std::span<const MatmulOp> group) override {
+    if (observer_ != nullptr) {
+      for (const MatmulOp& op : group) observer_->observe(*op.w, 0, op.x, op.n_tokens);
+    }
     if (group.size() == 1) return cpu::matmul(mm_args(group[0], pool_));
     group_args_.clear();
     for (const MatmulOp& op : group) group_args_.push_back(mm_args(op, pool_));
@@ -158,6 +163,7 @@ class CpuOps final : public Ops {
   ThreadPool* pool_;
   const cpu::CpuKernels& k_;
   ExpertBackend* experts_;
+  ActivationObserver* observer_;
   std::unique_ptr<CpuExpertBackend> default_experts_;
   BatchLayout layout_;
   std::vector<RopeSpec> ropes_;
@@ -579,8 +585,8 @@ Status CpuOps::expert_ffn(const ExpertFfnArgs& a) {
 
 }  // namespace
 
-std::unique_ptr<Ops> make_cpu_ops(ThreadPool* pool, ExpertBackend* experts) {
-  return std::make_unique<CpuOps>(pool, experts);
+std::unique_ptr<Ops> make_cpu_ops(ThreadPool* pool, ExpertBackend* experts, ActivationObserver* observer) {
+  return std::make_unique<CpuOps>(pool, experts, observer);
 }
 
 }  // namespace moeserve::backend

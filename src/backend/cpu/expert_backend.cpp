@@ -222,6 +222,10 @@ struct CpuExpertBackend::Pass {
       k.swiglu(g, be.u_.data() + r * F, g, F);
       convert_row(k, b.down->type, g, be.hq_.data() + size_t(r) * down_ab, F);
     }
+    if (be.observer_ != nullptr) {  // g now holds the job's down input h
+      const ExpertJob& job = b.jobs[size_t(j)];
+      be.observer_->observe(*b.down, job.expert, be.g_.data() + off * F, job.n_tokens);
+    }
     be.progress_[size_t(j)].hidden_ready.store(1, std::memory_order_release);
   }
 
@@ -295,6 +299,12 @@ struct CpuExpertBackend::Pass {
 Status CpuExpertBackend::compute(const ExpertBatch& b) {
   const cpu::CpuKernels& k = kernels_ != nullptr ? *kernels_ : cpu::cpu_kernels();
   MOESERVE_RETURN_IF_ERROR(check_batch(k, b));
+  if (observer_ != nullptr) {
+    for (const ExpertJob& job : b.jobs) {
+      observer_->observe(*b.gate, job.expert, job.x, job.n_tokens);
+      observer_->observe(*b.up, job.expert, job.x, job.n_tokens);
+    }
+  }
   plan(b);
   const Pass pass(*this, b, k);
   const int64_t total_rows = token_offset_.back();

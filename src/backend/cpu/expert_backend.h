@@ -7,6 +7,7 @@
 #include <span>
 #include <vector>
 
+#include "backend/activation_observer.h"
 #include "backend/expert_compute.h"
 #include "core/status.h"
 #include "core/thread_pool.h"
@@ -29,6 +30,9 @@ class CpuExpertBackend : public ExpertBackend {
   explicit CpuExpertBackend(ThreadPool* pool, const cpu::CpuKernels* kernels = nullptr)
       : pool_(pool), kernels_(kernels) {}
   Status compute(const ExpertBatch& batch) override;
+  // Shown each job's gate/up input rows and, once its SwiGLU is done, its
+  // down input rows (null: none; activation_observer.h).
+  void set_observer(ActivationObserver* observer) { observer_ = observer; }
   // Guesses with the router, then reads the guesses' weights (expert_warmup.cpp).
   void warm(const ExpertWarmup& hint) override;
 
@@ -50,6 +54,7 @@ class CpuExpertBackend : public ExpertBackend {
 
   ThreadPool* pool_;
   const cpu::CpuKernels* kernels_;
+  ActivationObserver* observer_ = nullptr;
   std::vector<int64_t> token_offset_;
   std::vector<Tile> up_tiles_, down_tiles_;
   std::vector<uint8_t> xq_gate_, xq_up_, hq_;

@@ -1,0 +1,144 @@
+// The shared (sub-)block fits of the low-bit quantizers (quantize_fit.h).
+#include "tensor/quantize_fit.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "tensor/quantize_internal.h"
+
+namespace moeserve::quant_detail {
+namespace {
+
+constexpr int kSearchSteps = 6;
+constexpr float kSearchStep = 0.15f;
+constexpr int kPolishIters = 3;
+
+// Weighted least squares for fixed codes.
+bool refit_affine(const float* x, const float* w, const uint8_t* q, int n, bool nonpositive_offset,
+                  Affine* out) {
+  double sw = 0, sq = 0, sqq = 0, sx = 0, sxq = 0;
+  for (int i = 0; i < n; ++i) {
+    const double wi = w[i];
+    sw += wi, sq += wi * q[i], sqq += wi * q[i] * q[i], sx += wi * x[i], sxq += wi * x[i] * q[i];
+  }
+  const double det = sw * sqq - sq * sq;
+  if (!(det > 0)) return false;
+  double scale = (sw * sxq - sq * sx) / det;
+  double offset = (sqq * sx - sq * sxq) / det;
+  if (nonpositive_offset && offset > 0) offset = 0, scale = sxq / sqq;
+  if (!(scale > 0)) return false;
+  *out = {float(scale), float(offset)};
+  return true;
+}
+
+// The index of the level nearest v (levels ascending).
+int nearest_level(float v, const float* levels, int n_levels) {
+  int best = 0;
+  float best_d = std::fabs(v - levels[0]);
+  for (int i = 1; i < n_levels; ++i) {
+    if (const float d = std::fabs(v - levels[i]); d < best_d) best_d = d, best = i;
+  }
+  return best;
+}
+
+}  // namespace
+
+float affine_codes(const float* x, const float* w, int n, int nmax, const Affine& f, uint8_t* q) {
+  const float inv = f.scale > 0.0f ? 1.0f / f.scale : 0.0f;
+  float err = 0.0f;
+  for (int i = 0; i < n; ++i) {
+    const int c = round_clamp((x[i] - f.offset) * inv, 0, nmax);
+    if (q != nullptr) q[i] = uint8_t(c);
+    const float e = x[i] - (f.scale * float(c) + f.offset);
+    err += w[i] * e * e;
+  }
+  return err;
+}
+
+Affine fit_affine(const float* x, const float* w, int n, int nmax, bool nonpositive_offset) {
+  float lo = x[0], hi = x[0];
+  for (int i = 0; i < n; ++i) lo = std::min(lo, x[i]), hi = std::max(hi, x[i]);
+  if (nonpositive_offset) lo = std::min(lo, 0.0f);
+  if (!(hi > lo)) return {0.0f, lo};
+  Affine best{(hi - lo) / float(nmax), lo};
+  float best_err = affine_codes(x, w, n, nmax, best, nullptr);
+  uint8_t q[kMaxFitElems];
+  for (int k = -kSearchSteps; k <= kSearchSteps; ++k) {
+    const float iscale = (float(nmax) + kSearchStep * float(k)) / (hi - lo);
+    for (int i = 0; i < n; ++i) q[i] = uint8_t(round_clamp((x[i] - lo) * iscale, 0, nmax));
+    Affine c;
+    if (!refit_affine(x, w, q, n, nonpositive_offset, &c)) continue;
+    if (const float e = affine_codes(x, w, n, nmax, c, nullptr); e < best_err) best_err = e, best = c;
+  }
+  for (int it = 0; it < kPolishIters; ++it) {
+    affine_codes(x, w, n, nmax, best, q);
+    Affine c;
+    if (!refit_affine(x, w, q, n, nonpositive_offset, &c)) break;
+    const float e = affine_codes(x, w, n, nmax, c, nullptr);
+    if (!(e < best_err)) break;
+    best_err = e, best = c;
+  }
+  return best;
+}
+
+Levels uniform_levels(int lo, int hi) {
+  Levels l;
+  for (int i = lo; i <= hi; ++i) l.v[l.n++] = float(i);
+  return l;
+}
+
+Levels table_levels(const int8_t* values, int n) {
+  Levels l;
+  for (int i = 0; i < n; ++i) l.v[l.n++] = float(values[i]);
+  std::sort(l.v, l.v + l.n);
+  return l;
+}
+
+uint8_t table_code(const int8_t* values, int n, float level) {
+  for (int i = 0; i < n; ++i) {
+    if (float(values[i]) == level) return uint8_t(i);
+  }
+  return 0;
+}
+
+float level_codes(const float* x, const float* w, int n, const Levels& levels, float scale, uint8_t* q) {
+  const float inv = scale != 0.0f ? 1.0f / scale : 0.0f;
+  float err = 0.0f;
+  for (int i = 0; i < n; ++i) {
+    const int c = nearest_level(x[i] * inv, levels.v, levels.n);
+    if (q != nullptr) q[i] = uint8_t(c);
+    const float e = x[i] - scale * levels.v[c];
+    err += w[i] * e * e;
+  }
+  return err;
+}
+
+// Candidates put the value of largest magnitude on levels near the end of
+// the table on its side; each candidate's codes are refit by least squares.
+float fit_levels(const float* x, const float* w, int n, const Levels& levels) {
+  float m = 0.0f;
+  for (int i = 0; i < n; ++i) m = std::fabs(x[i]) > std::fabs(m) ? x[i] : m;
+  if (m == 0.0f) return 0.0f;
+  const float end = m < 0.0f ? levels.v[0] : levels.v[levels.n - 1];  // same sign as m
+  float best = m / end;
+  float best_err = level_codes(x, w, n, levels, best, nullptr);
+  uint8_t q[kMaxFitElems];
+  for (int k = -kSearchSteps; k <= kSearchSteps; ++k) {
+    const float cand0 = m / (end * (1.0f + 0.04f * float(k)));
+    level_codes(x, w, n, levels, cand0, q);
+    for (int it = 0; it < 2; ++it) {
+      double sxq = 0, sqq = 0;
+      for (int i = 0; i < n; ++i) {
+        const double wl = double(w[i]) * levels.v[q[i]];
+        sxq += wl * x[i], sqq += wl * levels.v[q[i]];
+      }
+      if (!(sqq > 0)) break;
+      const float cand = float(sxq / sqq);
+      const float e = level_codes(x, w, n, levels, cand, q);
+      if (e < best_err) best_err = e, best = cand;
+    }
+  }
+  return best;
+}
+
+}  // namespace moeserve::quant_detail
