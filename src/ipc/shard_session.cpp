@@ -19,6 +19,7 @@ class ShardSession {
   Status serve_call(uint64_t seq, const ShardCall& c);
   Status serve_forward(uint64_t seq, const ShardCall& c);
   Status serve_forward_on_link(uint64_t seq, const ForwardRequest& q);
+  backend::RemoteForward prepare_forward(const ForwardRequest& q);
   Status reply(uint64_t seq, std::span<const std::span<const uint8_t>> parts = {});
   Status reply_error(uint64_t seq, ErrorCode code, std::string_view message);
   Status refuse_header(const Status& error);
@@ -129,29 +130,17 @@ Status ShardSession::serve_forward(uint64_t seq, const ShardCall& c) {
     return reply_error(seq, ErrorCode::kBadFrame, req.status().message());
   }
   const ForwardRequest& q = *req;
-  const size_t T = q.tokens.size(), H = limits_.n_embd, R = q.logit_rows.size();
-  const bool last = limits_.end == limits_.n_layer;
   if (q.rows_on_link) return serve_forward_on_link(seq, q);
-  backend::RemoteForward f;
-  f.begin = limits_.begin, f.end = limits_.end;
-  f.tokens = q.tokens;
-  f.slices = q.slices;
-  f.decode_rows = q.decode_rows;
+  const size_t T = q.tokens.size(), H = limits_.n_embd;
+  const bool last = limits_.end == limits_.n_layer;
+  backend::RemoteForward f = prepare_forward(q);
   if (!q.hidden.empty()) {
     in_.resize(T * H);
     decode_rows(q.rows_type, q.hidden.data(), T * H, in_.data());
     f.hidden_in = in_.data();
   }
   out_.resize(last ? 0 : T * H);
-  logits_.resize(last && q.want_logits ? R * limits_.n_vocab : 0);
-  greedy_.resize(last && q.want_greedy ? R : 0);
-  captured_.resize(q.capture_layers.size() * T * H);
   if (!last) f.hidden_out = out_.data();
-  f.logit_rows = q.logit_rows;
-  if (!logits_.empty()) f.logits = logits_.data();
-  if (!greedy_.empty()) f.greedy = greedy_.data();
-  f.capture_layers = q.capture_layers;
-  if (!captured_.empty()) f.captured = captured_.data();
   if (Status st = o_.layers->forward(f); !st.is_ok())
     return reply_error(seq, ErrorCode::kComputeFailed, st.message());
   st_.forwards += 1;
@@ -165,28 +154,17 @@ Status ShardSession::serve_forward(uint64_t seq, const ShardCall& c) {
   return reply(seq, parts);
 }
 
-// A forward whose rows come over the row link into its buffer on the
-// shard's GPU, and go back the same way after the reply.
-Status ShardSession::serve_forward_on_link(uint64_t seq, const ForwardRequest& q) {
-  if (o_.link == nullptr)
-    return make_error(StatusCode::kInvalidArgument, "a forward over the row link, and this shard has none");
+// What a forward's two ways (rows in the frames, rows over the link) share:
+// the request's tokens and slices, and room for what the last shard (logits,
+// greedy picks) and a draft (captured layers) read back.
+backend::RemoteForward ShardSession::prepare_forward(const ForwardRequest& q) {
   const size_t T = q.tokens.size(), H = limits_.n_embd, R = q.logit_rows.size();
   const bool last = limits_.end == limits_.n_layer;
-  RowLink& link = *o_.link;
-  const Clock::time_point deadline = deadline_in(std::chrono::minutes(10));
-  MOESERVE_ASSIGN_OR_RETURN(float* in, link.buffer(0, T * H));
-  MOESERVE_ASSIGN_OR_RETURN(float* out, link.buffer(1, T * H));
-  // The rows are on their way whatever happens next: take them first.
-  if (limits_.begin > 0) MOESERVE_RETURN_IF_ERROR(link.receive(in, T * H, o_.link_peer, deadline));
-  const std::string device = link.device();
   backend::RemoteForward f;
   f.begin = limits_.begin, f.end = limits_.end;
   f.tokens = q.tokens;
   f.slices = q.slices;
   f.decode_rows = q.decode_rows;
-  f.rows_device = device;
-  if (limits_.begin > 0) f.hidden_in = in;
-  if (!last) f.hidden_out = out;
   logits_.resize(last && q.want_logits ? R * limits_.n_vocab : 0);
   greedy_.resize(last && q.want_greedy ? R : 0);
   captured_.resize(q.capture_layers.size() * T * H);
@@ -195,6 +173,27 @@ Status ShardSession::serve_forward_on_link(uint64_t seq, const ForwardRequest& q
   if (!greedy_.empty()) f.greedy = greedy_.data();
   f.capture_layers = q.capture_layers;
   if (!captured_.empty()) f.captured = captured_.data();
+  return f;
+}
+
+// A forward whose rows come over the row link into its buffer on the
+// shard's GPU, and go back the same way after the reply.
+Status ShardSession::serve_forward_on_link(uint64_t seq, const ForwardRequest& q) {
+  if (o_.link == nullptr)
+    return make_error(StatusCode::kInvalidArgument, "a forward over the row link, and this shard has none");
+  const size_t T = q.tokens.size(), H = limits_.n_embd;
+  const bool last = limits_.end == limits_.n_layer;
+  RowLink& link = *o_.link;
+  const Clock::time_point deadline = deadline_in(std::chrono::minutes(10));
+  MOESERVE_ASSIGN_OR_RETURN(float* in, link.buffer(0, T * H));
+  MOESERVE_ASSIGN_OR_RETURN(float* out, link.buffer(1, T * H));
+  // The rows are on their way whatever happens next: take them first.
+  if (limits_.begin > 0) MOESERVE_RETURN_IF_ERROR(link.receive(in, T * H, o_.link_peer, deadline));
+  const std::string device = link.device();
+  backend::RemoteForward f = prepare_forward(q);
+  f.rows_device = device;
+  if (limits_.begin > 0) f.hidden_in = in;
+  if (!last) f.hidden_out = out;
   if (Status st = o_.layers->forward(f); !st.is_ok())
     return reply_error(seq, ErrorCode::kComputeFailed, st.message());
   st_.forwards += 1;
