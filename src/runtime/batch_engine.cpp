@@ -9,6 +9,7 @@
 #include "core/log.h"
 #include "models/micro_batches.h"
 #include "runtime/engine_slot.h"
+#include "runtime/kv_fingerprint.h"
 #include "tokenizer/tokenizer.h"
 
 namespace moeserve::runtime {
@@ -38,6 +39,7 @@ BatchEngine::BatchEngine(Model& model, const EngineOptions& options)
       status_ = ws.status();
     }
   }
+  if (status_.is_ok()) status_ = attach_disk_tier();
   if (!status_.is_ok()) slots_.clear();
   totals_.n_slots = options_.n_slots;
   totals_.kv_capacity_tokens = options_.n_slots * options_.n_ctx;
@@ -48,6 +50,20 @@ BatchEngine::BatchEngine(Model& model, const EngineOptions& options)
     status_ = make_error(StatusCode::kResourceExhausted, "could not start the engine thread: {}", e.what());
     slots_.clear();
   }
+}
+
+Status BatchEngine::attach_disk_tier() {
+  if (options_.kv_cache_dir.empty() || options_.prefix_cache_bytes == 0) return Status::ok();
+  const KvCache& kv = slots_.front()->seq.kv();
+  Result<std::unique_ptr<PrefixDiskTier>> disk =
+      PrefixDiskTier::open({.dir = options_.kv_cache_dir,
+                            .max_bytes = options_.kv_disk_bytes,
+                            .fingerprint = kv_fingerprint(model_.file()),
+                            .kv_dim = kv.kv_dim(),
+                            .recurrent = kv.recurrent()});
+  if (!disk.is_ok()) return disk.status();
+  prefix_.attach_disk(std::move(disk).value());
+  return Status::ok();
 }
 
 BatchEngine::~BatchEngine() {

@@ -89,6 +89,12 @@ struct EngineOptions {
   int64_t prefill_chunk = 0;
   size_t max_queue = 64;  // waiting requests beyond the slots; more: kResourceExhausted
   size_t prefix_cache_bytes = size_t(256) << 20;  // 0: no prefix cache
+  // A disk tier under the prefix cache in this folder ("": none; needs the
+  // prefix cache), of at most kv_disk_bytes: evicted entries, and all of
+  // them when the engine stops, are kept there for the next start
+  // (prefix_disk.h). A folder that cannot be used is the engine's status().
+  std::string kv_cache_dir;
+  uint64_t kv_disk_bytes = kDefaultPrefixDiskBytes;
   // Experts shared between the GPU and the CPU: every N tokens (prefill
   // and decode) and/or once the engine goes idle, the busiest cold experts
   // may swap in for the idlest hot ones (Model::promote_experts), on the
@@ -133,7 +139,9 @@ struct EngineStats {
 class BatchEngine {
  public:
   BatchEngine(Model& model, const EngineOptions& options);
-  ~BatchEngine();  // stops the thread; queued and running requests finish with kCancelled
+  // Stops the thread; queued and running requests finish with kCancelled,
+  // then the prefix cache is flushed to its disk tier (if any).
+  ~BatchEngine();
   BatchEngine(const BatchEngine&) = delete;
   BatchEngine& operator=(const BatchEngine&) = delete;
 
@@ -160,6 +168,8 @@ class BatchEngine {
     double submitted;  // seconds on the engine clock
   };
   void run();
+  // The prefix cache's disk tier (EngineOptions::kv_cache_dir), for the slots' cache layout.
+  Status attach_disk_tier();
   void admit_waiting();
   bool step();
   // The prefix cache is on and the model keeps recurrent states: prompts

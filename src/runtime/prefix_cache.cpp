@@ -2,6 +2,9 @@
 
 #include <algorithm>
 #include <cstring>
+#include <memory>
+
+#include "core/log.h"
 
 namespace moeserve::runtime {
 namespace {
@@ -38,6 +41,13 @@ int64_t PrefixCache::restore(std::span<const int32_t> tokens, int64_t max_tokens
     if (kv.recurrent() && n != int64_t(it->tokens.size())) continue;
     if (n > best_n) best_n = n, best = it;
   }
+  bool from_disk = false;
+  if (disk_) {
+    int64_t n = 0;
+    if (auto it = load_from_disk(tokens, max_tokens, best_n, kv, &n); it != lru_.end()) {
+      best = it, best_n = n, from_disk = true;
+    }
+  }
   if (best == lru_.end() || best_n <= 0) {
     ++stats_.misses;
     return 0;
@@ -61,8 +71,42 @@ int64_t PrefixCache::restore(std::span<const int32_t> tokens, int64_t max_tokens
   }
   lru_.splice(lru_.begin(), lru_, best);
   ++stats_.hits;
+  if (from_disk) ++stats_.disk_hits;
   stats_.reused_tokens += best_n;
   return best_n;
+}
+
+std::list<PrefixCache::Entry>::iterator PrefixCache::load_from_disk(std::span<const int32_t> tokens,
+                                                                    int64_t max_tokens, int64_t longer_than,
+                                                                    const KvCache& kv, int64_t* n) {
+  const PrefixDiskOptions& o = disk_->options();
+  if (o.kv_dim != kv.kv_dim() || o.recurrent != kv.recurrent()) return lru_.end();
+  const PrefixDiskMatch match = disk_->find(tokens, max_tokens, longer_than);
+  if (match.name.empty()) return lru_.end();
+  std::optional<PrefixFileEntry> file = disk_->load(match.name);
+  if (!file) return lru_.end();
+  Entry e;
+  e.tokens = std::move(file->tokens);
+  e.kv_dim = kv.kv_dim();
+  e.recurrent = kv.recurrent();
+  e.rows = std::move(file->rows);
+  e.states = std::move(file->states);
+  // The fingerprint makes these hold; a cache of other layers (a changed
+  // split) would read past the rows.
+  const auto [here, there] = attention_layers(kv);
+  const int64_t len = int64_t(e.tokens.size());
+  if (e.rows.size() != size_t(2 * (here + there) * len * kv.kv_dim()) ||
+      (kv.recurrent() && e.states.states.size() != size_t(kv.state_floats()))) {
+    MOESERVE_LOG_WARN("prefix cache: a disk entry of {} tokens does not fit this cache's layers; recomputing",
+                      len);
+    return lru_.end();
+  }
+  if (e.bytes() > max_bytes_) return lru_.end();  // only when the RAM budget shrank since it was written
+  evict_to(max_bytes_ - e.bytes());
+  bytes_ += e.bytes();
+  lru_.push_front(std::move(e));
+  *n = match.n;
+  return lru_.begin();
 }
 
 bool PrefixCache::copy_in(Entry& e, const KvCache& kv, int64_t n) {
@@ -140,7 +184,58 @@ std::list<PrefixCache::Entry>::iterator PrefixCache::forget(std::list<Entry>::it
 }
 
 void PrefixCache::evict_to(size_t budget) {
-  while (bytes_ > budget && !lru_.empty()) forget(std::prev(lru_.end()));
+  while (bytes_ > budget && !lru_.empty()) {
+    std::list<Entry> last;  // out of the LRU, its rows handed to the writer
+    last.splice(last.begin(), lru_, std::prev(lru_.end()));
+    bytes_ -= last.front().bytes();
+    for (backend::RemoteLayers* h : last.front().holders) h->drop_entry(last.front().remote_id);
+    spill(std::move(last.front()));
+  }
+}
+
+void PrefixCache::spill(Entry&& e) {
+  // An entry with a remote part has only this process's rows.
+  if (!disk_ || e.remote_id != 0) return;
+  if (e.kv_dim != disk_->options().kv_dim || e.recurrent != disk_->options().recurrent) return;
+  const size_t bytes = e.bytes();
+  if (spill_queued_ + bytes > std::max(max_bytes_, bytes)) {
+    if (spills_dropped_++ == 0)
+      MOESERVE_LOG_WARN(
+          "prefix cache: the disk is slower than evictions; entries are dropped instead of kept on disk");
+    return;
+  }
+  spill_queued_ += bytes;
+  auto entry = std::make_shared<Entry>(std::move(e));
+  writer_->run([this, entry, bytes] {
+    disk_->save(entry->tokens, entry->rows, entry->states);  // the tier locks itself
+    std::lock_guard lock(mu_);
+    spill_queued_ -= bytes;
+  });
+}
+
+void PrefixCache::attach_disk(std::unique_ptr<PrefixDiskTier> disk) {
+  std::lock_guard lock(mu_);
+  disk_ = std::move(disk);
+  if (disk_ && !writer_) writer_ = std::make_unique<SerialWorker>();
+}
+
+void PrefixCache::flush() {
+  wait_for_disk();
+  std::lock_guard lock(mu_);
+  if (!disk_) return;
+  // Here and now (a shutdown): no queue limit, nothing dropped.
+  for (auto it = lru_.rbegin(); it != lru_.rend(); ++it) {
+    if (it->remote_id == 0) disk_->save(it->tokens, it->rows, it->states);
+  }
+}
+
+void PrefixCache::wait_for_disk() {
+  SerialWorker* writer = nullptr;
+  {
+    std::lock_guard lock(mu_);
+    writer = writer_.get();
+  }
+  if (writer != nullptr) writer->wait();  // outside the lock: the jobs take it
 }
 
 PrefixCacheStats PrefixCache::stats() const {
@@ -148,6 +243,10 @@ PrefixCacheStats PrefixCache::stats() const {
   PrefixCacheStats s = stats_;
   s.bytes = bytes_;
   s.entries = lru_.size();
+  if (disk_) {
+    s.disk_bytes = disk_->bytes();
+    s.disk_entries = disk_->entries();
+  }
   return s;
 }
 

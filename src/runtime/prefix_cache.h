@@ -14,32 +14,48 @@
 // shards: RemoteLayers::keeps_entries) keep their part of an entry there,
 // under the entry's number: their rows never cross to this process; the
 // budget counts them all the same.
+// With a disk tier attached (prefix_disk.h), entries evicted for the
+// budget and, when the cache goes, every entry still here are written to
+// disk (entries with a remote part stay out: their rows are not here), and
+// a lookup that finds a longer usable prefix there loads it back.
 // Thread-safe (one mutex; copies are memcpy-fast next to a forward).
 #pragma once
 
 #include <cstdint>
 #include <list>
+#include <memory>
 #include <mutex>
 #include <span>
 #include <vector>
 
+#include "core/serial_worker.h"
 #include "runtime/kv_cache.h"
+#include "runtime/prefix_disk.h"
 
 namespace moeserve::runtime {
 
 struct PrefixCacheStats {
-  int64_t hits = 0;  // lookups that reused at least one token
+  int64_t hits = 0;  // lookups that reused at least one token (disk hits included)
   int64_t misses = 0;
   int64_t reused_tokens = 0;  // tokens restored instead of computed
   size_t bytes = 0;
   size_t entries = 0;
+  // The disk tier (zeros without one): lookups served from an entry loaded
+  // from disk, and the files kept there.
+  int64_t disk_hits = 0;
+  uint64_t disk_bytes = 0;
+  size_t disk_entries = 0;
 };
 
 class PrefixCache {
  public:
   explicit PrefixCache(size_t max_bytes) : max_bytes_(max_bytes) {}
-  // Drops the entries' remote parts too (the remote layers outlive it).
-  ~PrefixCache() { clear(); }
+  // Writes the entries to the disk tier (flush()), then drops them, their
+  // remote parts too (the remote layers outlive it).
+  ~PrefixCache() {
+    flush();
+    clear();
+  }
   PrefixCache(const PrefixCache&) = delete;
   PrefixCache& operator=(const PrefixCache&) = delete;
 
@@ -55,7 +71,19 @@ class PrefixCache {
   void store(std::span<const int32_t> tokens, const KvCache& kv);
 
   PrefixCacheStats stats() const;
+  // Drops every entry here (not the disk tier's files: clear() is a reset,
+  // not a shutdown).
   void clear();
+
+  // Adds a disk tier under the cache (before its first use).
+  void attach_disk(std::unique_ptr<PrefixDiskTier> disk);
+  // Writes every entry the disk tier can keep to it (oldest first, so the
+  // newest survive its budget), after the evicted ones still queued; the
+  // entries stay here too. No tier: nothing.
+  void flush();
+  // Returns once the entries evicted so far are written (they go in the
+  // background); for tests and shutdown.
+  void wait_for_disk();
 
  private:
   struct Entry {
@@ -75,7 +103,19 @@ class PrefixCache {
       return rows.size() * sizeof(uint16_t) + tokens.size() * sizeof(int32_t) + states.bytes() + remote_bytes;
     }
   };
+  // Evicts least recently used entries until at most `budget` bytes are
+  // left; with a disk tier they are written there (in the background).
   void evict_to(size_t budget);
+  // Queues `e`'s rows for the disk tier if it can keep them: the writer
+  // thread writes them while the engine goes on (a 30B-A3B entry of 2k
+  // tokens is ~200 MB: a blocking write would stall every stream). At most
+  // the RAM budget waits in the queue; past that an entry is not spilled.
+  void spill(Entry&& e);
+  // The disk tier's entry that restores more than `longer_than` tokens of
+  // `tokens` (at most `max_tokens`) into `kv`, loaded to the front of the
+  // LRU; end() when there is none (or it cannot be used).
+  std::list<Entry>::iterator load_from_disk(std::span<const int32_t> tokens, int64_t max_tokens,
+                                            int64_t longer_than, const KvCache& kv, int64_t* n);
   // Removes `it` (and its remote part); the next entry.
   std::list<Entry>::iterator forget(std::list<Entry>::iterator it);
   // Rows and states of `kv` into `e` (its remote layers' kept there when
@@ -88,6 +128,11 @@ class PrefixCache {
   std::list<Entry> lru_;  // front: most recently used
   size_t bytes_ = 0;
   PrefixCacheStats stats_;
+  std::unique_ptr<PrefixDiskTier> disk_;
+  size_t spill_queued_ = 0;  // bytes waiting for the writer (under mu_)
+  int64_t spills_dropped_ = 0;
+  // Declared last: destroyed (its queue written) before the tier it writes to.
+  std::unique_ptr<SerialWorker> writer_;
 };
 
 }  // namespace moeserve::runtime

@@ -453,6 +453,7 @@ ApiReply ApiService::metrics_text() {
                              s.prefill_seconds - last_scrape_.prefill_seconds);
     metrics_->record_decode(s.decode_tokens - last_scrape_.decode_tokens,
                             s.decode_seconds - last_scrape_.decode_seconds);
+    metrics_->add(api::Counter::kPrefixCacheDiskHits, s.prefix.disk_hits - last_scrape_.prefix.disk_hits);
     last_scrape_ = s;
   }
   metrics_->set(api::Gauge::kQueueDepth, double(s.queue_depth));
@@ -460,6 +461,8 @@ ApiReply ApiService::metrics_text() {
   metrics_->set(api::Gauge::kKvCacheUsedTokens, double(s.kv_used_tokens));
   metrics_->set(api::Gauge::kPrefixCacheBytes, double(s.prefix.bytes));
   metrics_->set(api::Gauge::kPrefixCacheEntries, double(s.prefix.entries));
+  metrics_->set(api::Gauge::kPrefixCacheDiskBytes, double(s.prefix.disk_bytes));
+  metrics_->set(api::Gauge::kPrefixCacheDiskEntries, double(s.prefix.disk_entries));
   ApiReply r;
   r.content_type = "text/plain; version=0.0.4; charset=utf-8";
   r.body = metrics_->render_prometheus() + expert_stats_prometheus(model_) + speculative_prometheus(s);

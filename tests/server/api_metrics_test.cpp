@@ -103,14 +103,16 @@ TEST(ApiMetrics, FreshRegistryExportsEveryFamily) {
   for (const char* counter :
        {"requests_total", "errors_total", "prompt_tokens_total", "generated_tokens_total",
         "prefix_cache_hits_total", "prefix_cache_misses_total", "prefix_cache_reused_tokens_total",
-        "prefill_tokens_total", "prefill_seconds_total", "decode_tokens_total", "decode_seconds_total"}) {
+        "prefix_cache_disk_hits_total", "prefill_tokens_total", "prefill_seconds_total",
+        "decode_tokens_total", "decode_seconds_total"}) {
     std::string name = std::string("moeserve_") + counter;
     EXPECT_EQ(x.families[name].type, "counter") << name;
     EXPECT_FALSE(x.families[name].help.empty()) << name;
   }
-  for (const char* gauge : {"queue_depth", "active_slots", "slots_total", "kv_cache_used_tokens",
-                            "kv_cache_capacity_tokens", "prefix_cache_bytes", "prefix_cache_entries",
-                            "prefill_tokens_per_second", "decode_tokens_per_second"}) {
+  for (const char* gauge :
+       {"queue_depth", "active_slots", "slots_total", "kv_cache_used_tokens", "kv_cache_capacity_tokens",
+        "prefix_cache_bytes", "prefix_cache_entries", "prefix_cache_disk_bytes", "prefix_cache_disk_entries",
+        "prefill_tokens_per_second", "decode_tokens_per_second"}) {
     std::string name = std::string("moeserve_") + gauge;
     EXPECT_EQ(x.families[name].type, "gauge") << name;
     EXPECT_EQ(x.samples.at(name), 0.0) << name;

@@ -15,10 +15,12 @@
 
 #include "chat/chat_template.h"
 #include "core/mapped_file.h"
+#include "moe/plan.h"
 #include "runtime/batch_engine.h"
 #include "runtime/expert_promotion.h"
 #include "runtime/memory_plan.h"
 #include "runtime/model.h"
+#include "runtime/prefix_disk.h"
 #include "server/api_service.h"
 #include "server/http_server.h"
 #include "server/web_page.h"
@@ -48,6 +50,8 @@ struct ServeCliOptions {
   runtime::PromotionFlags promotion;  // --expert-promotion, -min, -margin (checked in run_serve)
   size_t queue = 64;
   size_t prefix_cache_mb = 256;
+  std::string kv_cache_dir;  // --kv-cache-dir: the prefix cache's disk tier ("": none)
+  std::string kv_disk_mem;   // --kv-disk-mem SIZE ("": runtime::kDefaultPrefixDiskBytes)
   size_t max_body_kb = 1024;
   std::string special_tokens_in_content = "text";
   std::string chat_template_file;  // --chat-template: overrides the model file's template
@@ -79,10 +83,31 @@ Result<std::string> read_chat_template(const std::string& path) {
   return text.str();
 }
 
+// --kv-cache-dir / --kv-disk-mem into the engine's options; the folder is
+// created and checked here, before the model loads.
+Status apply_kv_disk_flags(const ServeCliOptions& o, runtime::EngineOptions* eo) {
+  if (o.kv_cache_dir.empty()) {
+    if (!o.kv_disk_mem.empty())
+      return make_error(StatusCode::kInvalidArgument, "--kv-disk-mem needs --kv-cache-dir DIR");
+    return Status::ok();
+  }
+  if (o.prefix_cache_mb == 0) {
+    return make_error(StatusCode::kInvalidArgument,
+                      "--kv-cache-dir needs the prefix cache: drop --prefix-cache-mb 0 or give a size");
+  }
+  if (!o.kv_disk_mem.empty()) {
+    MOESERVE_ASSIGN_OR_RETURN(eo->kv_disk_bytes, moe::parse_size(o.kv_disk_mem, "--kv-disk-mem"));
+  }
+  eo->kv_cache_dir = o.kv_cache_dir;
+  return runtime::PrefixDiskTier::prepare_dir(o.kv_cache_dir);
+}
+
 Status run_serve(ServeCliOptions o) {
   // Flags are checked before anything starts: a bad value is an error, not a server.
   MOESERVE_ASSIGN_OR_RETURN(const runtime::PromotionSchedule promotion,
                             runtime::parse_promotion_flags(o.promotion));
+  runtime::EngineOptions eo;
+  MOESERVE_RETURN_IF_ERROR(apply_kv_disk_flags(o, &eo));
   MOESERVE_ASSIGN_OR_RETURN(const runtime::SpecConfig spec_config, resolve_spec_flags(o.spec));
   o.http.max_body_bytes = o.max_body_kb * 1024;
   std::string chat_template;
@@ -150,7 +175,6 @@ Status run_serve(ServeCliOptions o) {
     stop_listener();
     return model.status();
   }
-  runtime::EngineOptions eo;
   eo.n_slots = o.parallel;
   eo.promotion = promotion;  // a model without split layers never promotes
   const int64_t trained = (*model)->info().n_ctx_train;
@@ -314,6 +338,16 @@ void register_serve(CLI::App& app) {
       ->check(CLI::Range(size_t(0), size_t(100000)));
   cmd->add_option("--prefix-cache-mb", o->prefix_cache_mb, "Memory for reusable prompt prefixes (0: off)")
       ->capture_default_str();
+  cmd->add_option(
+         "--kv-cache-dir", o->kv_cache_dir,
+         "Keep reusable prompt prefixes on disk in DIR too (created when missing): entries evicted\n"
+         "from --prefix-cache-mb, and all of them when the server stops, so a restarted server with\n"
+         "the same model file reuses them (another model's files there are left alone)")
+      ->type_name("DIR");
+  cmd->add_option("--kv-disk-mem", o->kv_disk_mem,
+                  "Disk space --kv-cache-dir may take, e.g. 8G, 512M (default 8G); the least recently used\n"
+                  "files go first")
+      ->type_name("SIZE");
   cmd->add_option("--timeout", o->http.timeout_seconds,
                   "Seconds a socket may stay silent before it is closed")
       ->capture_default_str()

@@ -18,6 +18,7 @@ constexpr MetricInfo kCounters[] = {
     {"prefix_cache_hits_total", "Prefix cache lookups that reused cached KV."},
     {"prefix_cache_misses_total", "Prefix cache lookups that found nothing."},
     {"prefix_cache_reused_tokens_total", "Prompt tokens served from the prefix cache."},
+    {"prefix_cache_disk_hits_total", "Prefix cache hits served by an entry loaded from the disk tier."},
 };
 static_assert(std::size(kCounters) == static_cast<size_t>(Counter::kCount_));
 
@@ -29,6 +30,8 @@ constexpr MetricInfo kGauges[] = {
     {"kv_cache_capacity_tokens", "KV cache capacity in tokens."},
     {"prefix_cache_bytes", "Memory held by the prefix cache."},
     {"prefix_cache_entries", "Entries in the prefix cache."},
+    {"prefix_cache_disk_bytes", "Bytes of the prefix cache's disk tier files."},
+    {"prefix_cache_disk_entries", "Entries in the prefix cache's disk tier."},
 };
 static_assert(std::size(kGauges) == static_cast<size_t>(Gauge::kCount_));
 

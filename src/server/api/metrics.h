@@ -20,18 +20,21 @@ enum class Counter {
   kPrefixCacheHits,          // moeserve_prefix_cache_hits_total
   kPrefixCacheMisses,        // moeserve_prefix_cache_misses_total
   kPrefixCacheReusedTokens,  // moeserve_prefix_cache_reused_tokens_total
+  kPrefixCacheDiskHits,      // moeserve_prefix_cache_disk_hits_total (also counted as hits)
   kCount_,
 };
 
 // Current values.
 enum class Gauge {
-  kQueueDepth,             // moeserve_queue_depth
-  kActiveSlots,            // moeserve_active_slots
-  kSlotsTotal,             // moeserve_slots_total
-  kKvCacheUsedTokens,      // moeserve_kv_cache_used_tokens
-  kKvCacheCapacityTokens,  // moeserve_kv_cache_capacity_tokens
-  kPrefixCacheBytes,       // moeserve_prefix_cache_bytes
-  kPrefixCacheEntries,     // moeserve_prefix_cache_entries
+  kQueueDepth,              // moeserve_queue_depth
+  kActiveSlots,             // moeserve_active_slots
+  kSlotsTotal,              // moeserve_slots_total
+  kKvCacheUsedTokens,       // moeserve_kv_cache_used_tokens
+  kKvCacheCapacityTokens,   // moeserve_kv_cache_capacity_tokens
+  kPrefixCacheBytes,        // moeserve_prefix_cache_bytes
+  kPrefixCacheEntries,      // moeserve_prefix_cache_entries
+  kPrefixCacheDiskBytes,    // moeserve_prefix_cache_disk_bytes (--kv-cache-dir)
+  kPrefixCacheDiskEntries,  // moeserve_prefix_cache_disk_entries
   kCount_,
 };
 
