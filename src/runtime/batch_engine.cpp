@@ -169,6 +169,23 @@ void BatchEngine::run() {
   }
 }
 
+int64_t BatchEngine::next_admission(std::span<const std::string> chosen) const {
+  const int cap = options_.max_running_per_client;
+  auto running = [&](const std::string& client) {
+    int64_t n = std::count(chosen.begin(), chosen.end(), client);
+    for (const auto& s : slots_) n += s->busy && s->req.client == client ? 1 : 0;
+    return n;
+  };
+  int64_t best = -1;
+  for (size_t i = 0; i < queue_.size(); ++i) {
+    const EngineRequest& r = queue_[i].request;
+    if (best >= 0 && r.priority >= queue_[size_t(best)].request.priority) continue;  // earlier wins ties
+    if (cap > 0 && !r.client.empty() && running(r.client) >= cap) continue;
+    best = int64_t(i);
+  }
+  return best;
+}
+
 // Applies cancellations, then moves queued requests into free slots,
 // starting each from its longest cached prefix.
 void BatchEngine::admit_waiting() {
@@ -186,9 +203,13 @@ void BatchEngine::admit_waiting() {
     }
     int64_t free_slots = 0;
     for (auto& s : slots_) free_slots += s->busy ? 0 : 1;
-    while (free_slots > 0 && !queue_.empty()) {
-      admitted.push_back(std::move(queue_.front()));
-      queue_.pop_front();
+    std::vector<std::string> chosen;
+    while (free_slots > 0) {
+      const int64_t next = next_admission(chosen);
+      if (next < 0) break;
+      admitted.push_back(std::move(queue_[size_t(next)]));
+      queue_.erase(queue_.begin() + next);
+      chosen.push_back(admitted.back().request.client);
       --free_slots;
     }
   }

@@ -21,6 +21,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <span>
 #include <string>
 #include <thread>
 #include <vector>
@@ -70,6 +71,12 @@ struct EngineRequest {
   // Speculative decoding for this request (unset: EngineOptions::spec). A
   // request with a constraint decodes plainly.
   std::optional<SpecConfig> spec;
+  // Admission order: lower runs first (as vLLM's `priority`), equal ones
+  // in arrival order. A running request is never preempted for it.
+  int priority = 0;
+  // Who sent it (an API key or an address; empty: nobody counted), for
+  // EngineOptions::max_running_per_client.
+  std::string client;
   // Called on the engine thread, in order; keep them short. on_token
   // returning false cancels the request (e.g. the client disconnected).
   std::function<bool(const TokenEvent&)> on_token;
@@ -88,6 +95,10 @@ struct EngineOptions {
   // Without decoding sequences a prompt takes the whole budget.
   int64_t prefill_chunk = 0;
   size_t max_queue = 64;  // waiting requests beyond the slots; more: kResourceExhausted
+  // Sequences one client (EngineRequest::client) may run at once (0: no
+  // limit): its further requests wait while other clients' are admitted,
+  // so one busy client cannot take every slot.
+  int max_running_per_client = 0;
   size_t prefix_cache_bytes = size_t(256) << 20;  // 0: no prefix cache
   // A disk tier under the prefix cache in this folder ("": none; needs the
   // prefix cache), of at most kv_disk_bytes: evicted entries, and all of
@@ -171,6 +182,10 @@ class BatchEngine {
   // The prefix cache's disk tier (EngineOptions::kv_cache_dir), for the slots' cache layout.
   Status attach_disk_tier();
   void admit_waiting();
+  // The queued request to admit next (priority, then arrival; clients at
+  // their cap wait, counting `chosen`: admitted this round, not yet in a
+  // slot): its index in queue_, or -1. Under mu_.
+  int64_t next_admission(std::span<const std::string> chosen) const;
   bool step();
   // The prefix cache is on and the model keeps recurrent states: prompts
   // are stored one token before their end (see step()).

@@ -203,7 +203,7 @@ ApiReply ApiService::chat_completions(const ApiRequest& r) {
   auto prompt = render_chat(req);
   if (!prompt.ok()) return error_reply(prompt.error);
   SessionConfig c = chat_session(req, *prompt.value);
-  return run(std::move(prompt.value->ids), req.params, std::move(c), r.client_alive);
+  return run(std::move(prompt.value->ids), req.params, std::move(c), r);
 }
 
 // Anthropic's clients name their own models (claude-...): any name is
@@ -220,7 +220,7 @@ ApiReply ApiService::messages(const ApiRequest& r) {
   c.include_usage = false;
   c.meta.id = api::make_id("msg_");
   c.top_logprobs = -1;
-  return run(std::move(prompt.value->ids), req.params, std::move(c), r.client_alive);
+  return run(std::move(prompt.value->ids), req.params, std::move(c), r);
 }
 
 ApiReply ApiService::responses(const ApiRequest& r) {
@@ -237,7 +237,7 @@ ApiReply ApiService::responses(const ApiRequest& r) {
   c.meta.id = api::make_id("resp_");
   c.top_logprobs = -1;
   c.response_echo = parsed.value->echo;
-  return run(std::move(prompt.value->ids), req.params, std::move(c), r.client_alive);
+  return run(std::move(prompt.value->ids), req.params, std::move(c), r);
 }
 
 ApiReply ApiService::count_tokens(const ApiRequest& r) {
@@ -269,11 +269,21 @@ ApiReply ApiService::completions(const ApiRequest& r) {
     }
     c.echo = req.prompt_is_tokens ? t.decode(prompt) : req.prompt_text;
   }
-  return run(std::move(prompt), req.params, std::move(c), r.client_alive);
+  return run(std::move(prompt), req.params, std::move(c), r);
 }
 
+// Who a request counts against for --max-running-per-client: its API key
+// when it sent one (several users behind one address stay apart), else
+// its address.
+namespace {
+std::string client_of(const ApiRequest& r) {
+  return r.authorization.empty() ? fmt::format("addr:{}", r.peer) : fmt::format("key:{}", r.authorization);
+}
+}  // namespace
+
 ApiReply ApiService::run(std::vector<int32_t> prompt, const api::GenerationParams& params,
-                         SessionConfig config, const std::function<bool()>& client_alive) {
+                         SessionConfig config, const ApiRequest& request) {
+  const std::function<bool()>& client_alive = request.client_alive;
   const int64_t n_ctx = engine_.n_ctx(), n_prompt = int64_t(prompt.size());
   if (n_prompt == 0) return error_reply(api::invalid_request("the prompt is empty", "prompt"));
   if (n_prompt >= n_ctx) {
@@ -306,6 +316,8 @@ ApiReply ApiService::run(std::vector<int32_t> prompt, const api::GenerationParam
   }
   er.prompt = std::move(prompt);
   er.max_tokens = max_tokens;
+  er.priority = params.priority;
+  er.client = client_of(request);
   er.sampling = params.sampling;
   if (!params.seed_given) er.sampling.seed = std::random_device{}() ^ (seed_counter_.fetch_add(1) << 32);
   er.stop = params.stop;

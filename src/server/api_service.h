@@ -46,6 +46,7 @@ struct ApiRequest {
   // Plain (non-streamed) generations poll this while they wait; false means
   // the client hung up, and the request is cancelled so its slot frees.
   std::function<bool()> client_alive;
+  std::string peer;  // the client's address (--max-running-per-client counts by it without a key)
 };
 
 struct ApiReply {
@@ -89,7 +90,7 @@ class ApiService {
   std::optional<api::ApiError> check_model(const std::string& requested) const;
   // Submits the prompt and returns the reply (a stream, or the finished body).
   ApiReply run(std::vector<int32_t> prompt, const api::GenerationParams& params, SessionConfig config,
-               const std::function<bool()>& client_alive);
+               const ApiRequest& request);
 
   runtime::Model& model_;
   runtime::BatchEngine& engine_;

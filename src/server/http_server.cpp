@@ -255,6 +255,7 @@ http::HttpReply HttpServer::handle(const http::HttpRequest& request,
     if (const std::string_view key = request.header("x-api-key"); !key.empty())
       r.authorization = "Bearer " + std::string(key);
   }
+  r.peer = request.peer;
   r.client_alive = client_alive;
   return to_http(service->handle(r));
 }

@@ -295,3 +295,101 @@ TEST(BatchEngine, PrefillChunkKeepsRunningStreamsGoing) {
 
 }  // namespace
 }  // namespace moeserve::runtime
+
+namespace moeserve::runtime {
+namespace {
+
+// Requests waiting for the engine's one slot: the record of the order in
+// which they start (their first token), while a blocker holds the slot
+// until every request has been submitted.
+struct AdmissionOrder {
+  std::mutex mu;
+  std::vector<std::string> started;
+  std::vector<std::unique_ptr<Collector>> collectors;
+
+  EngineRequest request(const std::string& name, int priority, const std::string& client,
+                        int64_t tokens = 2) {
+    collectors.push_back(std::make_unique<Collector>());
+    Collector& c = *collectors.back();
+    EngineRequest r = greedy({65, 66}, tokens);
+    r.stop_at_eos = false;
+    r.priority = priority;
+    r.client = client;
+    c.on_token = [this, name, &c] {
+      std::lock_guard lock(mu);
+      if (c.tokens.empty()) started.push_back(name);
+    };
+    c.attach(r);
+    return r;
+  }
+  void wait_all() {
+    for (auto& c : collectors) c->wait();
+  }
+};
+
+// Blocks the engine thread in the first request's first token until
+// released, so that the rest queue up behind it.
+struct Gate {
+  std::mutex mu;
+  std::condition_variable cv;
+  bool open = false;
+  void wait() {
+    std::unique_lock lock(mu);
+    cv.wait(lock, [&] { return open; });
+  }
+  void release() {
+    std::lock_guard lock(mu);
+    open = true;
+    cv.notify_all();
+  }
+};
+
+TEST(BatchEngineAdmission, LowerPriorityFirstThenArrival) {
+  auto model = load(1);
+  EngineOptions eo;
+  eo.n_slots = 1;
+  eo.n_ctx = 32;
+  BatchEngine engine(*model, eo);
+  AdmissionOrder order;
+  Gate gate;
+  EngineRequest blocker = order.request("blocker", 0, "");
+  order.collectors.back()->on_token = [&] { gate.wait(); };
+  ASSERT_TRUE(engine.submit(std::move(blocker)).is_ok());
+  ASSERT_TRUE(engine.submit(order.request("b0", 0, "")).is_ok());
+  ASSERT_TRUE(engine.submit(order.request("c-5", -5, "")).is_ok());
+  ASSERT_TRUE(engine.submit(order.request("d0", 0, "")).is_ok());
+  ASSERT_TRUE(engine.submit(order.request("e-5", -5, "")).is_ok());
+  ASSERT_TRUE(engine.submit(order.request("f9", 9, "")).is_ok());
+  gate.release();
+  order.wait_all();
+  EXPECT_EQ(order.started, (std::vector<std::string>{"c-5", "e-5", "b0", "d0", "f9"}));
+}
+
+TEST(BatchEngineAdmission, OneClientCannotTakeEverySlot) {
+  auto model = load(1);
+  EngineOptions eo;
+  eo.n_slots = 2;
+  eo.n_ctx = 32;
+  eo.max_running_per_client = 1;
+  BatchEngine engine(*model, eo);
+  AdmissionOrder order;
+  Gate gate;
+  // x holds one slot (gated); its second request must wait although a slot
+  // is free, and y's, sent later, takes that slot first.
+  EngineRequest x1 = order.request("x1", 0, "x", 20);  // still running while y1 and anon finish
+  order.collectors.back()->on_token = [&] { gate.wait(); };
+  ASSERT_TRUE(engine.submit(std::move(x1)).is_ok());
+  ASSERT_TRUE(engine.submit(order.request("x2", 0, "x")).is_ok());
+  ASSERT_TRUE(engine.submit(order.request("y1", 0, "y")).is_ok());
+  ASSERT_TRUE(engine.submit(order.request("anon", 0, "")).is_ok());  // nobody's: no cap
+  gate.release();
+  order.wait_all();
+  // x1 blocked in its first token, so the others' first tokens came in the
+  // same or later steps: y1 and anon ran beside x1; x2 only after x1 ended.
+  ASSERT_EQ(order.started.size(), 3u);  // (x1's on_token was replaced by the gate)
+  EXPECT_EQ(order.started.back(), "x2");
+  for (auto& c : order.collectors) EXPECT_TRUE(c->status.is_ok());
+}
+
+}  // namespace
+}  // namespace moeserve::runtime

@@ -66,6 +66,16 @@ TEST(ApiGenerationParams, MaxCompletionTokensWins) {
   EXPECT_EQ(chat_ok(chat_body(R"("max_completion_tokens":3)")).params.max_tokens, 3);
 }
 
+// "priority" (vLLM's): lower is admitted first; 0 without it.
+TEST(ApiGenerationParams, PriorityIsABoundedInteger) {
+  EXPECT_EQ(chat_ok(chat_body("")).params.priority, 0);
+  EXPECT_EQ(chat_ok(chat_body(R"("priority":-3)")).params.priority, -3);
+  EXPECT_EQ(chat_ok(chat_body(R"("priority":1000000)")).params.priority, 1000000);
+  EXPECT_EQ(chat_error(chat_body(R"("priority":1000001)")).param, "priority");
+  EXPECT_EQ(chat_error(chat_body(R"("priority":"high")")).param, "priority");
+  EXPECT_EQ(chat_error(chat_body(R"("priority":0.5)")).param, "priority");
+}
+
 TEST(ApiGenerationParams, SeedAcceptsAnyInteger) {
   EXPECT_EQ(chat_ok(chat_body(R"("seed":-1)")).params.sampling.seed, ~uint64_t{0});
   EXPECT_EQ(chat_ok(chat_body(R"("seed":18446744073709551615)")).params.sampling.seed, ~uint64_t{0});

@@ -45,10 +45,10 @@ struct Fixture {
     engine.reset();  // before the service: finishing requests touch sessions only
   }
   ApiReply post(const std::string& path, const std::string& body, const std::string& auth = {}) {
-    return service->handle({"POST", path, body, auth, {}});
+    return service->handle({"POST", path, body, auth, {}, {}});
   }
   ApiReply get(const std::string& path, const std::string& auth = {}) {
-    return service->handle({"GET", path, "", auth, {}});
+    return service->handle({"GET", path, "", auth, {}, {}});
   }
 };
 

@@ -246,7 +246,7 @@ TEST(ApiService, ChatTemplateOverrideIsUsed) {
   c.model_id = "tiny";
   c.chat_template = "{% for m in messages %}{{ m.content }}{% endfor %}";
   ApiService custom(*f.model, *f.engine, c);
-  const ApiReply r = custom.handle({"POST", "/v1/messages/count_tokens", count_body, "", {}});
+  const ApiReply r = custom.handle({"POST", "/v1/messages/count_tokens", count_body, "", {}, {}});
   ASSERT_EQ(r.status, 200) << r.body;
   const int64_t n_custom = json::parse(r.body)["input_tokens"], n_own = json::parse(own.body)["input_tokens"];
   EXPECT_EQ(n_custom, int64_t(f.model->tokenizer().encode("hi").size()));

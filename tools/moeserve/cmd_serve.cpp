@@ -49,6 +49,7 @@ struct ServeCliOptions {
   moe::ExpertPolicyOptions experts;   // --placement, --n-cpu-moe, --cpu-moe, --gpu-mem
   runtime::PromotionFlags promotion;  // --expert-promotion, -min, -margin (checked in run_serve)
   size_t queue = 64;
+  int max_running_per_client = 0;  // --max-running-per-client
   size_t prefix_cache_mb = 256;
   std::string kv_cache_dir;  // --kv-cache-dir: the prefix cache's disk tier ("": none)
   std::string kv_disk_mem;   // --kv-disk-mem SIZE ("": runtime::kDefaultPrefixDiskBytes)
@@ -182,6 +183,7 @@ Status run_serve(ServeCliOptions o) {
   eo.n_batch = o.batch;
   eo.prefill_chunk = o.prefill_chunk;
   eo.max_queue = o.queue;
+  eo.max_running_per_client = o.max_running_per_client;
   eo.prefix_cache_bytes = o.prefix_cache_mb << 20;
   eo.spec = spec_config;  // requests may choose their own ("speculative")
   eo.spec_adaptive = !o.spec.fixed;
@@ -336,6 +338,11 @@ void register_serve(CLI::App& app) {
   cmd->add_option("--queue", o->queue, "Requests that may wait for a slot; more get 429")
       ->capture_default_str()
       ->check(CLI::Range(size_t(0), size_t(100000)));
+  cmd->add_option("--max-running-per-client", o->max_running_per_client,
+                  "Sequences one client (its API key, else its address) may run at once; its further requests "
+                  "wait while other clients' are admitted (default 0: no limit). Waiting requests go by their "
+                  "\"priority\" field (lower first), then arrival")
+      ->check(CLI::Range(0, 65536));
   cmd->add_option("--prefix-cache-mb", o->prefix_cache_mb, "Memory for reusable prompt prefixes (0: off)")
       ->capture_default_str();
   cmd->add_option(

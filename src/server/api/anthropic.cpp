@@ -168,6 +168,7 @@ ojson translate(const ojson& body, bool count_only) {
   }
   // moeserve's extension, as on the chat endpoint.
   if (const ojson* spec = find_field(body, "speculative")) chat["speculative"] = *spec;
+  if (const ojson* priority = find_field(body, "priority")) chat["priority"] = *priority;
   return chat;
 }
 

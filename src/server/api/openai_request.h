@@ -63,6 +63,9 @@ struct GenerationParams {
   // tool_choice); nullopt: tool calls are free text.
   std::optional<ToolCallGrammar> tool_calls;
   std::optional<SpeculativeParams> speculative;  // absent: the server's --spec
+  // "priority" (as vLLM takes it): lower is admitted first when requests
+  // wait for a slot; equal ones in arrival order.
+  int priority = 0;
 };
 
 struct ChatCompletionRequest {

@@ -246,6 +246,8 @@ void read_grammar(const ojson& body, GenerationParams& p) {
   p.grammar = compile(g->get<std::string>(), "grammar");
 }
 
+constexpr int64_t kPriorityLimit = 1000000;
+
 // speculative: moeserve's extension (openai_request.h, SpeculativeParams).
 void read_speculative(const ojson& body, GenerationParams& p) {
   const ojson* v = find_field(body, "speculative");
@@ -325,6 +327,9 @@ GenerationParams read_generation_params(const ojson& body, Endpoint endpoint) {
   if (endpoint == Endpoint::kChat) read_response_format(body, p);
   read_grammar(body, p);
   read_speculative(body, p);
+  if (auto priority = read_integer(body, "priority", -kPriorityLimit, kPriorityLimit,
+                                   "an integer from -1000000 to 1000000 (lower is served first)"))
+    p.priority = int(*priority);
   return p;
 }
 

@@ -163,6 +163,7 @@ ojson translate(const ojson& body, json& echo) {
   translate_options(body, chat, echo);
   // moeserve's extension, as on the chat endpoint.
   if (const ojson* spec = find_field(body, "speculative")) chat["speculative"] = *spec;
+  if (const ojson* priority = find_field(body, "priority")) chat["priority"] = *priority;
   return chat;
 }
 

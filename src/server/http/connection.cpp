@@ -131,6 +131,7 @@ void Connection::process_input() {
 
 void Connection::dispatch() {
   HttpRequest request = std::move(parser_->request());
+  request.peer = peer_;
   parser_.reset();
   first_request_ = false;
   keep_alive_ = request.keep_alive;

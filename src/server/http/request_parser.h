@@ -34,6 +34,7 @@ struct HttpRequest {
   std::string body;
   bool keep_alive = true;        // from the version and the Connection header
   bool expect_continue = false;  // "Expect: 100-continue"
+  std::string peer;              // the client's address (set by the connection, not parsed)
 
   // The first header of that name (case-insensitive), or empty.
   std::string_view header(std::string_view name) const;
