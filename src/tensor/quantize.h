@@ -53,10 +53,14 @@ size_t quantize_rows(DType t, const float* src, void* dst, int64_t n_rows, int64
 //
 // `importance` holds one value per column of the row (n_per_row): the mean
 // of x_j^2 over the activations the matrix multiplied during calibration
-// (moeserve imatrix). Each element's error is weighted, as ggml does, by
-// importance_j * sqrt(sigma2 + w_j^2), sigma2 a multiple of the mean square
-// of the weights around it (their block or row; Q6_K takes importance_j
-// alone), so columns the activations make large are coded more exactly.
+// (moeserve imatrix). Each element's squared error is weighted by its
+// column's importance (plus a floor of 1e-3 x the row's mean importance):
+// to first order the expected squared error of the matrix's outputs, so
+// columns the activations make large are coded more exactly. (ggml weights
+// by importance_j * sqrt(sigma2 + w_j^2) instead; on a trained model that
+// made perplexity worse here: quantize_weighted.cpp.) With weights, the
+// signed-table fits (Q3_K, Q4_0, Q5_0, IQ4_NL, IQ4_XS) search both ends of
+// the table and the Q3_K/IQ4_XS super-block scale is fitted too.
 // Types with a weighted quantizer: Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, Q4_0,
 // Q4_1, Q5_0, Q5_1, IQ4_NL, IQ4_XS; the others are quantized as by
 // quantize_rows (the importance is not used). Negative or non-finite

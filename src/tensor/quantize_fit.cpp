@@ -12,6 +12,7 @@ namespace {
 constexpr int kSearchSteps = 6;
 constexpr float kSearchStep = 0.15f;
 constexpr int kPolishIters = 3;
+constexpr int kWeightedSteps = 10;  // fit_levels_weighted: candidates per end
 
 // Weighted least squares for fixed codes.
 bool refit_affine(const float* x, const float* w, const uint8_t* q, int n, bool nonpositive_offset,
@@ -84,6 +85,7 @@ Affine fit_affine(const float* x, const float* w, int n, int nmax, bool nonposit
 Levels uniform_levels(int lo, int hi) {
   Levels l;
   for (int i = lo; i <= hi; ++i) l.v[l.n++] = float(i);
+  l.uniform = true;
   return l;
 }
 
@@ -113,19 +115,55 @@ float level_codes(const float* x, const float* w, int n, const Levels& levels, f
   return err;
 }
 
+// level_codes for the weighted search: the nearest level by rounding
+// (uniform levels) or by bisection (a table), not by a scan of every level.
+// (Ties may go the other way than nearest_level's; only candidates are
+// ranked with it, and the quantizers code the chosen scale with level_codes.)
+static float level_codes_fast(const float* x, const float* w, int n, const Levels& levels, float scale,
+                              uint8_t* q) {
+  const float inv = scale != 0.0f ? 1.0f / scale : 0.0f;
+  const int last = levels.n - 1;
+  float err = 0.0f;
+  for (int i = 0; i < n; ++i) {
+    const float v = x[i] * inv;
+    int c;
+    if (levels.uniform) {
+      c = round_clamp(v - levels.v[0], 0, last);
+    } else {
+      int lo = 0, hi = last;  // the answer is in [lo, hi]
+      while (hi - lo > 1) {
+        const int mid = (lo + hi) / 2;
+        (v < levels.v[mid] ? hi : lo) = mid;
+      }
+      c = v - levels.v[lo] <= levels.v[hi] - v ? lo : hi;
+    }
+    q[i] = uint8_t(c);
+    const float e = x[i] - scale * levels.v[c];
+    err += w[i] * e * e;
+  }
+  return err;
+}
+
 // Candidates put the value of largest magnitude on levels near the end of
 // the table on its side; each candidate's codes are refit by least squares.
-float fit_levels(const float* x, const float* w, int n, const Levels& levels) {
+// (The plain quantizers' fit: its results are fixed by their tests.)
+template <bool kFast>
+float fit_levels_plain(const float* x, const float* w, int n, const Levels& levels) {
+  uint8_t qq[kMaxFitElems];
+  const auto codes = [&](float scale, uint8_t* q) {
+    return kFast ? level_codes_fast(x, w, n, levels, scale, q != nullptr ? q : qq)
+                 : level_codes(x, w, n, levels, scale, q);
+  };
   float m = 0.0f;
   for (int i = 0; i < n; ++i) m = std::fabs(x[i]) > std::fabs(m) ? x[i] : m;
   if (m == 0.0f) return 0.0f;
   const float end = m < 0.0f ? levels.v[0] : levels.v[levels.n - 1];  // same sign as m
   float best = m / end;
-  float best_err = level_codes(x, w, n, levels, best, nullptr);
+  float best_err = codes(best, nullptr);
   uint8_t q[kMaxFitElems];
   for (int k = -kSearchSteps; k <= kSearchSteps; ++k) {
     const float cand0 = m / (end * (1.0f + 0.04f * float(k)));
-    level_codes(x, w, n, levels, cand0, q);
+    codes(cand0, q);
     for (int it = 0; it < 2; ++it) {
       double sxq = 0, sqq = 0;
       for (int i = 0; i < n; ++i) {
@@ -134,11 +172,52 @@ float fit_levels(const float* x, const float* w, int n, const Levels& levels) {
       }
       if (!(sqq > 0)) break;
       const float cand = float(sxq / sqq);
-      const float e = level_codes(x, w, n, levels, cand, q);
+      const float e = codes(cand, q);
       if (e < best_err) best_err = e, best = cand;
     }
   }
   return best;
+}
+
+// The importance-weighted fit: the plain fit's scale, plus candidates that
+// put the value of largest magnitude on either end of the table (the longer
+// side, reached with a scale of the opposite sign, codes a block more finely:
+// ggml's make_qx_quants / IQ4_NL search), 21 steps of a tenth of the mean
+// level spacing around it, each refit once by weighted least squares. The
+// least weighted error wins, so it is never worse than the plain fit's.
+static float fit_levels_weighted(const float* x, const float* w, int n, const Levels& levels) {
+  float best = fit_levels_plain<true>(x, w, n, levels);
+  float m = 0.0f;
+  for (int i = 0; i < n; ++i) m = std::fabs(x[i]) > std::fabs(m) ? x[i] : m;
+  if (m == 0.0f) return best;
+  uint8_t q[kMaxFitElems];
+  float best_err = level_codes_fast(x, w, n, levels, best, q);
+  const float step = 0.1f * (levels.v[levels.n - 1] - levels.v[0]) / float(levels.n - 1);
+  for (const float end : {levels.v[0], levels.v[levels.n - 1]}) {
+    if (end == 0.0f) continue;
+    const float dir = end < 0.0f ? -1.0f : 1.0f;
+    for (int k = -kWeightedSteps; k <= kWeightedSteps; ++k) {
+      const float cand0 = m / (end + dir * step * float(k));
+      float e = level_codes_fast(x, w, n, levels, cand0, q);
+      if (e < best_err) best_err = e, best = cand0;
+      for (int it = 0; it < 1; ++it) {
+        double sxq = 0, sqq = 0;
+        for (int i = 0; i < n; ++i) {
+          const double wl = double(w[i]) * levels.v[q[i]];
+          sxq += wl * x[i], sqq += wl * levels.v[q[i]];
+        }
+        if (!(sqq > 0)) break;
+        const float cand = float(sxq / sqq);
+        e = level_codes_fast(x, w, n, levels, cand, q);
+        if (e < best_err) best_err = e, best = cand;
+      }
+    }
+  }
+  return best;
+}
+
+float fit_levels(const float* x, const float* w, int n, const Levels& levels) {
+  return is_unit_weights(w) ? fit_levels_plain<false>(x, w, n, levels) : fit_levels_weighted(x, w, n, levels);
 }
 
 }  // namespace moeserve::quant_detail

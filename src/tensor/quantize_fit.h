@@ -28,6 +28,7 @@ Affine fit_affine(const float* x, const float* w, int n, int nmax, bool nonposit
 struct Levels {
   float v[64];
   int n = 0;
+  bool uniform = false;  // v[i] = v[0] + i (uniform_levels)
 };
 Levels uniform_levels(int lo, int hi);                         // lo..hi (Q3_K's -4..3)
 Levels table_levels(const int8_t* values, int n);              // a codebook, sorted
@@ -35,7 +36,10 @@ uint8_t table_code(const int8_t* values, int n, float level);  // level's index 
 
 float level_codes(const float* x, const float* w, int n, const Levels& levels, float scale, uint8_t* q);
 // The scale of least weighted error, starting from the value of largest
-// magnitude on the end level of its sign.
+// magnitude on the end level of its sign. With real weights (w is not
+// kUnitWeights) the search is wider: both ends of the table, finer steps
+// (quantize_fit.cpp fit_levels_weighted); with kUnitWeights it is the plain
+// quantizers' fit, unchanged.
 float fit_levels(const float* x, const float* w, int n, const Levels& levels);
 
 }  // namespace moeserve::quant_detail

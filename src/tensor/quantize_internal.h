@@ -53,6 +53,13 @@ extern const float* const kUnitWeights;       // kUnitWeightCount ones
 inline const float* block_weights(const float* w, int64_t offset) {
   return w != nullptr ? w + offset : kUnitWeights;
 }
+// Whether w points into kUnitWeights (a plain quantizer's sub-block): the
+// fits keep the plain quantizers' own search for those, so their output
+// stays what it was; real weights get the wider weighted search.
+inline bool is_unit_weights(const float* w) {
+  const auto p = reinterpret_cast<uintptr_t>(w), lo = reinterpret_cast<uintptr_t>(kUnitWeights);
+  return p >= lo && p < lo + kUnitWeightCount * sizeof(float);
+}
 using QuantizeRowWeightedFn = void (*)(const float* src, const float* w, void* dst, int64_t n);
 void quantize_q4_k_weighted(const float* src, const float* w, void* dst, int64_t n);
 void quantize_q5_k_weighted(const float* src, const float* w, void* dst, int64_t n);

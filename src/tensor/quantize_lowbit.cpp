@@ -208,6 +208,38 @@ void dequantize_mxfp4_row(const void* src, float* dst, int64_t n) { dequantize_m
 
 namespace {
 
+// The super-block scale d of the signed 6-bit sub-block scales (code l in
+// -32..31, sub-block scale d * l) of Q3_K and IQ4_XS: m / -32, m the
+// sub-block scale of largest magnitude. With an imatrix (real weights) d is
+// also fitted to the sub-block scales, each weighted by its sub-block's
+// total weight (as ggml does), and the candidate that codes the whole block
+// with the least weighted error is kept.
+template <int kSubs, int kLen>
+float signed_super_scale(const float* x, const float* w, const float* scales, const Levels& levels) {
+  float m = 0.0f;
+  for (int s = 0; s < kSubs; ++s) m = std::fabs(scales[s]) > std::fabs(m) ? scales[s] : m;
+  const float plain = half_scale(m / -32.0f).value;
+  if (is_unit_weights(w)) return m / -32.0f;
+  float sw[kSubs];
+  for (int s = 0; s < kSubs; ++s) {
+    sw[s] = 0.0f;
+    for (int i = 0; i < kLen; ++i) sw[s] += w[kLen * s + i];
+  }
+  static const Levels kScaleLevels = uniform_levels(-32, 31);
+  const float cands[2] = {plain, half_scale(fit_levels(scales, sw, kSubs, kScaleLevels)).value};
+  float best = m / -32.0f, best_err = INFINITY;
+  for (int c = 0; c < 2; ++c) {
+    const float d = cands[c];
+    float err = 0.0f;
+    for (int s = 0; s < kSubs; ++s) {
+      const int l = d != 0.0f ? round_clamp(scales[s] / d, -32, 31) : 0;
+      err += level_codes(x + kLen * s, w + kLen * s, kLen, levels, d * float(l), nullptr);
+    }
+    if (err < best_err) best_err = err, best = c == 0 ? m / -32.0f : cands[1];
+  }
+  return best;
+}
+
 // Q2_K: per sub-block of 16 an affine fit (q in 0..3, min >= 0); the 4-bit
 // scale and min codes against d = max scale / 15, dmin = max min / 15.
 void quantize_q2_k_block(const float* x, const float* w, BlockQ2_K& blk) {
@@ -252,12 +284,11 @@ void dequantize_q2_k_block(const BlockQ2_K& blk, float* y) {
 // 32) against d = the largest-magnitude scale / -32.
 void quantize_q3_k_block(const float* x, const float* w, BlockQ3_K& blk) {
   const Levels levels = uniform_levels(-4, 3);
-  float scales[16], m = 0.0f;
+  float scales[16];
   for (int s = 0; s < 16; ++s) {
     scales[s] = fit_levels(x + 16 * s, w + 16 * s, 16, levels);
-    m = std::fabs(scales[s]) > std::fabs(m) ? scales[s] : m;
   }
-  const HalfScale d = half_scale(m / -32.0f);
+  const HalfScale d = half_scale(signed_super_scale<16, 16>(x, w, scales, levels));
   blk.d = d.bits;
   int codes[16];
   uint8_t q[kQK_K];
@@ -300,12 +331,11 @@ void dequantize_q3_k_block(const BlockQ3_K& blk, float* y) {
 // against d = the largest-magnitude scale / -32.
 void quantize_iq4_xs_block(const float* x, const float* w, BlockIQ4_XS& blk) {
   const Levels levels = table_levels(kIq4nlValues, 16);
-  float scales[8], m = 0.0f;
+  float scales[8];
   for (int s = 0; s < 8; ++s) {
     scales[s] = fit_levels(x + 32 * s, w + 32 * s, 32, levels);
-    m = std::fabs(scales[s]) > std::fabs(m) ? scales[s] : m;
   }
-  const HalfScale d = half_scale(m / -32.0f);
+  const HalfScale d = half_scale(signed_super_scale<8, 32>(x, w, scales, levels));
   blk.d = d.bits;
   blk.scales_h = 0;
   std::memset(blk.scales_l, 0, sizeof blk.scales_l);
