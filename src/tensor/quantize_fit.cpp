@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 
 #include "tensor/quantize_internal.h"
 
@@ -144,6 +145,17 @@ static float level_codes_fast(const float* x, const float* w, int n, const Level
   return err;
 }
 
+// The weighted least-squares scale of x for the given codes; NaN when the
+// codes carry no weight (no refit then).
+static float refit_scale(const float* x, const float* w, int n, const Levels& levels, const uint8_t* q) {
+  double sxq = 0, sqq = 0;
+  for (int i = 0; i < n; ++i) {
+    const double wl = double(w[i]) * levels.v[q[i]];
+    sxq += wl * x[i], sqq += wl * levels.v[q[i]];
+  }
+  return sqq > 0 ? float(sxq / sqq) : std::numeric_limits<float>::quiet_NaN();
+}
+
 // Candidates put the value of largest magnitude on levels near the end of
 // the table on its side; each candidate's codes are refit by least squares.
 // (The plain quantizers' fit: its results are fixed by their tests.)
@@ -165,13 +177,8 @@ float fit_levels_plain(const float* x, const float* w, int n, const Levels& leve
     const float cand0 = m / (end * (1.0f + 0.04f * float(k)));
     codes(cand0, q);
     for (int it = 0; it < 2; ++it) {
-      double sxq = 0, sqq = 0;
-      for (int i = 0; i < n; ++i) {
-        const double wl = double(w[i]) * levels.v[q[i]];
-        sxq += wl * x[i], sqq += wl * levels.v[q[i]];
-      }
-      if (!(sqq > 0)) break;
-      const float cand = float(sxq / sqq);
+      const float cand = refit_scale(x, w, n, levels, q);
+      if (std::isnan(cand)) break;
       const float e = codes(cand, q);
       if (e < best_err) best_err = e, best = cand;
     }
@@ -200,17 +207,10 @@ static float fit_levels_weighted(const float* x, const float* w, int n, const Le
       const float cand0 = m / (end + dir * step * float(k));
       float e = level_codes_fast(x, w, n, levels, cand0, q);
       if (e < best_err) best_err = e, best = cand0;
-      for (int it = 0; it < 1; ++it) {
-        double sxq = 0, sqq = 0;
-        for (int i = 0; i < n; ++i) {
-          const double wl = double(w[i]) * levels.v[q[i]];
-          sxq += wl * x[i], sqq += wl * levels.v[q[i]];
-        }
-        if (!(sqq > 0)) break;
-        const float cand = float(sxq / sqq);
-        e = level_codes_fast(x, w, n, levels, cand, q);
-        if (e < best_err) best_err = e, best = cand;
-      }
+      const float cand = refit_scale(x, w, n, levels, q);
+      if (std::isnan(cand)) continue;
+      e = level_codes_fast(x, w, n, levels, cand, q);
+      if (e < best_err) best_err = e, best = cand;
     }
   }
   return best;
