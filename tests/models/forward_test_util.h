@@ -17,14 +17,14 @@
 
 #include "convert/make_model.h"
 #include "runtime/model.h"
+#include "temp_dir.h"
 
 namespace moeserve::testing {
 
 inline std::string tiny_model_path(convert::ModelArch arch, const std::function<void(GgufWriter&)>& edit = {},
                                    convert::FileType type = convert::FileType::kF32) {
   namespace fs = std::filesystem;
-  const fs::path dir = fs::temp_directory_path() / ("forward_test_" + std::to_string(getpid()));
-  fs::create_directories(dir);
+  const fs::path& dir = process_temp_dir("forward_test");
   static int counter = 0;
   const std::string path =
       (dir / (std::string(convert::arch_name(arch)) + std::to_string(counter++) + ".gguf")).string();

@@ -14,6 +14,7 @@
 #include "runtime/batch_engine.h"
 #include "runtime/engine_collector.h"
 #include "runtime/generator.h"
+#include "temp_dir.h"
 #include "test_device.h"
 
 namespace moeserve::runtime {
@@ -22,8 +23,7 @@ namespace {
 namespace fs = std::filesystem;
 
 std::unique_ptr<Model> load_tiny_qwen35moe() {
-  const fs::path dir = fs::temp_directory_path() / ("recurrent_engine_test_" + std::to_string(getpid()));
-  fs::create_directories(dir);
+  const fs::path& dir = testing::process_temp_dir("recurrent_engine_test");
   const std::string path = (dir / "qwen35moe.gguf").string();
   convert::MakeModelOptions o;
   o.shape = convert::model_preset(convert::ModelArch::kQwen35Moe, "tiny").value();
