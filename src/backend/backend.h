@@ -80,6 +80,18 @@ struct KvView {
   // The cache's number in other processes that hold some of its layers
   // (RemoteLayers; 0 when none does).
   uint64_t remote_id = 0;
+  // Paged KV (runtime/kv_pool.h): the attention layers' k and v point at
+  // block pools shared by many sequences, and the sequence's position p is
+  // row block_table[p >> block_shift] << block_shift | (p & (rows - 1)) of
+  // every layer's pool (host memory; one table for all layers). Null: row
+  // p is position p. Only devices that say so read it (Device::supports_paged_kv).
+  const int32_t* block_table = nullptr;
+  int block_shift = 0;
+  int64_t cache_row(int64_t pos) const {
+    if (block_table == nullptr) return pos;
+    return (int64_t(block_table[pos >> block_shift]) << block_shift) |
+           (pos & ((int64_t(1) << block_shift) - 1));
+  }
 };
 
 // One sequence's share of a batch: rows [row0, row0 + n_tokens) of the
@@ -143,7 +155,7 @@ struct BatchLayout {
   // [rows] the parent row (batch index) of a draft tree's row, -1 for a
   // root or a row outside a tree; empty when no slice has a tree.
   std::span<const int32_t> row_parent;
-  std::span<const int64_t> logit_rows;    // rows whose logits the forward ends with
+  std::span<const int64_t> logit_rows;  // rows whose logits the forward ends with
   // The forward's RoPE configurations (QkNormRopeArgs::rope indexes them);
   // read in begin_batch, valid until the forward ends.
   std::span<const RopeSpec> ropes;
@@ -293,11 +305,11 @@ struct GatedDeltaNetArgs {
   int layer = 0;
   int64_t n_k_heads = 0, n_v_heads = 0, head_k_dim = 0, head_v_dim = 0;
   int conv_kernel = 4;
-  float* qkv = nullptr;      // [T][conv_dim]: [q (n_k d_k) | k (n_k d_k) | v (n_v d_v)]
-  float* b = nullptr;        // [T][n_v]
-  float* a = nullptr;        // [T][n_v]
-  const float* z = nullptr;  // [T][n_v d_v]
-  float* out = nullptr;      // [T][n_v d_v]; may be z
+  float* qkv = nullptr;                     // [T][conv_dim]: [q (n_k d_k) | k (n_k d_k) | v (n_v d_v)]
+  float* b = nullptr;                       // [T][n_v]
+  float* a = nullptr;                       // [T][n_v]
+  const float* z = nullptr;                 // [T][n_v d_v]
+  float* out = nullptr;                     // [T][n_v d_v]; may be z
   const WeightView* conv_weight = nullptr;  // f32 [conv_dim][conv_kernel]
   const WeightView* a_neg = nullptr;        // f32 [n_v]: -exp(A_log)
   const WeightView* dt_bias = nullptr;      // f32 [n_v]
@@ -365,9 +377,11 @@ class Ops {
   // x[t][g * group + i] *= softplus(gate[t][g]) for g < n_gates, i < group
   // (Laguna's attention output gate: one value per head, or per element
   // with group 1). softplus(v) = log(1 + exp(v)), v itself above 20.
-  virtual Status mul_softplus(float* x, const float* gate, int64_t n_rows, int64_t n_gates, int64_t group) = 0;
+  virtual Status mul_softplus(float* x, const float* gate, int64_t n_rows, int64_t n_gates,
+                              int64_t group) = 0;
   // y[t] += sigmoid(s[t]) * x[t] (s: one scalar per row; a gated shared expert).
-  virtual Status add_sigmoid_scaled(float* y, const float* x, const float* s, int64_t n_rows, int64_t n_cols) = 0;
+  virtual Status add_sigmoid_scaled(float* y, const float* x, const float* s, int64_t n_rows,
+                                    int64_t n_cols) = 0;
   virtual Status gated_delta_net(const GatedDeltaNetArgs& a) = 0;
   virtual Status route(const RouteOpArgs& a) = 0;
   // Greedy sampling: for each of the n_rows rows of x ([n_rows][n_cols], this
@@ -432,6 +446,9 @@ class Device {
   virtual Status copy_within(void* dst, const void* src, size_t bytes);
   // Runs batches whose slices carry a draft tree (SequenceSlice::tree_parents).
   virtual bool supports_tree_verify() const { return false; }
+  // Attention and the K/V store read a sequence's rows through its block
+  // table (KvView::block_table), so its KV can live in a shared block pool.
+  virtual bool supports_paged_kv() const { return false; }
 
   // Makes the weights usable by this device's ops, rewriting each view to
   // the copy it computes from (or leaving it in place).

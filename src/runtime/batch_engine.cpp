@@ -20,11 +20,28 @@ BatchEngine::BatchEngine(Model& model, const EngineOptions& options)
   tree_verify_ = model.tree_verify();
   options_.n_batch = std::max<int64_t>(options_.n_batch, options_.n_slots);
   pipeline_depth_ = models::pipeline_depth(model.net().placement(), model.info().n_layer);
+  if (options_.kv_pool_bytes > 0) {
+    Result<std::shared_ptr<KvBlockPool>> pool =
+        model.new_kv_pool({.bytes = options_.kv_pool_bytes, .block_rows = options_.kv_block_rows});
+    if (pool.is_ok()) {
+      kv_pool_ = std::move(pool).value();
+      if (kv_pool_->capacity_rows() < options_.n_ctx) {
+        MOESERVE_LOG_WARN(
+            "the KV pool holds {} positions, less than one context of {}: a sequence alone stops there",
+            kv_pool_->capacity_rows(), options_.n_ctx);
+      }
+    } else if (pool.status().code() == StatusCode::kUnsupported) {
+      MOESERVE_LOG_WARN("{}: each sequence keeps a region of {} positions instead", pool.status().message(),
+                        options_.n_ctx);
+    } else {
+      status_ = pool.status();
+    }
+  }
   // Every slot's cache on the model's devices, and one workspace for the
   // largest step; if they do not fit, the engine refuses every request
   // with the reason (status()).
   for (int i = 0; i < options_.n_slots && status_.is_ok(); ++i) {
-    Result<KvCache> kv = model.new_kv_cache(options_.n_ctx);
+    Result<KvCache> kv = model.new_kv_cache(options_.n_ctx, kv_pool_);
     if (kv.is_ok()) {
       slots_.push_back(std::make_unique<Slot>(std::move(kv).value()));
     } else {
@@ -42,7 +59,12 @@ BatchEngine::BatchEngine(Model& model, const EngineOptions& options)
   if (status_.is_ok()) status_ = attach_disk_tier();
   if (!status_.is_ok()) slots_.clear();
   totals_.n_slots = options_.n_slots;
-  totals_.kv_capacity_tokens = options_.n_slots * options_.n_ctx;
+  totals_.kv_capacity_tokens =
+      kv_pool_ != nullptr ? kv_pool_->capacity_rows() : options_.n_slots * options_.n_ctx;
+  if (kv_pool_ != nullptr) {
+    totals_.kv_block_rows = kv_pool_->block_rows();
+    totals_.kv_pool_blocks = kv_pool_->n_blocks();
+  }
   try {
     thread_ = std::thread([this] { run(); });
   } catch (const std::system_error& e) {
@@ -90,6 +112,11 @@ Result<uint64_t> BatchEngine::submit(EngineRequest r) {
                       "prompt ({} tokens) + max_tokens ({}) exceeds the context of {} tokens", n_prompt,
                       r.max_tokens, options_.n_ctx);
   }
+  if (kv_pool_ != nullptr && n_prompt + 1 > kv_pool_->capacity_rows()) {
+    return make_error(StatusCode::kOutOfRange,
+                      "the prompt has {} tokens; the KV pool holds {} positions in all (raise --kv-mem)",
+                      n_prompt, kv_pool_->capacity_rows());
+  }
   const int32_t n_vocab = int32_t(model_.info().n_vocab);
   for (int32_t t : r.prompt) {
     if (t < 0 || t >= n_vocab) {
@@ -125,6 +152,7 @@ EngineStats BatchEngine::stats() const {
   s.active_slots = active_.load();
   s.kv_used_tokens = kv_used_.load();
   s.prefix = prefix_.stats();
+  if (kv_pool_ != nullptr) s.kv_free_blocks = kv_pool_->n_free();
   return s;
 }
 
@@ -202,11 +230,27 @@ void BatchEngine::admit_waiting() {
       }
     }
     int64_t free_slots = 0;
-    for (auto& s : slots_) free_slots += s->busy ? 0 : 1;
+    bool any_busy = false, any_swapped = false;
+    for (auto& s : slots_) {
+      free_slots += s->busy ? 0 : 1;
+      any_busy = any_busy || s->busy;
+      any_swapped = any_swapped || (s->busy && !s->running());
+    }
+    // Paged KV: a prompt starts when the pool has blocks for all of it
+    // (and no preempted sequence waits for them), so that running
+    // sequences are not preempted for it; alone, it always starts.
+    int64_t free_blocks = kv_pool_ != nullptr ? kv_pool_->n_free() : 0;
     std::vector<std::string> chosen;
     while (free_slots > 0) {
       const int64_t next = next_admission(chosen);
       if (next < 0) break;
+      if (kv_pool_ != nullptr) {
+        const int64_t need = KvBlockPool::blocks_for(int64_t(queue_[size_t(next)].request.prompt.size()) + 1,
+                                                     kv_pool_->block_rows());
+        const bool alone = !any_busy && admitted.empty();
+        if (!alone && (any_swapped || need > free_blocks)) break;
+        free_blocks -= need;
+      }
       admitted.push_back(std::move(queue_[size_t(next)]));
       queue_.erase(queue_.begin() + next);
       chosen.push_back(admitted.back().request.client);
@@ -295,15 +339,16 @@ bool BatchEngine::step() {
   std::vector<std::pair<Slot*, int64_t>> fed;  // prompt chunks: slot, tokens appended
   std::vector<int64_t> fed_row0;               // ... and each chunk's first row
   int64_t n_decode = 0, n_prefill = 0;
+  make_room();
   // Each decoding slot's row (plus the tokens a recurrent rollback replays);
   // the drafts share what is left of the step's verify rows.
   int64_t base_rows = 0;
   for (auto& s : slots_) {
-    if (s->busy && s->decoding) base_rows += 1 + int64_t(s->spec.replay().size());
+    if (s->running() && s->decoding) base_rows += 1 + int64_t(s->spec.replay().size());
   }
   int64_t draft_budget = std::min(options_.spec_step_rows, options_.n_batch) - base_rows;
   for (auto& s : slots_) {
-    if (!s->busy || !s->decoding) continue;
+    if (!s->running() || !s->decoding) continue;
     const int64_t before = int64_t(tokens.size());
     const Status planned = plan_decode_rows(*s, base_rows, draft_budget, tokens, slices, logit_rows, plans);
     if (!planned.is_ok()) {
@@ -316,7 +361,7 @@ bool BatchEngine::step() {
   }
   std::vector<Slot*> prefilling;
   for (auto& s : slots_) {
-    if (s->busy && !s->decoding) prefilling.push_back(s.get());
+    if (s->running() && !s->decoding) prefilling.push_back(s.get());
   }
   std::sort(prefilling.begin(), prefilling.end(), [](Slot* a, Slot* b) { return a->admitted < b->admitted; });
   // A pipelined layer split takes several batches of rows a forward
@@ -324,6 +369,7 @@ bool BatchEngine::step() {
   const int64_t step_rows = options_.n_batch * (step_feature_layers().empty() ? pipeline_depth_ : 1);
   int64_t budget = step_rows - n_decode;
   if (n_decode > 0 && options_.prefill_chunk > 0) budget = std::min(budget, options_.prefill_chunk);
+  bool starved = false;  // a prompt waits for KV blocks
   for (Slot* s : prefilling) {
     if (budget <= 0) break;
     const int64_t left = int64_t(s->req.prompt.size()) - s->prompt_done;
@@ -333,6 +379,15 @@ bool BatchEngine::step() {
     // stored (a repeated prompt reuses all but its last token), and the last
     // token goes in the next step.
     if (snapshot_prompts() && n == left && left > 1) n = left - 1;
+    n = std::min(n, reachable_positions(*s) - s->seq.position());
+    if (n <= 0) {
+      starved = true;
+      continue;
+    }
+    if (Status room = s->seq.kv().reserve(s->seq.position() + n); !room.is_ok()) {
+      finish(*s, room);
+      continue;
+    }
     slices.push_back({int64_t(tokens.size()), n, s->seq.position(), s->seq.kv().view()});
     tokens.insert(tokens.end(), s->req.prompt.begin() + s->prompt_done,
                   s->req.prompt.begin() + s->prompt_done + n);
@@ -345,7 +400,11 @@ bool BatchEngine::step() {
     budget -= n;
     n_prefill += n;
   }
-  if (tokens.empty()) return false;
+  if (tokens.empty()) {
+    // Prompts part-way in hold every block: the newest goes out so the
+    // older ones can finish.
+    return starved && preempt_newest(nullptr);
+  }
   const int64_t n_vocab = model_.info().n_vocab;
   // Every row's arg-max comes back; the logits only when some row samples
   // from them (on a GPU that is 600 KB a row of a 152k vocabulary).
@@ -411,6 +470,66 @@ bool BatchEngine::step() {
   for (auto& s : slots_) used += s->busy ? s->seq.position() : 0;
   kv_used_.store(used);
   return true;
+}
+
+int64_t BatchEngine::reachable_positions(const Slot& s) const {
+  const KvCache& kv = s.seq.kv();
+  if (kv.pool() == nullptr) return kv.capacity();
+  return std::min(kv.capacity(), (kv.blocks_held() + kv.pool()->n_free()) * kv.pool()->block_rows());
+}
+
+bool BatchEngine::preempt_newest(const Slot* keep) {
+  Slot* victim = nullptr;
+  int64_t holders = 0;
+  for (auto& s : slots_) {
+    if (!s->running() || s->seq.kv().blocks_held() == 0) continue;
+    ++holders;
+    if (victim == nullptr || s->admitted > victim->admitted) victim = s.get();
+  }
+  if (victim == nullptr || (victim == keep && holders == 1)) return false;
+  if (Status st = victim->seq.kv().swap_out(); !st.is_ok()) finish(*victim, st);  // (finish frees its blocks)
+  std::lock_guard lock(mu_);
+  ++totals_.preemptions;
+  return true;
+}
+
+void BatchEngine::make_room() {
+  if (kv_pool_ == nullptr) return;
+  std::vector<Slot*> order;  // oldest admission first
+  int64_t running = 0;
+  for (auto& s : slots_) {
+    if (s->busy) order.push_back(s.get());
+    running += s->running() ? 1 : 0;
+  }
+  std::sort(order.begin(), order.end(), [](Slot* a, Slot* b) { return a->admitted < b->admitted; });
+  // Preempted sequences come back, oldest first, while their rows, their
+  // next step's and a block for each running sequence fit (so that they
+  // are not swapped straight out again).
+  for (Slot* s : order) {
+    if (s->running()) continue;
+    const int64_t rows = s->seq.position() + 1 + int64_t(s->spec.replay().size());
+    if (KvBlockPool::blocks_for(rows, kv_pool_->block_rows()) + running > kv_pool_->n_free()) break;
+    if (Status st = s->seq.kv().swap_in(); !st.is_ok()) {
+      finish(*s, st);
+      continue;
+    }
+    ++running;
+  }
+  // Each decoding sequence's next rows, oldest first; the newest give way.
+  for (Slot* s : order) {
+    if (!s->running() || !s->decoding) continue;
+    const int64_t rows = s->seq.position() + 1 + int64_t(s->spec.replay().size());
+    while (s->running() && !s->seq.kv().reserve(rows).is_ok()) {
+      if (!preempt_newest(s)) {  // alone in the pool, and the pool is full: as a full context
+        s->stats.reason = StopReason::kContextFull;
+        finish(*s, Status::ok());
+      }
+    }
+  }
+  int64_t swapped = 0;
+  for (auto& s : slots_) swapped += s->busy && !s->running() ? 1 : 0;
+  std::lock_guard lock(mu_);
+  totals_.swapped_sequences = swapped;
 }
 
 // The sampled token was refused: every refused token is masked and the
@@ -512,7 +631,7 @@ void BatchEngine::finish(Slot& s, const Status& status) {
     s.stats.tail_text = std::move(tail);
   }
   s.stats.total_seconds = now_seconds() - s.submitted;
-  if (status.is_ok() && options_.prefix_cache_bytes > 0 && s.seq.position() > 0) {
+  if (status.is_ok() && options_.prefix_cache_bytes > 0 && s.seq.position() > 0 && s.running()) {
     prefix_.store(s.seq.tokens(), s.seq.kv());
   }
   EngineRequest req = std::move(s.req);

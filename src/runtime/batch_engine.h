@@ -99,6 +99,16 @@ struct EngineOptions {
   // limit): its further requests wait while other clients' are admitted,
   // so one busy client cannot take every slot.
   int max_running_per_client = 0;
+  // Paged KV (kv_pool.h): the slots' caches take blocks of kv_block_rows
+  // positions from one pool of kv_pool_bytes as they grow, instead of each
+  // reserving n_ctx positions up front (0: no pool), so n_slots counts
+  // sequences, not reservations. When the pool runs short the newest
+  // sequence is preempted (its rows go to host memory) and resumes, with
+  // the same output, when blocks free up; a sequence alone in a pool
+  // smaller than its context stops there (kContextFull). Devices that
+  // cannot page keep a region per slot (with a warning).
+  size_t kv_pool_bytes = 0;
+  int64_t kv_block_rows = 32;
   size_t prefix_cache_bytes = size_t(256) << 20;  // 0: no prefix cache
   // A disk tier under the prefix cache in this folder ("": none; needs the
   // prefix cache), of at most kv_disk_bytes: evicted entries, and all of
@@ -135,8 +145,14 @@ struct EngineStats {
   int64_t active_slots = 0;
   int64_t n_slots = 0;
   int64_t kv_used_tokens = 0;      // positions held by active sequences
-  int64_t kv_capacity_tokens = 0;  // n_slots * n_ctx
-  int64_t prefill_tokens = 0;      // totals since start
+  int64_t kv_capacity_tokens = 0;  // n_slots * n_ctx, or the pool's positions
+  // Paged KV (EngineOptions::kv_pool_bytes; 0 blocks: no pool).
+  int64_t kv_block_rows = 0;
+  int64_t kv_pool_blocks = 0;
+  int64_t kv_free_blocks = 0;
+  int64_t swapped_sequences = 0;  // preempted, waiting for blocks
+  int64_t preemptions = 0;        // since start
+  int64_t prefill_tokens = 0;     // totals since start
   double prefill_seconds = 0.0;
   int64_t decode_tokens = 0;
   double decode_seconds = 0.0;
@@ -187,6 +203,16 @@ class BatchEngine {
   // slot): its index in queue_, or -1. Under mu_.
   int64_t next_admission(std::span<const std::string> chosen) const;
   bool step();
+  // Paged KV: swaps preempted sequences back in while the pool has room,
+  // then gives every decoding sequence the blocks for its next rows,
+  // preempting the newest ones when the pool runs short.
+  void make_room();
+  // Swaps the newest sequence holding blocks out to host memory (not
+  // `keep` unless it is the newest); false when none holds any.
+  bool preempt_newest(const Slot* keep);
+  // Positions the slot's cache can still grow to now (its blocks and the
+  // pool's free ones; the context without a pool).
+  int64_t reachable_positions(const Slot& s) const;
   // The prefix cache is on and the model keeps recurrent states: prompts
   // are stored one token before their end (see step()).
   bool snapshot_prompts() const { return options_.prefix_cache_bytes > 0 && model_.info().recurrent(); }
@@ -229,6 +255,7 @@ class BatchEngine {
 
   Model& model_;
   EngineOptions options_;
+  std::shared_ptr<KvBlockPool> kv_pool_;  // paged KV (null: a region per slot)
   PrefixCache prefix_;
   std::vector<std::unique_ptr<Slot>> slots_;
   mutable std::mutex mu_;

@@ -22,6 +22,8 @@ struct BatchEngine::Slot {
   explicit Slot(KvCache kv) : seq(std::move(kv)) {}
   Sequence seq;
   bool busy = false;
+  // Busy and in the pool (not preempted: BatchEngine::make_room).
+  bool running() const { return busy && !seq.kv().swapped_out(); }
   uint64_t id = 0;
   uint64_t admitted = 0;  // admission order: prompts are prefilled first come, first served
   EngineRequest req;

@@ -31,7 +31,7 @@ Status BatchEngine::plan_decode_rows(Slot& s, int64_t base_rows, int64_t draft_b
     // A step emits the accepted drafts and one more token: more draft than
     // the request may still emit, or the context still holds, is waste.
     const SpecConfig& c = s.spec_config;
-    const int64_t room = s.seq.remaining() - 1;
+    const int64_t room = std::min(s.seq.remaining(), reachable_positions(s) - s.seq.position()) - 1;
     const int64_t left = s.req.max_tokens - s.stats.completion_tokens;
     const int64_t max_nodes = std::max(c.max_draft, c.tree_nodes);
     const int64_t limit = left > 1 ? std::min<int64_t>({room, draft_budget, max_nodes}) : 0;
@@ -52,6 +52,8 @@ Status BatchEngine::plan_decode_rows(Slot& s, int64_t base_rows, int64_t draft_b
   MOESERVE_ASSIGN_OR_RETURN(std::vector<int32_t> rows, s.spec.begin(s.seq, s.pending, s.draft, tree_verify_));
   const int64_t n_draft = s.spec.draft().size();
   const int64_t row0 = int64_t(tokens.size());
+  // (The step left room for these rows: BatchEngine::make_room.)
+  MOESERVE_RETURN_IF_ERROR(s.seq.kv().reserve(s.seq.position() + int64_t(rows.size())));
   slices.push_back({row0, int64_t(rows.size()), s.seq.position(), s.seq.kv().view(), s.spec.tree_parents()});
   DecodePlan plan{&s, logit_rows.size(), n_draft, row0};
   for (int64_t j = 0; j <= n_draft; ++j) logit_rows.push_back(row0 + int64_t(rows.size()) - 1 - n_draft + j);

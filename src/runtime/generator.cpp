@@ -103,7 +103,8 @@ Status Generator::run_chunks(std::span<const int32_t> tokens, int64_t n_batch, f
   capture_features_ = true;  // a prompt's features always (a draft reads them all)
   // A pipelined layer split takes several batches a forward
   // (models/micro_batches.h); a draft's captured layers go whole.
-  if (feature_drafter_ == nullptr) n_batch *= models::pipeline_depth(model_.net().placement(), model_.info().n_layer);
+  if (feature_drafter_ == nullptr)
+    n_batch *= models::pipeline_depth(model_.net().placement(), model_.info().n_layer);
   for (size_t start = 0; start < tokens.size(); start += size_t(n_batch)) {
     const std::span<const int32_t> chunk =
         tokens.subspan(start, std::min(tokens.size() - start, size_t(n_batch)));
@@ -112,6 +113,7 @@ Status Generator::run_chunks(std::span<const int32_t> tokens, int64_t n_batch, f
     models::ForwardBatch b;
     b.tokens = chunk;
     b.pos0 = seq_.position();
+    MOESERVE_RETURN_IF_ERROR(seq_.kv().reserve(b.pos0 + int64_t(chunk.size())));
     b.kv = seq_.kv().view();
     b.expert_counts = expert_counts_;
     b.decode_rows = decode ? int64_t(chunk.size()) : 0;

@@ -25,6 +25,7 @@ Status Generator::verify(std::span<const int32_t> rows, int64_t first_logit_row,
   }
   std::vector<int64_t> logit_rows;
   for (int64_t i = first_logit_row; i < n; ++i) logit_rows.push_back(i);
+  MOESERVE_RETURN_IF_ERROR(seq_.kv().reserve(seq_.position() + n));
   const backend::SequenceSlice slice{0, n, seq_.position(), seq_.kv().view(), tree_parents};
   models::ForwardBatch b;
   b.tokens = rows;

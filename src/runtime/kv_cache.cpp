@@ -22,19 +22,22 @@ KvCache::KvCache(int64_t n_layer, int64_t kv_dim, int64_t capacity)
 
 KvCache::KvCache(std::span<const models::LayerCache> layers, int64_t kv_dim, int64_t capacity)
     : kv_dim_(kv_dim), capacity_(capacity), layers_(layers.begin(), layers.end()) {
-  status_ = allocate_layers(std::vector<backend::Device*>(layers.size(), &backend::host_device()));
+  status_ = allocate_layers(std::vector<backend::Device*>(layers.size(), &backend::host_device()), nullptr);
   if (!status_.is_ok()) capacity_ = 0;
 }
 
 Result<KvCache> KvCache::allocate(const models::Placement& placement, const models::ModelInfo& info,
-                                  int64_t capacity) {
+                                  int64_t capacity, std::shared_ptr<KvBlockPool> pool) {
   KvCache kv;
   kv.kv_dim_ = info.kv_dim;
   kv.capacity_ = capacity;
   kv.layers_ = layer_list(info);
   std::vector<backend::Device*> devices;
   for (int64_t l = 0; l < info.n_layer; ++l) devices.push_back(placement.layer(l));
-  MOESERVE_RETURN_IF_ERROR(kv.allocate_layers(devices));
+  KvBlockPool* p = pool.get();
+  kv.blocks_ = KvBlocks(std::move(pool));
+  if (p != nullptr) kv.blocks_.reserve_table(KvBlockPool::blocks_for(capacity, p->block_rows()));
+  MOESERVE_RETURN_IF_ERROR(kv.allocate_layers(devices, p));
   MOESERVE_RETURN_IF_ERROR(kv.remote_.open(placement.remote, capacity));
   for (const backend::RemoteRange& r : placement.remote) kv.state_floats_ += r.layers->state_floats();
   return kv;
@@ -87,15 +90,15 @@ size_t KvCache::bytes_for(const models::ModelInfo& info, int64_t capacity) {
 }
 
 size_t KvCache::bytes() const {
-  size_t bytes = 0;
+  size_t bytes = pool() != nullptr ? size_t(blocks_.size()) * pool()->block_bytes() : 0;
   for (const models::LayerCache& c : layers_) {
-    if (c.kv) bytes += size_t(2 * capacity_ * kv_dim_) * sizeof(uint16_t);
+    if (c.kv && pool() == nullptr) bytes += size_t(2 * capacity_ * kv_dim_) * sizeof(uint16_t);
     bytes += size_t(c.state_floats) * sizeof(float);
   }
   return bytes;
 }
 
-Status KvCache::allocate_layers(const std::vector<backend::Device*>& devices) {
+Status KvCache::allocate_layers(const std::vector<backend::Device*>& devices, KvBlockPool* pool) {
   const size_t row_bytes = size_t(capacity_ * kv_dim_) * sizeof(uint16_t);
   for (size_t l = 0; l < devices.size(); ++l) {
     backend::Device* d = devices[l];
@@ -103,6 +106,12 @@ Status KvCache::allocate_layers(const std::vector<backend::Device*>& devices) {
     backend::KvLayerView view;
     backend::DeviceMemory k, v, state;
     if (d == nullptr) {  // another process's layer (Placement::remote, or outside a shard's range)
+    } else if (c.kv && pool != nullptr) {
+      if (pool->device(int64_t(l)) != d) {
+        return make_error(StatusCode::kInternal, "KV pool: layer {} is not on {}", l, d->name());
+      }
+      view.k = pool->k(int64_t(l));
+      view.v = pool->v(int64_t(l));
     } else if (c.kv) {
       MOESERVE_ASSIGN_OR_RETURN(k, d->allocate(row_bytes, "KV cache"));
       MOESERVE_ASSIGN_OR_RETURN(v, d->allocate(row_bytes, "KV cache"));
@@ -132,8 +141,114 @@ Status KvCache::zero_states() {
   return Status::ok();
 }
 
+backend::Device* KvCache::kv_device(size_t l) const {
+  return pool() != nullptr ? pool()->device(int64_t(l)) : k_[l].device();
+}
+
+int64_t KvCache::blocks_needed(int64_t n) const {
+  if (pool() == nullptr) return 0;
+  return std::max<int64_t>(0, KvBlockPool::blocks_for(n, pool()->block_rows()) - blocks_.size());
+}
+
+Status KvCache::reserve(int64_t n) {
+  if (n > capacity_) {
+    return make_error(StatusCode::kOutOfRange, "KV cache: {} positions, the context holds {}", n, capacity_);
+  }
+  if (pool() == nullptr) return Status::ok();
+  if (swapped_) return make_error(StatusCode::kInternal, "KV cache: used while swapped out");
+  return blocks_.grow_to(KvBlockPool::blocks_for(n, pool()->block_rows()));
+}
+
+Status KvCache::copy_rows_to_host(size_t l, int64_t from, int64_t n, uint16_t* k, uint16_t* v) const {
+  backend::Device* d = kv_device(l);
+  if (d == nullptr) return make_error(StatusCode::kInvalidArgument, "KV cache: layer {} is not here", l);
+  const int64_t block = pool() != nullptr ? pool()->block_rows() : std::max<int64_t>(n, 1);
+  for (int64_t p = from; p < from + n;) {
+    const int64_t run = std::min(from + n - p, block - p % block);
+    const size_t at = size_t(cache_row(p) * kv_dim_), out = size_t((p - from) * kv_dim_);
+    const size_t bytes = size_t(run * kv_dim_) * sizeof(uint16_t);
+    MOESERVE_RETURN_IF_ERROR(d->copy_to_host(k + out, k_base(l) + at, bytes));
+    MOESERVE_RETURN_IF_ERROR(d->copy_to_host(v + out, v_base(l) + at, bytes));
+    p += run;
+  }
+  return Status::ok();
+}
+
+Status KvCache::copy_rows_to_device(size_t l, int64_t from, int64_t n, const uint16_t* k, const uint16_t* v) {
+  backend::Device* d = kv_device(l);
+  if (d == nullptr) return make_error(StatusCode::kInvalidArgument, "KV cache: layer {} is not here", l);
+  const int64_t block = pool() != nullptr ? pool()->block_rows() : std::max<int64_t>(n, 1);
+  for (int64_t p = from; p < from + n;) {
+    const int64_t run = std::min(from + n - p, block - p % block);
+    const size_t at = size_t(cache_row(p) * kv_dim_), in = size_t((p - from) * kv_dim_);
+    const size_t bytes = size_t(run * kv_dim_) * sizeof(uint16_t);
+    MOESERVE_RETURN_IF_ERROR(d->copy_to_device(k_base(l) + at, k + in, bytes));
+    MOESERVE_RETURN_IF_ERROR(d->copy_to_device(v_base(l) + at, v + in, bytes));
+    p += run;
+  }
+  return Status::ok();
+}
+
+// Rows only move down (to < from); runs within one block of each side.
+Status KvCache::move_rows(size_t l, int64_t to, int64_t from, int64_t n) {
+  backend::Device* d = kv_device(l);
+  const int64_t block = pool() != nullptr ? pool()->block_rows() : std::max<int64_t>(n, 1);
+  const size_t row_bytes = size_t(kv_dim_) * sizeof(uint16_t);
+  for (int64_t i = 0; i < n;) {
+    const int64_t run = std::min({n - i, block - (to + i) % block, block - (from + i) % block});
+    const size_t dst = size_t(cache_row(to + i)) * row_bytes, src = size_t(cache_row(from + i)) * row_bytes;
+    const auto* kb = reinterpret_cast<uint8_t*>(k_base(l));
+    const auto* vb = reinterpret_cast<uint8_t*>(v_base(l));
+    MOESERVE_RETURN_IF_ERROR(
+        d->copy_within(const_cast<uint8_t*>(kb) + dst, kb + src, size_t(run) * row_bytes));
+    MOESERVE_RETURN_IF_ERROR(
+        d->copy_within(const_cast<uint8_t*>(vb) + dst, vb + src, size_t(run) * row_bytes));
+    i += run;
+  }
+  return Status::ok();
+}
+
+Status KvCache::swap_out() {
+  if (pool() == nullptr || swapped_) return Status::ok();
+  size_t rows = 0;
+  for (size_t l = 0; l < layers_.size(); ++l)
+    rows += layers_[l].kv && k_base(l) != nullptr ? size_t(used_) : 0;
+  swap_k_.resize(rows * size_t(kv_dim_));
+  swap_v_.resize(rows * size_t(kv_dim_));
+  size_t at = 0;
+  for (size_t l = 0; l < layers_.size(); ++l) {
+    if (!layers_[l].kv || k_base(l) == nullptr) continue;
+    MOESERVE_RETURN_IF_ERROR(copy_rows_to_host(l, 0, used_, swap_k_.data() + at, swap_v_.data() + at));
+    at += size_t(used_ * kv_dim_);
+  }
+  blocks_.shrink_to(0);
+  swapped_ = true;
+  return Status::ok();
+}
+
+Status KvCache::swap_in() {
+  if (!swapped_) return Status::ok();
+  MOESERVE_RETURN_IF_ERROR(blocks_.grow_to(KvBlockPool::blocks_for(used_, pool()->block_rows())));
+  size_t at = 0;
+  for (size_t l = 0; l < layers_.size(); ++l) {
+    if (!layers_[l].kv || k_base(l) == nullptr) continue;
+    MOESERVE_RETURN_IF_ERROR(copy_rows_to_device(l, 0, used_, swap_k_.data() + at, swap_v_.data() + at));
+    at += size_t(used_ * kv_dim_);
+  }
+  swapped_ = false;
+  std::vector<uint16_t>().swap(swap_k_);
+  std::vector<uint16_t>().swap(swap_v_);
+  return Status::ok();
+}
+
 int64_t KvCache::truncate(int64_t pos) {
   pos = std::clamp<int64_t>(pos, 0, used_);
+  if (swapped_) {  // (a preempted sequence ends or starts over: its rows are not needed)
+    swapped_ = false;
+    std::vector<uint16_t>().swap(swap_k_);
+    std::vector<uint16_t>().swap(swap_v_);
+    pos = 0;
+  }
   // (At 0 whenever a forward may have run without set_used.)
   if (recurrent() && (pos < used_ || (pos == 0 && states_written_))) {
     // A failure to clear leaves states that do not match position 0: the
@@ -149,27 +264,21 @@ int64_t KvCache::truncate(int64_t pos) {
       MOESERVE_LOG_WARN("KV cache: {}", s.message());
   }
   used_ = pos;
+  if (pool() != nullptr) blocks_.shrink_to(KvBlockPool::blocks_for(pos, pool()->block_rows()));
   return pos;
 }
 
 Status KvCache::read_rows(int64_t layer, int64_t n, uint16_t* k, uint16_t* v) const {
   if (const backend::RemoteRange* r = remote_.find(layer))
     return r->layers->read_rows(remote_.id(), layer, n, k, v);
-  const size_t bytes = size_t(n * kv_dim_) * sizeof(uint16_t);
-  backend::Device* d = k_[size_t(layer)].device();
-  if (d == nullptr) return make_error(StatusCode::kInvalidArgument, "KV cache: layer {} is not here", layer);
-  MOESERVE_RETURN_IF_ERROR(d->copy_to_host(k, k_[size_t(layer)].data(), bytes));
-  return d->copy_to_host(v, v_[size_t(layer)].data(), bytes);
+  return copy_rows_to_host(size_t(layer), 0, n, k, v);
 }
 
 Status KvCache::write_rows(int64_t layer, int64_t n, const uint16_t* k, const uint16_t* v) {
   if (const backend::RemoteRange* r = remote_.find(layer))
     return r->layers->write_rows(remote_.id(), layer, n, k, v);
-  const size_t bytes = size_t(n * kv_dim_) * sizeof(uint16_t);
-  backend::Device* d = k_[size_t(layer)].device();
-  if (d == nullptr) return make_error(StatusCode::kInvalidArgument, "KV cache: layer {} is not here", layer);
-  MOESERVE_RETURN_IF_ERROR(d->copy_to_device(k_[size_t(layer)].data(), k, bytes));
-  return d->copy_to_device(v_[size_t(layer)].data(), v, bytes);
+  MOESERVE_RETURN_IF_ERROR(reserve(n));
+  return copy_rows_to_device(size_t(layer), 0, n, k, v);
 }
 
 namespace {
@@ -286,11 +395,9 @@ Status KvCache::accept_tree(std::span<const int32_t> path) {
   }
   for (const backend::RemoteRange& r : remote_.ranges())
     MOESERVE_RETURN_IF_ERROR(r.layers->accept_tree(remote_.id(), used_, path));
-  const size_t row_bytes = size_t(kv_dim_) * sizeof(uint16_t);
   for (size_t l = 0; l < layers_.size(); ++l) {
     if (views_[l].k == nullptr && views_[l].state == nullptr) continue;  // another process's layer
     if (layers_[l].kv) {
-      backend::Device* d = k_[l].device();
       // Rows only move down (path[i] >= i), in order: no source is overwritten
       // before it is read. A branch's rows are consecutive, so runs of them
       // move in one copy each (a device copy is a call, on a GPU a sync),
@@ -299,14 +406,7 @@ Status KvCache::accept_tree(std::span<const int32_t> path) {
         const int64_t shift = path[size_t(i)] - i;
         int64_t run = 1;
         while (i + run < n && path[size_t(i + run)] - (i + run) == shift && run < shift) ++run;
-        if (shift > 0) {
-          const size_t at = size_t(used_ + i) * row_bytes, from = size_t(used_ + i + shift) * row_bytes;
-          const size_t bytes = size_t(run) * row_bytes;
-          MOESERVE_RETURN_IF_ERROR(
-              d->copy_within(k_[l].as<uint8_t>() + at, k_[l].as<uint8_t>() + from, bytes));
-          MOESERVE_RETURN_IF_ERROR(
-              d->copy_within(v_[l].as<uint8_t>() + at, v_[l].as<uint8_t>() + from, bytes));
-        }
+        if (shift > 0) MOESERVE_RETURN_IF_ERROR(move_rows(l, used_ + i, used_ + i + shift, run));
         i += shift > 0 ? run : 1;
       }
     }

@@ -3,7 +3,10 @@
 //  - an attention layer's f16 K and V rows [capacity][kv_dim]; row p holds
 //    position p. Capacity is the context size, allocated up front (host
 //    memory is zero pages until written, so an idle cache costs no resident
-//    memory) so a long generation never reallocates.
+//    memory) so a long generation never reallocates. Or, with a block pool
+//    (kv_pool.h, paged KV), blocks of rows taken from the pool as the
+//    sequence grows (reserve()) and given back when it shrinks; capacity
+//    then only caps the positions.
 //  - a recurrent layer's fp32 state (Gated DeltaNet: conv + SSM state),
 //    which holds the sequence as of its last position. It cannot be cut
 //    back to an earlier position: truncate() below used() starts the
@@ -18,6 +21,7 @@
 #include "backend/backend.h"
 #include "core/status.h"
 #include "models/language_model.h"
+#include "runtime/kv_pool.h"
 
 namespace moeserve::runtime {
 
@@ -38,8 +42,9 @@ class KvCache {
   KvCache(int64_t n_layer, int64_t kv_dim, int64_t capacity);
   KvCache(std::span<const models::LayerCache> layers, int64_t kv_dim, int64_t capacity);
   // Each layer's rows or state on the device that computes it. Errors name the bytes.
+  // With a pool, the attention layers' rows come from it (paged).
   static Result<KvCache> allocate(const models::Placement& placement, const models::ModelInfo& info,
-                                  int64_t capacity);
+                                  int64_t capacity, std::shared_ptr<KvBlockPool> pool = nullptr);
 
   const Status& status() const { return status_; }
   int64_t capacity() const { return capacity_; }
@@ -52,6 +57,25 @@ class KvCache {
   size_t bytes() const;
   // Positions [0, used) hold valid rows.
   int64_t used() const { return used_; }
+  // Paged KV: rows come from a block pool (null: one region of capacity rows).
+  KvBlockPool* pool() const { return blocks_.pool(); }
+  int64_t blocks_held() const { return blocks_.size(); }
+  // Rows for positions [0, n) exist, taken from the pool if needed: call it
+  // before a forward writes positions below n. kResourceExhausted when the
+  // pool has too few free blocks (nothing taken), kOutOfRange past the
+  // capacity. Without a pool only the capacity is checked.
+  Status reserve(int64_t n);
+  // Blocks reserve(n) would still take from the pool.
+  int64_t blocks_needed(int64_t n) const;
+  // Preemption (paged only): the rows below used() go to host memory and
+  // the blocks back to the pool; swap_in() takes blocks again and brings
+  // the rows back (kResourceExhausted, still swapped out, when the pool is
+  // short). The recurrent states stay where they are. While swapped out
+  // the cache must not be used otherwise.
+  Status swap_out();
+  Status swap_in();
+  bool swapped_out() const { return swapped_; }
+  size_t swapped_bytes() const { return swap_k_.size() * 2 * sizeof(uint16_t); }
   void set_used(int64_t n) { used_ = n; }
   // Forget positions >= pos (rewind); rows past it are simply overwritten
   // later. A recurrent cache cut below used() starts over (its states
@@ -63,7 +87,12 @@ class KvCache {
   // the recurrent states as possibly written (a forward may not set_used).
   models::KvView view() const {
     states_written_ = true;
-    return {views_, capacity_, remote_.id()};
+    models::KvView v{views_, capacity_, remote_.id()};
+    if (pool() != nullptr) {
+      v.block_table = blocks_.table();
+      v.block_shift = pool()->block_shift();
+    }
+    return v;
   }
   // Layer l's layout: K/V rows or a state.
   const models::LayerCache& layer(int64_t l) const { return layers_[size_t(l)]; }
@@ -124,8 +153,23 @@ class KvCache {
     std::vector<backend::RemoteRange> ranges_;
   };
 
-  Status allocate_layers(const std::vector<backend::Device*>& devices);
+  Status allocate_layers(const std::vector<backend::Device*>& devices, KvBlockPool* pool);
   Status zero_states();
+  // Layer l's K and V base (a region of its own or the pool's) and device.
+  uint16_t* k_base(size_t l) const { return views_[l].k; }
+  uint16_t* v_base(size_t l) const { return views_[l].v; }
+  backend::Device* kv_device(size_t l) const;
+  // The row of layer regions that holds position p.
+  int64_t cache_row(int64_t p) const {
+    if (pool() == nullptr) return p;
+    const int shift = pool()->block_shift();
+    return (int64_t(blocks_.table()[p >> shift]) << shift) | (p & ((int64_t(1) << shift) - 1));
+  }
+  // Copies rows [from, from + n) of positions to or from host memory,
+  // block by block in a paged cache.
+  Status copy_rows_to_host(size_t l, int64_t from, int64_t n, uint16_t* k, uint16_t* v) const;
+  Status copy_rows_to_device(size_t l, int64_t from, int64_t n, const uint16_t* k, const uint16_t* v);
+  Status move_rows(size_t l, int64_t to, int64_t from, int64_t n);
 
   int64_t kv_dim_ = 0, capacity_ = 0, used_ = 0, state_floats_ = 0;
   // The states may differ from zeros (a view was handed out or a snapshot
@@ -135,6 +179,11 @@ class KvCache {
   Status status_;
   std::vector<models::LayerCache> layers_;
   std::vector<backend::DeviceMemory> k_, v_, state_, node_states_;
+  KvBlocks blocks_;  // paged: the blocks held, in position order
+  // Paged and preempted: the local attention layers' rows below used_, in
+  // layer order (swap_out).
+  std::vector<uint16_t> swap_k_, swap_v_;
+  bool swapped_ = false;
   int64_t tree_nodes_ = 0;
   std::vector<backend::KvLayerView> views_;
   RemoteParts remote_;

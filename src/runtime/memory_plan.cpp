@@ -40,7 +40,8 @@ Result<MemoryPlan> plan_split_memory(Model& model, const MemoryPlanRequest& r) {
       first = first < 0 ? l : first;
       last = l;
     }
-    if (d == p.io) kv += uint64_t(r.n_sequences) * r.extra_bytes_per_token * uint64_t(std::max<int64_t>(r.n_ctx, 0));
+    if (d == p.io)
+      kv += uint64_t(r.n_sequences) * r.extra_bytes_per_token * uint64_t(std::max<int64_t>(r.n_ctx, 0));
     uint64_t workspace = uint64_t(r.n_batch) * workspace_bytes_per_row(info);
     if (d == p.output()) workspace += uint64_t(r.n_sequences) * uint64_t(info.n_vocab) * 4;
     plan.kv_bytes += kv;
@@ -51,22 +52,24 @@ Result<MemoryPlan> plan_split_memory(Model& model, const MemoryPlanRequest& r) {
     }
     const uint64_t free = d->memory_info().free_bytes, margin = uint64_t(256) << 20;
     if (kv + workspace + margin > free) {
-      return make_error(StatusCode::kResourceExhausted,
-                        "not enough memory on {} (layers {}:{} of the layer split): the KV cache for --parallel {} x "
-                        "--ctx-size {} needs {:.2f} GiB and the workspace about {:.2f} GiB, but only {:.2f} GiB are "
-                        "free after the weights; move layers off it (--layer-split weights or ranges), or lower "
-                        "--ctx-size or --parallel",
-                        d->name(), first, last + 1, r.n_sequences, r.n_ctx, gib(kv), gib(workspace), gib(free));
+      return make_error(
+          StatusCode::kResourceExhausted,
+          "not enough memory on {} (layers {}:{} of the layer split): the KV cache for --parallel {} x "
+          "--ctx-size {} needs {:.2f} GiB and the workspace about {:.2f} GiB, but only {:.2f} GiB are "
+          "free after the weights; move layers off it (--layer-split weights or ranges), or lower "
+          "--ctx-size or --parallel",
+          d->name(), first, last + 1, r.n_sequences, r.n_ctx, gib(kv), gib(workspace), gib(free));
     }
   }
   const HostMemory host = host_memory_available();
   plan.free_bytes = host.available_bytes;
   if (host_need > host.available_bytes) {
-    return make_error(StatusCode::kResourceExhausted,
-                      "not enough memory for the layer split's CPU shards: their KV cache, workspace and the prefix "
-                      "cache need {:.2f} GiB, but only {:.2f} GiB are available (bound by {}); lower --ctx-size, "
-                      "--parallel or --prefix-cache-mb, or move layers to a GPU shard",
-                      gib(host_need), gib(host.available_bytes), host.bound_by);
+    return make_error(
+        StatusCode::kResourceExhausted,
+        "not enough memory for the layer split's CPU shards: their KV cache, workspace and the prefix "
+        "cache need {:.2f} GiB, but only {:.2f} GiB are available (bound by {}); lower --ctx-size, "
+        "--parallel or --prefix-cache-mb, or move layers to a GPU shard",
+        gib(host_need), gib(host.available_bytes), host.bound_by);
   }
   return plan;
 }
@@ -76,8 +79,12 @@ Result<MemoryPlan> plan_device_memory(Model& model, const MemoryPlanRequest& r) 
   if (model.devices().size() > 1) return plan_split_memory(model, r);
   const models::ModelInfo& info = model.info();
   MemoryPlan plan;
-  plan.kv_bytes = uint64_t(r.n_sequences) * (KvCache::bytes_for(info, r.n_ctx) +
-                                             r.extra_bytes_per_token * uint64_t(std::max<int64_t>(r.n_ctx, 0)));
+  // Recurrent states (bytes_for(info, 0)) stay per sequence with a pool.
+  const uint64_t rows_per_sequence = KvCache::bytes_for(info, r.n_ctx) - KvCache::bytes_for(info, 0);
+  plan.kv_bytes =
+      uint64_t(r.n_sequences) *
+          (KvCache::bytes_for(info, 0) + r.extra_bytes_per_token * uint64_t(std::max<int64_t>(r.n_ctx, 0))) +
+      (r.kv_pool_bytes > 0 ? r.kv_pool_bytes : uint64_t(r.n_sequences) * rows_per_sequence);
   // Hidden, normed, q/k/v, attention and output rows, router or FFN rows,
   // the experts' (token, slot) rows, logits: an upper estimate per row.
   const uint64_t per_row = workspace_bytes_per_row(info);
@@ -88,6 +95,15 @@ Result<MemoryPlan> plan_device_memory(Model& model, const MemoryPlanRequest& r) 
     plan.free_bytes = host.available_bytes;
     const uint64_t margin = uint64_t(64) << 20;  // threads' stacks, request buffers
     const uint64_t need = plan.kv_bytes + plan.workspace_bytes + r.prefix_cache_bytes + margin;
+    if (need > plan.free_bytes && r.kv_pool_bytes > 0) {
+      return make_error(
+          StatusCode::kResourceExhausted,
+          "not enough memory: the KV pool (--kv-mem) takes {:.2f} GiB, the workspace for --batch {} "
+          "about {:.2f} GiB and the prefix cache {:.2f} GiB, but only {:.2f} GiB are available "
+          "(bound by {}); lower --kv-mem or --prefix-cache-mb",
+          gib(plan.kv_bytes), r.n_batch, gib(plan.workspace_bytes), gib(r.prefix_cache_bytes),
+          gib(plan.free_bytes), host.bound_by);
+    }
     if (need > plan.free_bytes) {
       return make_error(
           StatusCode::kResourceExhausted,
@@ -96,9 +112,8 @@ Result<MemoryPlan> plan_device_memory(Model& model, const MemoryPlanRequest& r) 
           "{:.2f} GiB, but only {:.2f} GiB are available (bound by {}); lower --ctx-size, "
           "--parallel or --prefix-cache-mb",
           r.n_sequences, r.n_ctx, gib(plan.kv_bytes),
-          KvCache::bytes_for(info, 2) - KvCache::bytes_for(info, 1) + r.extra_bytes_per_token,
-          r.n_batch, gib(plan.workspace_bytes), gib(r.prefix_cache_bytes), gib(plan.free_bytes),
-          host.bound_by);
+          KvCache::bytes_for(info, 2) - KvCache::bytes_for(info, 1) + r.extra_bytes_per_token, r.n_batch,
+          gib(plan.workspace_bytes), gib(r.prefix_cache_bytes), gib(plan.free_bytes), host.bound_by);
     }
     return plan;
   }

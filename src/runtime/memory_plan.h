@@ -18,6 +18,10 @@ struct MemoryPlanRequest {
   // Per sequence and position on the model's device besides its KV cache
   // (a DFlash draft's context K/V); counted with the KV cache.
   uint64_t extra_bytes_per_token = 0;
+  // Paged KV (--kv-mem; Model::pages_kv): the attention layers' K/V rows
+  // of every sequence come from one pool of this size (0: each sequence
+  // holds n_ctx rows).
+  uint64_t kv_pool_bytes = 0;
 };
 
 struct MemoryPlan {

@@ -23,7 +23,8 @@ Result<std::unique_ptr<Model>> Model::load(const std::string& path, const ModelL
 Result<std::unique_ptr<Model>> Model::from_gguf(GgufFile file, const ModelLoadOptions& options) {
   std::unique_ptr<Model> m(new Model(std::move(file)));
   const bool split = !options.layer_shards.empty();
-  MOESERVE_ASSIGN_OR_RETURN(backend::DeviceChoice choice, backend::choose_device(split ? "cpu" : options.device));
+  MOESERVE_ASSIGN_OR_RETURN(backend::DeviceChoice choice,
+                            backend::choose_device(split ? "cpu" : options.device));
   m->device_reason_ = choice.reason;
   m->pool_ = std::make_unique<ThreadPool>(options.n_threads);
   // A layer split packs for the CPU whenever one of its shards is the CPU.
@@ -234,7 +235,8 @@ Status Model::give_layer_to_worker(const ModelLoadOptions& options, models::Plac
   for (int32_t e = 0; e < int32_t(n_expert); ++e) {
     if (!remote[size_t(e)]) local.push_back(e);
   }
-  splits_[size_t(l)] = std::make_unique<backend::ExpertSplit>(n_expert, std::move(local), options.expert_worker);
+  splits_[size_t(l)] =
+      std::make_unique<backend::ExpertSplit>(n_expert, std::move(local), options.expert_worker);
   placement.expert_splits[size_t(l)] = splits_[size_t(l)].get();
   return Status::ok();
 }
@@ -314,7 +316,8 @@ Result<std::vector<ExpertSwap>> Model::promote_experts(const PromotionOptions& o
     backend::ExpertSplit& split = *splits_[l];
     for (const ExpertSwap& s : plan_swaps(split, int(l), options)) {
       // (The layer's device: a layer split's GPU shard holds its experts.)
-      MOESERVE_RETURN_IF_ERROR(net_->placement().layer(int64_t(l))->replace_local_expert(split, s.slot, s.expert_in));
+      MOESERVE_RETURN_IF_ERROR(
+          net_->placement().layer(int64_t(l))->replace_local_expert(split, s.slot, s.expert_in));
       done.push_back(s);
     }
     split.start_window();
@@ -328,8 +331,17 @@ Result<std::vector<ExpertSwap>> Model::promote_experts(const PromotionOptions& o
   return done;
 }
 
-Result<KvCache> Model::new_kv_cache(int64_t capacity) {
-  return KvCache::allocate(net_->placement(), info(), capacity);
+Result<KvCache> Model::new_kv_cache(int64_t capacity, std::shared_ptr<KvBlockPool> pool) {
+  return KvCache::allocate(net_->placement(), info(), capacity, std::move(pool));
+}
+
+bool Model::pages_kv() const {
+  const models::Placement& p = net_->placement();
+  for (int64_t l = 0; l < info().n_layer; ++l) {
+    backend::Device* d = p.layer(l);
+    if (d != nullptr && info().layer_cache(l).kv && !d->supports_paged_kv()) return false;
+  }
+  return true;
 }
 
 bool Model::tree_verify() const {

@@ -122,8 +122,16 @@ class Model {
   // the thread that runs them. Returns the swaps made.
   Result<std::vector<ExpertSwap>> promote_experts(const PromotionOptions& options = {});
 
-  // A KV cache of `capacity` positions on the devices of the layers.
-  Result<KvCache> new_kv_cache(int64_t capacity);
+  // A KV cache of `capacity` positions on the devices of the layers; with
+  // a pool (new_kv_pool), its rows come from there as it grows.
+  Result<KvCache> new_kv_cache(int64_t capacity, std::shared_ptr<KvBlockPool> pool = nullptr);
+  // A block pool for paged KV on this model's devices (KvBlockPool::create:
+  // kUnsupported where a device cannot page).
+  Result<std::shared_ptr<KvBlockPool>> new_kv_pool(const KvPoolOptions& options) {
+    return KvBlockPool::create(net_->placement(), info(), options);
+  }
+  // Every attention layer computed here is on a device that pages KV.
+  bool pages_kv() const;
   Result<std::unique_ptr<models::Workspace>> new_workspace(int64_t max_tokens) {
     return net_->create_workspace(max_tokens);
   }
@@ -134,9 +142,12 @@ class Model {
   void set_split_router(backend::ExpertSplit& split, int layer, int64_t n_expert) const;
   Status give_experts_to_worker(const ModelLoadOptions& options, models::Placement& placement);
   Status give_layer_to_worker(const ModelLoadOptions& options, models::Placement& placement, int64_t l);
-  Status place_layer_shards(const ModelLoadOptions& options, models::Placement& placement);  // model_shards.cpp
-  Status place_shard_range(const ModelLoadOptions& options, models::Placement& placement);   // model_shards.cpp
-  Status split_shard_experts(const ModelLoadOptions& options, models::Placement& placement);  // model_shards.cpp
+  Status place_layer_shards(const ModelLoadOptions& options,
+                            models::Placement& placement);  // model_shards.cpp
+  Status place_shard_range(const ModelLoadOptions& options,
+                           models::Placement& placement);  // model_shards.cpp
+  Status split_shard_experts(const ModelLoadOptions& options,
+                             models::Placement& placement);  // model_shards.cpp
   Status give_shard_experts_to_worker(const ModelLoadOptions& options,
                                       models::Placement& placement);  // model_shards.cpp
   void pin_for_expert_copies(bool pin);
@@ -146,13 +157,13 @@ class Model {
   void measure_cpu_experts();
   GgufFile file_;
   std::unique_ptr<ThreadPool> pool_;
-  std::unique_ptr<backend::CpuDevice> cpu_;     // declared before net_: outlives the views into it
+  std::unique_ptr<backend::CpuDevice> cpu_;  // declared before net_: outlives the views into it
   std::unique_ptr<backend::Device> gpu_;
   std::vector<std::unique_ptr<backend::Device>> shard_devices_;  // a layer split's devices besides cpu_
   std::unique_ptr<backend::ExpertBackend> host_experts_;         // computes the splits' CPU experts
   std::unique_ptr<backend::ExpertRouter> expert_router_;         // a GPU's host experts shared with a worker
   std::unique_ptr<backend::ExpertCostModel> expert_cost_;        // CPU or a copy to the GPU, per call
-  std::vector<std::unique_ptr<backend::ExpertSplit>> splits_;  // declared before net_: outlive it
+  std::vector<std::unique_ptr<backend::ExpertSplit>> splits_;    // declared before net_: outlive it
   bool worker_splits_ = false;  // the splits follow a worker's placement: never promoted
   std::string device_reason_;
   std::unique_ptr<models::LanguageModel> net_;

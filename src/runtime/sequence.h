@@ -22,6 +22,7 @@ class Sequence {
   int64_t remaining() const { return capacity() - position(); }
   std::span<const int32_t> tokens() const { return tokens_; }
   KvCache& kv() { return kv_; }
+  const KvCache& kv() const { return kv_; }
 
   // Called after the model has written these tokens' K/V at position().
   void append(std::span<const int32_t> tokens);

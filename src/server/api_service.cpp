@@ -466,11 +466,15 @@ ApiReply ApiService::metrics_text() {
     metrics_->record_decode(s.decode_tokens - last_scrape_.decode_tokens,
                             s.decode_seconds - last_scrape_.decode_seconds);
     metrics_->add(api::Counter::kPrefixCacheDiskHits, s.prefix.disk_hits - last_scrape_.prefix.disk_hits);
+    metrics_->add(api::Counter::kKvPreemptions, s.preemptions - last_scrape_.preemptions);
     last_scrape_ = s;
   }
   metrics_->set(api::Gauge::kQueueDepth, double(s.queue_depth));
   metrics_->set(api::Gauge::kActiveSlots, double(s.active_slots));
   metrics_->set(api::Gauge::kKvCacheUsedTokens, double(s.kv_used_tokens));
+  metrics_->set(api::Gauge::kKvBlocksTotal, double(s.kv_pool_blocks));
+  metrics_->set(api::Gauge::kKvBlocksFree, double(s.kv_free_blocks));
+  metrics_->set(api::Gauge::kKvSwappedSequences, double(s.swapped_sequences));
   metrics_->set(api::Gauge::kPrefixCacheBytes, double(s.prefix.bytes));
   metrics_->set(api::Gauge::kPrefixCacheEntries, double(s.prefix.entries));
   metrics_->set(api::Gauge::kPrefixCacheDiskBytes, double(s.prefix.disk_bytes));

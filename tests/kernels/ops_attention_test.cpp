@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -32,9 +33,10 @@ struct AttnCase {
 };
 
 std::string describe(const AttnCase& c) {
-  return "n_q=" + std::to_string(c.n_q) + " heads=" + std::to_string(c.n_heads) + " d=" +
-         std::to_string(c.head_dim) + " n_kv=" + std::to_string(c.n_kv) + " pos0=" + std::to_string(c.q_pos0) +
-         (c.causal ? " causal" : " full") + " window=" + std::to_string(c.window);
+  return "n_q=" + std::to_string(c.n_q) + " heads=" + std::to_string(c.n_heads) +
+         " d=" + std::to_string(c.head_dim) + " n_kv=" + std::to_string(c.n_kv) +
+         " pos0=" + std::to_string(c.q_pos0) + (c.causal ? " causal" : " full") +
+         " window=" + std::to_string(c.window);
 }
 
 // Buffers with padded strides, so a kernel that ignores a stride fails.
@@ -130,11 +132,11 @@ std::vector<AttnCase> attention_cases() {
       for (int64_t n_kv : {1, 2, 31, 33, 100, 300}) {
         cases.push_back({1, heads, dim, n_kv, n_kv - 1, true, 0});  // decode: last position
       }
-      cases.push_back({5, heads, dim, 40, 35, true, 0});           // prefill chunk after context
-      cases.push_back({7, heads, dim, 7, 0, true, 0});             // prompt from position 0
-      cases.push_back({3, heads, dim, 64, 10, true, 0});           // keys past the queries: masked
-      cases.push_back({4, heads, dim, 50, 20, false, 0});          // non-causal block
-      cases.push_back({3, heads, dim, 300, 297, true, 16});        // sliding window
+      cases.push_back({5, heads, dim, 40, 35, true, 0});     // prefill chunk after context
+      cases.push_back({7, heads, dim, 7, 0, true, 0});       // prompt from position 0
+      cases.push_back({3, heads, dim, 64, 10, true, 0});     // keys past the queries: masked
+      cases.push_back({4, heads, dim, 50, 20, false, 0});    // non-causal block
+      cases.push_back({3, heads, dim, 300, 297, true, 16});  // sliding window
     }
   }
   // Odd shapes: head_dim not a multiple of 8 or 16, groups beyond 8 heads.
@@ -142,8 +144,8 @@ std::vector<AttnCase> attention_cases() {
   cases.push_back({1, 12, 72, 129, 128, true, 0});
   cases.push_back({2, 16, 256, 70, 68, true, 0});
   cases.push_back({1, 1, 8, 1, 0, true, 0});
-  cases.push_back({2, 2, 64, 10, 40, true, 0});    // positions past n_kv: all keys
-  cases.push_back({1, 2, 64, 10, 30, true, 5});    // window past every key: zeros
+  cases.push_back({2, 2, 64, 10, 40, true, 0});  // positions past n_kv: all keys
+  cases.push_back({1, 2, 64, 10, 30, true, 5});  // window past every key: zeros
   return cases;
 }
 
@@ -188,6 +190,48 @@ TEST_P(AttentionSimd, LargeScoresDoNotOverflow) {
   // Scores ~70 carry float rounding of ~1e-4, which moves the weights by as
   // much; the point here is that nothing becomes inf or NaN.
   expect_close(got, want, 1e-3, 0.0, "large scores");
+}
+
+// Paged KV: the same keys scattered over blocks in a shuffled order, read
+// through the block table, give bit for bit the contiguous result (the keys
+// are visited in the same order), on the reference and every SIMD level.
+AttnData paged_copy(const AttnData& d, int shift, std::vector<int32_t>& table, uint32_t seed) {
+  AttnData p = d;
+  const int64_t rows = int64_t(1) << shift, n_blocks = (d.args.n_kv + rows - 1) / rows;
+  table.resize(size_t(n_blocks));
+  for (int64_t b = 0; b < n_blocks; ++b) table[size_t(b)] = int32_t(b + 2);  // blocks 0, 1 unused
+  std::mt19937 rng(seed);
+  std::shuffle(table.begin(), table.end(), rng);
+  const size_t stride = size_t(d.args.kv_stride);
+  p.k.assign(size_t(n_blocks + 2) * size_t(rows) * stride, 0x7e00);  // NaN where nothing was put
+  p.v = p.k;
+  for (int64_t j = 0; j < d.args.n_kv; ++j) {
+    const size_t at = size_t((int64_t(table[size_t(j >> shift)]) << shift) | (j & (rows - 1))) * stride;
+    std::copy_n(d.k.begin() + j * int64_t(stride), stride, p.k.begin() + int64_t(at));
+    std::copy_n(d.v.begin() + j * int64_t(stride), stride, p.v.begin() + int64_t(at));
+  }
+  p.args.q = p.q.data();
+  p.args.k = p.k.data();
+  p.args.v = p.v.data();
+  p.args.block_table = table.data();
+  p.args.block_shift = shift;
+  return p;
+}
+
+TEST_P(AttentionSimd, BlockTableGivesTheContiguousResult) {
+  uint32_t seed = 900;
+  for (const AttnCase& c : attention_cases()) {
+    for (int shift : {0, 2, 4}) {
+      AttnData d(c, seed += 3);
+      std::vector<int32_t> table;
+      AttnData p = paged_copy(d, shift, table, seed);
+      for (auto* k : {ref_, simd_}) {
+        const auto want = d.run(k->attention);
+        const auto got = p.run(k->attention);
+        EXPECT_TRUE(std::equal(got.begin(), got.end(), want.begin())) << describe(c) << " shift " << shift;
+      }
+    }
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Levels, AttentionSimd, ::testing::Values(SimdLevel::kAvx2, SimdLevel::kAvx512),

@@ -53,13 +53,15 @@ struct ServeCliOptions {
   size_t prefix_cache_mb = 256;
   std::string kv_cache_dir;  // --kv-cache-dir: the prefix cache's disk tier ("": none)
   std::string kv_disk_mem;   // --kv-disk-mem SIZE ("": runtime::kDefaultPrefixDiskBytes)
+  std::string kv_mem;        // --kv-mem SIZE: paged KV pool ("": a region of --ctx-size per slot)
+  int64_t kv_block = 32;     // --kv-block N: positions per block
   size_t max_body_kb = 1024;
   std::string special_tokens_in_content = "text";
   std::string chat_template_file;  // --chat-template: overrides the model file's template
   ExpertWorkerCliOptions worker;   // --expert-worker ...
   int max_connections = 0;         // 0: HttpOptions' default
   SpecCliOptions spec;             // --spec ...
-  LayerSplitFlags layer_split;  // --layer-split SPEC, --micro-batches N
+  LayerSplitFlags layer_split;     // --layer-split SPEC, --micro-batches N
 };
 
 server::HttpServer* g_server = nullptr;
@@ -185,6 +187,21 @@ Status run_serve(ServeCliOptions o) {
   eo.max_queue = o.queue;
   eo.max_running_per_client = o.max_running_per_client;
   eo.prefix_cache_bytes = o.prefix_cache_mb << 20;
+  if (!o.kv_mem.empty()) {
+    auto bytes = moe::parse_size(o.kv_mem, "--kv-mem");
+    if (!bytes.is_ok()) {
+      stop_listener();
+      return bytes.status();
+    }
+    if ((*model)->pages_kv()) {
+      eo.kv_pool_bytes = *bytes;
+      eo.kv_block_rows = o.kv_block;
+    } else {
+      fmt::print(stderr,
+                 "moeserve serve: --kv-mem is ignored: paged KV runs on the CPU only so far; each slot keeps "
+                 "--ctx-size positions\n");
+    }
+  }
   eo.spec = spec_config;  // requests may choose their own ("speculative")
   eo.spec_adaptive = !o.spec.fixed;
   auto draft_model = load_draft_model(o.spec, (*model)->net(), o.model_path);
@@ -201,7 +218,8 @@ Status run_serve(ServeCliOptions o) {
       .n_ctx = eo.n_ctx,
       .n_batch = eo.n_batch,
       .prefix_cache_bytes = eo.prefix_cache_bytes,
-      .extra_bytes_per_token = *draft_model != nullptr ? (*draft_model)->context_bytes_per_token() : 0};
+      .extra_bytes_per_token = *draft_model != nullptr ? (*draft_model)->context_bytes_per_token() : 0,
+      .kv_pool_bytes = eo.kv_pool_bytes};
   auto plan = runtime::plan_device_memory(**model, want);
   if (!plan.is_ok() && o.ctx_size == 0) {
     // No --ctx-size given: take the largest default context that fits.
@@ -210,8 +228,9 @@ Status run_serve(ServeCliOptions o) {
       fmt::print(stderr, "moeserve serve: context lowered from {} to {} tokens per slot to fit memory ({})\n",
                  eo.n_ctx, fits, plan.status().message());
       eo.n_ctx = fits;
-      plan = runtime::plan_device_memory(**model, {want.n_sequences, fits, want.n_batch,
-                                                   want.prefix_cache_bytes, want.extra_bytes_per_token});
+      runtime::MemoryPlanRequest lowered = want;
+      lowered.n_ctx = fits;
+      plan = runtime::plan_device_memory(**model, lowered);
     }
   }
   if (!plan.is_ok()) {
@@ -242,6 +261,11 @@ Status run_serve(ServeCliOptions o) {
   http.set_service(service.get());
   fmt::print(stderr, "moeserve serve: model '{}', {} slots x {} tokens of context, {} threads\n", sc.model_id,
              eo.n_slots, eo.n_ctx, (*model)->pool().size());
+  if (const runtime::EngineStats es = engine->stats(); es.kv_pool_blocks > 0) {
+    fmt::print(stderr,
+               "moeserve serve: paged KV: {} blocks of {} positions ({} positions shared by all slots)\n",
+               es.kv_pool_blocks, es.kv_block_rows, es.kv_capacity_tokens);
+  }
   if (spec_config.enabled()) {
     fmt::print(stderr,
                "moeserve serve: speculative decoding {} (up to {} draft tokens a step; requests may choose "
@@ -338,10 +362,11 @@ void register_serve(CLI::App& app) {
   cmd->add_option("--queue", o->queue, "Requests that may wait for a slot; more get 429")
       ->capture_default_str()
       ->check(CLI::Range(size_t(0), size_t(100000)));
-  cmd->add_option("--max-running-per-client", o->max_running_per_client,
-                  "Sequences one client (its API key, else its address) may run at once; its further requests "
-                  "wait while other clients' are admitted (default 0: no limit). Waiting requests go by their "
-                  "\"priority\" field (lower first), then arrival")
+  cmd->add_option(
+         "--max-running-per-client", o->max_running_per_client,
+         "Sequences one client (its API key, else its address) may run at once; its further requests "
+         "wait while other clients' are admitted (default 0: no limit). Waiting requests go by their "
+         "\"priority\" field (lower first), then arrival")
       ->check(CLI::Range(0, 65536));
   cmd->add_option("--prefix-cache-mb", o->prefix_cache_mb, "Memory for reusable prompt prefixes (0: off)")
       ->capture_default_str();
@@ -355,6 +380,15 @@ void register_serve(CLI::App& app) {
                   "Disk space --kv-cache-dir may take, e.g. 8G, 512M (default 8G); the least recently used\n"
                   "files go first")
       ->type_name("SIZE");
+  cmd->add_option("--kv-mem", o->kv_mem,
+                  "Paged KV: one pool of this size (e.g. 4G) for every sequence's keys and values, taken in\n"
+                  "blocks as sequences grow, instead of --ctx-size positions reserved per slot; --parallel\n"
+                  "then counts sequences. When it runs short the newest sequence is paused (its rows go to\n"
+                  "host memory) and resumes later with the same output. CPU placements only so far")
+      ->type_name("SIZE");
+  cmd->add_option("--kv-block", o->kv_block, "Positions per paged-KV block (a power of two)")
+      ->capture_default_str()
+      ->check(CLI::Range(int64_t(1), int64_t(4096)));
   cmd->add_option("--timeout", o->http.timeout_seconds,
                   "Seconds a socket may stay silent before it is closed")
       ->capture_default_str()

@@ -41,6 +41,7 @@ class CpuDevice final : public Device {
   Status fill_zero(void* dst, size_t bytes) override;
   Status copy_within(void* dst, const void* src, size_t bytes) override;
   bool supports_tree_verify() const override { return true; }
+  bool supports_paged_kv() const override { return true; }
   Result<PlacedWeights> place_weights(std::span<const WeightRef> weights) override;
   Result<std::unique_ptr<Ops>> create_ops() override;
   Result<std::unique_ptr<ExpertBackend>> create_expert_backend() override;

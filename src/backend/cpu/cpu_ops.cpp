@@ -229,10 +229,11 @@ Status CpuOps::qk_norm_rope_store(const QkNormRopeArgs& a) {
   const float* table = n_rot > 0 ? cos_sin_[size_t(a.rope)].data() : nullptr;
   const int64_t qd = a.n_head * hd, kvd = a.n_head_kv * hd;
   for_each_index(pool_, T, [&](int64_t t) {
-    const KvLayerView& cache =
-        layout_.slices[size_t(layout_.row_slice[size_t(t)])].kv.layers[size_t(a.layer)];
-    const int64_t slot =
-        layout_.row_slot[size_t(t)];  // a draft tree's row is stored by row, rotated by depth
+    const backend::KvView& kv = layout_.slices[size_t(layout_.row_slice[size_t(t)])].kv;
+    const KvLayerView& cache = kv.layers[size_t(a.layer)];
+    // A draft tree's row is stored by row, rotated by depth; a paged cache's
+    // row is in one of its blocks.
+    const int64_t slot = kv.cache_row(layout_.row_slot[size_t(t)]);
     const float* cs = table + t * n_rot;
     for (int64_t h = 0; h < a.n_head; ++h) {
       float* qh = a.q + t * qd + h * hd;
@@ -400,6 +401,8 @@ Status CpuOps::attention(const AttentionOpArgs& a) {
     c.q_pos0 = p0;
     c.scale = a.scale;
     c.window = a.window;
+    c.block_table = seq.kv.block_table;
+    c.block_shift = seq.kv.block_shift;
     if (a.whole_slice) {
       c.causal = false;
       c.n_kv = seq.pos0 + seq.n_tokens;

@@ -34,7 +34,10 @@ struct AttnRows {
 // not in a shared header: code inlined from a header into a SIMD file could
 // be picked by the linker for callers on CPUs without those instructions.
 inline int64_t key_row(const moeserve::cpu::AttentionArgs& a, int64_t j) {
-  return j < a.tree_base ? j : a.tree_base + a.tree_path[j - a.tree_base];
+  const int64_t r = j < a.tree_base ? j : a.tree_base + a.tree_path[j - a.tree_base];
+  if (a.block_table == nullptr) return r;
+  const int64_t mask = (int64_t(1) << a.block_shift) - 1;
+  return (int64_t(a.block_table[r >> a.block_shift]) << a.block_shift) | (r & mask);
 }
 
 // s[r][jj] = scale * dot(q_r, k_row(j0 + jj)) for jj < n_keys.
@@ -109,7 +112,8 @@ void attn_accumulate_v(const AttnRows& rows, const moeserve::cpu::AttentionArgs&
     const int64_t left = d - i;
     const bool full = left >= W;
     typename V::Reg acc[R];
-    for (int r = 0; r < R; ++r) acc[r] = full ? V::load(rows.out[r] + i) : V::load_partial(rows.out[r] + i, left);
+    for (int r = 0; r < R; ++r)
+      acc[r] = full ? V::load(rows.out[r] + i) : V::load_partial(rows.out[r] + i, left);
     for (int jj = 0; jj < n_keys; ++jj) {
       const uint16_t* v = a.v + key_row(a, j0 + jj) * a.kv_stride + i;
       const auto vv = full ? V::load_f16(v) : V::load_f16_partial(v, left);
@@ -144,7 +148,8 @@ void attn_rows(AttnRows& rows, const moeserve::cpu::AttentionArgs& a, int64_t ke
   for (int64_t j0 = key_begin; j0 < key_end; j0 += kKeyTile) {
     const int n_keys = int(key_end - j0 < kKeyTile ? key_end - j0 : kKeyTile);
     attn_scores<V, R>(rows, a, j0, n_keys, s);
-    for (int r = 0; r < R; ++r) attn_softmax_update<V>(s[r], n_keys, &rows.m[r], &rows.l[r], rows.out[r], a.head_dim);
+    for (int r = 0; r < R; ++r)
+      attn_softmax_update<V>(s[r], n_keys, &rows.m[r], &rows.l[r], rows.out[r], a.head_dim);
     attn_accumulate_v<V, R>(rows, a, j0, n_keys, s);
   }
   for (int r = 0; r < R; ++r) {
@@ -178,14 +183,30 @@ void attention_simd(const moeserve::cpu::AttentionArgs& a) {
         rows.out[r] = a.out + off;
       }
       switch (rows_now) {
-        case 1: attn_rows<V, 1>(rows, a, key_begin, key_end); break;
-        case 2: attn_rows<V, 2>(rows, a, key_begin, key_end); break;
-        case 3: attn_rows<V, 3>(rows, a, key_begin, key_end); break;
-        case 4: attn_rows<V, 4>(rows, a, key_begin, key_end); break;
-        case 5: attn_rows<V, 5>(rows, a, key_begin, key_end); break;
-        case 6: attn_rows<V, 6>(rows, a, key_begin, key_end); break;
-        case 7: attn_rows<V, 7>(rows, a, key_begin, key_end); break;
-        default: attn_rows<V, 8>(rows, a, key_begin, key_end); break;
+        case 1:
+          attn_rows<V, 1>(rows, a, key_begin, key_end);
+          break;
+        case 2:
+          attn_rows<V, 2>(rows, a, key_begin, key_end);
+          break;
+        case 3:
+          attn_rows<V, 3>(rows, a, key_begin, key_end);
+          break;
+        case 4:
+          attn_rows<V, 4>(rows, a, key_begin, key_end);
+          break;
+        case 5:
+          attn_rows<V, 5>(rows, a, key_begin, key_end);
+          break;
+        case 6:
+          attn_rows<V, 6>(rows, a, key_begin, key_end);
+          break;
+        case 7:
+          attn_rows<V, 7>(rows, a, key_begin, key_end);
+          break;
+        default:
+          attn_rows<V, 8>(rows, a, key_begin, key_end);
+          break;
       }
     }
   }

@@ -60,10 +60,10 @@ struct AttentionArgs {
   int64_t n_kv = 0;            // keys/values present
   int64_t kv_stride = 0;       // f16 elements between consecutive key (value) rows
   int64_t head_dim = 0;
-  int64_t q_pos0 = 0;          // position of query 0 (for the causal mask)
+  int64_t q_pos0 = 0;  // position of query 0 (for the causal mask)
   bool causal = true;
-  float scale = 1.0f;          // usually 1/sqrt(head_dim)
-  int64_t window = 0;          // 0: unlimited; else keys j with p - j < window
+  float scale = 1.0f;  // usually 1/sqrt(head_dim)
+  int64_t window = 0;  // 0: unlimited; else keys j with p - j < window
   // A draft tree's query (speculative decoding): the keys at positions
   // tree_base and after are not cache rows tree_base.. but the query's
   // ancestors, position tree_base + i being cache row tree_base + tree_path[i].
@@ -71,12 +71,17 @@ struct AttentionArgs {
   // bit for bit what the same row gives after its path is in the cache.
   int64_t tree_base = INT64_MAX;
   const int32_t* tree_path = nullptr;
+  // Paged KV (backend::KvView::block_table): cache row r is row
+  // block_table[r >> block_shift] << block_shift | (r & mask) of k and v.
+  // Null: row r is row r.
+  const int32_t* block_table = nullptr;
+  int block_shift = 0;
 };
 
 struct CpuKernels {
   SimdLevel level = SimdLevel::kReference;
 
-  VecDotFn vec_dot[kDTypeSlots] = {};          // indexed by weight type
+  VecDotFn vec_dot[kDTypeSlots] = {};  // indexed by weight type
   // Multi-column vec_dot (indexed by weight type); null: call vec_dot per
   // column (vec_dot_columns() below does either).
   VecDotColsFn vec_dot_cols[kDTypeSlots] = {};
@@ -112,8 +117,8 @@ struct CpuKernels {
 
 // out[i * out_stride] = vec_dot(w, x_i) for n_x columns (any n_x >= 0), in
 // groups of kMaxDotColumns through vec_dot_cols where the level has it.
-inline void vec_dot_columns(const CpuKernels& k, DType w_type, int64_t n, const void* w, const void* x, size_t x_stride,
-                            int64_t n_x, float* out, int64_t out_stride) {
+inline void vec_dot_columns(const CpuKernels& k, DType w_type, int64_t n, const void* w, const void* x,
+                            size_t x_stride, int64_t n_x, float* out, int64_t out_stride) {
   const VecDotColsFn cols = k.vec_dot_cols[dtype_slot(w_type)];
   const auto* xb = static_cast<const uint8_t*>(x);
   if (cols == nullptr || n_x == 1) {
@@ -128,8 +133,8 @@ inline void vec_dot_columns(const CpuKernels& k, DType w_type, int64_t n, const 
 }
 
 // packed_dot over any number of columns (n_x >= 0), kMaxDotColumns at a time.
-inline void packed_dot_columns(const CpuKernels& k, DType w_type, int64_t n, const void* w_group, const void* x,
-                               size_t x_stride, int64_t n_x, float* out, int64_t out_stride) {
+inline void packed_dot_columns(const CpuKernels& k, DType w_type, int64_t n, const void* w_group,
+                               const void* x, size_t x_stride, int64_t n_x, float* out, int64_t out_stride) {
   const PackedDotFn dot = k.packed_dot[dtype_slot(w_type)];
   const auto* xb = static_cast<const uint8_t*>(x);
   for (int64_t i = 0; i < n_x; i += kMaxDotColumns) {

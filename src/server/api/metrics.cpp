@@ -19,6 +19,8 @@ constexpr MetricInfo kCounters[] = {
     {"prefix_cache_misses_total", "Prefix cache lookups that found nothing."},
     {"prefix_cache_reused_tokens_total", "Prompt tokens served from the prefix cache."},
     {"prefix_cache_disk_hits_total", "Prefix cache hits served by an entry loaded from the disk tier."},
+    {"kv_preemptions_total",
+     "Sequences paused because the paged KV pool ran short (rows swapped to host memory)."},
 };
 static_assert(std::size(kCounters) == static_cast<size_t>(Counter::kCount_));
 
@@ -32,6 +34,9 @@ constexpr MetricInfo kGauges[] = {
     {"prefix_cache_entries", "Entries in the prefix cache."},
     {"prefix_cache_disk_bytes", "Bytes of the prefix cache's disk tier files."},
     {"prefix_cache_disk_entries", "Entries in the prefix cache's disk tier."},
+    {"kv_blocks_total", "Blocks of the paged KV pool (0: no pool)."},
+    {"kv_blocks_free", "Free blocks of the paged KV pool."},
+    {"kv_swapped_sequences", "Sequences paused for KV blocks, waiting to resume."},
 };
 static_assert(std::size(kGauges) == static_cast<size_t>(Gauge::kCount_));
 

@@ -21,6 +21,7 @@ enum class Counter {
   kPrefixCacheMisses,        // moeserve_prefix_cache_misses_total
   kPrefixCacheReusedTokens,  // moeserve_prefix_cache_reused_tokens_total
   kPrefixCacheDiskHits,      // moeserve_prefix_cache_disk_hits_total (also counted as hits)
+  kKvPreemptions,            // moeserve_kv_preemptions_total (paged KV: sequences swapped out)
   kCount_,
 };
 
@@ -35,6 +36,9 @@ enum class Gauge {
   kPrefixCacheEntries,      // moeserve_prefix_cache_entries
   kPrefixCacheDiskBytes,    // moeserve_prefix_cache_disk_bytes (--kv-cache-dir)
   kPrefixCacheDiskEntries,  // moeserve_prefix_cache_disk_entries
+  kKvBlocksTotal,           // moeserve_kv_blocks_total (paged KV, --kv-mem)
+  kKvBlocksFree,            // moeserve_kv_blocks_free
+  kKvSwappedSequences,      // moeserve_kv_swapped_sequences
   kCount_,
 };
 

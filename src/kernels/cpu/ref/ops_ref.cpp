@@ -80,7 +80,10 @@ void top_k_ref(const float* x, int64_t n, int64_t k, int32_t* out_idx) {
 // One query row: scores for every visible key, softmax, weighted sum of V.
 // The cache row of the key at position j (AttentionArgs::tree_base).
 int64_t key_row(const AttentionArgs& a, int64_t j) {
-  return j < a.tree_base ? j : a.tree_base + a.tree_path[j - a.tree_base];
+  const int64_t r = j < a.tree_base ? j : a.tree_base + a.tree_path[j - a.tree_base];
+  if (a.block_table == nullptr) return r;
+  const int64_t rows = int64_t(1) << a.block_shift;
+  return int64_t(a.block_table[r / rows]) * rows + r % rows;
 }
 
 void attention_row_ref(const AttentionArgs& a, const float* q, float* out, int64_t key_begin, int64_t key_end,

@@ -1,0 +1,116 @@
+#include "runtime/kv_pool.h"
+
+#include <algorithm>
+#include <bit>
+#include <limits>
+
+namespace moeserve::runtime {
+
+Result<std::shared_ptr<KvBlockPool>> KvBlockPool::create(const models::Placement& placement,
+                                                         const models::ModelInfo& info,
+                                                         const KvPoolOptions& options) {
+  const int64_t rows = options.block_rows;
+  if (rows < 1 || rows > 4096 || !std::has_single_bit(uint64_t(rows))) {
+    return make_error(StatusCode::kInvalidArgument, "KV block size {}: use a power of two from 1 to 4096",
+                      rows);
+  }
+  std::shared_ptr<KvBlockPool> pool(new KvBlockPool());
+  pool->block_rows_ = rows;
+  pool->block_shift_ = std::countr_zero(uint64_t(rows));
+  const size_t row_bytes = size_t(info.kv_dim) * sizeof(uint16_t);
+  int64_t kv_layers = 0;
+  for (int64_t l = 0; l < info.n_layer; ++l) {
+    backend::Device* d = placement.layer(l);
+    if (d == nullptr || !info.layer_cache(l).kv) continue;
+    if (!d->supports_paged_kv()) {
+      return make_error(StatusCode::kUnsupported, "paged KV is not available on {} yet", d->name());
+    }
+    ++kv_layers;
+  }
+  pool->block_bytes_ = size_t(kv_layers) * 2 * size_t(rows) * row_bytes;
+  if (pool->block_bytes_ == 0) {
+    return make_error(StatusCode::kUnsupported, "this process computes no attention layer: nothing to page");
+  }
+  const size_t n = options.bytes / pool->block_bytes_;
+  if (n < 1 || n > size_t(std::numeric_limits<int32_t>::max())) {
+    return make_error(StatusCode::kInvalidArgument,
+                      "KV pool of {:.1f} MiB: one block of {} positions takes {:.2f} MiB (every attention "
+                      "layer's K and V); give --kv-mem at least that",
+                      double(options.bytes) / double(1 << 20), rows,
+                      double(pool->block_bytes_) / double(1 << 20));
+  }
+  pool->n_blocks_ = int64_t(n);
+  const size_t layer_bytes = n * size_t(rows) * row_bytes;
+  for (int64_t l = 0; l < info.n_layer; ++l) {
+    backend::Device* d = placement.layer(l);
+    backend::DeviceMemory k, v;
+    if (d != nullptr && info.layer_cache(l).kv) {
+      MOESERVE_ASSIGN_OR_RETURN(k, d->allocate(layer_bytes, "KV block pool"));
+      MOESERVE_ASSIGN_OR_RETURN(v, d->allocate(layer_bytes, "KV block pool"));
+    }
+    pool->k_.push_back(std::move(k));
+    pool->v_.push_back(std::move(v));
+  }
+  // Taken from the back: block 0 first, so a lone sequence's blocks ascend.
+  pool->free_.resize(n);
+  for (size_t i = 0; i < n; ++i) pool->free_[i] = int32_t(n - 1 - i);
+  pool->refs_.assign(n, 0);
+  return pool;
+}
+
+int64_t KvBlockPool::n_free() const {
+  std::lock_guard lock(mu_);
+  return int64_t(free_.size());
+}
+
+Status KvBlockPool::acquire(int64_t n, std::vector<int32_t>& out) {
+  std::lock_guard lock(mu_);
+  if (n > int64_t(free_.size())) {
+    return make_error(StatusCode::kResourceExhausted,
+                      "the KV pool has {} free blocks of {} positions, {} needed", free_.size(), block_rows_,
+                      n);
+  }
+  for (int64_t i = 0; i < n; ++i) {
+    const int32_t b = free_.back();
+    free_.pop_back();
+    refs_[size_t(b)] = 1;
+    out.push_back(b);
+  }
+  return Status::ok();
+}
+
+void KvBlockPool::add_ref(std::span<const int32_t> blocks) {
+  std::lock_guard lock(mu_);
+  for (int32_t b : blocks) ++refs_[size_t(b)];
+}
+
+void KvBlockPool::release(std::span<const int32_t> blocks) {
+  std::lock_guard lock(mu_);
+  for (int32_t b : blocks) {
+    if (--refs_[size_t(b)] == 0) free_.push_back(b);
+  }
+}
+
+KvBlocks& KvBlocks::operator=(KvBlocks&& o) noexcept {
+  if (this != &o) {
+    shrink_to(0);
+    pool_ = std::move(o.pool_);
+    table_ = std::move(o.table_);
+    o.table_.clear();
+  }
+  return *this;
+}
+
+Status KvBlocks::grow_to(int64_t n) {
+  if (n <= size()) return Status::ok();
+  if (pool_ == nullptr) return make_error(StatusCode::kInternal, "KV blocks without a pool");
+  return pool_->acquire(n - size(), table_);
+}
+
+void KvBlocks::shrink_to(int64_t n) {
+  if (pool_ == nullptr || n >= size()) return;
+  pool_->release(std::span<const int32_t>(table_).subspan(size_t(std::max<int64_t>(n, 0))));
+  table_.resize(size_t(std::max<int64_t>(n, 0)));
+}
+
+}  // namespace moeserve::runtime

@@ -1,0 +1,244 @@
+// Paged KV: the block pool's accounting, a paged cache's rows against a
+// contiguous one's (reserve, truncate, row copies, a draft tree's accepted
+// path, swap out and in), and the batch engine over a pool so small that
+// sequences are preempted: every output equals its solo run.
+#include <gtest/gtest.h>
+
+#include <numeric>
+#include <random>
+
+#include "runtime/batch_engine.h"
+#include "runtime/engine_collector.h"
+#include "runtime/kv_pool.h"
+#include "test_device.h"
+
+namespace moeserve::runtime {
+namespace {
+
+const std::string kModel = std::string(MOESERVE_TEST_DATA_DIR) + "/models/qwen3moe-tiny.bf16.gguf";
+
+std::unique_ptr<Model> load_cpu_model() {
+  auto m = Model::load(kModel, {.n_threads = 2, .device = "cpu"});
+  EXPECT_TRUE(m.is_ok()) << m.status().to_string();
+  return m.is_ok() ? std::move(m).value() : nullptr;
+}
+
+// The bytes of a pool of n blocks of `rows` positions for this model.
+size_t pool_bytes(Model& m, int64_t rows, int64_t n) {
+  auto probe = m.new_kv_pool({.bytes = size_t(64) << 20, .block_rows = rows});
+  EXPECT_TRUE(probe.is_ok()) << probe.status().to_string();
+  return probe.is_ok() ? (*probe)->block_bytes() * size_t(n) : 0;
+}
+
+TEST(KvBlockPool, CountsBlocksAndReferences) {
+  auto model = load_cpu_model();
+  ASSERT_TRUE(model);
+  auto pool = model->new_kv_pool({.bytes = pool_bytes(*model, 8, 5), .block_rows = 8});
+  ASSERT_TRUE(pool.is_ok()) << pool.status().to_string();
+  KvBlockPool& p = **pool;
+  EXPECT_EQ(p.n_blocks(), 5);
+  EXPECT_EQ(p.capacity_rows(), 40);
+  EXPECT_EQ(p.block_shift(), 3);
+  std::vector<int32_t> a, b;
+  ASSERT_TRUE(p.acquire(3, a).is_ok());
+  EXPECT_EQ(p.n_free(), 2);
+  const Status short_of = p.acquire(3, b);
+  EXPECT_EQ(short_of.code(), StatusCode::kResourceExhausted);
+  EXPECT_TRUE(b.empty());  // nothing taken
+  EXPECT_EQ(p.n_free(), 2);
+  p.add_ref(std::span<const int32_t>(a).first(1));  // a shared block
+  p.release(a);
+  EXPECT_EQ(p.n_free(), 4);  // the shared one is still held
+  p.release(std::span<const int32_t>(a).first(1));
+  EXPECT_EQ(p.n_free(), 5);
+}
+
+TEST(KvBlockPool, BadOptionsAreErrors) {
+  auto model = load_cpu_model();
+  ASSERT_TRUE(model);
+  for (int64_t rows : {0, 3, 24, 8192}) {
+    auto p = model->new_kv_pool({.bytes = size_t(64) << 20, .block_rows = rows});
+    EXPECT_EQ(p.status().code(), StatusCode::kInvalidArgument) << rows;
+  }
+  auto tiny = model->new_kv_pool({.bytes = 100, .block_rows = 16});
+  ASSERT_FALSE(tiny.is_ok());
+  EXPECT_NE(tiny.status().message().find("--kv-mem"), std::string::npos) << tiny.status().message();
+}
+
+std::vector<uint16_t> random_rows(int64_t n, int64_t dim, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::vector<uint16_t> v(size_t(n * dim));
+  for (uint16_t& x : v) x = uint16_t(0x3000 + rng() % 0x0c00);  // finite halves
+  return v;
+}
+
+TEST(PagedKvCache, RowsRoundTripThroughBlocksAndSwap) {
+  auto model = load_cpu_model();
+  ASSERT_TRUE(model);
+  const models::ModelInfo& info = model->info();
+  auto pool = model->new_kv_pool({.bytes = pool_bytes(*model, 4, 12), .block_rows = 4});
+  ASSERT_TRUE(pool.is_ok());
+  // Another cache takes the first blocks, so this one's are not in order.
+  KvCache other = model->new_kv_cache(64, *pool).value();
+  ASSERT_TRUE(other.reserve(6).is_ok());
+  KvCache kv = model->new_kv_cache(64, *pool).value();
+  EXPECT_EQ(kv.reserve(65).code(), StatusCode::kOutOfRange);
+  const int64_t n = 21, dim = info.kv_dim;
+  const auto k = random_rows(n, dim, 1), v = random_rows(n, dim, 2);
+  for (int64_t l = 0; l < info.n_layer; ++l) ASSERT_TRUE(kv.write_rows(l, n, k.data(), v.data()).is_ok());
+  EXPECT_EQ(kv.blocks_held(), 6);
+  EXPECT_EQ((*pool)->n_free(), 12 - 2 - 6);
+  kv.set_used(n);
+  auto read_back = [&](int64_t rows) {
+    std::vector<uint16_t> k2(size_t(rows * dim)), v2(k2.size());
+    for (int64_t l = 0; l < info.n_layer; ++l) {
+      EXPECT_TRUE(kv.read_rows(l, rows, k2.data(), v2.data()).is_ok());
+      EXPECT_TRUE(std::equal(k2.begin(), k2.end(), k.begin())) << "layer " << l;
+      EXPECT_TRUE(std::equal(v2.begin(), v2.end(), v.begin())) << "layer " << l;
+    }
+  };
+  read_back(n);
+  // Preempted: the blocks go back; the rows come back in other blocks.
+  ASSERT_TRUE(kv.swap_out().is_ok());
+  EXPECT_TRUE(kv.swapped_out());
+  EXPECT_EQ(kv.blocks_held(), 0);
+  EXPECT_EQ((*pool)->n_free(), 10);
+  std::vector<int32_t> squat;
+  ASSERT_TRUE((*pool)->acquire(3, squat).is_ok());
+  ASSERT_TRUE(kv.swap_in().is_ok());
+  EXPECT_FALSE(kv.swapped_out());
+  read_back(n);
+  (*pool)->release(squat);
+  // Rewinding gives back the blocks past the new end.
+  EXPECT_EQ(kv.truncate(9), 9);
+  EXPECT_EQ(kv.blocks_held(), 3);
+  read_back(9);
+  kv.clear();
+  EXPECT_EQ(kv.blocks_held(), 0);
+  // Too few free blocks: nothing is taken.
+  std::vector<int32_t> rest;
+  ASSERT_TRUE((*pool)->acquire((*pool)->n_free() - 1, rest).is_ok());
+  EXPECT_EQ(kv.reserve(8).code(), StatusCode::kResourceExhausted);
+  EXPECT_EQ(kv.blocks_held(), 0);
+  EXPECT_TRUE(kv.reserve(4).is_ok());
+  (*pool)->release(rest);
+}
+
+TEST(PagedKvCache, AcceptedTreePathMovesRowsAcrossBlocksAsContiguous) {
+  auto model = load_cpu_model();
+  ASSERT_TRUE(model);
+  const models::ModelInfo& info = model->info();
+  auto pool = model->new_kv_pool({.bytes = pool_bytes(*model, 2, 32), .block_rows = 2});
+  ASSERT_TRUE(pool.is_ok());
+  KvCache spacer = model->new_kv_cache(64, *pool).value();
+  ASSERT_TRUE(spacer.reserve(3).is_ok());
+  KvCache paged = model->new_kv_cache(64, *pool).value();
+  KvCache flat = model->new_kv_cache(64).value();
+  const int64_t n = 17, dim = info.kv_dim;
+  const auto k = random_rows(n, dim, 3), v = random_rows(n, dim, 4);
+  for (KvCache* c : {&paged, &flat}) {
+    for (int64_t l = 0; l < info.n_layer; ++l) ASSERT_TRUE(c->write_rows(l, n, k.data(), v.data()).is_ok());
+    c->set_used(5);  // tree rows at 5..16
+    const std::vector<int32_t> path = {0, 2, 3, 7, 8, 11};
+    ASSERT_TRUE(c->accept_tree(path).is_ok());
+    EXPECT_EQ(c->used(), 11);
+  }
+  std::vector<uint16_t> a(size_t(11 * dim)), b(a.size()), av(a.size()), bv(a.size());
+  for (int64_t l = 0; l < info.n_layer; ++l) {
+    ASSERT_TRUE(paged.read_rows(l, 11, a.data(), av.data()).is_ok());
+    ASSERT_TRUE(flat.read_rows(l, 11, b.data(), bv.data()).is_ok());
+    EXPECT_EQ(a, b) << "layer " << l;
+    EXPECT_EQ(av, bv) << "layer " << l;
+  }
+}
+
+using testing::Collector;
+
+std::vector<std::vector<int32_t>> prompts(const Model& m) {
+  std::vector<std::vector<int32_t>> out;
+  for (const char* p : {"def main(", "import os\nimport sys\n", "class Foo:\n    def __init__(self",
+                        "# comment", "for i in range(", "while True:\n"}) {
+    out.push_back(m.tokenizer().encode(p));
+  }
+  return out;
+}
+
+std::vector<int32_t> solo(Model& m, const std::vector<int32_t>& prompt, int64_t n) {
+  Generator gen(m, 256);
+  GenerateOptions o;
+  o.max_tokens = n;
+  o.sampling.temperature = 0.0f;
+  o.stop_at_eos = false;
+  return gen.generate(prompt, o).value().tokens;
+}
+
+TEST(PagedEngine, PreemptedSequencesGiveTheirSoloOutput) {
+  auto model = load_cpu_model();
+  ASSERT_TRUE(model);
+  const auto ps = prompts(*model);
+  constexpr int64_t kTokens = 28;
+  std::vector<std::vector<int32_t>> want;
+  for (const auto& p : ps) want.push_back(solo(*model, p, kTokens));
+  EngineOptions eo;
+  eo.n_slots = 4;
+  eo.n_ctx = 128;
+  eo.n_batch = 8;
+  eo.prefix_cache_bytes = 0;
+  // 14 blocks of 4: two sequences of ~40 positions fill it, four cannot run at once.
+  eo.kv_block_rows = 4;
+  eo.kv_pool_bytes = pool_bytes(*model, 4, 14);
+  BatchEngine engine(*model, eo);
+  ASSERT_TRUE(engine.status().is_ok()) << engine.status().to_string();
+  EXPECT_EQ(engine.stats().kv_pool_blocks, 14);
+  EXPECT_EQ(engine.stats().kv_capacity_tokens, 56);
+  std::vector<std::unique_ptr<Collector>> cs;
+  for (const auto& p : ps) {
+    cs.push_back(std::make_unique<Collector>());
+    EngineRequest r = testing::greedy_request(p, kTokens);
+    r.stop_at_eos = false;
+    cs.back()->attach(r);
+    ASSERT_TRUE(engine.submit(std::move(r)).is_ok());
+  }
+  for (size_t i = 0; i < ps.size(); ++i) {
+    cs[i]->wait();
+    ASSERT_TRUE(cs[i]->status.is_ok()) << cs[i]->status.to_string();
+    EXPECT_EQ(cs[i]->tokens, want[i]) << "prompt " << i;
+  }
+  const EngineStats st = engine.stats();
+  EXPECT_GT(st.preemptions, 0);      // the pool was too small for the running set
+  EXPECT_EQ(st.kv_free_blocks, 14);  // every block back
+  EXPECT_EQ(st.swapped_sequences, 0);
+}
+
+TEST(PagedEngine, ALoneSequenceStopsAtThePoolAndAPromptPastItIsRefused) {
+  auto model = load_cpu_model();
+  ASSERT_TRUE(model);
+  EngineOptions eo;
+  eo.n_slots = 2;
+  eo.n_ctx = 256;
+  eo.n_batch = 16;
+  eo.kv_block_rows = 8;
+  eo.kv_pool_bytes = pool_bytes(*model, 8, 4);  // 32 positions
+  BatchEngine engine(*model, eo);
+  ASSERT_TRUE(engine.status().is_ok());
+  std::vector<int32_t> long_prompt(40, 100);
+  const Result<uint64_t> refused = engine.submit(testing::greedy_request(long_prompt, 4));
+  ASSERT_FALSE(refused.is_ok());
+  EXPECT_EQ(refused.status().code(), StatusCode::kOutOfRange);
+  EXPECT_NE(refused.status().message().find("--kv-mem"), std::string::npos) << refused.status().message();
+
+  const std::vector<int32_t> prompt = model->tokenizer().encode("def main(");
+  Collector c;
+  EngineRequest r = testing::greedy_request(prompt, 200);  // fits the context, not the pool
+  r.stop_at_eos = false;
+  c.attach(r);
+  ASSERT_TRUE(engine.submit(std::move(r)).is_ok());
+  c.wait();
+  ASSERT_TRUE(c.status.is_ok()) << c.status.to_string();
+  EXPECT_EQ(c.stats.reason, StopReason::kContextFull);
+  EXPECT_EQ(int64_t(prompt.size() + c.tokens.size()), 32 + 1);  // the last token is emitted, never fed
+  EXPECT_EQ(c.tokens, solo(*model, prompt, int64_t(c.tokens.size())));
+}
+
+}  // namespace
+}  // namespace moeserve::runtime
