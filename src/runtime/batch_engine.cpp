@@ -57,6 +57,10 @@ BatchEngine::BatchEngine(Model& model, const EngineOptions& options)
     }
   }
   if (status_.is_ok()) status_ = attach_disk_tier();
+  if (status_.is_ok() && kv_pool_ != nullptr && options_.prefix_cache_bytes > 0 &&
+      !model.info().recurrent() && model.net().placement().remote.empty()) {
+    block_tree_ = std::make_unique<KvBlockTree>(kv_pool_);
+  }
   if (!status_.is_ok()) slots_.clear();
   totals_.n_slots = options_.n_slots;
   totals_.kv_capacity_tokens =
@@ -153,6 +157,7 @@ EngineStats BatchEngine::stats() const {
   s.kv_used_tokens = kv_used_.load();
   s.prefix = prefix_.stats();
   if (kv_pool_ != nullptr) s.kv_free_blocks = kv_pool_->n_free();
+  if (block_tree_ != nullptr) s.shared_prefix = block_tree_->stats();
   return s;
 }
 
@@ -239,7 +244,7 @@ void BatchEngine::admit_waiting() {
     // Paged KV: a prompt starts when the pool has blocks for all of it
     // (and no preempted sequence waits for them), so that running
     // sequences are not preempted for it; alone, it always starts.
-    int64_t free_blocks = kv_pool_ != nullptr ? kv_pool_->n_free() : 0;
+    int64_t free_blocks = kv_pool_ != nullptr ? available_blocks() : 0;
     std::vector<std::string> chosen;
     while (free_slots > 0) {
       const int64_t next = next_admission(chosen);
@@ -285,9 +290,11 @@ void BatchEngine::admit_waiting() {
     s.stats.queue_seconds = now_seconds() - p.submitted;
     start_speculation(s);
     s.seq.clear();
-    const int64_t reuse = options_.prefix_cache_bytes > 0
-                              ? prefix_.restore(s.req.prompt, int64_t(s.req.prompt.size()) - 1, s.seq.kv())
-                              : 0;
+    s.published_blocks = 0;
+    int64_t reuse = share_prefix(s);
+    if (reuse == 0 && options_.prefix_cache_bytes > 0) {
+      reuse = prefix_.restore(s.req.prompt, int64_t(s.req.prompt.size()) - 1, s.seq.kv());
+    }
     s.seq.append(std::span<const int32_t>(s.req.prompt).first(size_t(reuse)));
     s.prompt_done = reuse;
     s.stats.cached_tokens = reuse;
@@ -467,15 +474,43 @@ bool BatchEngine::step() {
                   greedy_[row]);
   }
   int64_t used = 0;
-  for (auto& s : slots_) used += s->busy ? s->seq.position() : 0;
+  for (auto& s : slots_) {
+    used += s->busy ? s->seq.position() : 0;
+    if (s->running()) publish_blocks(*s);
+  }
   kv_used_.store(used);
   return true;
+}
+
+int64_t BatchEngine::available_blocks() const {
+  return kv_pool_->n_free() + (block_tree_ != nullptr ? block_tree_->reclaimable() : 0);
+}
+
+void BatchEngine::publish_blocks(Slot& s) {
+  if (block_tree_ == nullptr) return;
+  const int64_t full = s.seq.position() / kv_pool_->block_rows();
+  if (full <= s.published_blocks) return;
+  const auto tokens = s.seq.tokens().first(size_t(full * kv_pool_->block_rows()));
+  block_tree_->insert(tokens, s.seq.kv().block_table().first(size_t(full)));
+  s.published_blocks = full;
+}
+
+int64_t BatchEngine::share_prefix(Slot& s) {
+  if (block_tree_ == nullptr) return 0;
+  // The prompt's last token is always computed (its logits start the output).
+  const int64_t max_blocks = (int64_t(s.req.prompt.size()) - 1) / kv_pool_->block_rows();
+  std::vector<int32_t> shared = block_tree_->match(s.req.prompt, max_blocks);
+  if (shared.empty() || !s.seq.kv().adopt_prefix(shared).is_ok()) return 0;
+  const int64_t n = int64_t(shared.size()) * kv_pool_->block_rows();
+  block_tree_->count_hit(n);
+  s.published_blocks = int64_t(shared.size());  // already there
+  return n;
 }
 
 int64_t BatchEngine::reachable_positions(const Slot& s) const {
   const KvCache& kv = s.seq.kv();
   if (kv.pool() == nullptr) return kv.capacity();
-  return std::min(kv.capacity(), (kv.blocks_held() + kv.pool()->n_free()) * kv.pool()->block_rows());
+  return std::min(kv.capacity(), (kv.blocks_held() + available_blocks()) * kv.pool()->block_rows());
 }
 
 bool BatchEngine::preempt_newest(const Slot* keep) {
@@ -508,7 +543,7 @@ void BatchEngine::make_room() {
   for (Slot* s : order) {
     if (s->running()) continue;
     const int64_t rows = s->seq.position() + 1 + int64_t(s->spec.replay().size());
-    if (KvBlockPool::blocks_for(rows, kv_pool_->block_rows()) + running > kv_pool_->n_free()) break;
+    if (KvBlockPool::blocks_for(rows, kv_pool_->block_rows()) + running > available_blocks()) break;
     if (Status st = s->seq.kv().swap_in(); !st.is_ok()) {
       finish(*s, st);
       continue;

@@ -28,6 +28,7 @@
 
 #include "core/status.h"
 #include "runtime/generator.h"
+#include "runtime/kv_block_tree.h"
 #include "runtime/model.h"
 #include "runtime/prefix_cache.h"
 #include "runtime/sampler.h"
@@ -150,9 +151,10 @@ struct EngineStats {
   int64_t kv_block_rows = 0;
   int64_t kv_pool_blocks = 0;
   int64_t kv_free_blocks = 0;
-  int64_t swapped_sequences = 0;  // preempted, waiting for blocks
-  int64_t preemptions = 0;        // since start
-  int64_t prefill_tokens = 0;     // totals since start
+  int64_t swapped_sequences = 0;   // preempted, waiting for blocks
+  int64_t preemptions = 0;         // since start
+  KvBlockTreeStats shared_prefix;  // paged KV's shared blocks
+  int64_t prefill_tokens = 0;      // totals since start
   double prefill_seconds = 0.0;
   int64_t decode_tokens = 0;
   double decode_seconds = 0.0;
@@ -213,6 +215,13 @@ class BatchEngine {
   // Positions the slot's cache can still grow to now (its blocks and the
   // pool's free ones; the context without a pool).
   int64_t reachable_positions(const Slot& s) const;
+  // Free blocks and those the shared-prefix tree would give back.
+  int64_t available_blocks() const;
+  // The slot's whole blocks not yet in the shared-prefix tree go there.
+  void publish_blocks(Slot& s);
+  // A prompt's leading whole blocks from the shared-prefix tree: the
+  // positions taken (0: none).
+  int64_t share_prefix(Slot& s);
   // The prefix cache is on and the model keeps recurrent states: prompts
   // are stored one token before their end (see step()).
   bool snapshot_prompts() const { return options_.prefix_cache_bytes > 0 && model_.info().recurrent(); }
@@ -256,6 +265,9 @@ class BatchEngine {
   Model& model_;
   EngineOptions options_;
   std::shared_ptr<KvBlockPool> kv_pool_;  // paged KV (null: a region per slot)
+  // Paged KV's shared prompt prefixes (null: no pool, no prefix cache, or
+  // a model whose recurrent or remote layers the blocks do not hold).
+  std::unique_ptr<KvBlockTree> block_tree_;
   PrefixCache prefix_;
   std::vector<std::unique_ptr<Slot>> slots_;
   mutable std::mutex mu_;

@@ -30,8 +30,9 @@ struct BatchEngine::Slot {
   std::unique_ptr<Sampler> sampler;
   std::unique_ptr<tok::IncrementalDecoder> decoder;
   std::unique_ptr<StopStringFilter> filter;
-  int64_t prompt_done = 0;  // prompt tokens already in the KV cache
-  bool decoding = false;    // the prompt is done; `pending` is the next token to feed
+  int64_t prompt_done = 0;       // prompt tokens already in the KV cache
+  int64_t published_blocks = 0;  // paged: whole blocks given to the shared-prefix tree
+  bool decoding = false;         // the prompt is done; `pending` is the next token to feed
   int32_t pending = 0;
   RequestStats stats;
   double submitted = 0.0;

@@ -208,6 +208,49 @@ Status KvCache::move_rows(size_t l, int64_t to, int64_t from, int64_t n) {
   return Status::ok();
 }
 
+Status KvCache::adopt_prefix(std::span<const int32_t> blocks) {
+  if (pool() == nullptr || used_ != 0 || blocks_.size() != 0 || recurrent() || !remote_.ranges().empty()) {
+    if (pool() != nullptr) pool()->release(blocks);
+    return make_error(StatusCode::kInternal,
+                      "KV cache: shared blocks need an empty paged attention-only cache");
+  }
+  const int64_t n = int64_t(blocks.size()) * pool()->block_rows();
+  if (n > capacity_) {
+    pool()->release(blocks);
+    return make_error(StatusCode::kOutOfRange, "KV cache: {} shared positions, the context holds {}", n,
+                      capacity_);
+  }
+  blocks_.adopt(blocks);
+  used_ = n;
+  states_written_ = true;
+  return Status::ok();
+}
+
+bool KvCache::unshare_block_at(int64_t pos) {
+  const int64_t rows = pool()->block_rows(), i = pos / rows;
+  if (pos % rows == 0 || i >= blocks_.size()) return true;  // nothing of the block is kept
+  const int32_t old = blocks_.table()[i];
+  if (pool()->refs(old) <= 1) return true;
+  std::vector<int32_t> fresh;
+  if (!pool()->acquire(1, fresh).is_ok()) return false;
+  const size_t row_bytes = size_t(kv_dim_) * sizeof(uint16_t);
+  const size_t from = size_t(int64_t(old) * rows) * row_bytes,
+               to = size_t(int64_t(fresh[0]) * rows) * row_bytes;
+  const size_t bytes = size_t(pos % rows) * row_bytes;
+  for (size_t l = 0; l < layers_.size(); ++l) {
+    if (!layers_[l].kv || k_base(l) == nullptr) continue;
+    auto* k = reinterpret_cast<uint8_t*>(k_base(l));
+    auto* v = reinterpret_cast<uint8_t*>(v_base(l));
+    if (!kv_device(l)->copy_within(k + to, k + from, bytes).is_ok() ||
+        !kv_device(l)->copy_within(v + to, v + from, bytes).is_ok()) {
+      pool()->release(fresh);
+      return false;
+    }
+  }
+  blocks_.replace(i, fresh[0]);
+  return true;
+}
+
 Status KvCache::swap_out() {
   if (pool() == nullptr || swapped_) return Status::ok();
   size_t rows = 0;
@@ -263,8 +306,14 @@ int64_t KvCache::truncate(int64_t pos) {
     if (Status s = r.layers->truncate(remote_.id(), used_, pos); !s.is_ok())
       MOESERVE_LOG_WARN("KV cache: {}", s.message());
   }
+  if (pool() != nullptr) {
+    // Rows from pos on will be written: a block shared with another holder
+    // becomes this cache's own first (or, with no block to spare, is let
+    // go at its start).
+    if (!unshare_block_at(pos)) pos -= pos % pool()->block_rows();
+    blocks_.shrink_to(KvBlockPool::blocks_for(pos, pool()->block_rows()));
+  }
   used_ = pos;
-  if (pool() != nullptr) blocks_.shrink_to(KvBlockPool::blocks_for(pos, pool()->block_rows()));
   return pos;
 }
 

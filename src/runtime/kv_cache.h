@@ -67,6 +67,13 @@ class KvCache {
   Status reserve(int64_t n);
   // Blocks reserve(n) would still take from the pool.
   int64_t blocks_needed(int64_t n) const;
+  // The block table (paged; blocks_held() entries).
+  std::span<const int32_t> block_table() const { return {blocks_.table(), size_t(blocks_.size())}; }
+  // An empty paged cache starts with shared blocks (a reference to each
+  // passed on to it; KvBlockTree::match): their rows are positions
+  // [0, blocks * block_rows), and used() becomes that. Only without
+  // recurrent or remote layers, whose state the blocks do not hold.
+  Status adopt_prefix(std::span<const int32_t> blocks);
   // Preemption (paged only): the rows below used() go to host memory and
   // the blocks back to the pool; swap_in() takes blocks again and brings
   // the rows back (kResourceExhausted, still swapped out, when the pool is
@@ -170,6 +177,10 @@ class KvCache {
   Status copy_rows_to_host(size_t l, int64_t from, int64_t n, uint16_t* k, uint16_t* v) const;
   Status copy_rows_to_device(size_t l, int64_t from, int64_t n, const uint16_t* k, const uint16_t* v);
   Status move_rows(size_t l, int64_t to, int64_t from, int64_t n);
+  // Paged: the block holding position pos becomes this cache's own (a copy
+  // of its rows below pos) if another holder shares it, so that positions
+  // from pos on can be written. False when the pool has no block for it.
+  bool unshare_block_at(int64_t pos);
 
   int64_t kv_dim_ = 0, capacity_ = 0, used_ = 0, state_floats_ = 0;
   // The states may differ from zeros (a view was handed out or a snapshot

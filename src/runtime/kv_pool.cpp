@@ -63,7 +63,25 @@ int64_t KvBlockPool::n_free() const {
   return int64_t(free_.size());
 }
 
+void KvBlockPool::set_reclaimer(std::function<int64_t(int64_t)> reclaimer) {
+  std::lock_guard lock(mu_);
+  reclaimer_ = std::move(reclaimer);
+}
+
+int KvBlockPool::refs(int32_t block) const {
+  std::lock_guard lock(mu_);
+  return refs_[size_t(block)];
+}
+
 Status KvBlockPool::acquire(int64_t n, std::vector<int32_t>& out) {
+  std::function<int64_t(int64_t)> reclaim;
+  int64_t short_of = 0;
+  {
+    std::lock_guard lock(mu_);
+    short_of = n - int64_t(free_.size());
+    if (short_of > 0) reclaim = reclaimer_;
+  }
+  if (reclaim) reclaim(short_of);
   std::lock_guard lock(mu_);
   if (n > int64_t(free_.size())) {
     return make_error(StatusCode::kResourceExhausted,
@@ -105,6 +123,12 @@ Status KvBlocks::grow_to(int64_t n) {
   if (n <= size()) return Status::ok();
   if (pool_ == nullptr) return make_error(StatusCode::kInternal, "KV blocks without a pool");
   return pool_->acquire(n - size(), table_);
+}
+
+void KvBlocks::replace(int64_t i, int32_t block) {
+  const int32_t old = table_[size_t(i)];
+  table_[size_t(i)] = block;
+  pool_->release(std::span<const int32_t>(&old, 1));
 }
 
 void KvBlocks::shrink_to(int64_t n) {

@@ -12,6 +12,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <span>
@@ -52,8 +53,14 @@ class KvBlockPool {
   }
 
   // Appends n free blocks (one reference each) to `out`, or none with
-  // kResourceExhausted when fewer than n are free.
+  // kResourceExhausted when fewer than n are free even after the reclaimer
+  // gave back what it could.
   Status acquire(int64_t n, std::vector<int32_t>& out);
+  // Called (without the pool's lock) when acquire() finds too few free
+  // blocks: frees up to n blocks held only by a cache of blocks (the shared
+  // prefix tree) and returns how many. Null: none.
+  void set_reclaimer(std::function<int64_t(int64_t)> reclaimer);
+  int refs(int32_t block) const;
   // Another holder of blocks already held (a shared prefix).
   void add_ref(std::span<const int32_t> blocks);
   // Drops one reference to each block; the last one frees it.
@@ -73,8 +80,9 @@ class KvBlockPool {
   size_t block_bytes_ = 0;
   std::vector<backend::DeviceMemory> k_, v_;  // per layer
   mutable std::mutex mu_;
-  std::vector<int32_t> free_;   // under mu_
-  std::vector<uint16_t> refs_;  // per block, under mu_
+  std::function<int64_t(int64_t)> reclaimer_;  // under mu_ (called without it)
+  std::vector<int32_t> free_;                  // under mu_
+  std::vector<uint16_t> refs_;                 // per block, under mu_
 };
 
 // The blocks one cache holds, in position order (its block table); given
@@ -102,6 +110,10 @@ class KvBlocks {
   // Room for a table of n blocks, so that growing up to n never moves the
   // table (views handed out keep pointing at it).
   void reserve_table(int64_t n) { table_.reserve(size_t(n)); }
+  // Appends blocks the caller holds a reference to (passed on to this list).
+  void adopt(std::span<const int32_t> blocks) { table_.insert(table_.end(), blocks.begin(), blocks.end()); }
+  // Entry i becomes `block` (a reference passed on); the old one is released.
+  void replace(int64_t i, int32_t block);
 
  private:
   std::shared_ptr<KvBlockPool> pool_;

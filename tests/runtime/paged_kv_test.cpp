@@ -242,3 +242,130 @@ TEST(PagedEngine, ALoneSequenceStopsAtThePoolAndAPromptPastItIsRefused) {
 
 }  // namespace
 }  // namespace moeserve::runtime
+
+namespace moeserve::runtime {
+namespace {
+
+// A system prompt shared by every request, then each one's own text.
+std::vector<std::vector<int32_t>> shared_prompts(const Model& m, int n) {
+  std::string system = "You are a careful assistant. Answer in Python, with comments, and keep it short.\n";
+  std::vector<std::vector<int32_t>> out;
+  for (int i = 0; i < n; ++i) {
+    out.push_back(
+        m.tokenizer().encode(system + "Task " + std::to_string(i) + ": def f" + std::to_string(i) + "("));
+  }
+  return out;
+}
+
+TEST(PagedEngine, ConcurrentRequestsShareTheirCommonPrefixBlocks) {
+  auto model = load_cpu_model();
+  ASSERT_TRUE(model);
+  const auto ps = shared_prompts(*model, 6);
+  constexpr int64_t kTokens = 12;
+  std::vector<std::vector<int32_t>> want;
+  for (const auto& p : ps) want.push_back(solo(*model, p, kTokens));
+  EngineOptions eo;
+  eo.n_slots = 3;
+  eo.n_ctx = 256;
+  eo.n_batch = 16;
+  eo.kv_block_rows = 4;
+  eo.kv_pool_bytes = pool_bytes(*model, 4, 256);
+  BatchEngine engine(*model, eo);
+  ASSERT_TRUE(engine.status().is_ok());
+  std::vector<std::unique_ptr<Collector>> cs;
+  for (const auto& p : ps) {
+    cs.push_back(std::make_unique<Collector>());
+    EngineRequest r = testing::greedy_request(p, kTokens);
+    r.stop_at_eos = false;
+    cs.back()->attach(r);
+    ASSERT_TRUE(engine.submit(std::move(r)).is_ok());
+  }
+  int64_t cached = 0;
+  for (size_t i = 0; i < ps.size(); ++i) {
+    cs[i]->wait();
+    ASSERT_TRUE(cs[i]->status.is_ok()) << cs[i]->status.to_string();
+    EXPECT_EQ(cs[i]->tokens, want[i]) << "prompt " << i;
+    cached += cs[i]->stats.cached_tokens;
+    EXPECT_EQ(cs[i]->stats.cached_tokens % 4, 0);  // whole blocks
+  }
+  const EngineStats st = engine.stats();
+  EXPECT_GT(st.shared_prefix.hits, 0);
+  EXPECT_EQ(st.shared_prefix.shared_tokens, cached);
+  EXPECT_GT(cached, 0);
+  // Every block is free or held by the tree alone (nothing leaked).
+  EXPECT_GT(st.shared_prefix.blocks, 0);
+  EXPECT_EQ(st.kv_free_blocks + st.shared_prefix.blocks, st.kv_pool_blocks);
+}
+
+TEST(PagedEngine, SharedBlocksAreEvictedUnderPressureWithoutChangingOutput) {
+  auto model = load_cpu_model();
+  ASSERT_TRUE(model);
+  auto ps = shared_prompts(*model, 4);
+  for (const auto& p : prompts(*model)) ps.push_back(p);  // unrelated prompts fill the tree too
+  constexpr int64_t kTokens = 20;
+  std::vector<std::vector<int32_t>> want;
+  for (const auto& p : ps) want.push_back(solo(*model, p, kTokens));
+  EngineOptions eo;
+  eo.n_slots = 3;
+  eo.n_ctx = 128;
+  eo.n_batch = 8;
+  eo.kv_block_rows = 4;
+  eo.kv_pool_bytes = pool_bytes(*model, 4, 30);
+  BatchEngine engine(*model, eo);
+  ASSERT_TRUE(engine.status().is_ok());
+  for (int round = 0; round < 2; ++round) {
+    std::vector<std::unique_ptr<Collector>> cs;
+    for (const auto& p : ps) {
+      cs.push_back(std::make_unique<Collector>());
+      EngineRequest r = testing::greedy_request(p, kTokens);
+      r.stop_at_eos = false;
+      cs.back()->attach(r);
+      ASSERT_TRUE(engine.submit(std::move(r)).is_ok());
+    }
+    for (size_t i = 0; i < ps.size(); ++i) {
+      cs[i]->wait();
+      ASSERT_TRUE(cs[i]->status.is_ok()) << cs[i]->status.to_string();
+      EXPECT_EQ(cs[i]->tokens, want[i]) << "prompt " << i << " round " << round;
+    }
+  }
+  const EngineStats st = engine.stats();
+  EXPECT_GT(st.shared_prefix.evicted_blocks, 0);
+  EXPECT_GT(st.shared_prefix.hits, 0);
+  EXPECT_EQ(st.kv_free_blocks + st.shared_prefix.blocks, st.kv_pool_blocks);
+}
+
+TEST(PagedKvCache, RewindingIntoASharedBlockCopiesItFirst) {
+  auto model = load_cpu_model();
+  ASSERT_TRUE(model);
+  const models::ModelInfo& info = model->info();
+  auto pool = model->new_kv_pool({.bytes = pool_bytes(*model, 4, 8), .block_rows = 4});
+  ASSERT_TRUE(pool.is_ok());
+  KvCache owner = model->new_kv_cache(64, *pool).value();
+  const int64_t dim = info.kv_dim;
+  const auto k = random_rows(8, dim, 9), v = random_rows(8, dim, 10);
+  for (int64_t l = 0; l < info.n_layer; ++l) ASSERT_TRUE(owner.write_rows(l, 8, k.data(), v.data()).is_ok());
+  owner.set_used(8);
+  const std::vector<int32_t> blocks(owner.block_table().begin(), owner.block_table().end());
+  (*pool)->add_ref(blocks);
+  KvCache sharer = model->new_kv_cache(64, *pool).value();
+  ASSERT_TRUE(sharer.adopt_prefix(blocks).is_ok());
+  EXPECT_EQ(sharer.used(), 8);
+  EXPECT_EQ(sharer.truncate(6), 6);  // into the second block: it becomes the sharer's own
+  EXPECT_EQ(sharer.block_table()[0], blocks[0]);
+  EXPECT_NE(sharer.block_table()[1], blocks[1]);
+  // The sharer overwrites positions 6, 7; the owner's rows stay.
+  const auto k2 = random_rows(8, dim, 11);
+  std::vector<uint16_t> mixed(k.begin(), k.begin() + 6 * dim);
+  mixed.insert(mixed.end(), k2.begin() + 6 * dim, k2.end());
+  for (int64_t l = 0; l < info.n_layer; ++l)
+    ASSERT_TRUE(sharer.write_rows(l, 8, mixed.data(), v.data()).is_ok());
+  std::vector<uint16_t> ko(size_t(8 * dim)), vo(ko.size()), ks(ko.size()), vs(ko.size());
+  ASSERT_TRUE(owner.read_rows(0, 8, ko.data(), vo.data()).is_ok());
+  EXPECT_EQ(ko, k);
+  sharer.set_used(8);
+  ASSERT_TRUE(sharer.read_rows(0, 8, ks.data(), vs.data()).is_ok());
+  EXPECT_EQ(ks, mixed);
+}
+
+}  // namespace
+}  // namespace moeserve::runtime

@@ -1,0 +1,85 @@
+// Shared prompt prefixes on paged KV: a radix tree whose edges are whole
+// blocks of tokens. Each node holds the pool block with that block's K/V
+// rows, computed after the tokens of its ancestors; a sequence whose
+// prompt starts with the same blocks of tokens takes those blocks into its
+// own block table (one more reference each) instead of computing them.
+// Blocks go in as sequences fill them, so concurrent requests with a
+// common system prompt share it while they run, and finished ones leave
+// theirs for the next.
+//
+// A shared block is never written: a sequence only writes at or past its
+// position, and its shared blocks lie wholly below (KvCache copies a
+// shared block before rewinding into it).
+//
+// When the pool runs short, the least recently used leaves that no
+// sequence holds give their blocks back (the pool's reclaimer), before
+// any running sequence is preempted.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <span>
+#include <unordered_map>
+#include <vector>
+
+#include "runtime/kv_pool.h"
+
+namespace moeserve::runtime {
+
+struct KvBlockTreeStats {
+  int64_t blocks = 0;          // nodes (each holds one block)
+  int64_t hits = 0;            // lookups that shared at least one block
+  int64_t shared_tokens = 0;   // positions taken from the tree instead of computed
+  int64_t evicted_blocks = 0;  // given back to the pool under pressure
+};
+
+class KvBlockTree {
+ public:
+  // Installs itself as the pool's reclaimer (removed again when destroyed).
+  explicit KvBlockTree(std::shared_ptr<KvBlockPool> pool);
+  ~KvBlockTree();
+  KvBlockTree(const KvBlockTree&) = delete;
+  KvBlockTree& operator=(const KvBlockTree&) = delete;
+
+  // The blocks that hold the longest run of whole blocks of `tokens` (at
+  // most max_blocks), in order, each with a reference for the caller.
+  std::vector<int32_t> match(std::span<const int32_t> tokens, int64_t max_blocks);
+  // blocks[i] holds positions [i * rows, (i + 1) * rows) of `tokens` (the
+  // whole blocks of it that `blocks` covers): adds the ones the tree lacks
+  // (taking a reference), and marks the path as used now.
+  void insert(std::span<const int32_t> tokens, std::span<const int32_t> blocks);
+  // Drops up to n least recently used leaves that only the tree holds;
+  // returns the blocks freed.
+  int64_t evict(int64_t n);
+  // Blocks evict() could free now (held by the tree alone).
+  int64_t reclaimable() const;
+  KvBlockTreeStats stats() const;
+  void count_hit(int64_t tokens);
+
+ private:
+  struct Node {
+    int64_t parent = -1;  // -1: under the root
+    int32_t block = -1;
+    int32_t children = 0;
+    uint64_t used = 0;  // tick of the last match or insert through it
+    uint64_t key = 0;
+    std::vector<int32_t> tokens;  // the block's tokens
+    bool alive = false;
+  };
+  static uint64_t key_of(int64_t parent, std::span<const int32_t> tokens);
+  // The child of `parent` for these tokens, or -1. Under mu_.
+  int64_t find(int64_t parent, std::span<const int32_t> tokens) const;
+  void remove(int64_t node);  // a leaf; under mu_
+
+  std::shared_ptr<KvBlockPool> pool_;
+  int64_t rows_ = 0;
+  mutable std::mutex mu_;
+  std::vector<Node> nodes_;
+  std::vector<int64_t> free_nodes_;
+  std::unordered_multimap<uint64_t, int64_t> by_key_;
+  uint64_t tick_ = 0;
+  KvBlockTreeStats stats_;
+};
+
+}  // namespace moeserve::runtime
