@@ -55,4 +55,27 @@ echo "$out" | grep -q -- "--chat-template $tmpl: chat template line 2" || fail "
 echo "$out" | grep -q "listening" && fail "started listening with a bad template: $out"
 out=$("$bin" serve -m "$model" --chat-template /nonexistent/t.jinja --port 0 2>&1) && fail "accepted a missing file"
 echo "$out" | grep -q "cannot open" || fail "no message for a missing file: $out"
+# 5. Paged KV (issue 42): a pool too small for one block, or a block size
+#    that is not a power of two, is refused at start; a pool serves 64
+#    slots and /metrics counts its blocks.
+out=$("$bin" serve -m "$model" --kv-mem 1K --port 0 --threads 2 2>&1) && fail "accepted --kv-mem 1K"
+echo "$out" | grep -q -- "give --kv-mem at least" || fail "no message for a tiny pool: $out"
+echo "$out" | grep -q "terminate called" && fail "aborted: $out"
+out=$("$bin" serve -m "$model" --kv-mem 64M --kv-block 24 --port 0 --threads 2 2>&1) && fail "accepted --kv-block 24"
+echo "$out" | grep -q "power of two" || fail "no message for --kv-block 24: $out"
+"$bin" serve -m "$model" --kv-mem 16M --kv-block 16 --parallel 64 --ctx-size 2048 --port 0 --threads 2 > "$log" 2>&1 &
+pid=$!
+for _ in $(seq 1 100); do grep -q "ready at" "$log" && break; sleep 0.1; done
+grep -q "ready at" "$log" || fail "no ready line with --kv-mem: $(cat "$log")"
+grep -q "paged KV: [0-9]* blocks of 16 positions" "$log" || fail "no paged-KV line: $(cat "$log")"
+port=$(sed -n 's#.*ready at http://[^:]*:\([0-9]*\)/.*#\1#p' "$log" | head -1)
+if command -v curl > /dev/null; then
+  reply=$(curl -sf "http://127.0.0.1:$port/v1/completions" -H 'content-type: application/json' \
+    -d '{"prompt": "def main(", "max_tokens": 8, "temperature": 0}') || fail "no completion with --kv-mem"
+  echo "$reply" | grep -q '"completion_tokens"' || fail "no usage in $reply"
+  metrics=$(curl -sf "http://127.0.0.1:$port/metrics") || fail "no /metrics"
+  echo "$metrics" | grep -q "^moeserve_kv_blocks_total [1-9]" || fail "no block count in /metrics"
+  echo "$metrics" | grep -q "^moeserve_kv_blocks_free [1-9]" || fail "no free blocks in /metrics"
+fi
+kill "$pid"; wait "$pid" 2>/dev/null; pid=
 echo "serve limits: ok"
