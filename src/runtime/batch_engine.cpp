@@ -291,6 +291,8 @@ void BatchEngine::admit_waiting() {
     start_speculation(s);
     s.seq.clear();
     s.published_blocks = 0;
+    s.paused = Slot::Paused::kNo;
+    s.refill.clear();
     int64_t reuse = share_prefix(s);
     if (reuse == 0 && options_.prefix_cache_bytes > 0) {
       reuse = prefix_.restore(s.req.prompt, int64_t(s.req.prompt.size()) - 1, s.seq.kv());
@@ -379,13 +381,14 @@ bool BatchEngine::step() {
   bool starved = false;  // a prompt waits for KV blocks
   for (Slot* s : prefilling) {
     if (budget <= 0) break;
-    const int64_t left = int64_t(s->req.prompt.size()) - s->prompt_done;
+    const std::span<const int32_t> fill = s->fill_tokens();
+    const int64_t left = int64_t(fill.size()) - s->prompt_done;
     int64_t n = std::min(left, budget);
     // A recurrent model's cache can only be kept where its states are: the
     // chunk stops one token short of the prompt's end, whose prefix is then
     // stored (a repeated prompt reuses all but its last token), and the last
     // token goes in the next step.
-    if (snapshot_prompts() && n == left && left > 1) n = left - 1;
+    if (snapshot_prompts() && s->refill.empty() && n == left && left > 1) n = left - 1;
     n = std::min(n, reachable_positions(*s) - s->seq.position());
     if (n <= 0) {
       starved = true;
@@ -396,9 +399,8 @@ bool BatchEngine::step() {
       continue;
     }
     slices.push_back({int64_t(tokens.size()), n, s->seq.position(), s->seq.kv().view()});
-    tokens.insert(tokens.end(), s->req.prompt.begin() + s->prompt_done,
-                  s->req.prompt.begin() + s->prompt_done + n);
-    if (n == left) {
+    tokens.insert(tokens.end(), fill.begin() + s->prompt_done, fill.begin() + s->prompt_done + n);
+    if (n == left && s->refill.empty()) {  // (a refill's next token is already chosen)
       logit_rows.push_back(int64_t(tokens.size()) - 1);
       row_owner.push_back(s);
     }
@@ -461,8 +463,16 @@ bool BatchEngine::step() {
     picks.resize(size_t(n));
     for (int64_t j = 0; j < n; ++j) picks[size_t(j)] = int32_t(j);
     hand_features(*s, s->seq.position(), fed_row0[i], picks);
-    s->seq.append(std::span<const int32_t>(s->req.prompt).subspan(size_t(s->prompt_done), size_t(n)));
+    s->seq.append(s->fill_tokens().subspan(size_t(s->prompt_done), size_t(n)));
     s->prompt_done += n;
+    if (!s->refill.empty()) {
+      if (s->prompt_done == int64_t(s->refill.size())) {  // back where it was: decoding resumes
+        s->refill.clear();
+        s->prompt_done = int64_t(s->req.prompt.size());
+        s->decoding = true;
+      }
+      continue;
+    }
     if (snapshot_prompts() && s->prompt_done == int64_t(s->req.prompt.size()) - 1) {
       prefix_.store(s->seq.tokens(), s->seq.kv());
     }
@@ -498,8 +508,9 @@ void BatchEngine::publish_blocks(Slot& s) {
 int64_t BatchEngine::share_prefix(Slot& s) {
   if (block_tree_ == nullptr) return 0;
   // The prompt's last token is always computed (its logits start the output).
-  const int64_t max_blocks = (int64_t(s.req.prompt.size()) - 1) / kv_pool_->block_rows();
-  std::vector<int32_t> shared = block_tree_->match(s.req.prompt, max_blocks);
+  const std::span<const int32_t> fill = s.fill_tokens();
+  const int64_t max_blocks = (int64_t(fill.size()) - 1) / kv_pool_->block_rows();
+  std::vector<int32_t> shared = block_tree_->match(fill, max_blocks);
   if (shared.empty() || !s.seq.kv().adopt_prefix(shared).is_ok()) return 0;
   const int64_t n = int64_t(shared.size()) * kv_pool_->block_rows();
   block_tree_->count_hit(n);
@@ -522,10 +533,51 @@ bool BatchEngine::preempt_newest(const Slot* keep) {
     if (victim == nullptr || s->admitted > victim->admitted) victim = s.get();
   }
   if (victim == nullptr || (victim == keep && holders == 1)) return false;
-  if (Status st = victim->seq.kv().swap_out(); !st.is_ok()) finish(*victim, st);  // (finish frees its blocks)
+  preempt(*victim);
+  return true;
+}
+
+void BatchEngine::preempt(Slot& s) {
+  size_t swapped = 0;
+  for (auto& x : slots_) swapped += x->seq.kv().swapped_bytes();
+  const size_t bytes = size_t(s.seq.kv().blocks_held()) * kv_pool_->block_bytes();
+  // Computing the rows again gives the same bits only where a prefill row
+  // equals a decode row and nothing else keeps per-token state: not for
+  // recurrent layers (their chunked form) or a drafter.
+  const bool can_recompute = !model_.info().recurrent() && s.drafter == nullptr;
+  bool recompute = can_recompute && swapped + bytes > options_.kv_swap_bytes;
+  if (!recompute) {
+    if (Status st = s.seq.kv().swap_out(); !st.is_ok()) {
+      if (!can_recompute) {
+        finish(s, st);  // (finish frees its blocks)
+        return;
+      }
+      recompute = true;
+    }
+  }
+  if (recompute) {
+    if (s.decoding) s.refill.assign(s.seq.tokens().begin(), s.seq.tokens().end());
+    s.seq.clear();
+    s.prompt_done = 0;
+    s.published_blocks = 0;
+    s.decoding = false;
+  }
+  s.paused = recompute ? Slot::Paused::kRecompute : Slot::Paused::kSwapped;
   std::lock_guard lock(mu_);
   ++totals_.preemptions;
-  return true;
+  totals_.recompute_preemptions += recompute ? 1 : 0;
+}
+
+Status BatchEngine::resume(Slot& s) {
+  if (s.paused == Slot::Paused::kSwapped) {
+    MOESERVE_RETURN_IF_ERROR(s.seq.kv().swap_in());
+  } else {
+    const int64_t reuse = share_prefix(s);
+    s.seq.append(s.fill_tokens().first(size_t(reuse)));
+    s.prompt_done = reuse;
+  }
+  s.paused = Slot::Paused::kNo;
+  return Status::ok();
 }
 
 void BatchEngine::make_room() {
@@ -542,9 +594,11 @@ void BatchEngine::make_room() {
   // are not swapped straight out again).
   for (Slot* s : order) {
     if (s->running()) continue;
-    const int64_t rows = s->seq.position() + 1 + int64_t(s->spec.replay().size());
+    const int64_t rows = s->paused == Slot::Paused::kSwapped
+                             ? s->seq.position() + 1 + int64_t(s->spec.replay().size())
+                             : int64_t(s->fill_tokens().size()) + 1;
     if (KvBlockPool::blocks_for(rows, kv_pool_->block_rows()) + running > available_blocks()) break;
-    if (Status st = s->seq.kv().swap_in(); !st.is_ok()) {
+    if (Status st = resume(*s); !st.is_ok()) {
       finish(*s, st);
       continue;
     }
@@ -681,6 +735,8 @@ void BatchEngine::finish(Slot& s, const Status& status) {
   s.busy = false;
   s.req = {};
   s.seq.clear();
+  s.paused = Slot::Paused::kNo;
+  s.refill.clear();
   active_.fetch_sub(1);
   if (req.on_finish) req.on_finish(status, stats);
 }

@@ -110,6 +110,11 @@ struct EngineOptions {
   // cannot page keep a region per slot (with a warning).
   size_t kv_pool_bytes = 0;
   int64_t kv_block_rows = 32;
+  // Host memory preempted sequences' rows may take (as vLLM's
+  // --swap-space); past it, a preempted sequence drops its rows and
+  // computes them again when it resumes (same output). Sequences of
+  // recurrent models or with a draft keep being swapped.
+  size_t kv_swap_bytes = size_t(4) << 30;
   size_t prefix_cache_bytes = size_t(256) << 20;  // 0: no prefix cache
   // A disk tier under the prefix cache in this folder ("": none; needs the
   // prefix cache), of at most kv_disk_bytes: evicted entries, and all of
@@ -151,10 +156,11 @@ struct EngineStats {
   int64_t kv_block_rows = 0;
   int64_t kv_pool_blocks = 0;
   int64_t kv_free_blocks = 0;
-  int64_t swapped_sequences = 0;   // preempted, waiting for blocks
-  int64_t preemptions = 0;         // since start
-  KvBlockTreeStats shared_prefix;  // paged KV's shared blocks
-  int64_t prefill_tokens = 0;      // totals since start
+  int64_t swapped_sequences = 0;      // preempted, waiting for blocks
+  int64_t preemptions = 0;            // since start
+  int64_t recompute_preemptions = 0;  // ... of them, rows dropped and computed again
+  KvBlockTreeStats shared_prefix;     // paged KV's shared blocks
+  int64_t prefill_tokens = 0;         // totals since start
   double prefill_seconds = 0.0;
   int64_t decode_tokens = 0;
   double decode_seconds = 0.0;
@@ -209,9 +215,13 @@ class BatchEngine {
   // then gives every decoding sequence the blocks for its next rows,
   // preempting the newest ones when the pool runs short.
   void make_room();
-  // Swaps the newest sequence holding blocks out to host memory (not
-  // `keep` unless it is the newest); false when none holds any.
+  // Preempts the newest sequence holding blocks (not `keep` unless it is
+  // the newest): swapped out to host memory, or its rows dropped to be
+  // computed again (EngineOptions::kv_swap_bytes); false when none holds any.
   bool preempt_newest(const Slot* keep);
+  void preempt(Slot& s);
+  // A preempted sequence takes blocks again.
+  Status resume(Slot& s);
   // Positions the slot's cache can still grow to now (its blocks and the
   // pool's free ones; the context without a pool).
   int64_t reachable_positions(const Slot& s) const;

@@ -22,8 +22,20 @@ struct BatchEngine::Slot {
   explicit Slot(KvCache kv) : seq(std::move(kv)) {}
   Sequence seq;
   bool busy = false;
-  // Busy and in the pool (not preempted: BatchEngine::make_room).
-  bool running() const { return busy && !seq.kv().swapped_out(); }
+  // Paged KV's preemption (BatchEngine::make_room): the rows went to host
+  // memory (kSwapped), or were dropped and the tokens so far wait to be
+  // computed again (kRecompute).
+  enum class Paused { kNo, kSwapped, kRecompute };
+  Paused paused = Paused::kNo;
+  // Busy and in the pool (not preempted).
+  bool running() const { return busy && paused == Paused::kNo; }
+  // After a recompute preemption: the tokens fed so far, prefilled again
+  // (the pending token stays; no token is sampled at the end). Else empty.
+  std::vector<int32_t> refill;
+  // The tokens a prefill feeds: the prompt, or the refill.
+  std::span<const int32_t> fill_tokens() const {
+    return refill.empty() ? std::span<const int32_t>(req.prompt) : refill;
+  }
   uint64_t id = 0;
   uint64_t admitted = 0;  // admission order: prompts are prefilled first come, first served
   EngineRequest req;

@@ -172,6 +172,8 @@ std::vector<int32_t> solo(Model& m, const std::vector<int32_t>& prompt, int64_t 
   return gen.generate(prompt, o).value().tokens;
 }
 
+// Preempted by swapping (the default host budget) and by dropping the rows
+// and computing them again (no budget): the same tokens either way.
 TEST(PagedEngine, PreemptedSequencesGiveTheirSoloOutput) {
   auto model = load_cpu_model();
   ASSERT_TRUE(model);
@@ -179,35 +181,44 @@ TEST(PagedEngine, PreemptedSequencesGiveTheirSoloOutput) {
   constexpr int64_t kTokens = 28;
   std::vector<std::vector<int32_t>> want;
   for (const auto& p : ps) want.push_back(solo(*model, p, kTokens));
-  EngineOptions eo;
-  eo.n_slots = 4;
-  eo.n_ctx = 128;
-  eo.n_batch = 8;
-  eo.prefix_cache_bytes = 0;
-  // 14 blocks of 4: two sequences of ~40 positions fill it, four cannot run at once.
-  eo.kv_block_rows = 4;
-  eo.kv_pool_bytes = pool_bytes(*model, 4, 14);
-  BatchEngine engine(*model, eo);
-  ASSERT_TRUE(engine.status().is_ok()) << engine.status().to_string();
-  EXPECT_EQ(engine.stats().kv_pool_blocks, 14);
-  EXPECT_EQ(engine.stats().kv_capacity_tokens, 56);
-  std::vector<std::unique_ptr<Collector>> cs;
-  for (const auto& p : ps) {
-    cs.push_back(std::make_unique<Collector>());
-    EngineRequest r = testing::greedy_request(p, kTokens);
-    r.stop_at_eos = false;
-    cs.back()->attach(r);
-    ASSERT_TRUE(engine.submit(std::move(r)).is_ok());
+  for (const size_t swap : {size_t(1) << 30, size_t(0)}) {
+    EngineOptions eo;
+    eo.n_slots = 4;
+    eo.n_ctx = 128;
+    eo.n_batch = 8;
+    eo.prefix_cache_bytes = 0;
+    // 14 blocks of 4: two sequences of ~40 positions fill it, four cannot run at once.
+    eo.kv_block_rows = 4;
+    eo.kv_pool_bytes = pool_bytes(*model, 4, 14);
+    eo.kv_swap_bytes = swap;
+    BatchEngine engine(*model, eo);
+    ASSERT_TRUE(engine.status().is_ok()) << engine.status().to_string();
+    EXPECT_EQ(engine.stats().kv_pool_blocks, 14);
+    EXPECT_EQ(engine.stats().kv_capacity_tokens, 56);
+    std::vector<std::unique_ptr<Collector>> cs;
+    for (const auto& p : ps) {
+      cs.push_back(std::make_unique<Collector>());
+      EngineRequest r = testing::greedy_request(p, kTokens);
+      r.stop_at_eos = false;
+      cs.back()->attach(r);
+      ASSERT_TRUE(engine.submit(std::move(r)).is_ok());
+    }
+    for (size_t i = 0; i < ps.size(); ++i) {
+      cs[i]->wait();
+      ASSERT_TRUE(cs[i]->status.is_ok()) << cs[i]->status.to_string();
+      EXPECT_EQ(cs[i]->tokens, want[i]) << "prompt " << i << " swap budget " << swap;
+      EXPECT_EQ(cs[i]->stats.completion_tokens, kTokens);
+    }
+    const EngineStats st = engine.stats();
+    EXPECT_GT(st.preemptions, 0);  // the pool was too small for the running set
+    if (swap == 0) {
+      EXPECT_EQ(st.recompute_preemptions, st.preemptions);
+    } else {
+      EXPECT_EQ(st.recompute_preemptions, 0);
+    }
+    EXPECT_EQ(st.kv_free_blocks, 14);  // every block back
+    EXPECT_EQ(st.swapped_sequences, 0);
   }
-  for (size_t i = 0; i < ps.size(); ++i) {
-    cs[i]->wait();
-    ASSERT_TRUE(cs[i]->status.is_ok()) << cs[i]->status.to_string();
-    EXPECT_EQ(cs[i]->tokens, want[i]) << "prompt " << i;
-  }
-  const EngineStats st = engine.stats();
-  EXPECT_GT(st.preemptions, 0);      // the pool was too small for the running set
-  EXPECT_EQ(st.kv_free_blocks, 14);  // every block back
-  EXPECT_EQ(st.swapped_sequences, 0);
 }
 
 TEST(PagedEngine, ALoneSequenceStopsAtThePoolAndAPromptPastItIsRefused) {

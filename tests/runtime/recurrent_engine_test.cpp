@@ -113,5 +113,44 @@ TEST(RecurrentEngine, ConcurrentRequestsEqualSoloAndAChatTurnReusesTheState) {
   EXPECT_EQ(other.tokens, solo(*model, partial, 4));
 }
 
+// Paged KV on a hybrid model: its attention rows in a pool too small for
+// the running set, so sequences are swapped out (recurrent states stay
+// put) and back; outputs equal solo runs.
+TEST(RecurrentEngine, PagedPoolPreemptionKeepsSoloOutput) {
+  auto model = load_tiny_qwen35moe();
+  ASSERT_TRUE(model);
+  if (!model->pages_kv()) GTEST_SKIP() << "this device does not page KV";
+  std::vector<std::vector<int32_t>> prompts;
+  for (const char* p : {"def main(", "import os\nimport sys\n", "class Foo:", "x = [1, 2"}) {
+    prompts.push_back(model->tokenizer().encode(p));
+  }
+  auto probe = model->new_kv_pool({.bytes = size_t(64) << 20, .block_rows = 4});
+  ASSERT_TRUE(probe.is_ok());
+  EngineOptions eo;
+  eo.n_slots = 4;
+  eo.n_ctx = 256;
+  eo.n_batch = 8;
+  eo.prefix_cache_bytes = size_t(64) << 20;
+  eo.kv_block_rows = 4;
+  eo.kv_pool_bytes = (*probe)->block_bytes() * 14;
+  eo.kv_swap_bytes = 0;  // recurrent sequences are swapped whatever the budget
+  BatchEngine engine(*model, eo);
+  ASSERT_TRUE(engine.status().is_ok());
+  std::vector<std::unique_ptr<Collector>> cs;
+  for (const auto& p : prompts) {
+    cs.push_back(std::make_unique<Collector>());
+    EngineRequest r = cs.back()->request(p, 24);
+    r.stop_at_eos = false;
+    ASSERT_TRUE(engine.submit(std::move(r)).is_ok());
+  }
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    cs[i]->wait();
+    ASSERT_TRUE(cs[i]->status.is_ok()) << cs[i]->status.to_string();
+    EXPECT_EQ(cs[i]->tokens, solo(*model, prompts[i], 24)) << "prompt " << i;
+  }
+  EXPECT_GT(engine.stats().preemptions, 0);
+  EXPECT_EQ(engine.stats().recompute_preemptions, 0);
+}
+
 }  // namespace
 }  // namespace moeserve::runtime

@@ -55,6 +55,7 @@ struct ServeCliOptions {
   std::string kv_disk_mem;   // --kv-disk-mem SIZE ("": runtime::kDefaultPrefixDiskBytes)
   std::string kv_mem;        // --kv-mem SIZE: paged KV pool ("": a region of --ctx-size per slot)
   int64_t kv_block = 32;     // --kv-block N: positions per block
+  std::string swap_space;    // --swap-space SIZE: preempted sequences' rows in host memory
   size_t max_body_kb = 1024;
   std::string special_tokens_in_content = "text";
   std::string chat_template_file;  // --chat-template: overrides the model file's template
@@ -111,6 +112,9 @@ Status run_serve(ServeCliOptions o) {
                             runtime::parse_promotion_flags(o.promotion));
   runtime::EngineOptions eo;
   MOESERVE_RETURN_IF_ERROR(apply_kv_disk_flags(o, &eo));
+  if (!o.swap_space.empty() && o.kv_mem.empty()) {
+    return make_error(StatusCode::kInvalidArgument, "--swap-space needs --kv-mem SIZE (paged KV)");
+  }
   MOESERVE_ASSIGN_OR_RETURN(const runtime::SpecConfig spec_config, resolve_spec_flags(o.spec));
   o.http.max_body_bytes = o.max_body_kb * 1024;
   std::string chat_template;
@@ -196,6 +200,14 @@ Status run_serve(ServeCliOptions o) {
     if ((*model)->pages_kv()) {
       eo.kv_pool_bytes = *bytes;
       eo.kv_block_rows = o.kv_block;
+      if (!o.swap_space.empty()) {
+        auto swap = moe::parse_size(o.swap_space, "--swap-space");
+        if (!swap.is_ok()) {
+          stop_listener();
+          return swap.status();
+        }
+        eo.kv_swap_bytes = *swap;
+      }
     } else {
       fmt::print(stderr,
                  "moeserve serve: --kv-mem is ignored: paged KV runs on the CPU only so far; each slot keeps "
@@ -385,6 +397,10 @@ void register_serve(CLI::App& app) {
                   "blocks as sequences grow, instead of --ctx-size positions reserved per slot; --parallel\n"
                   "then counts sequences. When it runs short the newest sequence is paused (its rows go to\n"
                   "host memory) and resumes later with the same output. CPU placements only so far")
+      ->type_name("SIZE");
+  cmd->add_option("--swap-space", o->swap_space,
+                  "With --kv-mem: host memory paused sequences' rows may take (default 4G, as vLLM's); past\n"
+                  "it a paused sequence's rows are dropped and computed again when it resumes")
       ->type_name("SIZE");
   cmd->add_option("--kv-block", o->kv_block, "Positions per paged-KV block (a power of two)")
       ->capture_default_str()
