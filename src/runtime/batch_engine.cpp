@@ -340,17 +340,71 @@ void BatchEngine::promote() {
 // One forward: every decoding slot's pending token, then prompt chunks
 // (oldest admission first) up to the step's token budget.
 bool BatchEngine::step() {
-  std::vector<int32_t> tokens;
-  std::vector<models::SequenceSlice> slices;
-  std::vector<int64_t> logit_rows;
-  std::vector<DecodePlan> plans;               // the decoding slots, their rows first
-  std::vector<Slot*> row_owner;                // per prompt-completion logit row, after the plans' rows
-  std::vector<std::pair<Slot*, int64_t>> fed;  // prompt chunks: slot, tokens appended
-  std::vector<int64_t> fed_row0;               // ... and each chunk's first row
-  int64_t n_decode = 0, n_prefill = 0;
+  StepRows r;
   make_room();
-  // Each decoding slot's row (plus the tokens a recurrent rollback replays);
-  // the drafts share what is left of the step's verify rows.
+  plan_decode_step(r);
+  const bool starved = plan_prefill_step(r);
+  if (r.tokens.empty()) {
+    // Prompts part-way in hold every block: the newest goes out so the
+    // older ones can finish.
+    return starved && preempt_newest(nullptr);
+  }
+  const int64_t n_vocab = model_.info().n_vocab;
+  // Every row's arg-max comes back; the logits only when some row samples
+  // from them (on a GPU that is 600 KB a row of a 152k vocabulary).
+  bool want_logits =
+      std::any_of(r.row_owner.begin(), r.row_owner.end(), [](Slot* s) { return needs_logits(*s); });
+  for (const DecodePlan& p : r.plans) want_logits = want_logits || needs_logits(*p.slot);
+  logits_.resize(want_logits ? r.logit_rows.size() * size_t(n_vocab) : 0);
+  greedy_.resize(r.logit_rows.size());
+  models::ForwardBatch b;
+  b.tokens = r.tokens;
+  b.sequences = r.slices;
+  b.logit_rows = r.logit_rows;
+  b.logits = want_logits ? logits_.data() : nullptr;
+  b.greedy = greedy_.data();
+  b.decode_rows = r.n_decode;  // the decoding slots' rows come first
+  b.capture_layers = step_feature_layers();
+  b.captured = captured_.prepare(b.capture_layers, int64_t(r.tokens.size()), model_.info().n_embd);
+  const double t0 = now_seconds();
+  const Status st = model_.net().forward(b, *ws_);
+  const double dt = now_seconds() - t0;
+  if (!st.is_ok()) {
+    for (const DecodePlan& p : r.plans) {
+      p.slot->spec.reset();
+      finish(*p.slot, st);
+    }
+    for (auto& [s, n] : r.fed) finish(*s, st);
+    return true;
+  }
+  if (r.n_prefill == 0) step_costs_.record(r.n_decode, dt);
+  const double total = double(r.n_decode + r.n_prefill);
+  int64_t generated = 0;
+  for (const DecodePlan& p : r.plans) {
+    if (p.n_draft > 0) p.slot->stats.spec.verify_seconds += dt * double(p.n_draft) / total;
+    generated += finish_decode_rows(p, want_logits ? logits_.data() : nullptr, greedy_.data());
+  }
+  {
+    std::lock_guard lock(mu_);
+    totals_.decode_tokens += generated;
+    totals_.decode_seconds += dt * double(r.n_decode) / total;
+    totals_.prefill_tokens += r.n_prefill;
+    totals_.prefill_seconds += dt * double(r.n_prefill) / total;
+  }
+  maybe_promote(r.n_decode + r.n_prefill);
+  finish_prefill_step(r, want_logits ? logits_.data() : nullptr);
+  int64_t used = 0;
+  for (auto& s : slots_) {
+    used += s->busy ? s->seq.position() : 0;
+    if (s->running()) publish_blocks(*s);
+  }
+  kv_used_.store(used);
+  return true;
+}
+
+// Each decoding slot's row (plus the tokens a recurrent rollback replays);
+// the drafts share what is left of the step's verify rows.
+void BatchEngine::plan_decode_step(StepRows& r) {
   int64_t base_rows = 0;
   for (auto& s : slots_) {
     if (s->running() && s->decoding) base_rows += 1 + int64_t(s->spec.replay().size());
@@ -358,16 +412,20 @@ bool BatchEngine::step() {
   int64_t draft_budget = std::min(options_.spec_step_rows, options_.n_batch) - base_rows;
   for (auto& s : slots_) {
     if (!s->running() || !s->decoding) continue;
-    const int64_t before = int64_t(tokens.size());
-    const Status planned = plan_decode_rows(*s, base_rows, draft_budget, tokens, slices, logit_rows, plans);
+    const int64_t before = int64_t(r.tokens.size());
+    const Status planned =
+        plan_decode_rows(*s, base_rows, draft_budget, r.tokens, r.slices, r.logit_rows, r.plans);
     if (!planned.is_ok()) {
       finish(*s, planned);
       continue;
     }
-    draft_budget -= plans.back().n_draft;
-    base_rows += plans.back().n_draft;
-    n_decode += int64_t(tokens.size()) - before;
+    draft_budget -= r.plans.back().n_draft;
+    base_rows += r.plans.back().n_draft;
+    r.n_decode += int64_t(r.tokens.size()) - before;
   }
+}
+
+bool BatchEngine::plan_prefill_step(StepRows& r) {
   std::vector<Slot*> prefilling;
   for (auto& s : slots_) {
     if (s->running() && !s->decoding) prefilling.push_back(s.get());
@@ -376,8 +434,8 @@ bool BatchEngine::step() {
   // A pipelined layer split takes several batches of rows a forward
   // (models/micro_batches.h); with captured layers it runs them whole.
   const int64_t step_rows = options_.n_batch * (step_feature_layers().empty() ? pipeline_depth_ : 1);
-  int64_t budget = step_rows - n_decode;
-  if (n_decode > 0 && options_.prefill_chunk > 0) budget = std::min(budget, options_.prefill_chunk);
+  int64_t budget = step_rows - r.n_decode;
+  if (r.n_decode > 0 && options_.prefill_chunk > 0) budget = std::min(budget, options_.prefill_chunk);
   bool starved = false;  // a prompt waits for KV blocks
   for (Slot* s : prefilling) {
     if (budget <= 0) break;
@@ -398,71 +456,29 @@ bool BatchEngine::step() {
       finish(*s, room);
       continue;
     }
-    slices.push_back({int64_t(tokens.size()), n, s->seq.position(), s->seq.kv().view()});
-    tokens.insert(tokens.end(), fill.begin() + s->prompt_done, fill.begin() + s->prompt_done + n);
+    r.slices.push_back({int64_t(r.tokens.size()), n, s->seq.position(), s->seq.kv().view()});
+    r.tokens.insert(r.tokens.end(), fill.begin() + s->prompt_done, fill.begin() + s->prompt_done + n);
     if (n == left && s->refill.empty()) {  // (a refill's next token is already chosen)
-      logit_rows.push_back(int64_t(tokens.size()) - 1);
-      row_owner.push_back(s);
+      r.logit_rows.push_back(int64_t(r.tokens.size()) - 1);
+      r.row_owner.push_back(s);
     }
-    fed.push_back({s, n});
-    fed_row0.push_back(int64_t(tokens.size()) - n);
+    r.fed.push_back({s, n});
+    r.fed_row0.push_back(int64_t(r.tokens.size()) - n);
     budget -= n;
-    n_prefill += n;
+    r.n_prefill += n;
   }
-  if (tokens.empty()) {
-    // Prompts part-way in hold every block: the newest goes out so the
-    // older ones can finish.
-    return starved && preempt_newest(nullptr);
-  }
-  const int64_t n_vocab = model_.info().n_vocab;
-  // Every row's arg-max comes back; the logits only when some row samples
-  // from them (on a GPU that is 600 KB a row of a 152k vocabulary).
-  bool want_logits =
-      std::any_of(row_owner.begin(), row_owner.end(), [](Slot* s) { return needs_logits(*s); });
-  for (const DecodePlan& p : plans) want_logits = want_logits || needs_logits(*p.slot);
-  logits_.resize(want_logits ? logit_rows.size() * size_t(n_vocab) : 0);
-  greedy_.resize(logit_rows.size());
-  models::ForwardBatch b;
-  b.tokens = tokens;
-  b.sequences = slices;
-  b.logit_rows = logit_rows;
-  b.logits = want_logits ? logits_.data() : nullptr;
-  b.greedy = greedy_.data();
-  b.decode_rows = n_decode;  // the decoding slots' rows come first
-  b.capture_layers = step_feature_layers();
-  b.captured = captured_.prepare(b.capture_layers, int64_t(tokens.size()), model_.info().n_embd);
-  const double t0 = now_seconds();
-  const Status st = model_.net().forward(b, *ws_);
-  const double dt = now_seconds() - t0;
-  if (!st.is_ok()) {
-    for (const DecodePlan& p : plans) {
-      p.slot->spec.reset();
-      finish(*p.slot, st);
-    }
-    for (auto& [s, n] : fed) finish(*s, st);
-    return true;
-  }
-  if (n_prefill == 0) step_costs_.record(n_decode, dt);
-  const double total = double(n_decode + n_prefill);
-  int64_t generated = 0;
-  for (const DecodePlan& p : plans) {
-    if (p.n_draft > 0) p.slot->stats.spec.verify_seconds += dt * double(p.n_draft) / total;
-    generated += finish_decode_rows(p, want_logits ? logits_.data() : nullptr, greedy_.data());
-  }
-  {
-    std::lock_guard lock(mu_);
-    totals_.decode_tokens += generated;
-    totals_.decode_seconds += dt * double(n_decode) / total;
-    totals_.prefill_tokens += n_prefill;
-    totals_.prefill_seconds += dt * double(n_prefill) / total;
-  }
-  maybe_promote(n_decode + n_prefill);
+  return starved;
+}
+
+// After the forward: the chunks join their sequences, and a finished
+// prompt's last row gives its first token.
+void BatchEngine::finish_prefill_step(const StepRows& r, const float* logits) {
   std::vector<int32_t> picks;
-  for (size_t i = 0; i < fed.size(); ++i) {
-    auto& [s, n] = fed[i];
+  for (size_t i = 0; i < r.fed.size(); ++i) {
+    auto [s, n] = r.fed[i];
     picks.resize(size_t(n));
     for (int64_t j = 0; j < n; ++j) picks[size_t(j)] = int32_t(j);
-    hand_features(*s, s->seq.position(), fed_row0[i], picks);
+    hand_features(*s, s->seq.position(), r.fed_row0[i], picks);
     s->seq.append(s->fill_tokens().subspan(size_t(s->prompt_done), size_t(n)));
     s->prompt_done += n;
     if (!s->refill.empty()) {
@@ -477,148 +493,12 @@ bool BatchEngine::step() {
       prefix_.store(s->seq.tokens(), s->seq.kv());
     }
   }
-  const size_t first_prompt_row = logit_rows.size() - row_owner.size();
-  for (size_t i = 0; i < row_owner.size(); ++i) {
+  const size_t n_vocab = size_t(model_.info().n_vocab);
+  const size_t first_prompt_row = r.logit_rows.size() - r.row_owner.size();
+  for (size_t i = 0; i < r.row_owner.size(); ++i) {
     const size_t row = first_prompt_row + i;
-    handle_logits(*row_owner[i], want_logits ? logits_.data() + row * size_t(n_vocab) : nullptr,
-                  greedy_[row]);
+    handle_logits(*r.row_owner[i], logits != nullptr ? logits + row * n_vocab : nullptr, greedy_[row]);
   }
-  int64_t used = 0;
-  for (auto& s : slots_) {
-    used += s->busy ? s->seq.position() : 0;
-    if (s->running()) publish_blocks(*s);
-  }
-  kv_used_.store(used);
-  return true;
-}
-
-int64_t BatchEngine::available_blocks() const {
-  return kv_pool_->n_free() + (block_tree_ != nullptr ? block_tree_->reclaimable() : 0);
-}
-
-void BatchEngine::publish_blocks(Slot& s) {
-  if (block_tree_ == nullptr) return;
-  const int64_t full = s.seq.position() / kv_pool_->block_rows();
-  if (full <= s.published_blocks) return;
-  const auto tokens = s.seq.tokens().first(size_t(full * kv_pool_->block_rows()));
-  block_tree_->insert(tokens, s.seq.kv().block_table().first(size_t(full)));
-  s.published_blocks = full;
-}
-
-int64_t BatchEngine::share_prefix(Slot& s) {
-  if (block_tree_ == nullptr) return 0;
-  // The prompt's last token is always computed (its logits start the output).
-  const std::span<const int32_t> fill = s.fill_tokens();
-  const int64_t max_blocks = (int64_t(fill.size()) - 1) / kv_pool_->block_rows();
-  std::vector<int32_t> shared = block_tree_->match(fill, max_blocks);
-  if (shared.empty() || !s.seq.kv().adopt_prefix(shared).is_ok()) return 0;
-  const int64_t n = int64_t(shared.size()) * kv_pool_->block_rows();
-  block_tree_->count_hit(n);
-  s.published_blocks = int64_t(shared.size());  // already there
-  return n;
-}
-
-int64_t BatchEngine::reachable_positions(const Slot& s) const {
-  const KvCache& kv = s.seq.kv();
-  if (kv.pool() == nullptr) return kv.capacity();
-  return std::min(kv.capacity(), (kv.blocks_held() + available_blocks()) * kv.pool()->block_rows());
-}
-
-bool BatchEngine::preempt_newest(const Slot* keep) {
-  Slot* victim = nullptr;
-  int64_t holders = 0;
-  for (auto& s : slots_) {
-    if (!s->running() || s->seq.kv().blocks_held() == 0) continue;
-    ++holders;
-    if (victim == nullptr || s->admitted > victim->admitted) victim = s.get();
-  }
-  if (victim == nullptr || (victim == keep && holders == 1)) return false;
-  preempt(*victim);
-  return true;
-}
-
-void BatchEngine::preempt(Slot& s) {
-  size_t swapped = 0;
-  for (auto& x : slots_) swapped += x->seq.kv().swapped_bytes();
-  const size_t bytes = size_t(s.seq.kv().blocks_held()) * kv_pool_->block_bytes();
-  // Computing the rows again gives the same bits only where a prefill row
-  // equals a decode row and nothing else keeps per-token state: not for
-  // recurrent layers (their chunked form) or a drafter.
-  const bool can_recompute = !model_.info().recurrent() && s.drafter == nullptr;
-  bool recompute = can_recompute && swapped + bytes > options_.kv_swap_bytes;
-  if (!recompute) {
-    if (Status st = s.seq.kv().swap_out(); !st.is_ok()) {
-      if (!can_recompute) {
-        finish(s, st);  // (finish frees its blocks)
-        return;
-      }
-      recompute = true;
-    }
-  }
-  if (recompute) {
-    if (s.decoding) s.refill.assign(s.seq.tokens().begin(), s.seq.tokens().end());
-    s.seq.clear();
-    s.prompt_done = 0;
-    s.published_blocks = 0;
-    s.decoding = false;
-  }
-  s.paused = recompute ? Slot::Paused::kRecompute : Slot::Paused::kSwapped;
-  std::lock_guard lock(mu_);
-  ++totals_.preemptions;
-  totals_.recompute_preemptions += recompute ? 1 : 0;
-}
-
-Status BatchEngine::resume(Slot& s) {
-  if (s.paused == Slot::Paused::kSwapped) {
-    MOESERVE_RETURN_IF_ERROR(s.seq.kv().swap_in());
-  } else {
-    const int64_t reuse = share_prefix(s);
-    s.seq.append(s.fill_tokens().first(size_t(reuse)));
-    s.prompt_done = reuse;
-  }
-  s.paused = Slot::Paused::kNo;
-  return Status::ok();
-}
-
-void BatchEngine::make_room() {
-  if (kv_pool_ == nullptr) return;
-  std::vector<Slot*> order;  // oldest admission first
-  int64_t running = 0;
-  for (auto& s : slots_) {
-    if (s->busy) order.push_back(s.get());
-    running += s->running() ? 1 : 0;
-  }
-  std::sort(order.begin(), order.end(), [](Slot* a, Slot* b) { return a->admitted < b->admitted; });
-  // Preempted sequences come back, oldest first, while their rows, their
-  // next step's and a block for each running sequence fit (so that they
-  // are not swapped straight out again).
-  for (Slot* s : order) {
-    if (s->running()) continue;
-    const int64_t rows = s->paused == Slot::Paused::kSwapped
-                             ? s->seq.position() + 1 + int64_t(s->spec.replay().size())
-                             : int64_t(s->fill_tokens().size()) + 1;
-    if (KvBlockPool::blocks_for(rows, kv_pool_->block_rows()) + running > available_blocks()) break;
-    if (Status st = resume(*s); !st.is_ok()) {
-      finish(*s, st);
-      continue;
-    }
-    ++running;
-  }
-  // Each decoding sequence's next rows, oldest first; the newest give way.
-  for (Slot* s : order) {
-    if (!s->running() || !s->decoding) continue;
-    const int64_t rows = s->seq.position() + 1 + int64_t(s->spec.replay().size());
-    while (s->running() && !s->seq.kv().reserve(rows).is_ok()) {
-      if (!preempt_newest(s)) {  // alone in the pool, and the pool is full: as a full context
-        s->stats.reason = StopReason::kContextFull;
-        finish(*s, Status::ok());
-      }
-    }
-  }
-  int64_t swapped = 0;
-  for (auto& s : slots_) swapped += s->busy && !s->running() ? 1 : 0;
-  std::lock_guard lock(mu_);
-  totals_.swapped_sequences = swapped;
 }
 
 // The sampled token was refused: every refused token is masked and the

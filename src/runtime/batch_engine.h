@@ -258,6 +258,22 @@ class BatchEngine {
     int64_t n_draft = 0;
     int64_t row0 = 0;  // its first row in the step
   };
+  // The rows of one step, as they are planned.
+  struct StepRows {
+    std::vector<int32_t> tokens;
+    std::vector<models::SequenceSlice> slices;
+    std::vector<int64_t> logit_rows;
+    std::vector<DecodePlan> plans;               // the decoding slots, their rows first
+    std::vector<Slot*> row_owner;                // per prompt-completion logit row, after the plans' rows
+    std::vector<std::pair<Slot*, int64_t>> fed;  // prompt chunks: slot, tokens appended
+    std::vector<int64_t> fed_row0;               // ... and each chunk's first row
+    int64_t n_decode = 0, n_prefill = 0;
+  };
+  void plan_decode_step(StepRows& r);
+  // Prompt chunks within the step's budget; true when a prompt had to wait for KV blocks.
+  bool plan_prefill_step(StepRows& r);
+  void finish_prefill_step(const StepRows& r, const float* logits);
+
   // The layers a step captures for drafters that read the target's hidden
   // rows (empty: none), and handing a slot's kept rows to its drafter.
   std::span<const int32_t> step_feature_layers() const;

@@ -1,0 +1,139 @@
+// BatchEngine's paged KV (kv_pool.h, kv_block_tree.h): blocks for each
+// step's rows, preemption and resumption, and shared prompt prefixes.
+#include <algorithm>
+
+#include "runtime/batch_engine.h"
+#include "runtime/engine_slot.h"
+
+namespace moeserve::runtime {
+
+int64_t BatchEngine::available_blocks() const {
+  return kv_pool_->n_free() + (block_tree_ != nullptr ? block_tree_->reclaimable() : 0);
+}
+
+void BatchEngine::publish_blocks(Slot& s) {
+  if (block_tree_ == nullptr) return;
+  const int64_t full = s.seq.position() / kv_pool_->block_rows();
+  if (full <= s.published_blocks) return;
+  const auto tokens = s.seq.tokens().first(size_t(full * kv_pool_->block_rows()));
+  block_tree_->insert(tokens, s.seq.kv().block_table().first(size_t(full)));
+  s.published_blocks = full;
+}
+
+int64_t BatchEngine::share_prefix(Slot& s) {
+  if (block_tree_ == nullptr) return 0;
+  // The prompt's last token is always computed (its logits start the output).
+  const std::span<const int32_t> fill = s.fill_tokens();
+  const int64_t max_blocks = (int64_t(fill.size()) - 1) / kv_pool_->block_rows();
+  std::vector<int32_t> shared = block_tree_->match(fill, max_blocks);
+  if (shared.empty() || !s.seq.kv().adopt_prefix(shared).is_ok()) return 0;
+  const int64_t n = int64_t(shared.size()) * kv_pool_->block_rows();
+  block_tree_->count_hit(n);
+  s.published_blocks = int64_t(shared.size());  // already there
+  return n;
+}
+
+int64_t BatchEngine::reachable_positions(const Slot& s) const {
+  const KvCache& kv = s.seq.kv();
+  if (kv.pool() == nullptr) return kv.capacity();
+  return std::min(kv.capacity(), (kv.blocks_held() + available_blocks()) * kv.pool()->block_rows());
+}
+
+bool BatchEngine::preempt_newest(const Slot* keep) {
+  Slot* victim = nullptr;
+  int64_t holders = 0;
+  for (auto& s : slots_) {
+    if (!s->running() || s->seq.kv().blocks_held() == 0) continue;
+    ++holders;
+    if (victim == nullptr || s->admitted > victim->admitted) victim = s.get();
+  }
+  if (victim == nullptr || (victim == keep && holders == 1)) return false;
+  preempt(*victim);
+  return true;
+}
+
+void BatchEngine::preempt(Slot& s) {
+  size_t swapped = 0;
+  for (auto& x : slots_) swapped += x->seq.kv().swapped_bytes();
+  const size_t bytes = size_t(s.seq.kv().blocks_held()) * kv_pool_->block_bytes();
+  // Computing the rows again gives the same bits only where a prefill row
+  // equals a decode row and nothing else keeps per-token state: not for
+  // recurrent layers (their chunked form) or a drafter.
+  const bool can_recompute = !model_.info().recurrent() && s.drafter == nullptr;
+  bool recompute = can_recompute && swapped + bytes > options_.kv_swap_bytes;
+  if (!recompute) {
+    if (Status st = s.seq.kv().swap_out(); !st.is_ok()) {
+      if (!can_recompute) {
+        finish(s, st);  // (finish frees its blocks)
+        return;
+      }
+      recompute = true;
+    }
+  }
+  if (recompute) {
+    if (s.decoding) s.refill.assign(s.seq.tokens().begin(), s.seq.tokens().end());
+    s.seq.clear();
+    s.prompt_done = 0;
+    s.published_blocks = 0;
+    s.decoding = false;
+  }
+  s.paused = recompute ? Slot::Paused::kRecompute : Slot::Paused::kSwapped;
+  std::lock_guard lock(mu_);
+  ++totals_.preemptions;
+  totals_.recompute_preemptions += recompute ? 1 : 0;
+}
+
+Status BatchEngine::resume(Slot& s) {
+  if (s.paused == Slot::Paused::kSwapped) {
+    MOESERVE_RETURN_IF_ERROR(s.seq.kv().swap_in());
+  } else {
+    const int64_t reuse = share_prefix(s);
+    s.seq.append(s.fill_tokens().first(size_t(reuse)));
+    s.prompt_done = reuse;
+  }
+  s.paused = Slot::Paused::kNo;
+  return Status::ok();
+}
+
+void BatchEngine::make_room() {
+  if (kv_pool_ == nullptr) return;
+  std::vector<Slot*> order;  // oldest admission first
+  int64_t running = 0;
+  for (auto& s : slots_) {
+    if (s->busy) order.push_back(s.get());
+    running += s->running() ? 1 : 0;
+  }
+  std::sort(order.begin(), order.end(), [](Slot* a, Slot* b) { return a->admitted < b->admitted; });
+  // Preempted sequences come back, oldest first, while their rows, their
+  // next step's and a block for each running sequence fit (so that they
+  // are not swapped straight out again).
+  for (Slot* s : order) {
+    if (s->running()) continue;
+    const int64_t rows = s->paused == Slot::Paused::kSwapped
+                             ? s->seq.position() + 1 + int64_t(s->spec.replay().size())
+                             : int64_t(s->fill_tokens().size()) + 1;
+    if (KvBlockPool::blocks_for(rows, kv_pool_->block_rows()) + running > available_blocks()) break;
+    if (Status st = resume(*s); !st.is_ok()) {
+      finish(*s, st);
+      continue;
+    }
+    ++running;
+  }
+  // Each decoding sequence's next rows, oldest first; the newest give way.
+  for (Slot* s : order) {
+    if (!s->running() || !s->decoding) continue;
+    const int64_t rows = s->seq.position() + 1 + int64_t(s->spec.replay().size());
+    while (s->running() && !s->seq.kv().reserve(rows).is_ok()) {
+      if (!preempt_newest(s)) {  // alone in the pool, and the pool is full: as a full context
+        s->stats.reason = StopReason::kContextFull;
+        finish(*s, Status::ok());
+      }
+    }
+  }
+  int64_t swapped = 0;
+  for (auto& s : slots_) swapped += s->busy && !s->running() ? 1 : 0;
+  std::lock_guard lock(mu_);
+  totals_.swapped_sequences = swapped;
+}
+
+}  // namespace moeserve::runtime
