@@ -172,6 +172,21 @@ std::vector<int32_t> solo(Model& m, const std::vector<int32_t>& prompt, int64_t 
   return gen.generate(prompt, o).value().tokens;
 }
 
+// Submits every prompt (greedy, n tokens, past EOS) and waits for them all.
+std::vector<std::unique_ptr<Collector>> run_all(BatchEngine& engine,
+                                                const std::vector<std::vector<int32_t>>& ps, int64_t n) {
+  std::vector<std::unique_ptr<Collector>> cs;
+  for (const auto& p : ps) {
+    cs.push_back(std::make_unique<Collector>());
+    EngineRequest r = testing::greedy_request(p, n);
+    r.stop_at_eos = false;
+    cs.back()->attach(r);
+    EXPECT_TRUE(engine.submit(std::move(r)).is_ok());
+  }
+  for (auto& c : cs) c->wait();
+  return cs;
+}
+
 // Preempted by swapping (the default host budget) and by dropping the rows
 // and computing them again (no budget): the same tokens either way.
 TEST(PagedEngine, PreemptedSequencesGiveTheirSoloOutput) {
@@ -195,16 +210,8 @@ TEST(PagedEngine, PreemptedSequencesGiveTheirSoloOutput) {
     ASSERT_TRUE(engine.status().is_ok()) << engine.status().to_string();
     EXPECT_EQ(engine.stats().kv_pool_blocks, 14);
     EXPECT_EQ(engine.stats().kv_capacity_tokens, 56);
-    std::vector<std::unique_ptr<Collector>> cs;
-    for (const auto& p : ps) {
-      cs.push_back(std::make_unique<Collector>());
-      EngineRequest r = testing::greedy_request(p, kTokens);
-      r.stop_at_eos = false;
-      cs.back()->attach(r);
-      ASSERT_TRUE(engine.submit(std::move(r)).is_ok());
-    }
+    const auto cs = run_all(engine, ps, kTokens);
     for (size_t i = 0; i < ps.size(); ++i) {
-      cs[i]->wait();
       ASSERT_TRUE(cs[i]->status.is_ok()) << cs[i]->status.to_string();
       EXPECT_EQ(cs[i]->tokens, want[i]) << "prompt " << i << " swap budget " << swap;
       EXPECT_EQ(cs[i]->stats.completion_tokens, kTokens);
@@ -283,17 +290,9 @@ TEST(PagedEngine, ConcurrentRequestsShareTheirCommonPrefixBlocks) {
   eo.kv_pool_bytes = pool_bytes(*model, 4, 256);
   BatchEngine engine(*model, eo);
   ASSERT_TRUE(engine.status().is_ok());
-  std::vector<std::unique_ptr<Collector>> cs;
-  for (const auto& p : ps) {
-    cs.push_back(std::make_unique<Collector>());
-    EngineRequest r = testing::greedy_request(p, kTokens);
-    r.stop_at_eos = false;
-    cs.back()->attach(r);
-    ASSERT_TRUE(engine.submit(std::move(r)).is_ok());
-  }
+  const auto cs = run_all(engine, ps, kTokens);
   int64_t cached = 0;
   for (size_t i = 0; i < ps.size(); ++i) {
-    cs[i]->wait();
     ASSERT_TRUE(cs[i]->status.is_ok()) << cs[i]->status.to_string();
     EXPECT_EQ(cs[i]->tokens, want[i]) << "prompt " << i;
     cached += cs[i]->stats.cached_tokens;
@@ -325,16 +324,8 @@ TEST(PagedEngine, SharedBlocksAreEvictedUnderPressureWithoutChangingOutput) {
   BatchEngine engine(*model, eo);
   ASSERT_TRUE(engine.status().is_ok());
   for (int round = 0; round < 2; ++round) {
-    std::vector<std::unique_ptr<Collector>> cs;
-    for (const auto& p : ps) {
-      cs.push_back(std::make_unique<Collector>());
-      EngineRequest r = testing::greedy_request(p, kTokens);
-      r.stop_at_eos = false;
-      cs.back()->attach(r);
-      ASSERT_TRUE(engine.submit(std::move(r)).is_ok());
-    }
+    const auto cs = run_all(engine, ps, kTokens);
     for (size_t i = 0; i < ps.size(); ++i) {
-      cs[i]->wait();
       ASSERT_TRUE(cs[i]->status.is_ok()) << cs[i]->status.to_string();
       EXPECT_EQ(cs[i]->tokens, want[i]) << "prompt " << i << " round " << round;
     }
