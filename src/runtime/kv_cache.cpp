@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <functional>
 
 #include "backend/cpu/cpu_device.h"
 #include "core/log.h"
@@ -159,34 +160,40 @@ Status KvCache::reserve(int64_t n) {
   return blocks_.grow_to(KvBlockPool::blocks_for(n, pool()->block_rows()));
 }
 
-Status KvCache::copy_rows_to_host(size_t l, int64_t from, int64_t n, uint16_t* k, uint16_t* v) const {
-  backend::Device* d = kv_device(l);
-  if (d == nullptr) return make_error(StatusCode::kInvalidArgument, "KV cache: layer {} is not here", l);
+// Positions [from, from + n) as runs that are consecutive rows of the
+// layer regions (a whole region without a pool, a block's share with one):
+// f(first row, offset of the run in positions from `from`, run length).
+Status KvCache::for_each_row_run(int64_t from, int64_t n,
+                                 const std::function<Status(int64_t, int64_t, int64_t)>& f) const {
   const int64_t block = pool() != nullptr ? pool()->block_rows() : std::max<int64_t>(n, 1);
   for (int64_t p = from; p < from + n;) {
     const int64_t run = std::min(from + n - p, block - p % block);
-    const size_t at = size_t(cache_row(p) * kv_dim_), out = size_t((p - from) * kv_dim_);
-    const size_t bytes = size_t(run * kv_dim_) * sizeof(uint16_t);
-    MOESERVE_RETURN_IF_ERROR(d->copy_to_host(k + out, k_base(l) + at, bytes));
-    MOESERVE_RETURN_IF_ERROR(d->copy_to_host(v + out, v_base(l) + at, bytes));
+    MOESERVE_RETURN_IF_ERROR(f(cache_row(p), p - from, run));
     p += run;
   }
   return Status::ok();
 }
 
+Status KvCache::copy_rows_to_host(size_t l, int64_t from, int64_t n, uint16_t* k, uint16_t* v) const {
+  backend::Device* d = kv_device(l);
+  if (d == nullptr) return make_error(StatusCode::kInvalidArgument, "KV cache: layer {} is not here", l);
+  return for_each_row_run(from, n, [&](int64_t row, int64_t at, int64_t run) {
+    const size_t src = size_t(row * kv_dim_), dst = size_t(at * kv_dim_);
+    const size_t bytes = size_t(run * kv_dim_) * sizeof(uint16_t);
+    MOESERVE_RETURN_IF_ERROR(d->copy_to_host(k + dst, k_base(l) + src, bytes));
+    return d->copy_to_host(v + dst, v_base(l) + src, bytes);
+  });
+}
+
 Status KvCache::copy_rows_to_device(size_t l, int64_t from, int64_t n, const uint16_t* k, const uint16_t* v) {
   backend::Device* d = kv_device(l);
   if (d == nullptr) return make_error(StatusCode::kInvalidArgument, "KV cache: layer {} is not here", l);
-  const int64_t block = pool() != nullptr ? pool()->block_rows() : std::max<int64_t>(n, 1);
-  for (int64_t p = from; p < from + n;) {
-    const int64_t run = std::min(from + n - p, block - p % block);
-    const size_t at = size_t(cache_row(p) * kv_dim_), in = size_t((p - from) * kv_dim_);
+  return for_each_row_run(from, n, [&](int64_t row, int64_t at, int64_t run) {
+    const size_t dst = size_t(row * kv_dim_), src = size_t(at * kv_dim_);
     const size_t bytes = size_t(run * kv_dim_) * sizeof(uint16_t);
-    MOESERVE_RETURN_IF_ERROR(d->copy_to_device(k_base(l) + at, k + in, bytes));
-    MOESERVE_RETURN_IF_ERROR(d->copy_to_device(v_base(l) + at, v + in, bytes));
-    p += run;
-  }
-  return Status::ok();
+    MOESERVE_RETURN_IF_ERROR(d->copy_to_device(k_base(l) + dst, k + src, bytes));
+    return d->copy_to_device(v_base(l) + dst, v + src, bytes);
+  });
 }
 
 // Rows only move down (to < from); runs within one block of each side.

@@ -14,6 +14,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <span>
 #include <utility>
 #include <vector>
@@ -174,6 +175,8 @@ class KvCache {
   }
   // Copies rows [from, from + n) of positions to or from host memory,
   // block by block in a paged cache.
+  Status for_each_row_run(int64_t from, int64_t n,
+                          const std::function<Status(int64_t, int64_t, int64_t)>& f) const;
   Status copy_rows_to_host(size_t l, int64_t from, int64_t n, uint16_t* k, uint16_t* v) const;
   Status copy_rows_to_device(size_t l, int64_t from, int64_t n, const uint16_t* k, const uint16_t* v);
   Status move_rows(size_t l, int64_t to, int64_t from, int64_t n);
