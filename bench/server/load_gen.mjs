@@ -244,6 +244,19 @@ export function report(s, title) {
 
 // ---- the command ---------------------------------------------------------
 
+// The server's KV counters after the run, where it exports them (moeserve's
+// /metrics: paged KV blocks, preemptions); {} for servers without them.
+async function kvMetrics(url) {
+  try {
+    const text = await (await fetch(`${url}/metrics`)).text();
+    const out = {};
+    for (const m of text.matchAll(/^moeserve_kv_(\w+)(?:\{[^}]*\})? ([0-9.e+-]+)$/gm)) out[m[1]] = Number(m[2]);
+    return out;
+  } catch {
+    return {};
+  }
+}
+
 function startMoeserve(bin, model, extra) {
   const args = ['serve', '-m', model, '--host', '127.0.0.1', '--port', '0', ...extra];
   const proc = spawn(bin, args, { stdio: ['ignore', 'pipe', 'inherit'] });
@@ -288,6 +301,10 @@ async function main() {
                               rate: Number(o.rate), seed: Number(o.seed), longPrompt });
     const how = o.mode === 'closed' ? `${o.clients} concurrent clients` : `Poisson arrivals at ${o.rate} req/s`;
     console.log(report(s, `== ${o.workload}, ${how}, ${o.requests} requests (input ${o.input} words, output ${o.output} tokens, seed ${o.seed})`));
+    s.serverKv = await kvMetrics(url);
+    if (Object.keys(s.serverKv).length) {
+      console.log(`server KV: ${Object.entries(s.serverKv).map(([k, v]) => `${k} ${v}`).join(', ')}`);
+    }
     if (o.json) writeFileSync(o.json, JSON.stringify({ options: o, ...s }, null, 2));
     process.exitCode = s.completed === s.requests ? 0 : 1;
   } finally {

@@ -119,6 +119,13 @@ Result<MemoryPlan> plan_device_memory(Model& model, const MemoryPlanRequest& r) 
   }
   plan.free_bytes = device.memory_info().free_bytes;
   const uint64_t margin = uint64_t(256) << 20;  // CUDA context growth, graph and library buffers
+  if (plan.kv_bytes + plan.workspace_bytes + margin > plan.free_bytes && r.kv_pool_bytes > 0) {
+    return make_error(
+        StatusCode::kResourceExhausted,
+        "not enough memory on {}: the KV pool (--kv-mem) takes {:.2f} GiB and the workspace for --batch {} "
+        "about {:.2f} GiB, but only {:.2f} GiB are free after the weights; lower --kv-mem",
+        device.name(), gib(plan.kv_bytes), r.n_batch, gib(plan.workspace_bytes), gib(plan.free_bytes));
+  }
   if (plan.kv_bytes + plan.workspace_bytes + margin > plan.free_bytes) {
     return make_error(
         StatusCode::kResourceExhausted,

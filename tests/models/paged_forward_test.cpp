@@ -5,8 +5,11 @@
 // read through the block table).
 #include <gtest/gtest.h>
 
+#include <cstdio>
+
 #include "forward_test_util.h"
 #include "runtime/kv_pool.h"
+#include "test_device.h"
 
 namespace moeserve::testing {
 namespace {
@@ -64,6 +67,40 @@ TEST_P(PagedForward, ScatteredBlocksGiveTheContiguousLogits) {
   ASSERT_EQ(got.size(), want.size());
   EXPECT_TRUE(std::equal(got.begin(), got.end(), want.begin())) << "max rel diff " << rel_diff(want, got);
 }
+
+// The same on the GPU (MOESERVE_TEST_DEVICE=cuda): its attention and K/V
+// store kernels read the block table, visiting keys in the same order.
+class PagedForwardGpu : public ::testing::TestWithParam<ModelArch> {};
+
+TEST_P(PagedForwardGpu, ScatteredBlocksGiveTheContiguousLogits) {
+  if (test_device() == "cpu") GTEST_SKIP() << "MOESERVE_TEST_DEVICE is not a GPU";
+  auto m = load_model(tiny_model_path(GetParam()), test_device());
+  ASSERT_TRUE(m);
+  ASSERT_TRUE(m->pages_kv()) << "this device does not read block tables";
+  const auto tokens = random_tokens(29, m->info().n_vocab, 5);
+  runtime::KvCache flat = m->new_kv_cache(64).value();
+  const std::vector<float> want = run_paged(*m, tokens, 7, 20, flat);
+  auto pool = m->new_kv_pool({.bytes = size_t(16) << 20, .block_rows = 4});
+  ASSERT_TRUE(pool.is_ok()) << pool.status().to_string();
+  runtime::KvCache a = m->new_kv_cache(64, *pool).value(), paged = m->new_kv_cache(64, *pool).value();
+  ASSERT_TRUE(a.reserve(5).is_ok());
+  ASSERT_TRUE(paged.reserve(3).is_ok());
+  ASSERT_TRUE(a.reserve(13).is_ok());
+  const std::vector<float> got = run_paged(*m, tokens, 7, 20, paged);
+  ASSERT_EQ(got.size(), want.size());
+  // Same kernels, same key order: the same bits are expected; the bound
+  // says how far they may drift should a kernel's plan ever depend on
+  // the rows' addresses.
+  const double diff = rel_diff(want, got);
+  std::printf("  paged vs contiguous on the GPU: %s (max rel diff %.3g)\n",
+              std::equal(got.begin(), got.end(), want.begin()) ? "bit-equal" : "not bit-equal", diff);
+  EXPECT_LT(diff, 1e-5);
+}
+
+INSTANTIATE_TEST_SUITE_P(Archs, PagedForwardGpu,
+                         ::testing::Values(ModelArch::kQwen3Moe, ModelArch::kQwen3, ModelArch::kQwen35Moe,
+                                           ModelArch::kQwen35, ModelArch::kLaguna),
+                         [](const auto& info) { return std::string(convert::arch_name(info.param)); });
 
 INSTANTIATE_TEST_SUITE_P(Archs, PagedForward,
                          ::testing::Values(ModelArch::kQwen3Moe, ModelArch::kQwen3, ModelArch::kQwen35Moe,

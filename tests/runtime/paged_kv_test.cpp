@@ -17,8 +17,10 @@ namespace {
 
 const std::string kModel = std::string(MOESERVE_TEST_DATA_DIR) + "/models/qwen3moe-tiny.bf16.gguf";
 
-std::unique_ptr<Model> load_cpu_model() {
-  auto m = Model::load(kModel, {.n_threads = 2, .device = "cpu"});
+// On the device MOESERVE_TEST_DEVICE names (the GPU machine runs this
+// suite again on cuda: its kernels read the same block tables).
+std::unique_ptr<Model> load_test_model() {
+  auto m = Model::load(kModel, {.n_threads = 2, .device = testing::test_device()});
   EXPECT_TRUE(m.is_ok()) << m.status().to_string();
   return m.is_ok() ? std::move(m).value() : nullptr;
 }
@@ -31,7 +33,7 @@ size_t pool_bytes(Model& m, int64_t rows, int64_t n) {
 }
 
 TEST(KvBlockPool, CountsBlocksAndReferences) {
-  auto model = load_cpu_model();
+  auto model = load_test_model();
   ASSERT_TRUE(model);
   auto pool = model->new_kv_pool({.bytes = pool_bytes(*model, 8, 5), .block_rows = 8});
   ASSERT_TRUE(pool.is_ok()) << pool.status().to_string();
@@ -54,7 +56,7 @@ TEST(KvBlockPool, CountsBlocksAndReferences) {
 }
 
 TEST(KvBlockPool, BadOptionsAreErrors) {
-  auto model = load_cpu_model();
+  auto model = load_test_model();
   ASSERT_TRUE(model);
   for (int64_t rows : {0, 3, 24, 8192}) {
     auto p = model->new_kv_pool({.bytes = size_t(64) << 20, .block_rows = rows});
@@ -73,7 +75,7 @@ std::vector<uint16_t> random_rows(int64_t n, int64_t dim, uint32_t seed) {
 }
 
 TEST(PagedKvCache, RowsRoundTripThroughBlocksAndSwap) {
-  auto model = load_cpu_model();
+  auto model = load_test_model();
   ASSERT_TRUE(model);
   const models::ModelInfo& info = model->info();
   auto pool = model->new_kv_pool({.bytes = pool_bytes(*model, 4, 12), .block_rows = 4});
@@ -125,7 +127,7 @@ TEST(PagedKvCache, RowsRoundTripThroughBlocksAndSwap) {
 }
 
 TEST(PagedKvCache, AcceptedTreePathMovesRowsAcrossBlocksAsContiguous) {
-  auto model = load_cpu_model();
+  auto model = load_test_model();
   ASSERT_TRUE(model);
   const models::ModelInfo& info = model->info();
   auto pool = model->new_kv_pool({.bytes = pool_bytes(*model, 2, 32), .block_rows = 2});
@@ -190,7 +192,7 @@ std::vector<std::unique_ptr<Collector>> run_all(BatchEngine& engine,
 // Preempted by swapping (the default host budget) and by dropping the rows
 // and computing them again (no budget): the same tokens either way.
 TEST(PagedEngine, PreemptedSequencesGiveTheirSoloOutput) {
-  auto model = load_cpu_model();
+  auto model = load_test_model();
   ASSERT_TRUE(model);
   const auto ps = prompts(*model);
   constexpr int64_t kTokens = 28;
@@ -229,7 +231,7 @@ TEST(PagedEngine, PreemptedSequencesGiveTheirSoloOutput) {
 }
 
 TEST(PagedEngine, ALoneSequenceStopsAtThePoolAndAPromptPastItIsRefused) {
-  auto model = load_cpu_model();
+  auto model = load_test_model();
   ASSERT_TRUE(model);
   EngineOptions eo;
   eo.n_slots = 2;
@@ -276,7 +278,7 @@ std::vector<std::vector<int32_t>> shared_prompts(const Model& m, int n) {
 }
 
 TEST(PagedEngine, ConcurrentRequestsShareTheirCommonPrefixBlocks) {
-  auto model = load_cpu_model();
+  auto model = load_test_model();
   ASSERT_TRUE(model);
   const auto ps = shared_prompts(*model, 6);
   constexpr int64_t kTokens = 12;
@@ -308,7 +310,7 @@ TEST(PagedEngine, ConcurrentRequestsShareTheirCommonPrefixBlocks) {
 }
 
 TEST(PagedEngine, SharedBlocksAreEvictedUnderPressureWithoutChangingOutput) {
-  auto model = load_cpu_model();
+  auto model = load_test_model();
   ASSERT_TRUE(model);
   auto ps = shared_prompts(*model, 4);
   for (const auto& p : prompts(*model)) ps.push_back(p);  // unrelated prompts fill the tree too
@@ -337,7 +339,7 @@ TEST(PagedEngine, SharedBlocksAreEvictedUnderPressureWithoutChangingOutput) {
 }
 
 TEST(PagedKvCache, RewindingIntoASharedBlockCopiesItFirst) {
-  auto model = load_cpu_model();
+  auto model = load_test_model();
   ASSERT_TRUE(model);
   const models::ModelInfo& info = model->info();
   auto pool = model->new_kv_pool({.bytes = pool_bytes(*model, 4, 8), .block_rows = 4});

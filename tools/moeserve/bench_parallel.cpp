@@ -7,32 +7,68 @@
 #include <random>
 #include <vector>
 
+#include "runtime/kv_pool.h"
+
 namespace moeserve::tools {
 
-Result<ParallelDecodeResult> bench_parallel_decode(runtime::Model& model, int64_t n_seq, int64_t n_gen) {
-  constexpr int64_t kPrompt = 16;
+namespace {
+
+// The sequences' caches: contiguous, or paged from one pool whose blocks
+// they take in turn (so each sequence's blocks are scattered).
+Result<std::vector<runtime::KvCache>> parallel_caches(runtime::Model& model, const ParallelDecodeOptions& o,
+                                                      std::shared_ptr<runtime::KvBlockPool>& pool) {
+  const int64_t positions = o.n_prompt + o.n_gen + 1;
   std::vector<runtime::KvCache> caches;
-  for (int64_t s = 0; s < n_seq; ++s) {
-    MOESERVE_ASSIGN_OR_RETURN(runtime::KvCache kv, model.new_kv_cache(kPrompt + n_gen + 1));
+  if (o.kv_block_rows > 0) {
+    const int64_t blocks = (positions + o.kv_block_rows - 1) / o.kv_block_rows;
+    MOESERVE_ASSIGN_OR_RETURN(auto probe,
+                              model.new_kv_pool({.bytes = size_t(1) << 30, .block_rows = o.kv_block_rows}));
+    const size_t bytes = probe->block_bytes() * size_t(blocks * o.n_seq);
+    probe.reset();
+    MOESERVE_ASSIGN_OR_RETURN(pool, model.new_kv_pool({.bytes = bytes, .block_rows = o.kv_block_rows}));
+  }
+  for (int64_t s = 0; s < o.n_seq; ++s) {
+    MOESERVE_ASSIGN_OR_RETURN(runtime::KvCache kv, pool != nullptr ? model.new_kv_cache(positions, pool)
+                                                                   : model.new_kv_cache(positions));
     caches.push_back(std::move(kv));
   }
-  MOESERVE_ASSIGN_OR_RETURN(std::unique_ptr<models::Workspace> ws, model.new_workspace(n_seq * kPrompt));
+  if (pool == nullptr) return caches;
+  for (int64_t p = o.kv_block_rows; p < positions + o.kv_block_rows; p += o.kv_block_rows) {
+    for (runtime::KvCache& kv : caches) MOESERVE_RETURN_IF_ERROR(kv.reserve(std::min(p, positions)));
+  }
+  return caches;
+}
+
+}  // namespace
+
+Result<ParallelDecodeResult> bench_parallel_decode(runtime::Model& model, const ParallelDecodeOptions& o) {
+  const int64_t n_seq = o.n_seq, n_gen = o.n_gen, kPrompt = o.n_prompt;
+  std::shared_ptr<runtime::KvBlockPool> pool;
+  MOESERVE_ASSIGN_OR_RETURN(std::vector<runtime::KvCache> caches, parallel_caches(model, o, pool));
+  constexpr int64_t kChunk = 512;  // prompt tokens a prefill forward takes
+  MOESERVE_ASSIGN_OR_RETURN(std::unique_ptr<models::Workspace> ws,
+                            model.new_workspace(std::max(n_seq, std::min(kChunk, kPrompt))));
   std::mt19937 rng(7);
-  std::vector<int32_t> tokens(size_t(n_seq * kPrompt));
-  for (int32_t& t : tokens) t = int32_t(rng() % uint32_t(model.tokenizer().vocab_size()));
-  std::vector<models::SequenceSlice> slices;
-  for (int64_t s = 0; s < n_seq; ++s) slices.push_back({s * kPrompt, kPrompt, 0, caches[size_t(s)].view()});
-  std::vector<int64_t> rows(static_cast<size_t>(n_seq));
-  for (int64_t s = 0; s < n_seq; ++s) rows[size_t(s)] = (s + 1) * kPrompt - 1;
   // Each sequence goes on with its greedy choice, taken on the model's
   // device (only the ids come back), as the engine does for greedy requests.
   std::vector<int32_t> next(static_cast<size_t>(n_seq)), picked(static_cast<size_t>(n_seq));
-  models::ForwardBatch prefill;
-  prefill.tokens = tokens;
-  prefill.sequences = slices;
-  prefill.logit_rows = rows;
-  prefill.greedy = next.data();
-  MOESERVE_RETURN_IF_ERROR(model.net().forward(prefill, *ws));
+  for (int64_t s = 0; s < n_seq; ++s) {  // each prompt in chunks
+    std::vector<int32_t> tokens(static_cast<size_t>(kPrompt));
+    for (int32_t& t : tokens) t = int32_t(rng() % uint32_t(model.tokenizer().vocab_size()));
+    for (int64_t at = 0; at < kPrompt; at += kChunk) {
+      const int64_t n = std::min(kChunk, kPrompt - at);
+      const models::SequenceSlice slice{0, n, at, caches[size_t(s)].view()};
+      const int64_t last = n - 1;
+      models::ForwardBatch prefill;
+      prefill.tokens = std::span<const int32_t>(tokens).subspan(size_t(at), size_t(n));
+      prefill.sequences = std::span(&slice, 1);
+      prefill.logit_rows = std::span(&last, 1);
+      prefill.greedy = &next[size_t(s)];
+      MOESERVE_RETURN_IF_ERROR(model.net().forward(prefill, *ws));
+    }
+  }
+  std::vector<models::SequenceSlice> slices(static_cast<size_t>(n_seq));
+  std::vector<int64_t> rows(static_cast<size_t>(n_seq));
   std::iota(rows.begin(), rows.end(), 0);
   double seconds = 0.0;
   for (int64_t step = 0; step < n_gen; ++step) {

@@ -11,13 +11,23 @@
 namespace moeserve::tools {
 
 struct ParallelDecodeResult {
-  double tok_s = 0.0;       // all sequences together
-  double step_ms = 0.0;     // one forward of n_seq rows
+  double tok_s = 0.0;    // all sequences together
+  double step_ms = 0.0;  // one forward of n_seq rows
 };
 
-// n_seq sequences each get a 16-token random prompt, then n_gen greedy
-// decode steps are timed.
-Result<ParallelDecodeResult> bench_parallel_decode(runtime::Model& model, int64_t n_seq, int64_t n_gen);
+struct ParallelDecodeOptions {
+  int64_t n_seq = 8;
+  int64_t n_gen = 128;
+  int64_t n_prompt = 16;  // random prompt tokens each sequence holds before the timed steps
+  // > 0: the caches take blocks of this many positions from one shared
+  // pool (paged KV, as serve --kv-mem), handed out interleaved across the
+  // sequences as a busy server's would be; 0: a contiguous region each.
+  int64_t kv_block_rows = 0;
+};
+
+// n_seq sequences each get an n_prompt-token random prompt, then n_gen
+// greedy decode steps are timed.
+Result<ParallelDecodeResult> bench_parallel_decode(runtime::Model& model, const ParallelDecodeOptions& o);
 
 // Weight bytes one decode step of n_seq rows reads at the least: the dense
 // weights once, and each expert that some row routes to once, counting the

@@ -19,13 +19,13 @@
 #include "runtime/generator.h"
 #include "runtime/model.h"
 #include "runtime/sampler.h"
+#include "spec/drafter_factory.h"
 #include "tools/moeserve/bench_hybrid.h"
 #include "tools/moeserve/bench_parallel.h"
 #include "tools/moeserve/bench_spec.h"
 #include "tools/moeserve/commands.h"
 #include "tools/moeserve/expert_flags.h"
 #include "tools/moeserve/expert_worker_flags.h"
-#include "spec/drafter_factory.h"
 #include "tools/moeserve/spec_flags.h"
 #include "tools/moeserve/split_flags.h"
 
@@ -42,8 +42,10 @@ struct BenchOptions {
   ExpertWorkerCliOptions worker;     // --expert-worker ...
   std::string expert_backend = "tiled";
   std::vector<int64_t> parallel;  // aggregate decode with this many sequences
+  int64_t parallel_prompt = 16;   // ... each holding this many positions first
+  int64_t kv_block = 0;           // ... in a paged pool of blocks of this many positions (0: contiguous)
   SpecCliOptions spec;            // --spec ...: speculative against plain decoding
-  LayerSplitFlags layer_split;  // --layer-split SPEC, --micro-batches N
+  LayerSplitFlags layer_split;    // --layer-split SPEC, --micro-batches N
   std::string spec_prompts;       // --spec-prompts FILE
 };
 
@@ -79,8 +81,8 @@ CpuTimes read_cpu_times() {
   std::FILE* f = std::fopen("/proc/stat", "r");
   if (f == nullptr) return t;
   unsigned long long v[8] = {};
-  t.ok = std::fscanf(f, "cpu %llu %llu %llu %llu %llu %llu %llu %llu", &v[0], &v[1], &v[2], &v[3], &v[4], &v[5],
-                     &v[6], &v[7]) == 8;
+  t.ok = std::fscanf(f, "cpu %llu %llu %llu %llu %llu %llu %llu %llu", &v[0], &v[1], &v[2], &v[3], &v[4],
+                     &v[5], &v[6], &v[7]) == 8;
   std::fclose(f);
   for (unsigned long long x : v) t.total += x;
   t.steal = v[7];
@@ -99,8 +101,8 @@ void print_decode_bound(double bw_before, double bw_after, double active_gb, dou
   if (lo <= 0.0 || active_gb <= 0.0) return;
   fmt::print("memory read bandwidth before/after the runs: {:.1f} / {:.1f} GB/s", bw_before, bw_after);
   if (tg_tok_s > 0.0) {
-    fmt::print("; decode bound {:.0f}-{:.0f} tok/s, tg is {:.0f}-{:.0f}% of it", lo / active_gb, hi / active_gb,
-               100.0 * tg_tok_s * active_gb / hi, 100.0 * tg_tok_s * active_gb / lo);
+    fmt::print("; decode bound {:.0f}-{:.0f} tok/s, tg is {:.0f}-{:.0f}% of it", lo / active_gb,
+               hi / active_gb, 100.0 * tg_tok_s * active_gb / hi, 100.0 * tg_tok_s * active_gb / lo);
   }
   fmt::print("\n");
 }
@@ -115,8 +117,8 @@ double print_device_bound(runtime::Model& model, double active_gb, double tg_tok
   if (!bw.is_ok() || active_gb <= 0.0) return 0.0;
   fmt::print("device memory bandwidth (copy, read + write): {:.0f} GB/s", *bw);
   if (tg_tok_s > 0.0) {
-    fmt::print("; decode roofline {:.0f} tok/s ({:.3f} GB active per token), tg is {:.1f}% of it", *bw / active_gb,
-               active_gb, 100.0 * tg_tok_s * active_gb / *bw);
+    fmt::print("; decode roofline {:.0f} tok/s ({:.3f} GB active per token), tg is {:.1f}% of it",
+               *bw / active_gb, active_gb, 100.0 * tg_tok_s * active_gb / *bw);
   }
   fmt::print("\n");
   return *bw;
@@ -235,32 +237,46 @@ Status run_bench(const BenchOptions& o) {
   const uint64_t params = info.n_params;
   const double active_gb = double(info.active_bytes_per_token) / 1e9;
   if (o.json) {
-    nlohmann::json j = {{"model", o.model_path}, {"arch", info.arch}, {"device", model->device().name()}, {"size_bytes", model->file().size()},
-                        {"params", params}, {"threads", model->pool().size()}, {"batch", o.batch},
-                        {"active_bytes_per_token", info.active_bytes_per_token},
-                        {"pp", {{"n", o.n_prompt}, {"tok_s_mean", pps.mean}, {"tok_s_stddev", pps.stddev},
-                                {"ttft_ms", tts.mean}, {"samples", pp}}},
-                        {"tg", {{"n", o.n_gen}, {"tok_s_mean", tgs.mean}, {"tok_s_stddev", tgs.stddev}, {"samples", tg}}},
-                        {"peak_rss_gib", peak_rss}, {"cpu_steal_percent", steal},
-                        {"read_bandwidth_gb_s", {bw_before, bw_after}}};
+    nlohmann::json j = {
+        {"model", o.model_path},
+        {"arch", info.arch},
+        {"device", model->device().name()},
+        {"size_bytes", model->file().size()},
+        {"params", params},
+        {"threads", model->pool().size()},
+        {"batch", o.batch},
+        {"active_bytes_per_token", info.active_bytes_per_token},
+        {"pp",
+         {{"n", o.n_prompt},
+          {"tok_s_mean", pps.mean},
+          {"tok_s_stddev", pps.stddev},
+          {"ttft_ms", tts.mean},
+          {"samples", pp}}},
+        {"tg", {{"n", o.n_gen}, {"tok_s_mean", tgs.mean}, {"tok_s_stddev", tgs.stddev}, {"samples", tg}}},
+        {"peak_rss_gib", peak_rss},
+        {"cpu_steal_percent", steal},
+        {"read_bandwidth_gb_s", {bw_before, bw_after}}};
     fmt::print("{}\n", j.dump(2));
     return Status::ok();
   }
   fmt::print("| model | size | params | threads | test | t/s |\n|---|---:|---:|---:|---:|---:|\n");
   const std::string name = fmt::format("{} {}L", info.arch, info.n_layer);
   if (o.n_prompt > 0) {
-    fmt::print("| {} | {:.2f} GiB | {:.2f} B | {} | pp{} | {:.2f} ± {:.2f} |\n", name, size_gib, double(params) / 1e9,
-               model->pool().size(), o.n_prompt, pps.mean, pps.stddev);
+    fmt::print("| {} | {:.2f} GiB | {:.2f} B | {} | pp{} | {:.2f} ± {:.2f} |\n", name, size_gib,
+               double(params) / 1e9, model->pool().size(), o.n_prompt, pps.mean, pps.stddev);
   }
   if (o.n_gen > 0) {
-    fmt::print("| {} | {:.2f} GiB | {:.2f} B | {} | tg{} | {:.2f} ± {:.2f} |\n", name, size_gib, double(params) / 1e9,
-               model->pool().size(), o.n_gen, tgs.mean, tgs.stddev);
+    fmt::print("| {} | {:.2f} GiB | {:.2f} B | {} | tg{} | {:.2f} ± {:.2f} |\n", name, size_gib,
+               double(params) / 1e9, model->pool().size(), o.n_gen, tgs.mean, tgs.stddev);
   }
-  fmt::print("\ntime to first token (pp{}): {:.1f} ± {:.1f} ms; peak RSS {:.2f} GiB; active weights {:.3f} GB/token\n",
-             o.n_prompt, tts.mean, tts.stddev, peak_rss, active_gb);
+  fmt::print(
+      "\ntime to first token (pp{}): {:.1f} ± {:.1f} ms; peak RSS {:.2f} GiB; active weights {:.3f} "
+      "GB/token\n",
+      o.n_prompt, tts.mean, tts.stddev, peak_rss, active_gb);
   if (steal >= 0.0) {
-    fmt::print("cpu steal during the runs: {:.1f}%{}\n", steal,
-               steal > 5.0 ? " (the hypervisor ran other guests on our CPUs: these numbers understate us)" : "");
+    fmt::print(
+        "cpu steal during the runs: {:.1f}%{}\n", steal,
+        steal > 5.0 ? " (the hypervisor ran other guests on our CPUs: these numbers understate us)" : "");
   }
   double bw = 0.0;  // GB/s of the memory the weights are read from
   if (model->device().host_memory()) {
@@ -274,15 +290,22 @@ Status run_bench(const BenchOptions& o) {
     if (o.n_prompt > 0) pp_hits.print_prefill(pps.mean, o.n_prompt, o.repetitions);
   }
   for (int64_t n_seq : o.parallel) {
-    MOESERVE_ASSIGN_OR_RETURN(ParallelDecodeResult r, bench_parallel_decode(*model, n_seq, std::max<int64_t>(o.n_gen, 8)));
-    fmt::print("decode, {} sequences together: {:.1f} tok/s aggregate ({:.2f} ms per step of {} rows)", n_seq,
+    const ParallelDecodeOptions po{.n_seq = n_seq,
+                                   .n_gen = std::max<int64_t>(o.n_gen, 8),
+                                   .n_prompt = o.parallel_prompt,
+                                   .kv_block_rows = o.kv_block};
+    MOESERVE_ASSIGN_OR_RETURN(ParallelDecodeResult r, bench_parallel_decode(*model, po));
+    fmt::print("decode, {} sequences together{}: {:.1f} tok/s aggregate ({:.2f} ms per step of {} rows)",
+               n_seq, o.kv_block > 0 ? fmt::format(" (paged KV, blocks of {})", o.kv_block) : std::string(),
                r.tok_s, r.step_ms, n_seq);
     const double step_gb = decode_step_bytes(info, n_seq) / 1e9;
     if (bw > 0.0 && step_gb > 0.0) {
       const double roof = double(n_seq) * bw / step_gb;
-      fmt::print("; roofline {:.0f} tok/s ({:.3f} GB a step: the dense weights and the expected distinct experts of {} "
-                 "rows), {:.1f}% of it",
-                 roof, step_gb, n_seq, 100.0 * r.tok_s / roof);
+      fmt::print(
+          "; roofline {:.0f} tok/s ({:.3f} GB a step: the dense weights and the expected distinct experts of "
+          "{} "
+          "rows), {:.1f}% of it",
+          roof, step_gb, n_seq, 100.0 * r.tok_s / roof);
     }
     fmt::print("\n");
   }
@@ -313,42 +336,62 @@ Status run_bench(const BenchOptions& o) {
 
 void register_bench(CLI::App& app) {
   auto o = std::make_shared<BenchOptions>();
-  CLI::App* cmd = app.add_subcommand(
-      "bench",
-      "Measure prefill (pp) and decode (tg) speed, like llama-bench; also the memory read bandwidth before and "
-      "after the runs, and the share of that bound the decode reaches");
+  CLI::App* cmd = app.add_subcommand("bench",
+                                     "Measure prefill (pp) and decode (tg) speed, like llama-bench; also the "
+                                     "memory read bandwidth before and "
+                                     "after the runs, and the share of that bound the decode reaches");
   cmd->add_option("-m,--model", o->model_path, "GGUF model file")->required();
-  cmd->add_option("-p,--n-prompt", o->n_prompt, "Prompt tokens for the pp test (0: skip)")->capture_default_str()
+  cmd->add_option("-p,--n-prompt", o->n_prompt, "Prompt tokens for the pp test (0: skip)")
+      ->capture_default_str()
       ->check(CLI::Range(int64_t(0), int64_t(1) << 20));
-  cmd->add_option("-n,--n-gen", o->n_gen, "Tokens for the tg test (0: skip)")->capture_default_str()
+  cmd->add_option("-n,--n-gen", o->n_gen, "Tokens for the tg test (0: skip)")
+      ->capture_default_str()
       ->check(CLI::Range(int64_t(0), int64_t(1) << 20));
-  cmd->add_option("-r,--repetitions", o->repetitions, "Timed runs of each test")->capture_default_str()
+  cmd->add_option("-r,--repetitions", o->repetitions, "Timed runs of each test")
+      ->capture_default_str()
       ->check(CLI::Range(1, 1000));
-  cmd->add_option("-t,--threads", o->threads, "Worker threads (0: one per physical core)")->capture_default_str();
-  cmd->add_option("-b,--batch", o->batch, "Prompt tokens per prefill chunk")->capture_default_str()
+  cmd->add_option("-t,--threads", o->threads, "Worker threads (0: one per physical core)")
+      ->capture_default_str();
+  cmd->add_option("-b,--batch", o->batch, "Prompt tokens per prefill chunk")
+      ->capture_default_str()
       ->check(CLI::Range(int64_t(1), int64_t(1) << 16));
   cmd->add_flag("--json", o->json, "Print one JSON object instead of the table");
-  cmd->add_option("--expert-backend", o->expert_backend,
-                  "tiled (default: all experts of a layer in one dispatch) or per-expert (3 matmul dispatches "
-                  "per expert; for comparison)")
-      ->check(CLI::IsMember({"tiled", "per-expert"}))->capture_default_str();
-  cmd->add_option("--device", o->device, "Device: auto (the first CUDA GPU when this binary has CUDA and one is visible, else the CPU), cpu, cuda or cuda:N")
+  cmd->add_option(
+         "--expert-backend", o->expert_backend,
+         "tiled (default: all experts of a layer in one dispatch) or per-expert (3 matmul dispatches "
+         "per expert; for comparison)")
+      ->check(CLI::IsMember({"tiled", "per-expert"}))
+      ->capture_default_str();
+  cmd->add_option("--device", o->device,
+                  "Device: auto (the first CUDA GPU when this binary has CUDA and one is visible, else the "
+                  "CPU), cpu, cuda or cuda:N")
       ->capture_default_str();
   add_expert_flags(cmd, &o->experts);
   add_expert_worker_flags(cmd, &o->worker);
   cmd->add_flag("--no-pack", o->no_pack,
                 "Use every weight in place from the file (zero-copy), without the packed copy the AVX-512 "
                 "kernels are fastest with (for comparisons)");
-  cmd->add_option("--parallel", o->parallel,
-                  "Also measure aggregate decode with this many sequences decoded together (a list: --parallel 8,32)")
+  cmd->add_option(
+         "--parallel", o->parallel,
+         "Also measure aggregate decode with this many sequences decoded together (a list: --parallel 8,32)")
       ->delimiter(',')
       ->check(CLI::Range(int64_t(1), int64_t(1024)));
+  cmd->add_option("--parallel-prompt", o->parallel_prompt,
+                  "With --parallel: positions each sequence holds before the timed steps (its context)")
+      ->capture_default_str()
+      ->check(CLI::Range(int64_t(1), int64_t(1) << 20));
+  cmd->add_option(
+         "--kv-block", o->kv_block,
+         "With --parallel: take the sequences' KV from one paged pool in blocks of this many positions "
+         "(as serve --kv-mem; a power of two), 0 for a contiguous region each")
+      ->capture_default_str()
+      ->check(CLI::Range(int64_t(0), int64_t(4096)));
   add_spec_flags(cmd, &o->spec);
   add_layer_split_flag(cmd, &o->layer_split);
-  cmd->add_option(
-      "--spec-prompts", o->spec_prompts,
-      "With --spec: prompts to measure, one a line (\\n for a newline, \\\\ for a backslash); default: built-in code-editing, "
-      "code-completion and chat prompts");
+  cmd->add_option("--spec-prompts", o->spec_prompts,
+                  "With --spec: prompts to measure, one a line (\\n for a newline, \\\\ for a backslash); "
+                  "default: built-in code-editing, "
+                  "code-completion and chat prompts");
   cmd->add_flag("--profile", o->profile, "Also print where the forward time goes (timers per part)");
   cmd->callback([o] {
     const Status st = run_bench(*o);

@@ -210,8 +210,8 @@ Status run_serve(ServeCliOptions o) {
       }
     } else {
       fmt::print(stderr,
-                 "moeserve serve: --kv-mem is ignored: paged KV runs on the CPU only so far; each slot keeps "
-                 "--ctx-size positions\n");
+                 "moeserve serve: --kv-mem is ignored: a device of this placement cannot read KV block "
+                 "tables; each slot keeps --ctx-size positions\n");
     }
   }
   eo.spec = spec_config;  // requests may choose their own ("speculative")
@@ -396,7 +396,7 @@ void register_serve(CLI::App& app) {
                   "Paged KV: one pool of this size (e.g. 4G) for every sequence's keys and values, taken in\n"
                   "blocks as sequences grow, instead of --ctx-size positions reserved per slot; --parallel\n"
                   "then counts sequences. When it runs short the newest sequence is paused (its rows go to\n"
-                  "host memory) and resumes later with the same output. CPU placements only so far")
+                  "host memory) and resumes later with the same output. On the CPU and on CUDA GPUs")
       ->type_name("SIZE");
   cmd->add_option("--swap-space", o->swap_space,
                   "With --kv-mem: host memory paused sequences' rows may take (default 4G, as vLLM's); past\n"

@@ -34,6 +34,7 @@ class CudaDevice final : public Device {
   Status fill_zero(void* dst, size_t bytes) override;
   Status copy_within(void* dst, const void* src, size_t bytes) override;
   bool supports_tree_verify() const override { return true; }
+  bool supports_paged_kv() const override { return true; }
   Result<PlacedWeights> place_weights(std::span<const WeightRef> weights) override;
   Result<std::unique_ptr<Ops>> create_ops() override;
   Result<double> pin_host_memory(std::span<const uint8_t> bytes) override;
@@ -88,7 +89,7 @@ class CudaDevice final : public Device {
     WeightUse use = WeightUse::kExpertGate;
   };
   std::map<const ExpertSplit*, std::vector<CompactStack>> split_stacks_;  // for promotion
-  std::vector<void*> pinned_ranges_;  // host memory registered by pin_host_memory
+  std::vector<void*> pinned_ranges_;                           // host memory registered by pin_host_memory
   std::vector<std::pair<uintptr_t, uintptr_t>> pinned_spans_;  // their [begin, end)
   bool host_pointers_usable_ = false;  // kernels read registered memory through host pointers
   bool has_host_experts_ = false;

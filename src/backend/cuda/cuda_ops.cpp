@@ -85,9 +85,12 @@ Status CudaOps::begin_batch(const BatchLayout& layout) {
   const size_t tree_at = forward_at + align_up(sizeof(uint32_t));
   const size_t tree_info_bytes = trees ? align_up(size_t(n_rows_ * cuda::kTreeRowInfo) * sizeof(int32_t)) : 0;
   const size_t tree_bytes = trees ? 2 * rows_bytes + tree_info_bytes + table_bytes : 0;
-  // Last: each row's slice's last position (whole-slice attention).
+  // Each row's slice's last position (whole-slice attention), then paged
+  // sequences' block tables.
   const size_t end_pos_at = tree_at + tree_bytes;
-  const size_t total = end_pos_at + rows_bytes;
+  MOESERVE_RETURN_IF_ERROR(plan_pages(layout));
+  const size_t pages_at = end_pos_at + rows_bytes;
+  const size_t total = pages_at + pages_bytes();
   MOESERVE_ASSIGN_OR_RETURN(uint8_t * host, pinned(total));
   auto* tokens = reinterpret_cast<int32_t*>(host);
   auto* seq = reinterpret_cast<int32_t*>(host + rows_bytes);
@@ -129,6 +132,7 @@ Status CudaOps::begin_batch(const BatchLayout& layout) {
     const SequenceSlice& q = layout.slices[size_t(layout.row_slice[size_t(t)])];
     end_pos[t] = int32_t(q.pos0 + q.n_tokens - 1);
   }
+  write_pages(layout, host + pages_at);
   MOESERVE_ASSIGN_OR_RETURN(void* dev, layout_mem_.get(total, "workspace (batch layout)"));
   auto* d = static_cast<uint8_t*>(dev);
   tokens_ = reinterpret_cast<const int32_t*>(d);
@@ -147,15 +151,25 @@ Status CudaOps::begin_batch(const BatchLayout& layout) {
   node_tables_ =
       trees ? reinterpret_cast<float* const*>(d + tree_at + 2 * rows_bytes + tree_info_bytes) : nullptr;
   row_end_pos_ = reinterpret_cast<const int32_t*>(d + end_pos_at);
+  block_base_ = pages_per_seq_ > 0 ? reinterpret_cast<const int32_t*>(d + pages_at) : nullptr;
+  block_ids_ = pages_per_seq_ > 0 ? block_base_ + n_seq_ : nullptr;
   MOESERVE_RETURN_IF_ERROR(place_rope_tables());
   mode_ = Mode::kEager;
   // (A forward with host experts is captured when they go through mailboxes.)
   segments_ = false;
   if (layout.graphs && !layout.profiling && !layout.count_experts &&
       (!device_.has_host_experts() || use_mailboxes_)) {
-    const GraphKey key = {
-        n_rows_,       n_seq_, n_blocks_, max_block_rows_, max_kv_, n_logit_rows_, layout.argmax ? 1 : 0,
-        trees ? 1 : 0, 0};
+    const GraphKey key = {n_rows_,
+                          n_seq_,
+                          n_blocks_,
+                          max_block_rows_,
+                          max_kv_,
+                          n_logit_rows_,
+                          layout.argmax ? 1 : 0,
+                          trees ? 1 : 0,
+                          pages_per_seq_,
+                          block_shift_,
+                          0};
     segments_ = layout.graph_segments;
     segment_key_ = key;
     segment_ = 0;
@@ -164,6 +178,56 @@ Status CudaOps::begin_batch(const BatchLayout& layout) {
   if (mode_ == Mode::kReplay) return Status::ok();  // the graph holds the upload
   MOESERVE_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(dev, host, total, cudaMemcpyHostToDevice, stream_));
   return compute_rope_tables();
+}
+
+// Paged sequences' block tables: as many entries each as the largest
+// slice's rows need, in buckets of 256 positions (so a decode step's graph
+// serves the next 256 positions, as max_kv_ does).
+Status CudaOps::plan_pages(const BatchLayout& layout) {
+  pages_per_seq_ = 0;
+  block_shift_ = 0;
+  int64_t end = 0;
+  bool paged = false;
+  for (const SequenceSlice& s : layout.slices) {
+    if (s.kv.block_table == nullptr) continue;
+    if (paged && s.kv.block_shift != block_shift_) {
+      return make_error(StatusCode::kInvalidArgument, "a batch mixes KV block sizes {} and {}",
+                        int64_t(1) << block_shift_, int64_t(1) << s.kv.block_shift);
+    }
+    paged = true;
+    block_shift_ = s.kv.block_shift;
+    end = std::max(end, s.pos0 + s.n_tokens);
+  }
+  if (!paged) return Status::ok();
+  if (block_shift_ < 0 || block_shift_ > 12) {
+    return make_error(StatusCode::kInvalidArgument, "KV block shift {} outside 0..12", block_shift_);
+  }
+  const int64_t span = (end + 255) / 256 * 256;
+  pages_per_seq_ = (span + (int64_t(1) << block_shift_) - 1) >> block_shift_;
+  return Status::ok();
+}
+
+size_t CudaOps::pages_bytes() const {
+  if (pages_per_seq_ == 0) return 0;
+  return align_up(size_t(n_seq_ + n_seq_ * pages_per_seq_) * sizeof(int32_t));
+}
+
+// [n_seq] bases, then each paged sequence's ids; only the blocks its rows
+// reach are read from its table (the cache reserved them before the
+// forward), the rest of its entries are 0 and never used.
+void CudaOps::write_pages(const BatchLayout& layout, uint8_t* at) const {
+  if (pages_per_seq_ == 0) return;
+  auto* base = reinterpret_cast<int32_t*>(at);
+  int32_t* ids = base + n_seq_;
+  std::memset(ids, 0, size_t(n_seq_ * pages_per_seq_) * sizeof(int32_t));
+  for (int64_t s = 0; s < n_seq_; ++s) {
+    const SequenceSlice& q = layout.slices[size_t(s)];
+    base[s] = -1;
+    if (q.kv.block_table == nullptr) continue;
+    base[s] = int32_t(s * pages_per_seq_);
+    const int64_t used = ((q.pos0 + q.n_tokens) + (int64_t(1) << block_shift_) - 1) >> block_shift_;
+    std::memcpy(ids + s * pages_per_seq_, q.kv.block_table, size_t(used) * sizeof(int32_t));
+  }
 }
 
 // A batch with draft trees (BatchLayout::row_parent): into `at`, each row's
@@ -498,7 +562,7 @@ Status CudaOps::qk_norm_rope_store(const QkNormRopeArgs& a) {
   }
   c.rms_eps = a.eps;
   c.rows = {row_seq_, row_pos_, n_rows_, row_slot_, row_tree_};
-  c.kv = {k_tables_, v_tables_, n_layer_};
+  c.kv = kv_tables();
   c.layer = a.layer;
   return cuda::qk_norm_rope_store(c, stream_);
 }
@@ -521,7 +585,7 @@ Status CudaOps::attention(const AttentionOpArgs& a) {
     }
     c.rows.row_pos = row_end_pos_;
   }
-  c.kv = {k_tables_, v_tables_, n_layer_};
+  c.kv = kv_tables();
   c.layer = a.layer;
   c.blocks = blocks_;
   c.n_blocks = n_blocks_;

@@ -124,7 +124,8 @@ class CudaOps final : public Ops {
     if (replaying()) return Status::ok();
     return cuda::mul_softplus(x, gate, n_rows, n_gates, group, stream_);
   }
-  Status add_sigmoid_scaled(float* y, const float* x, const float* s, int64_t n_rows, int64_t n_cols) override {
+  Status add_sigmoid_scaled(float* y, const float* x, const float* s, int64_t n_rows,
+                            int64_t n_cols) override {
     if (replaying()) return Status::ok();
     return cuda::add_sigmoid_scaled(y, x, s, n_rows, n_cols, stream_);
   }
@@ -191,7 +192,7 @@ class CudaOps final : public Ops {
  private:
   // The shape of a forward: what a captured graph's launches depend on.
   // (The last entry: the stretch of a layer split's forward, 0 from begin_batch.)
-  using GraphKey = std::array<int64_t, 9>;
+  using GraphKey = std::array<int64_t, 11>;  // the last entry: a split's stretch
   enum class Mode { kEager, kCapture, kReplay };
   static constexpr size_t kMaxGraphs = 64;
   static bool graphs_enabled() {
@@ -255,7 +256,20 @@ class CudaOps final : public Ops {
   const int32_t* row_tree_ = nullptr;
   const int32_t* row_parent_ = nullptr;
   float* const* node_tables_ = nullptr;
-  const int32_t* seq_rows_ = nullptr;     // [n_seq][2]: first row, rows
+  const int32_t* seq_rows_ = nullptr;  // [n_seq][2]: first row, rows
+  // Paged KV (KvView::block_table): [n_seq] each sequence's first entry in
+  // block_ids_ (-1: a contiguous cache), and pages_per_seq_ block ids per
+  // paged sequence (0: no paged sequence in the batch).
+  const int32_t* block_base_ = nullptr;
+  const int32_t* block_ids_ = nullptr;
+  int block_shift_ = 0;
+  int64_t pages_per_seq_ = 0;
+  Status plan_pages(const BatchLayout& layout);
+  void write_pages(const BatchLayout& layout, uint8_t* at) const;
+  size_t pages_bytes() const;
+  cuda::KvTables kv_tables() const {
+    return {k_tables_, v_tables_, n_layer_, block_base_, block_ids_, block_shift_};
+  }
   const cuda::QueryBlock* blocks_ = nullptr;
   int64_t n_logit_rows_ = 0;
   const int32_t* logit_rows_ = nullptr;

@@ -63,6 +63,9 @@ struct Params {
   const int32_t* row_tree;  // draft-tree rows' keys (RowLayout::row_tree); null: none
   uint16_t* const* k_tab;
   uint16_t* const* v_tab;
+  const int32_t* block_base;  // paged KV (KvTables); null: contiguous caches
+  const int32_t* block_ids;
+  int block_shift;
   const QueryBlock* blocks;
   float* ws_o;   // [splits][n_ctas][QT][HD] unnormalised partial outputs
   float* ws_ml;  // [splits][n_ctas][QT][2] (max in log2 units, sum of weights)
@@ -144,14 +147,16 @@ struct Tile {
 // or, before a window, stale, and a NaN there would poison 0 * V).
 template <int HD, int W>
 __device__ inline void load_kv_tile(uint16_t* sk, uint16_t* sv, const uint16_t* kbase, const uint16_t* vbase,
-                                    int64_t kv_stride, int key0, int kv_begin, int kv_end, const int32_t* tree) {
+                                    int64_t kv_stride, int key0, int kv_begin, int kv_end,
+                                    const int32_t* tree, const int32_t* pages, int page_shift) {
   using T = Tile<HD, W>;
   for (int c = threadIdx.x; c < T::KT * T::CH; c += W * 32) {
     const int key = c / T::CH, ch = c % T::CH;
     const int j = key0 + key;
     const bool ok = j >= kv_begin && j < kv_end;
-    // A draft tree's row reads its ancestors where its positions go past the cache.
-    const int64_t off = ok ? int64_t(tree_key_row(tree, j)) * kv_stride + ch * 8 : 0;
+    // A draft tree's row reads its ancestors where its positions go past
+    // the cache; a paged cache's rows are found through its block table.
+    const int64_t off = ok ? paged_row(pages, page_shift, tree_key_row(tree, j)) * kv_stride + ch * 8 : 0;
     cp_async16(sk + swz<HD>(key, ch), kbase + off, ok ? 16 : 0);
     cp_async16(sv + swz<HD>(key, ch), vbase + off, ok ? 16 : 0);
   }
@@ -360,6 +365,7 @@ __global__ void __launch_bounds__(W * 32) attention_kernel(const Params p) {
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, gq = lane >> 2, tq = lane & 3;
   const int seq = p.row_seq[blk.row0];
   const int32_t* tree = row_tree_info(p.row_tree, blk.row0);  // a tree row is a block of its own
+  const int32_t* pages = seq_pages(p.block_base, p.block_ids, seq);
 
   WarpState<HD> st;
   QueryRow qr[2];
@@ -400,7 +406,8 @@ __global__ void __launch_bounds__(W * 32) attention_kernel(const Params p) {
 #pragma unroll
   for (int t = 0; t < T::STAGES - 1; ++t) {
     if (t < n_tiles) {
-      load_kv_tile<HD, W>(sk[t], sv[t], kbase, vbase, kv_stride, kb + t * T::KT, kv_begin, kv_end, tree);
+      load_kv_tile<HD, W>(sk[t], sv[t], kbase, vbase, kv_stride, kb + t * T::KT, kv_begin, kv_end, tree,
+                          pages, p.block_shift);
     }
     cp_async_commit();
   }
@@ -410,7 +417,7 @@ __global__ void __launch_bounds__(W * 32) attention_kernel(const Params p) {
     const int tn = t + T::STAGES - 1;
     if (tn < n_tiles) {
       load_kv_tile<HD, W>(sk[tn % T::STAGES], sv[tn % T::STAGES], kbase, vbase, kv_stride, kb + tn * T::KT,
-                          kv_begin, kv_end, tree);
+                          kv_begin, kv_end, tree, pages, p.block_shift);
     }
     cp_async_commit();
     const int key0 = kb + t * T::KT;
@@ -585,8 +592,8 @@ Status validate(const AttentionArgs& a) {
   const char* fn = "attention";
   if (!attention_supports_head_dim(a.head_dim)) {
     return make_error(StatusCode::kInvalidArgument,
-                      "{}: head_dim {} unsupported (64, 128, or 32, 96, 160, 192, 224, 256, 320, 384, 512)", fn,
-                      a.head_dim);
+                      "{}: head_dim {} unsupported (64, 128, or 32, 96, 160, 192, 224, 256, 320, 384, 512)",
+                      fn, a.head_dim);
   }
   if (a.n_head < 1 || a.n_head_kv < 1 || a.n_head % a.n_head_kv != 0 || a.n_head_kv > 65535) {
     return make_error(StatusCode::kInvalidArgument,
@@ -615,6 +622,11 @@ Status validate(const AttentionArgs& a) {
   if (a.q == nullptr || a.out == nullptr || a.rows.row_seq == nullptr || a.rows.row_pos == nullptr ||
       a.kv.k == nullptr || a.kv.v == nullptr || a.blocks == nullptr) {
     return make_error(StatusCode::kInvalidArgument, "{}: a null q/out/row/cache-table/blocks pointer", fn);
+  }
+  if (a.kv.block_base != nullptr &&
+      (a.kv.block_ids == nullptr || a.kv.block_shift < 0 || a.kv.block_shift > 12)) {
+    return make_error(StatusCode::kInvalidArgument, "{}: paged KV needs block ids and a block shift in 0..12",
+                      fn);
   }
   if (reinterpret_cast<uintptr_t>(a.workspace) % 16 != 0) {
     return make_error(StatusCode::kInvalidArgument, "{}: workspace must be 16-byte aligned", fn);
@@ -675,6 +687,9 @@ Status attention(const AttentionArgs& a, cudaStream_t stream) {
   p.row_tree = a.rows.row_tree;
   p.k_tab = a.kv.k;
   p.v_tab = a.kv.v;
+  p.block_base = a.kv.block_base;
+  p.block_ids = a.kv.block_ids;
+  p.block_shift = a.kv.block_shift;
   p.blocks = a.blocks;
   p.n_layer = a.kv.n_layer;
   p.layer = a.layer;

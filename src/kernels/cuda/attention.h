@@ -47,7 +47,31 @@ struct KvTables {
   uint16_t* const* k = nullptr;  // [n_seq * n_layer] f16 rows [capacity][kv_dim]
   uint16_t* const* v = nullptr;
   int64_t n_layer = 0;
+  // Paged KV (backend::KvView::block_table): sequence s's position p is row
+  // block_ids[block_base[s] + (p >> block_shift)] << block_shift |
+  // (p & (2^block_shift - 1)) of its tables' rows (every paged sequence's
+  // tables point at the shared block pool). block_base null, or
+  // block_base[s] < 0: row p (a contiguous cache). Device arrays.
+  const int32_t* block_base = nullptr;  // [n_seq]
+  const int32_t* block_ids = nullptr;
+  int block_shift = 0;
 };
+
+#ifdef __CUDACC__
+// Sequence seq's block ids, or null for a contiguous cache.
+__device__ __forceinline__ const int32_t* seq_pages(const int32_t* block_base, const int32_t* block_ids,
+                                                    int seq) {
+  if (block_base == nullptr || seq < 0) return nullptr;
+  const int32_t base = block_base[seq];
+  return base < 0 ? nullptr : block_ids + base;
+}
+// The cache row holding position-row `row` of a sequence with block ids
+// `pages` (null: row itself).
+__device__ __forceinline__ int64_t paged_row(const int32_t* pages, int shift, int64_t row) {
+  if (pages == nullptr) return row;
+  return (int64_t(pages[row >> shift]) << shift) | (row & ((int64_t(1) << shift) - 1));
+}
+#endif
 
 // One RoPE configuration (backend::RopeSpec's fields; kernels/cuda does not
 // see the backend): NEOX rotation of the first n_rot dims with

@@ -32,6 +32,9 @@ struct GenericParams {
   const int32_t* row_tree;  // draft-tree rows' keys; null: none
   uint16_t* const* k_tab;
   uint16_t* const* v_tab;
+  const int32_t* block_base;  // paged KV (KvTables); null: contiguous caches
+  const int32_t* block_ids;
+  int block_shift;
   int64_t n_layer;
   int layer, n_head, n_head_kv, head_dim;
   int window;  // > 0: sliding window
@@ -54,6 +57,7 @@ __global__ void __launch_bounds__(kWarps* kWarp) generic_attention_kernel(Generi
   __syncthreads();
   const int seq = p.row_seq[row], pos = p.row_pos[row];
   const int32_t* tree = row_tree_info(p.row_tree, row);
+  const int32_t* pages = seq_pages(p.block_base, p.block_ids, seq);
   // Keys first..n_keys-1; none (zeros out) for a row without a sequence or position.
   const int n_keys = seq >= 0 && pos >= 0 ? pos + 1 : 0;
   const int first = p.window > 0 ? max(0, n_keys - p.window) : 0;
@@ -71,7 +75,7 @@ __global__ void __launch_bounds__(kWarps* kWarp) generic_attention_kernel(Generi
     const bool seen = key >= first && key < n_keys;
     float s = -FLT_MAX;
     if (seen) {
-      const uint16_t* kr = k + int64_t(tree_key_row(tree, key)) * stride;
+      const uint16_t* kr = k + paged_row(pages, p.block_shift, tree_key_row(tree, key)) * stride;
       float acc = 0.0f;
       for (int d = 0; d < hd; ++d) acc += q_s[d] * half_to_float(kr[d]);
       s = acc * p.scale_log2;
@@ -90,7 +94,7 @@ __global__ void __launch_bounds__(kWarps* kWarp) generic_attention_kernel(Generi
     const int j0 = max(0, first - tile * kWarp), in_tile = min(kWarp, n_keys - tile * kWarp);
     for (int j = j0; j < in_tile; ++j) {
       const float pj = __shfl_sync(0xffffffffu, pr, j);
-      const uint16_t* vr = v + int64_t(tree_key_row(tree, tile * kWarp + j)) * stride;
+      const uint16_t* vr = v + paged_row(pages, p.block_shift, tree_key_row(tree, tile * kWarp + j)) * stride;
 #pragma unroll
       for (int i = 0; i < DPL; ++i) o[i] += pj * half_to_float(vr[lane + i * kWarp]);
     }
@@ -151,6 +155,9 @@ Status attention_generic(const AttentionArgs& a, cudaStream_t stream) {
                   a.rows.row_tree,
                   a.kv.k,
                   a.kv.v,
+                  a.kv.block_base,
+                  a.kv.block_ids,
+                  a.kv.block_shift,
                   a.kv.n_layer,
                   int(a.layer),
                   int(a.n_head),

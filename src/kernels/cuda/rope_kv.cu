@@ -126,7 +126,9 @@ __global__ void __launch_bounds__(kThreads) qk_norm_rope_store_kernel(const QkNo
   if (seq >= 0 && pos >= 0) {
     const int64_t slot = int64_t(seq) * a.kv.n_layer + a.layer;
     // A draft tree's row is stored by its row, rotated by its depth.
-    const int64_t at = a.rows.row_slot != nullptr ? a.rows.row_slot[row] : pos;
+    // A paged cache's rows are found through its block table.
+    const int64_t at = paged_row(seq_pages(a.kv.block_base, a.kv.block_ids, seq), a.kv.block_shift,
+                                 a.rows.row_slot != nullptr ? a.rows.row_slot[row] : pos);
     k_dst = a.kv.k[slot] + at * kv_dim;
     v_dst = a.kv.v[slot] + at * kv_dim;
   }
@@ -175,6 +177,11 @@ Status validate(const QkNormRopeStoreArgs& a) {
                             a.rows.row_pos == nullptr || a.kv.k == nullptr || a.kv.v == nullptr)) {
     return make_error(StatusCode::kInvalidArgument,
                       "qk_norm_rope_store: a null q/k/v/row/cache-table pointer");
+  }
+  if (a.kv.block_base != nullptr &&
+      (a.kv.block_ids == nullptr || a.kv.block_shift < 0 || a.kv.block_shift > 12)) {
+    return make_error(StatusCode::kInvalidArgument,
+                      "qk_norm_rope_store: paged KV needs block ids and a block shift in 0..12");
   }
   return Status::ok();
 }

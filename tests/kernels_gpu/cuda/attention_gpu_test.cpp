@@ -12,11 +12,14 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <memory>
+#include <numeric>
+#include <random>
 #include <vector>
 
 #include "core/half.h"
@@ -43,7 +46,8 @@ struct Case {
   int64_t n_head, n_head_kv, head_dim, block_rows;
   std::vector<Seq> seqs;
   bool workspace = true;
-  int64_t window = 0;  // > 0: sliding window
+  int64_t window = 0;     // > 0: sliding window
+  int64_t page_rows = 0;  // > 0: paged KV, every sequence's rows in blocks of this many rows of one pool
 };
 
 // Host data and device copies of one attention problem.
@@ -87,6 +91,7 @@ class Problem {
       }
       max_kv_ = std::max(max_kv_, used);
     }
+    if (c.page_rows > 0) page(k_tab, v_tab);
     n_rows_ = int64_t(row_seq_.size());
     q_ = random_floats(size_t(n_rows_ * c.n_head * c.head_dim), seed + 1000);
     dq_ = std::make_unique<DeviceArray<float>>(q_);
@@ -112,6 +117,11 @@ class Problem {
     a.scale = 1.0f / std::sqrt(float(c_.head_dim));
     a.rows = {dseq_->get(), dpos_->get(), n_rows_};
     a.kv = {dk_tab_->get(), dv_tab_->get(), kLayers};
+    if (c_.page_rows > 0) {
+      a.kv.block_base = dbase_->get();
+      a.kv.block_ids = dids_->get();
+      a.kv.block_shift = int(std::countr_zero(uint64_t(c_.page_rows)));
+    }
     a.layer = kLayer;
     a.blocks = dblocks_->get();
     a.n_blocks = int64_t(blocks_.size());
@@ -177,8 +187,8 @@ class Problem {
         const size_t off = size_t((r * c_.n_head + h) * hd);
         const double e = relative_error(got.data() + off, want.data() + off, size_t(hd));
         worst = std::max(worst, e);
-        ASSERT_LT(e, kTol) << "row " << r << " (pos " << row_pos_[size_t(r)] << ", slot " << row_seq_[size_t(r)]
-                           << ") head " << h;
+        ASSERT_LT(e, kTol) << "row " << r << " (pos " << row_pos_[size_t(r)] << ", slot "
+                           << row_seq_[size_t(r)] << ") head " << h;
       }
     }
     std::printf("  worst relative error %.3g over %lld rows x %lld heads\n", worst, (long long)n_rows_,
@@ -186,6 +196,46 @@ class Problem {
   }
 
  private:
+  // Paged KV: the sequences' rows move to blocks of c_.page_rows rows of
+  // one pool, in a shuffled order (neither by sequence nor ascending), and
+  // as many blocks again that no table names stay NaN.
+  void page(std::vector<uint16_t*>& k_tab, std::vector<uint16_t*>& v_tab) {
+    const int64_t B = c_.page_rows, n_slots = int64_t(slot_k_.size());
+    std::vector<int32_t> base(size_t(n_slots), -1);
+    int64_t named = 0;
+    for (int64_t s = 0; s < n_slots; ++s) {
+      if (slot_k_[size_t(s)].empty()) continue;
+      base[size_t(s)] = int32_t(named);
+      named += (int64_t(slot_k_[size_t(s)].size()) / kvd_ + B - 1) / B;
+    }
+    const int64_t n_blocks = 2 * named + 1;
+    std::vector<int32_t> perm(static_cast<size_t>(n_blocks));
+    std::iota(perm.begin(), perm.end(), 0);
+    std::shuffle(perm.begin(), perm.end(), std::mt19937(uint32_t(named)));
+    std::vector<int32_t> ids(perm.begin(), perm.begin() + named);
+    std::vector<uint16_t> pk(size_t(n_blocks * B * kvd_), kNaN16), pv(pk);
+    for (int64_t s = 0; s < n_slots; ++s) {
+      const std::vector<uint16_t>& K = slot_k_[size_t(s)];
+      const std::vector<uint16_t>& V = slot_v_[size_t(s)];
+      for (int64_t r = 0; r < int64_t(K.size()) / kvd_; ++r) {
+        const int64_t row = int64_t(ids[size_t(base[size_t(s)] + r / B)]) * B + r % B;
+        std::copy_n(K.begin() + r * kvd_, kvd_, pk.begin() + row * kvd_);
+        std::copy_n(V.begin() + r * kvd_, kvd_, pv.begin() + row * kvd_);
+      }
+    }
+    k_dev_.clear();  // the contiguous copies: a read through them would not be paged
+    v_dev_.clear();
+    k_dev_.emplace_back(pk);
+    v_dev_.emplace_back(pv);
+    for (int64_t s = 0; s < n_slots; ++s) {
+      if (base[size_t(s)] < 0) continue;
+      k_tab[size_t(s * kLayers + kLayer)] = k_dev_.back().get();
+      v_tab[size_t(s * kLayers + kLayer)] = v_dev_.back().get();
+    }
+    dbase_ = std::make_unique<DeviceArray<int32_t>>(base);
+    dids_ = std::make_unique<DeviceArray<int32_t>>(ids);
+  }
+
   Case c_;
   int64_t kvd_;
   int64_t n_rows_ = 0, max_block_rows_ = 0, max_kv_ = 0;
@@ -196,7 +246,7 @@ class Problem {
   std::vector<cuda::QueryBlock> blocks_;
   std::vector<float> q_;
   std::unique_ptr<DeviceArray<float>> dq_, dout_, ws_;
-  std::unique_ptr<DeviceArray<int32_t>> dseq_, dpos_;
+  std::unique_ptr<DeviceArray<int32_t>> dseq_, dpos_, dbase_, dids_;
   std::unique_ptr<DeviceArray<cuda::QueryBlock>> dblocks_;
   std::unique_ptr<DeviceArray<uint16_t*>> dk_tab_, dv_tab_;
   size_t ws_bytes_ = 0;
@@ -256,9 +306,9 @@ TEST(AttentionGpu, PrefillHd128Gqa1Split) {
 
 TEST(AttentionGpu, PrefillSmallBlocks) {
   MOESERVE_REQUIRE_GPU();
-  run_case({16, 16, 64, 16, kPrefill}, 8);          // 16 query rows: 1-warp CTAs
-  run_case({8, 4, 128, 16, kPrefill}, 9);           // 32 query rows: 2-warp CTAs
-  run_case({32, 4, 128, 5, kPrefill, false}, 10);   // odd block size, no split
+  run_case({16, 16, 64, 16, kPrefill}, 8);         // 16 query rows: 1-warp CTAs
+  run_case({8, 4, 128, 16, kPrefill}, 9);          // 32 query rows: 2-warp CTAs
+  run_case({32, 4, 128, 5, kPrefill, false}, 10);  // odd block size, no split
 }
 
 // Heads the tensor-core kernel does not take go through the simpler one
@@ -321,6 +371,53 @@ TEST(AttentionGpu, WindowEdges) {
   run_case({4, 2, 64, 64, kPrefillLong, true, 650}, 49);  // cuts the last sequence's later rows only
 }
 
+// ---- paged KV ----
+
+// Through a block table the kernels read the same keys in the same order:
+// the reference's result, and the contiguous cache's bits.
+void run_paged(Case c, uint32_t seed, int64_t page_rows) {
+  Problem flat(c, seed);
+  const cuda::AttentionArgs fa = flat.args(flat.max_kv());
+  flat.out().poison();
+  ASSERT_TRUE(cuda::attention(fa, nullptr).is_ok());
+  c.page_rows = page_rows;
+  Problem paged(c, seed);
+  const cuda::AttentionArgs pa = paged.args(paged.max_kv());
+  paged.out().poison();
+  const Status st = cuda::attention(pa, nullptr);
+  ASSERT_TRUE(st.is_ok()) << st.to_string();
+  MOESERVE_CUDA_ASSERT(cudaDeviceSynchronize());
+  const std::vector<float> got = paged.out().download(), want = flat.out().download();
+  paged.check(got, paged.reference(pa.scale));
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t i = 0; i < got.size(); ++i) {
+    ASSERT_EQ(std::bit_cast<uint32_t>(got[i]), std::bit_cast<uint32_t>(want[i]))
+        << "element " << i << " (blocks of " << page_rows << ")";
+  }
+}
+
+TEST(AttentionGpu, PagedDecodeEqualsContiguous) {
+  MOESERVE_REQUIRE_GPU();
+  run_paged({32, 4, 128, 1, kDecode}, 61, 16);
+  run_paged({16, 16, 64, 1, kDecode}, 62, 32);
+  run_paged({32, 4, 128, 1, kDecode, false}, 63, 1);  // a block per row, no split
+  run_paged({32, 4, 128, 1, kDecodeLong, true, 16}, 64, 16);
+}
+
+TEST(AttentionGpu, PagedPrefillEqualsContiguous) {
+  MOESERVE_REQUIRE_GPU();
+  run_paged({32, 4, 128, 64, kPrefill}, 65, 16);
+  run_paged({4, 2, 64, 64, kPrefill}, 66, 64);
+  run_paged({16, 16, 128, 64, kPrefill}, 67, 8);  // split key ranges
+  run_paged({4, 2, 64, 64, kPrefillLong, true, 7}, 68, 32);
+}
+
+TEST(AttentionGpu, PagedOtherHeadSizesEqualContiguous) {
+  MOESERVE_REQUIRE_GPU();
+  run_paged({16, 2, 256, 1, kDecodeLong, true, 16}, 69, 16);
+  run_paged({16, 2, 256, 64, kPrefill}, 70, 32);
+}
+
 // Captured once with an upper bound max_kv, replayed with other positions
 // written into the device array: the kernels must read them from there.
 TEST(AttentionGpu, GraphReplayReadsPositionsFromDevice) {
@@ -336,7 +433,8 @@ TEST(AttentionGpu, GraphReplayReadsPositionsFromDevice) {
   MOESERVE_CUDA_ASSERT(cudaStreamEndCapture(stream, &graph));
   ASSERT_TRUE(st.is_ok()) << st.to_string();
   MOESERVE_CUDA_ASSERT(cudaGraphInstantiate(&exec, graph, 0));
-  for (const std::vector<int32_t>& pos : {std::vector<int32_t>{599, 599, 99}, std::vector<int32_t>{3, 598, 64}}) {
+  for (const std::vector<int32_t>& pos :
+       {std::vector<int32_t>{599, 599, 99}, std::vector<int32_t>{3, 598, 64}}) {
     pb.host_positions() = pos;
     pb.positions().upload(pos);
     pb.out().poison();
@@ -395,7 +493,6 @@ TEST(AttentionGpu, RejectsBadShapes) {
   EXPECT_TRUE(cuda::attention(b, nullptr).is_ok());
   EXPECT_EQ(cuda::attention_workspace_bytes(96), 0u);
 }
-
 
 // ---- timings (printed, never asserted): MOESERVE_GPU_TIMING=1 ----
 
@@ -493,9 +590,9 @@ void time_attention(const char* name, const TimedBatch& t) {
   MOESERVE_CUDA_ASSERT(cudaEventElapsedTime(&ms, e0, e1));
   const double sec = double(ms) / 1e3 / kIters;
   const double kv_bytes = double(t.n_seq) * double(t.ctx) * kKvd * 2.0 * 2.0;  // K and V, each key once
-  const double flops = 4.0 * kHead * kHd * keys;                              // QK^T and PV, causal
-  std::printf("  %-38s stream %8.2f us  graph %8.2f us  KV %7.1f GB/s  %6.2f TFLOP/s\n", name, sec_stream * 1e6,
-              sec * 1e6, kv_bytes / sec / 1e9, flops / sec / 1e12);
+  const double flops = 4.0 * kHead * kHd * keys;                               // QK^T and PV, causal
+  std::printf("  %-38s stream %8.2f us  graph %8.2f us  KV %7.1f GB/s  %6.2f TFLOP/s\n", name,
+              sec_stream * 1e6, sec * 1e6, kv_bytes / sec / 1e9, flops / sec / 1e12);
   cudaGraphExecDestroy(exec);
   cudaGraphDestroy(graph);
   cudaStreamDestroy(stream);
@@ -508,8 +605,9 @@ TEST(AttentionGpuTiming, Report) {
   if (!timing_enabled()) GTEST_SKIP() << "set MOESERVE_GPU_TIMING=1 to print timings";
   cudaDeviceProp prop{};
   MOESERVE_CUDA_ASSERT(cudaGetDeviceProperties(&prop, 0));
-  std::printf("  device: %s, %d SMs; 32 q heads / 4 kv heads, head_dim 128; GB/s and TFLOP/s from graph time\n",
-              prop.name, prop.multiProcessorCount);
+  std::printf(
+      "  device: %s, %d SMs; 32 q heads / 4 kv heads, head_dim 128; GB/s and TFLOP/s from graph time\n",
+      prop.name, prop.multiProcessorCount);
   time_attention("decode 1 seq x 4096", {1, 4096, 1, 1, 32, true});
   time_attention("decode 1 seq x 4096, no split", {1, 4096, 1, 1, 32, false});
   time_attention("decode 32 seq x 4096", {32, 4096, 1, 1, 2, true});

@@ -243,6 +243,59 @@ TEST(QkNormRopeStoreGpu, YarnFullRotaryWithoutNorm) {
   run_both({4, 4, 128, r, false}, 66);
 }
 
+// Paged KV: sequence 0's rows go through its block table (blocks of 4 rows,
+// table {5, 2, 7}, a draft tree's slot for one row), sequence 1 stays
+// contiguous (base -1); every other pool row is still poison.
+TEST(QkNormRopeStoreGpu, PagedStoreGoesThroughTheBlockTable) {
+  MOESERVE_REQUIRE_GPU();
+  constexpr int64_t kHd = 64, kHeads = 2, kKvd = kHeads * kHd, kBlock = 4, kPool = 8 * kBlock;
+  const std::vector<int32_t> row_seq = {0, 0, 1, 0}, row_pos = {1, 6, 3, 9}, row_slot = {1, 6, 3, 10};
+  const std::vector<int32_t> base = {0, -1}, ids = {5, 2, 7};
+  const std::vector<int64_t> want_row = {5 * 4 + 1, 2 * 4 + 2, 3, 7 * 4 + 2};  // seq 1: its own row 3
+  const int64_t n_rows = int64_t(row_seq.size());
+  const std::vector<float> q = random_floats(size_t(n_rows * kKvd), 71), k = random_floats(q.size(), 72),
+                           v = random_floats(q.size(), 73);
+  DeviceArray<uint16_t> pk(size_t(kPool * kKvd)), pv(pk.size()), ck(size_t(8 * kKvd)), cv(ck.size());
+  for (auto* a : {&pk, &pv, &ck, &cv}) a->poison();
+  DeviceArray<uint16_t*> ktab(std::vector<uint16_t*>{pk.get(), ck.get()}),
+      vtab(std::vector<uint16_t*>{pv.get(), cv.get()});
+  DeviceArray<float> dq(q), dk(k), dv(v);
+  DeviceArray<int32_t> dseq(row_seq), dpos(row_pos), dslot(row_slot), dbase(base), dids(ids);
+  cuda::QkNormRopeStoreArgs a;
+  a.q = dq.get();
+  a.k = dk.get();
+  a.v = dv.get();
+  a.n_head = a.n_head_kv = kHeads;
+  a.head_dim = kHd;
+  a.rows = {dseq.get(), dpos.get(), n_rows, dslot.get()};
+  a.kv = {ktab.get(), vtab.get(), 1, dbase.get(), dids.get(), 2};
+  const Status st = cuda::qk_norm_rope_store(a, nullptr);
+  ASSERT_TRUE(st.is_ok()) << st.to_string();
+  MOESERVE_CUDA_ASSERT(cudaDeviceSynchronize());
+  const std::vector<uint16_t> hk = pk.download(), hv = pv.download(), hck = ck.download(),
+                              hcv = cv.download();
+  std::map<std::pair<int, int64_t>, int64_t> written;  // (contiguous?, cache row) -> batch row
+  for (int64_t t = 0; t < n_rows; ++t) written[{row_seq[size_t(t)], want_row[size_t(t)]}] = t;
+  auto check = [&](const std::vector<uint16_t>& K, const std::vector<uint16_t>& V, int which, int64_t rows) {
+    for (int64_t r = 0; r < rows; ++r) {
+      const auto it = written.find({which, r});
+      for (int64_t i = 0; i < kKvd; ++i) {
+        const size_t ci = size_t(r * kKvd + i);
+        if (it == written.end()) {
+          ASSERT_EQ(K[ci], kPoison) << "cache " << which << " row " << r << " written";
+          ASSERT_EQ(V[ci], kPoison) << "cache " << which << " row " << r << " written";
+        } else {
+          const size_t ri = size_t(it->second * kKvd + i);
+          ASSERT_EQ(K[ci], fp32_to_fp16(k[ri])) << "k: cache " << which << " row " << r;
+          ASSERT_EQ(V[ci], fp32_to_fp16(v[ri])) << "v: cache " << which << " row " << r;
+        }
+      }
+    }
+  };
+  check(hk, hv, 0, kPool);
+  check(hck, hcv, 1, 8);
+}
+
 TEST(QkNormRopeStoreGpu, RejectsBadShapes) {
   // Validation happens before any CUDA call, so this runs without a GPU too.
   float dummy = 0.0f;
