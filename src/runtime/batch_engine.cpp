@@ -60,6 +60,11 @@ BatchEngine::BatchEngine(Model& model, const EngineOptions& options)
   if (status_.is_ok() && kv_pool_ != nullptr && options_.prefix_cache_bytes > 0 &&
       !model.info().recurrent() && model.net().placement().remote.empty()) {
     block_tree_ = std::make_unique<KvBlockTree>(kv_pool_);
+    if (options_.kv_host_bytes > 0) {
+      host_tier_ = std::make_unique<KvHostTier>(kv_pool_, options_.kv_host_bytes);
+      block_tree_->set_spill([tier = host_tier_.get()](uint64_t path, std::span<const int32_t> tokens,
+                                                       int32_t block) { tier->store(path, tokens, block); });
+    }
   }
   if (!status_.is_ok()) slots_.clear();
   totals_.n_slots = options_.n_slots;
@@ -158,6 +163,7 @@ EngineStats BatchEngine::stats() const {
   s.prefix = prefix_.stats();
   if (kv_pool_ != nullptr) s.kv_free_blocks = kv_pool_->n_free();
   if (block_tree_ != nullptr) s.shared_prefix = block_tree_->stats();
+  if (host_tier_ != nullptr) s.kv_host = host_tier_->stats();
   return s;
 }
 

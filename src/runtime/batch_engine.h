@@ -29,6 +29,7 @@
 #include "core/status.h"
 #include "runtime/generator.h"
 #include "runtime/kv_block_tree.h"
+#include "runtime/kv_host_tier.h"
 #include "runtime/model.h"
 #include "runtime/prefix_cache.h"
 #include "runtime/sampler.h"
@@ -115,6 +116,11 @@ struct EngineOptions {
   // computes them again when it resumes (same output). Sequences of
   // recurrent models or with a draft keep being swapped.
   size_t kv_swap_bytes = size_t(4) << 30;
+  // Host memory for shared prefix blocks the pool gives back under
+  // pressure (kv_host_tier.h; 0: none): a later prompt with the same
+  // prefix gets them copied back instead of computing them. Needs the pool
+  // and the prefix tree (prefix_cache_bytes > 0).
+  size_t kv_host_bytes = 0;
   size_t prefix_cache_bytes = size_t(256) << 20;  // 0: no prefix cache
   // A disk tier under the prefix cache in this folder ("": none; needs the
   // prefix cache), of at most kv_disk_bytes: evicted entries, and all of
@@ -160,6 +166,7 @@ struct EngineStats {
   int64_t preemptions = 0;            // since start
   int64_t recompute_preemptions = 0;  // ... of them, rows dropped and computed again
   KvBlockTreeStats shared_prefix;     // paged KV's shared blocks
+  KvHostTierStats kv_host;            // ... and their host tier
   int64_t prefill_tokens = 0;         // totals since start
   double prefill_seconds = 0.0;
   int64_t decode_tokens = 0;
@@ -232,6 +239,9 @@ class BatchEngine {
   // A prompt's leading whole blocks from the shared-prefix tree: the
   // positions taken (0: none).
   int64_t share_prefix(Slot& s);
+  // The blocks after `shared` that the host tier holds, copied back into
+  // fresh pool blocks (appended to `shared`) and put in the tree.
+  void restore_from_host(std::span<const int32_t> fill, int64_t max_blocks, std::vector<int32_t>& shared);
   // The prefix cache is on and the model keeps recurrent states: prompts
   // are stored one token before their end (see step()).
   bool snapshot_prompts() const { return options_.prefix_cache_bytes > 0 && model_.info().recurrent(); }
@@ -291,6 +301,9 @@ class BatchEngine {
   Model& model_;
   EngineOptions options_;
   std::shared_ptr<KvBlockPool> kv_pool_;  // paged KV (null: a region per slot)
+  // The tree's host tier (null: none); declared first, so the tree's spill
+  // writes here until the tree is gone.
+  std::unique_ptr<KvHostTier> host_tier_;
   // Paged KV's shared prompt prefixes (null: no pool, no prefix cache, or
   // a model whose recurrent or remote layers the blocks do not hold).
   std::unique_ptr<KvBlockTree> block_tree_;

@@ -26,11 +26,33 @@ int64_t BatchEngine::share_prefix(Slot& s) {
   const std::span<const int32_t> fill = s.fill_tokens();
   const int64_t max_blocks = (int64_t(fill.size()) - 1) / kv_pool_->block_rows();
   std::vector<int32_t> shared = block_tree_->match(fill, max_blocks);
+  if (host_tier_ != nullptr) restore_from_host(fill, max_blocks, shared);
+  // (adopt_prefix gives the references back when it fails.)
   if (shared.empty() || !s.seq.kv().adopt_prefix(shared).is_ok()) return 0;
   const int64_t n = int64_t(shared.size()) * kv_pool_->block_rows();
   block_tree_->count_hit(n);
   s.published_blocks = int64_t(shared.size());  // already there
   return n;
+}
+
+void BatchEngine::restore_from_host(std::span<const int32_t> fill, int64_t max_blocks,
+                                    std::vector<int32_t>& shared) {
+  const int64_t rows = kv_pool_->block_rows();
+  const std::vector<uint64_t> paths = KvBlockTree::path_keys(fill, rows, max_blocks);
+  const size_t first = shared.size();
+  while (shared.size() < paths.size()) {
+    const size_t b = shared.size();
+    const std::span<const int32_t> tokens = fill.subspan(b * size_t(rows), size_t(rows));
+    if (!host_tier_->contains(paths[b], tokens)) break;
+    std::vector<int32_t> fresh;
+    if (!kv_pool_->acquire(1, fresh).is_ok()) break;  // (the pool may give back other tree blocks first)
+    if (!host_tier_->restore(paths[b], tokens, fresh[0])) {
+      kv_pool_->release(fresh);
+      break;
+    }
+    shared.push_back(fresh[0]);
+  }
+  if (shared.size() > first) block_tree_->insert(fill.first(shared.size() * size_t(rows)), shared);
 }
 
 int64_t BatchEngine::reachable_positions(const Slot& s) const {

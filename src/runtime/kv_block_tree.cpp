@@ -19,8 +19,10 @@ KvBlockTree::~KvBlockTree() {
   pool_->release(held);
 }
 
-uint64_t KvBlockTree::key_of(int64_t parent, std::span<const int32_t> tokens) {
-  // FNV-1a over the parent's index and the token ids.
+namespace {
+
+// FNV-1a over `seed` and the token ids.
+uint64_t fnv(uint64_t seed, std::span<const int32_t> tokens) {
   uint64_t h = 1469598103934665603ull;
   auto mix = [&](uint64_t v) {
     for (int i = 0; i < 8; ++i) {
@@ -28,9 +30,30 @@ uint64_t KvBlockTree::key_of(int64_t parent, std::span<const int32_t> tokens) {
       h *= 1099511628211ull;
     }
   };
-  mix(uint64_t(parent));
+  mix(seed);
   for (int32_t t : tokens) mix(uint64_t(uint32_t(t)));
   return h;
+}
+
+}  // namespace
+
+uint64_t KvBlockTree::key_of(int64_t parent, std::span<const int32_t> tokens) {
+  return fnv(uint64_t(parent), tokens);
+}
+
+std::vector<uint64_t> KvBlockTree::path_keys(std::span<const int32_t> tokens, int64_t block_rows, int64_t n) {
+  std::vector<uint64_t> keys;
+  uint64_t path = 0x6d6f657365727665ull;  // the root's
+  for (int64_t b = 0; b < n && (b + 1) * block_rows <= int64_t(tokens.size()); ++b) {
+    path = fnv(path, tokens.subspan(size_t(b * block_rows), size_t(block_rows)));
+    keys.push_back(path);
+  }
+  return keys;
+}
+
+void KvBlockTree::set_spill(Spill spill) {
+  std::lock_guard lock(mu_);
+  spill_ = std::move(spill);
 }
 
 int64_t KvBlockTree::find(int64_t parent, std::span<const int32_t> tokens) const {
@@ -62,6 +85,7 @@ std::vector<int32_t> KvBlockTree::match(std::span<const int32_t> tokens, int64_t
 }
 
 void KvBlockTree::insert(std::span<const int32_t> tokens, std::span<const int32_t> blocks) {
+  const std::vector<uint64_t> paths = path_keys(tokens, rows_, int64_t(blocks.size()));
   std::lock_guard lock(mu_);
   const uint64_t now = ++tick_;
   int64_t parent = -1;
@@ -80,6 +104,7 @@ void KvBlockTree::insert(std::span<const int32_t> tokens, std::span<const int32_
       n.block = blocks[b];
       n.children = 0;
       n.key = key_of(parent, part);
+      n.path = paths[b];
       n.tokens.assign(part.begin(), part.end());
       n.alive = true;
       by_key_.emplace(n.key, node);
@@ -128,6 +153,7 @@ int64_t KvBlockTree::evict(int64_t n) {
     const int64_t i = heap.top().second;
     heap.pop();
     const int64_t parent = nodes_[size_t(i)].parent;
+    if (spill_) spill_(nodes_[size_t(i)].path, nodes_[size_t(i)].tokens, nodes_[size_t(i)].block);
     remove(i);
     ++freed;
     ++stats_.evicted_blocks;

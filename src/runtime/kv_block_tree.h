@@ -17,6 +17,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <span>
@@ -50,8 +51,16 @@ class KvBlockTree {
   // (taking a reference), and marks the path as used now.
   void insert(std::span<const int32_t> tokens, std::span<const int32_t> blocks);
   // Drops up to n least recently used leaves that only the tree holds;
-  // returns the blocks freed.
+  // returns the blocks freed. Each goes through the spill first (if set).
   int64_t evict(int64_t n);
+  // Called (under the tree's lock, before the block is given back) for
+  // each evicted block: its path key (path_keys), its tokens, the block.
+  using Spill = std::function<void(uint64_t path, std::span<const int32_t> tokens, int32_t block)>;
+  void set_spill(Spill spill);
+  // Block i's path key for the first n whole blocks of `tokens`: a hash of
+  // every token up to the block's end, the same in every process (the key
+  // a copy of the block is found by in a lower tier).
+  static std::vector<uint64_t> path_keys(std::span<const int32_t> tokens, int64_t block_rows, int64_t n);
   // Blocks evict() could free now (held by the tree alone).
   int64_t reclaimable() const;
   KvBlockTreeStats stats() const;
@@ -64,6 +73,7 @@ class KvBlockTree {
     int32_t children = 0;
     uint64_t used = 0;  // tick of the last match or insert through it
     uint64_t key = 0;
+    uint64_t path = 0;            // path_keys' key of the block
     std::vector<int32_t> tokens;  // the block's tokens
     bool alive = false;
   };
@@ -80,6 +90,7 @@ class KvBlockTree {
   std::unordered_multimap<uint64_t, int64_t> by_key_;
   uint64_t tick_ = 0;
   KvBlockTreeStats stats_;
+  Spill spill_;
 };
 
 }  // namespace moeserve::runtime

@@ -16,6 +16,7 @@ Result<std::shared_ptr<KvBlockPool>> KvBlockPool::create(const models::Placement
   }
   std::shared_ptr<KvBlockPool> pool(new KvBlockPool());
   pool->block_rows_ = rows;
+  pool->kv_dim_ = info.kv_dim;
   pool->block_shift_ = std::countr_zero(uint64_t(rows));
   const size_t row_bytes = size_t(info.kv_dim) * sizeof(uint16_t);
   int64_t kv_layers = 0;
@@ -95,6 +96,47 @@ Status KvBlockPool::acquire(int64_t n, std::vector<int32_t>& out) {
     out.push_back(b);
   }
   return Status::ok();
+}
+
+template <typename F>
+Status KvBlockPool::each_block_region(int32_t block, F&& f) const {
+  if (block < 0 || block >= n_blocks_) {
+    return make_error(StatusCode::kInvalidArgument, "KV block {} outside the pool's {}", block, n_blocks_);
+  }
+  const size_t elems = size_t(block_rows_ * kv_dim_), at = size_t(block) * elems;
+  size_t offset = 0;
+  for (size_t l = 0; l < k_.size(); ++l) {
+    if (k_[l].data() == nullptr) continue;
+    MOESERVE_RETURN_IF_ERROR(
+        f(k_[l].device(), k_[l].as<uint16_t>() + at, v_[l].as<uint16_t>() + at, offset, elems));
+    offset += 2 * elems;
+  }
+  return Status::ok();
+}
+
+Status KvBlockPool::read_block(int32_t block, std::span<uint16_t> out) const {
+  if (out.size_bytes() != block_bytes_) {
+    return make_error(StatusCode::kInvalidArgument, "KV block copy of {} bytes, a block has {}",
+                      out.size_bytes(), block_bytes_);
+  }
+  return each_block_region(
+      block,
+      [&](backend::Device* d, const uint16_t* k, const uint16_t* v, size_t offset, size_t elems) -> Status {
+        MOESERVE_RETURN_IF_ERROR(d->copy_to_host(out.data() + offset, k, elems * sizeof(uint16_t)));
+        return d->copy_to_host(out.data() + offset + elems, v, elems * sizeof(uint16_t));
+      });
+}
+
+Status KvBlockPool::write_block(int32_t block, std::span<const uint16_t> in) {
+  if (in.size_bytes() != block_bytes_) {
+    return make_error(StatusCode::kInvalidArgument, "KV block copy of {} bytes, a block has {}",
+                      in.size_bytes(), block_bytes_);
+  }
+  return each_block_region(
+      block, [&](backend::Device* d, uint16_t* k, uint16_t* v, size_t offset, size_t elems) -> Status {
+        MOESERVE_RETURN_IF_ERROR(d->copy_to_device(k, in.data() + offset, elems * sizeof(uint16_t)));
+        return d->copy_to_device(v, in.data() + offset + elems, elems * sizeof(uint16_t));
+      });
 }
 
 void KvBlockPool::add_ref(std::span<const int32_t> blocks) {

@@ -72,10 +72,20 @@ class KvBlockPool {
   uint16_t* v(int64_t layer) const { return v_[size_t(layer)].as<uint16_t>(); }
   backend::Device* device(int64_t layer) const { return k_[size_t(layer)].device(); }
 
+  // A block's rows of every local attention layer (K then V, layer by
+  // layer: block_bytes()) to or from host memory (the host tier).
+  Status read_block(int32_t block, std::span<uint16_t> out) const;
+  Status write_block(int32_t block, std::span<const uint16_t> in);
+
  private:
   KvBlockPool() = default;
 
-  int64_t block_rows_ = 0, n_blocks_ = 0;
+  // Visits each local attention layer's K and V rows of `block`:
+  // f(device, k rows, v rows, offset in elements of a block_bytes() copy).
+  template <typename F>
+  Status each_block_region(int32_t block, F&& f) const;
+
+  int64_t block_rows_ = 0, n_blocks_ = 0, kv_dim_ = 0;
   int block_shift_ = 0;
   size_t block_bytes_ = 0;
   std::vector<backend::DeviceMemory> k_, v_;  // per layer

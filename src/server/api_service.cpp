@@ -467,6 +467,7 @@ ApiReply ApiService::metrics_text() {
                             s.decode_seconds - last_scrape_.decode_seconds);
     metrics_->add(api::Counter::kPrefixCacheDiskHits, s.prefix.disk_hits - last_scrape_.prefix.disk_hits);
     metrics_->add(api::Counter::kKvPreemptions, s.preemptions - last_scrape_.preemptions);
+    metrics_->add(api::Counter::kKvHostRestoredBlocks, s.kv_host.restored - last_scrape_.kv_host.restored);
     last_scrape_ = s;
   }
   metrics_->set(api::Gauge::kQueueDepth, double(s.queue_depth));
@@ -475,6 +476,8 @@ ApiReply ApiService::metrics_text() {
   metrics_->set(api::Gauge::kKvBlocksTotal, double(s.kv_pool_blocks));
   metrics_->set(api::Gauge::kKvBlocksFree, double(s.kv_free_blocks));
   metrics_->set(api::Gauge::kKvSwappedSequences, double(s.swapped_sequences));
+  metrics_->set(api::Gauge::kKvHostBlocks, double(s.kv_host.blocks));
+  metrics_->set(api::Gauge::kKvHostBytes, double(s.kv_host.bytes));
   metrics_->set(api::Gauge::kPrefixCacheBytes, double(s.prefix.bytes));
   metrics_->set(api::Gauge::kPrefixCacheEntries, double(s.prefix.entries));
   metrics_->set(api::Gauge::kPrefixCacheDiskBytes, double(s.prefix.disk_bytes));

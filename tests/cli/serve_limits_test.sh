@@ -63,7 +63,10 @@ echo "$out" | grep -q -- "give --kv-mem at least" || fail "no message for a tiny
 echo "$out" | grep -q "terminate called" && fail "aborted: $out"
 out=$("$bin" serve -m "$model" --kv-mem 64M --kv-block 24 --port 0 --threads 2 2>&1) && fail "accepted --kv-block 24"
 echo "$out" | grep -q "power of two" || fail "no message for --kv-block 24: $out"
-"$bin" serve -m "$model" --kv-mem 16M --kv-block 16 --parallel 64 --ctx-size 2048 --port 0 --threads 2 > "$log" 2>&1 &
+out=$("$bin" serve -m "$model" --kv-host-mem 1G --port 0 --threads 2 2>&1) && fail "accepted --kv-host-mem alone"
+echo "$out" | grep -q -- "--kv-host-mem needs --kv-mem" || fail "no message for --kv-host-mem alone: $out"
+"$bin" serve -m "$model" --kv-mem 16M --kv-block 16 --kv-host-mem 64M --parallel 64 --ctx-size 2048 --port 0 \
+  --threads 2 > "$log" 2>&1 &
 pid=$!
 for _ in $(seq 1 100); do grep -q "ready at" "$log" && break; sleep 0.1; done
 grep -q "ready at" "$log" || fail "no ready line with --kv-mem: $(cat "$log")"
@@ -76,6 +79,7 @@ if command -v curl > /dev/null; then
   metrics=$(curl -sf "http://127.0.0.1:$port/metrics") || fail "no /metrics"
   echo "$metrics" | grep -q "^moeserve_kv_blocks_total [1-9]" || fail "no block count in /metrics"
   echo "$metrics" | grep -q "^moeserve_kv_blocks_free [1-9]" || fail "no free blocks in /metrics"
+  echo "$metrics" | grep -q "^moeserve_kv_host_blocks 0" || fail "no host tier gauge in /metrics"
 fi
 kill "$pid"; wait "$pid" 2>/dev/null; pid=
 echo "serve limits: ok"

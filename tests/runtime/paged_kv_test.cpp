@@ -9,6 +9,7 @@
 
 #include "runtime/batch_engine.h"
 #include "runtime/engine_collector.h"
+#include "runtime/kv_host_tier.h"
 #include "runtime/kv_pool.h"
 #include "test_device.h"
 
@@ -336,6 +337,96 @@ TEST(PagedEngine, SharedBlocksAreEvictedUnderPressureWithoutChangingOutput) {
   EXPECT_GT(st.shared_prefix.evicted_blocks, 0);
   EXPECT_GT(st.shared_prefix.hits, 0);
   EXPECT_EQ(st.kv_free_blocks + st.shared_prefix.blocks, st.kv_pool_blocks);
+}
+
+// The host tier keeps the shared blocks the pool gives back: a prompt seen
+// before comes back from host memory (cached tokens, same output) after its
+// blocks were evicted by other prompts, in place of computing them.
+TEST(PagedEngine, EvictedPrefixBlocksComeBackFromTheHostTier) {
+  auto model = load_test_model();
+  ASSERT_TRUE(model);
+  const std::vector<int32_t> first = shared_prompts(*model, 1)[0];
+  const auto others = prompts(*model);
+  constexpr int64_t kTokens = 16;
+  const std::vector<int32_t> want = solo(*model, first, kTokens);
+  EngineOptions eo;
+  eo.n_slots = 2;
+  eo.n_ctx = 96;
+  eo.n_batch = 8;
+  eo.kv_block_rows = 4;
+  eo.kv_pool_bytes = pool_bytes(*model, 4, 24);
+  eo.kv_host_bytes = size_t(64) << 20;
+  BatchEngine engine(*model, eo);
+  ASSERT_TRUE(engine.status().is_ok());
+  auto cs = run_all(engine, {first}, kTokens);
+  ASSERT_TRUE(cs[0]->status.is_ok());
+  EXPECT_EQ(cs[0]->tokens, want);
+  // Other prompts, twice over, push the first one's blocks out of the pool.
+  for (int round = 0; round < 2; ++round) (void)run_all(engine, others, 24);
+  const EngineStats mid = engine.stats();
+  EXPECT_GT(mid.shared_prefix.evicted_blocks, 0);
+  EXPECT_GT(mid.kv_host.stored, 0);
+  EXPECT_GT(mid.kv_host.blocks, 0);
+  EXPECT_EQ(mid.kv_host.bytes, size_t(mid.kv_host.blocks) * pool_bytes(*model, 4, 1));
+  cs = run_all(engine, {first}, kTokens);
+  ASSERT_TRUE(cs[0]->status.is_ok()) << cs[0]->status.to_string();
+  EXPECT_EQ(cs[0]->tokens, want);
+  const EngineStats st = engine.stats();
+  EXPECT_GT(st.kv_host.restored, 0);
+  // Every whole block but the prompt's last was taken over instead of computed.
+  EXPECT_EQ(cs[0]->stats.cached_tokens, int64_t((first.size() - 1) / 4 * 4));
+  EXPECT_EQ(st.kv_free_blocks + st.shared_prefix.blocks, st.kv_pool_blocks);  // nothing leaked
+}
+
+// A tier too small for one block keeps nothing; a full one drops its least
+// recently used block; a copy comes back bit for bit; other tokens at the
+// same path key are not a hit.
+TEST(KvHostTier, KeepsRestoresAndDropsBlocks) {
+  auto model = load_test_model();
+  ASSERT_TRUE(model);
+  auto pool = model->new_kv_pool({.bytes = pool_bytes(*model, 4, 6), .block_rows = 4});
+  ASSERT_TRUE(pool.is_ok());
+  std::shared_ptr<KvBlockPool> p = *pool;
+  const size_t bytes = p->block_bytes();
+  std::vector<uint16_t> a(bytes / 2), b(bytes / 2), got(bytes / 2);
+  for (size_t i = 0; i < a.size(); ++i) a[i] = uint16_t(i * 7 + 1), b[i] = uint16_t(i * 13 + 5);
+  ASSERT_TRUE(p->write_block(1, a).is_ok());
+  ASSERT_TRUE(p->write_block(2, b).is_ok());
+  const std::vector<int32_t> ta = {1, 2, 3, 4}, tb = {5, 6, 7, 8};
+  KvHostTier tiny(p, bytes - 1);
+  tiny.store(11, ta, 1);
+  EXPECT_FALSE(tiny.contains(11, ta));
+  KvHostTier tier(p, bytes + bytes / 2);  // room for one block
+  tier.store(11, ta, 1);
+  EXPECT_TRUE(tier.contains(11, ta));
+  EXPECT_FALSE(tier.contains(11, tb));  // same key, other tokens
+  ASSERT_TRUE(tier.restore(11, ta, 4));
+  ASSERT_TRUE(p->read_block(4, got).is_ok());
+  EXPECT_EQ(got, a);
+  tier.store(22, tb, 2);  // pushes the first out
+  EXPECT_FALSE(tier.contains(11, ta));
+  EXPECT_TRUE(tier.contains(22, tb));
+  EXPECT_FALSE(tier.restore(11, ta, 4));
+  const KvHostTierStats st = tier.stats();
+  EXPECT_EQ(st.blocks, 1);
+  EXPECT_EQ(st.bytes, bytes);
+  EXPECT_EQ(st.stored, 2);
+  EXPECT_EQ(st.restored, 1);
+  EXPECT_EQ(st.dropped, 1);
+  EXPECT_FALSE(p->write_block(99, a).is_ok());                      // no such block
+  EXPECT_FALSE(p->read_block(1, std::span(got).first(3)).is_ok());  // wrong size
+}
+
+// A block's path key covers every token before it: the same block of
+// tokens after another prefix has another key.
+TEST(KvBlockTree, PathKeysCoverTheWholePrefix) {
+  const std::vector<int32_t> x = {1, 2, 3, 4, 5, 6, 7, 8, 9}, y = {0, 2, 3, 4, 5, 6, 7, 8};
+  const auto kx = KvBlockTree::path_keys(x, 4, 10), ky = KvBlockTree::path_keys(y, 4, 10);
+  ASSERT_EQ(kx.size(), 2u);  // whole blocks only
+  ASSERT_EQ(ky.size(), 2u);
+  EXPECT_NE(kx[0], ky[0]);
+  EXPECT_NE(kx[1], ky[1]);  // same tokens 5..8, other prefix
+  EXPECT_EQ(KvBlockTree::path_keys(x, 4, 1), std::vector<uint64_t>{kx[0]});
 }
 
 TEST(PagedKvCache, RewindingIntoASharedBlockCopiesItFirst) {

@@ -56,6 +56,7 @@ struct ServeCliOptions {
   std::string kv_mem;        // --kv-mem SIZE: paged KV pool ("": a region of --ctx-size per slot)
   int64_t kv_block = 32;     // --kv-block N: positions per block
   std::string swap_space;    // --swap-space SIZE: preempted sequences' rows in host memory
+  std::string kv_host_mem;   // --kv-host-mem SIZE: evicted shared prefix blocks in host memory
   size_t max_body_kb = 1024;
   std::string special_tokens_in_content = "text";
   std::string chat_template_file;  // --chat-template: overrides the model file's template
@@ -114,6 +115,9 @@ Status run_serve(ServeCliOptions o) {
   MOESERVE_RETURN_IF_ERROR(apply_kv_disk_flags(o, &eo));
   if (!o.swap_space.empty() && o.kv_mem.empty()) {
     return make_error(StatusCode::kInvalidArgument, "--swap-space needs --kv-mem SIZE (paged KV)");
+  }
+  if (!o.kv_host_mem.empty() && o.kv_mem.empty()) {
+    return make_error(StatusCode::kInvalidArgument, "--kv-host-mem needs --kv-mem SIZE (paged KV)");
   }
   MOESERVE_ASSIGN_OR_RETURN(const runtime::SpecConfig spec_config, resolve_spec_flags(o.spec));
   o.http.max_body_bytes = o.max_body_kb * 1024;
@@ -207,6 +211,14 @@ Status run_serve(ServeCliOptions o) {
           return swap.status();
         }
         eo.kv_swap_bytes = *swap;
+      }
+      if (!o.kv_host_mem.empty()) {
+        auto host = moe::parse_size(o.kv_host_mem, "--kv-host-mem");
+        if (!host.is_ok()) {
+          stop_listener();
+          return host.status();
+        }
+        eo.kv_host_bytes = *host;
       }
     } else {
       fmt::print(stderr,
@@ -401,6 +413,11 @@ void register_serve(CLI::App& app) {
   cmd->add_option("--swap-space", o->swap_space,
                   "With --kv-mem: host memory paused sequences' rows may take (default 4G, as vLLM's); past\n"
                   "it a paused sequence's rows are dropped and computed again when it resumes")
+      ->type_name("SIZE");
+  cmd->add_option("--kv-host-mem", o->kv_host_mem,
+                  "With --kv-mem: host memory (e.g. 8G) for shared prompt-prefix blocks the pool gives back\n"
+                  "under pressure; a later prompt with the same prefix gets them copied back instead of\n"
+                  "computing them (default: none)")
       ->type_name("SIZE");
   cmd->add_option("--kv-block", o->kv_block, "Positions per paged-KV block (a power of two)")
       ->capture_default_str()

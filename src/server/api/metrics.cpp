@@ -21,6 +21,8 @@ constexpr MetricInfo kCounters[] = {
     {"prefix_cache_disk_hits_total", "Prefix cache hits served by an entry loaded from the disk tier."},
     {"kv_preemptions_total",
      "Sequences paused because the paged KV pool ran short (rows swapped to host memory)."},
+    {"kv_host_restored_blocks_total",
+     "Shared prefix blocks copied back from the host tier instead of computed."},
 };
 static_assert(std::size(kCounters) == static_cast<size_t>(Counter::kCount_));
 
@@ -37,6 +39,8 @@ constexpr MetricInfo kGauges[] = {
     {"kv_blocks_total", "Blocks of the paged KV pool (0: no pool)."},
     {"kv_blocks_free", "Free blocks of the paged KV pool."},
     {"kv_swapped_sequences", "Sequences paused for KV blocks, waiting to resume."},
+    {"kv_host_blocks", "Shared prefix blocks kept in the host tier (--kv-host-mem)."},
+    {"kv_host_bytes", "Bytes of the host tier's blocks."},
 };
 static_assert(std::size(kGauges) == static_cast<size_t>(Gauge::kCount_));
 

@@ -22,6 +22,7 @@ enum class Counter {
   kPrefixCacheReusedTokens,  // moeserve_prefix_cache_reused_tokens_total
   kPrefixCacheDiskHits,      // moeserve_prefix_cache_disk_hits_total (also counted as hits)
   kKvPreemptions,            // moeserve_kv_preemptions_total (paged KV: sequences swapped out)
+  kKvHostRestoredBlocks,     // moeserve_kv_host_restored_blocks_total (--kv-host-mem)
   kCount_,
 };
 
@@ -39,6 +40,8 @@ enum class Gauge {
   kKvBlocksTotal,           // moeserve_kv_blocks_total (paged KV, --kv-mem)
   kKvBlocksFree,            // moeserve_kv_blocks_free
   kKvSwappedSequences,      // moeserve_kv_swapped_sequences
+  kKvHostBlocks,            // moeserve_kv_host_blocks (--kv-host-mem)
+  kKvHostBytes,             // moeserve_kv_host_bytes
   kCount_,
 };
 

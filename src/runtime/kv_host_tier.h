@@ -1,0 +1,62 @@
+// Paged KV's host tier (serve --kv-host-mem): blocks of shared prompt
+// prefixes that the block tree gives back under pressure are copied to
+// host memory first, and a later prompt that starts with the same tokens
+// gets them copied back into fresh pool blocks instead of computing them.
+// Keyed by the block's path key (KvBlockTree::path_keys: every token up to
+// the block's end), checked against the block's own tokens; least recently
+// used entries go first when the tier is full.
+#pragma once
+
+#include <cstdint>
+#include <list>
+#include <memory>
+#include <mutex>
+#include <span>
+#include <unordered_map>
+#include <vector>
+
+#include "runtime/kv_pool.h"
+
+namespace moeserve::runtime {
+
+struct KvHostTierStats {
+  int64_t blocks = 0;    // held now
+  size_t bytes = 0;      // ... their K/V bytes
+  int64_t stored = 0;    // since start
+  int64_t restored = 0;  // copied back into the pool
+  int64_t dropped = 0;   // pushed out by newer ones
+};
+
+class KvHostTier {
+ public:
+  KvHostTier(std::shared_ptr<KvBlockPool> pool, size_t max_bytes);
+
+  // Keeps a copy of pool block `block` (the block of `tokens` at path key
+  // `path`); the least recently used copies make room. A failed copy or a
+  // tier too small for one block keeps nothing.
+  void store(uint64_t path, std::span<const int32_t> tokens, int32_t block);
+  // Whether a copy of this block is here.
+  bool contains(uint64_t path, std::span<const int32_t> tokens) const;
+  // Copies it into pool block `into` (a fresh block the caller holds);
+  // false when it is not here or the copy failed.
+  bool restore(uint64_t path, std::span<const int32_t> tokens, int32_t into);
+  KvHostTierStats stats() const;
+
+ private:
+  struct Entry {
+    uint64_t path = 0;
+    std::vector<int32_t> tokens;
+    std::vector<uint16_t> rows;  // KvBlockPool::read_block's layout
+  };
+  using Lru = std::list<Entry>;                                              // most recently used first
+  Lru::iterator find(uint64_t path, std::span<const int32_t> tokens) const;  // under mu_
+
+  std::shared_ptr<KvBlockPool> pool_;
+  size_t max_bytes_ = 0;
+  mutable std::mutex mu_;
+  mutable Lru lru_;
+  std::unordered_map<uint64_t, Lru::iterator> by_path_;
+  KvHostTierStats stats_;
+};
+
+}  // namespace moeserve::runtime
