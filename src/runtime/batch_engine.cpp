@@ -300,7 +300,7 @@ void BatchEngine::admit_waiting() {
     s.paused = Slot::Paused::kNo;
     s.refill.clear();
     int64_t reuse = share_prefix(s);
-    if (reuse == 0 && options_.prefix_cache_bytes > 0) {
+    if (reuse == 0 && copies_prefixes()) {
       reuse = prefix_.restore(s.req.prompt, int64_t(s.req.prompt.size()) - 1, s.seq.kv());
     }
     s.seq.append(std::span<const int32_t>(s.req.prompt).first(size_t(reuse)));
@@ -606,7 +606,7 @@ void BatchEngine::finish(Slot& s, const Status& status) {
     s.stats.tail_text = std::move(tail);
   }
   s.stats.total_seconds = now_seconds() - s.submitted;
-  if (status.is_ok() && options_.prefix_cache_bytes > 0 && s.seq.position() > 0 && s.running()) {
+  if (status.is_ok() && copies_prefixes() && s.seq.position() > 0 && s.running()) {
     prefix_.store(s.seq.tokens(), s.seq.kv());
   }
   EngineRequest req = std::move(s.req);

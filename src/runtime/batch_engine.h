@@ -245,6 +245,13 @@ class BatchEngine {
   // The prefix cache is on and the model keeps recurrent states: prompts
   // are stored one token before their end (see step()).
   bool snapshot_prompts() const { return options_.prefix_cache_bytes > 0 && model_.info().recurrent(); }
+  // Whether finished sequences go to the copying prefix cache: not where
+  // the block tree shares their blocks already (a copy out and back of
+  // every block run, on a GPU thousands of small copies a request), unless
+  // a disk tier keeps them for the next start.
+  bool copies_prefixes() const {
+    return options_.prefix_cache_bytes > 0 && (block_tree_ == nullptr || !options_.kv_cache_dir.empty());
+  }
   // Promotion (EngineOptions::promotion), between steps on this thread:
   // after a step that served `tokens`, and when the engine goes idle.
   void maybe_promote(int64_t tokens);
