@@ -58,8 +58,11 @@ BatchEngine::BatchEngine(Model& model, const EngineOptions& options)
   }
   if (status_.is_ok()) status_ = attach_disk_tier();
   if (status_.is_ok() && kv_pool_ != nullptr && options_.prefix_cache_bytes > 0 &&
-      !model.info().recurrent() && model.net().placement().remote.empty()) {
+      model.net().placement().remote.empty()) {
     block_tree_ = std::make_unique<KvBlockTree>(kv_pool_);
+    // Recurrent layers' states at block boundaries (every kv_state_interval
+    // positions of a prompt) share the prompt cache's budget.
+    if (model.info().recurrent()) block_tree_->set_state_budget(options_.prefix_cache_bytes);
     if (options_.kv_host_bytes > 0) {
       host_tier_ = std::make_unique<KvHostTier>(kv_pool_, options_.kv_host_bytes);
       block_tree_->set_spill([tier = host_tier_.get()](uint64_t path, std::span<const int32_t> tokens,
@@ -299,10 +302,14 @@ void BatchEngine::admit_waiting() {
     s.published_blocks = 0;
     s.paused = Slot::Paused::kNo;
     s.refill.clear();
-    int64_t reuse = share_prefix(s);
-    if (reuse == 0 && copies_prefixes()) {
-      reuse = prefix_.restore(s.req.prompt, int64_t(s.req.prompt.size()) - 1, s.seq.kv());
-    }
+    // A recurrent model's copying cache first (its entries end where a
+    // sequence ended: a chat's previous turn), then the block tree.
+    const bool copy_first = copies_prefixes() && model_.info().recurrent();
+    const int64_t restorable = int64_t(s.req.prompt.size()) - 1;
+    int64_t reuse = copy_first ? prefix_.restore(s.req.prompt, restorable, s.seq.kv()) : 0;
+    if (reuse == 0) reuse = share_prefix(s);
+    if (reuse == 0 && copies_prefixes() && !copy_first)
+      reuse = prefix_.restore(s.req.prompt, restorable, s.seq.kv());
     s.seq.append(std::span<const int32_t>(s.req.prompt).first(size_t(reuse)));
     s.prompt_done = reuse;
     s.stats.cached_tokens = reuse;
@@ -453,6 +460,12 @@ bool BatchEngine::plan_prefill_step(StepRows& r) {
     // stored (a repeated prompt reuses all but its last token), and the last
     // token goes in the next step.
     if (snapshot_prompts() && s->refill.empty() && n == left && left > 1) n = left - 1;
+    // ... and at each state point on the way (state_interval), whose
+    // states go into the block tree for prompts that start the same.
+    if (const int64_t every = state_interval(); every > 0 && s->refill.empty()) {
+      const int64_t pos = s->seq.position(), next = (pos / every + 1) * every;
+      n = std::min(n, next - pos);
+    }
     n = std::min(n, reachable_positions(*s) - s->seq.position());
     if (n <= 0) {
       starved = true;
@@ -495,6 +508,7 @@ void BatchEngine::finish_prefill_step(const StepRows& r, const float* logits) {
       }
       continue;
     }
+    keep_block_state(*s);
     if (snapshot_prompts() && s->prompt_done == int64_t(s->req.prompt.size()) - 1) {
       prefix_.store(s->seq.tokens(), s->seq.kv());
     }

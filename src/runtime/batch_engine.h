@@ -121,6 +121,11 @@ struct EngineOptions {
   // prefix gets them copied back instead of computing them. Needs the pool
   // and the prefix tree (prefix_cache_bytes > 0).
   size_t kv_host_bytes = 0;
+  // Models with recurrent layers (Gated DeltaNet) share prompt blocks only
+  // where their states were kept: a prompt's prefill stops every this many
+  // positions (rounded up to whole blocks) to snapshot them into the tree,
+  // so a later prompt with the same start resumes from the last such point.
+  int64_t kv_state_interval = 512;
   size_t prefix_cache_bytes = size_t(256) << 20;  // 0: no prefix cache
   // A disk tier under the prefix cache in this folder ("": none; needs the
   // prefix cache), of at most kv_disk_bytes: evicted entries, and all of
@@ -245,12 +250,20 @@ class BatchEngine {
   // The prefix cache is on and the model keeps recurrent states: prompts
   // are stored one token before their end (see step()).
   bool snapshot_prompts() const { return options_.prefix_cache_bytes > 0 && model_.info().recurrent(); }
+  // Positions between a recurrent model's shared-state points (whole
+  // blocks; 0: the tree keeps no states).
+  int64_t state_interval() const;
+  // After a prompt chunk: the recurrent states at a state point go into the tree.
+  void keep_block_state(Slot& s);
   // Whether finished sequences go to the copying prefix cache: not where
   // the block tree shares their blocks already (a copy out and back of
   // every block run, on a GPU thousands of small copies a request), unless
-  // a disk tier keeps them for the next start.
+  // a disk tier keeps them for the next start, or the model is recurrent
+  // (the tree has its states at state points only; an entry has them where
+  // the sequence ended, as a chat's next turn wants).
   bool copies_prefixes() const {
-    return options_.prefix_cache_bytes > 0 && (block_tree_ == nullptr || !options_.kv_cache_dir.empty());
+    return options_.prefix_cache_bytes > 0 &&
+           (block_tree_ == nullptr || model_.info().recurrent() || !options_.kv_cache_dir.empty());
   }
   // Promotion (EngineOptions::promotion), between steps on this thread:
   // after a step that served `tokens`, and when the engine goes idle.

@@ -20,15 +20,38 @@ void BatchEngine::publish_blocks(Slot& s) {
   s.published_blocks = full;
 }
 
+int64_t BatchEngine::state_interval() const {
+  if (block_tree_ == nullptr || !model_.info().recurrent()) return 0;
+  const int64_t rows = kv_pool_->block_rows();
+  return std::max<int64_t>(1, (options_.kv_state_interval + rows - 1) / rows) * rows;
+}
+
+void BatchEngine::keep_block_state(Slot& s) {
+  const int64_t every = state_interval(), pos = s.seq.position();
+  if (every == 0 || !s.refill.empty() || pos == 0 || pos % every != 0) return;
+  publish_blocks(s);
+  auto snap = s.seq.kv().snapshot();
+  if (!snap.is_ok()) return;  // nothing kept: the next prompt computes these positions
+  block_tree_->attach_state(s.seq.tokens(), pos / kv_pool_->block_rows(),
+                            std::make_shared<const CacheSnapshot>(std::move(snap).value()));
+}
+
 int64_t BatchEngine::share_prefix(Slot& s) {
   if (block_tree_ == nullptr) return 0;
   // The prompt's last token is always computed (its logits start the output).
   const std::span<const int32_t> fill = s.fill_tokens();
   const int64_t max_blocks = (int64_t(fill.size()) - 1) / kv_pool_->block_rows();
-  std::vector<int32_t> shared = block_tree_->match(fill, max_blocks);
-  if (host_tier_ != nullptr) restore_from_host(fill, max_blocks, shared);
+  const bool recurrent = model_.info().recurrent();
+  std::shared_ptr<const CacheSnapshot> state;
+  std::vector<int32_t> shared = block_tree_->match(fill, max_blocks, recurrent ? &state : nullptr);
+  if (host_tier_ != nullptr && !recurrent) restore_from_host(fill, max_blocks, shared);
   // (adopt_prefix gives the references back when it fails.)
   if (shared.empty() || !s.seq.kv().adopt_prefix(shared).is_ok()) return 0;
+  if (recurrent &&
+      (state == nullptr || state->position != s.seq.kv().used() || !s.seq.kv().restore(*state).is_ok())) {
+    s.seq.kv().clear();  // back to an empty cache: the prompt is computed
+    return 0;
+  }
   const int64_t n = int64_t(shared.size()) * kv_pool_->block_rows();
   block_tree_->count_hit(n);
   s.published_blocks = int64_t(shared.size());  // already there

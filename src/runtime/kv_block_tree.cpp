@@ -68,20 +68,65 @@ int64_t KvBlockTree::find(int64_t parent, std::span<const int32_t> tokens) const
   return -1;
 }
 
-std::vector<int32_t> KvBlockTree::match(std::span<const int32_t> tokens, int64_t max_blocks) {
+std::vector<int32_t> KvBlockTree::match(std::span<const int32_t> tokens, int64_t max_blocks,
+                                        std::shared_ptr<const CacheSnapshot>* state) {
   std::lock_guard lock(mu_);
   std::vector<int32_t> out;
   const uint64_t now = ++tick_;
   int64_t parent = -1;
+  size_t with_state = 0;
   for (int64_t b = 0; b < max_blocks && (b + 1) * rows_ <= int64_t(tokens.size()); ++b) {
     const int64_t node = find(parent, tokens.subspan(size_t(b * rows_), size_t(rows_)));
     if (node < 0) break;
-    nodes_[size_t(node)].used = now;
-    out.push_back(nodes_[size_t(node)].block);
+    Node& n = nodes_[size_t(node)];
+    n.used = now;
+    out.push_back(n.block);
+    if (state != nullptr && n.state != nullptr) {
+      with_state = out.size();
+      *state = n.state;
+    }
     parent = node;
   }
+  if (state != nullptr) out.resize(with_state);
   pool_->add_ref(out);
   return out;
+}
+
+void KvBlockTree::attach_state(std::span<const int32_t> tokens, int64_t n,
+                               std::shared_ptr<const CacheSnapshot> state) {
+  std::lock_guard lock(mu_);
+  int64_t node = -1;
+  for (int64_t b = 0; b < n && (b + 1) * rows_ <= int64_t(tokens.size()); ++b) {
+    node = find(node, tokens.subspan(size_t(b * rows_), size_t(rows_)));
+    if (node < 0) return;  // not in the tree (evicted meanwhile)
+  }
+  if (node < 0 || state == nullptr || state->bytes() > state_budget_) return;
+  Node& target = nodes_[size_t(node)];
+  drop_state(target);
+  // The least recently used snapshots make room (a linear scan: few nodes hold one).
+  while (stats_.state_bytes + state->bytes() > state_budget_) {
+    Node* oldest = nullptr;
+    for (Node& x : nodes_) {
+      if (x.alive && x.state != nullptr && (oldest == nullptr || x.used < oldest->used)) oldest = &x;
+    }
+    if (oldest == nullptr) break;
+    drop_state(*oldest);
+  }
+  stats_.state_bytes += state->bytes();
+  ++stats_.states;
+  target.state = std::move(state);
+}
+
+void KvBlockTree::set_state_budget(size_t bytes) {
+  std::lock_guard lock(mu_);
+  state_budget_ = bytes;
+}
+
+void KvBlockTree::drop_state(Node& n) {
+  if (n.state == nullptr) return;
+  stats_.state_bytes -= n.state->bytes();
+  --stats_.states;
+  n.state.reset();
 }
 
 void KvBlockTree::insert(std::span<const int32_t> tokens, std::span<const int32_t> blocks) {
@@ -127,6 +172,7 @@ void KvBlockTree::remove(int64_t node) {
     }
   }
   if (n.parent >= 0) --nodes_[size_t(n.parent)].children;
+  drop_state(n);
   pool_->release(std::span<const int32_t>(&n.block, 1));
   n.alive = false;
   n.tokens.clear();

@@ -24,6 +24,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "runtime/kv_cache.h"
 #include "runtime/kv_pool.h"
 
 namespace moeserve::runtime {
@@ -33,6 +34,8 @@ struct KvBlockTreeStats {
   int64_t hits = 0;            // lookups that shared at least one block
   int64_t shared_tokens = 0;   // positions taken from the tree instead of computed
   int64_t evicted_blocks = 0;  // given back to the pool under pressure
+  int64_t states = 0;          // recurrent state snapshots held (attach_state)
+  size_t state_bytes = 0;
 };
 
 class KvBlockTree {
@@ -45,7 +48,16 @@ class KvBlockTree {
 
   // The blocks that hold the longest run of whole blocks of `tokens` (at
   // most max_blocks), in order, each with a reference for the caller.
-  std::vector<int32_t> match(std::span<const int32_t> tokens, int64_t max_blocks);
+  // With `state` (models with recurrent layers): only as far as the
+  // deepest of those blocks that has a state snapshot, which goes there
+  // (none: no blocks).
+  std::vector<int32_t> match(std::span<const int32_t> tokens, int64_t max_blocks,
+                             std::shared_ptr<const CacheSnapshot>* state = nullptr);
+  // The recurrent states after the first n whole blocks of `tokens` (which
+  // the tree holds: insert() them first), kept with the n-th block; the
+  // least recently used snapshots go when they pass the state budget.
+  void attach_state(std::span<const int32_t> tokens, int64_t n, std::shared_ptr<const CacheSnapshot> state);
+  void set_state_budget(size_t bytes);
   // blocks[i] holds positions [i * rows, (i + 1) * rows) of `tokens` (the
   // whole blocks of it that `blocks` covers): adds the ones the tree lacks
   // (taking a reference), and marks the path as used now.
@@ -73,14 +85,16 @@ class KvBlockTree {
     int32_t children = 0;
     uint64_t used = 0;  // tick of the last match or insert through it
     uint64_t key = 0;
-    uint64_t path = 0;            // path_keys' key of the block
-    std::vector<int32_t> tokens;  // the block's tokens
+    uint64_t path = 0;                           // path_keys' key of the block
+    std::vector<int32_t> tokens;                 // the block's tokens
+    std::shared_ptr<const CacheSnapshot> state;  // recurrent states after this block (null: none)
     bool alive = false;
   };
   static uint64_t key_of(int64_t parent, std::span<const int32_t> tokens);
   // The child of `parent` for these tokens, or -1. Under mu_.
   int64_t find(int64_t parent, std::span<const int32_t> tokens) const;
   void remove(int64_t node);  // a leaf; under mu_
+  void drop_state(Node& n);   // under mu_
 
   std::shared_ptr<KvBlockPool> pool_;
   int64_t rows_ = 0;
@@ -91,6 +105,7 @@ class KvBlockTree {
   uint64_t tick_ = 0;
   KvBlockTreeStats stats_;
   Spill spill_;
+  size_t state_budget_ = 0;
 };
 
 }  // namespace moeserve::runtime

@@ -216,10 +216,10 @@ Status KvCache::move_rows(size_t l, int64_t to, int64_t from, int64_t n) {
 }
 
 Status KvCache::adopt_prefix(std::span<const int32_t> blocks) {
-  if (pool() == nullptr || used_ != 0 || blocks_.size() != 0 || recurrent() || !remote_.ranges().empty()) {
+  if (pool() == nullptr || used_ != 0 || blocks_.size() != 0 || !remote_.ranges().empty()) {
     if (pool() != nullptr) pool()->release(blocks);
     return make_error(StatusCode::kInternal,
-                      "KV cache: shared blocks need an empty paged attention-only cache");
+                      "KV cache: shared blocks need an empty paged cache of local layers");
   }
   const int64_t n = int64_t(blocks.size()) * pool()->block_rows();
   if (n > capacity_) {

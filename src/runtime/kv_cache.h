@@ -72,8 +72,9 @@ class KvCache {
   std::span<const int32_t> block_table() const { return {blocks_.table(), size_t(blocks_.size())}; }
   // An empty paged cache starts with shared blocks (a reference to each
   // passed on to it; KvBlockTree::match): their rows are positions
-  // [0, blocks * block_rows), and used() becomes that. Only without
-  // recurrent or remote layers, whose state the blocks do not hold.
+  // [0, blocks * block_rows), and used() becomes that. Not with remote
+  // layers (their rows are elsewhere); with recurrent layers the caller
+  // restores their states at that position next (KvBlockTree::attach_state).
   Status adopt_prefix(std::span<const int32_t> blocks);
   // Preemption (paged only): the rows below used() go to host memory and
   // the blocks back to the pool; swap_in() takes blocks again and brings

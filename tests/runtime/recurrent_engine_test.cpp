@@ -152,5 +152,56 @@ TEST(RecurrentEngine, PagedPoolPreemptionKeepsSoloOutput) {
   EXPECT_EQ(engine.stats().recompute_preemptions, 0);
 }
 
+// Paged KV with the block tree: a prompt's prefill keeps the recurrent
+// states every kv_state_interval positions, so prompts that share a system
+// prompt resume from the last such point before they differ (cached
+// tokens, whole intervals), with their solo output.
+TEST(RecurrentEngine, SharedSystemPromptResumesFromAStatePoint) {
+  auto model = load_tiny_qwen35moe();
+  ASSERT_TRUE(model);
+  if (!model->pages_kv()) GTEST_SKIP() << "this device does not page KV";
+  const std::string system =
+      "You are a careful assistant. Answer in Python, with comments, and keep it short. Never guess.\n";
+  std::vector<std::vector<int32_t>> prompts;
+  for (int i = 0; i < 3; ++i) {
+    prompts.push_back(model->tokenizer().encode(system + "Task " + std::to_string(i) + ": def f(x"));
+  }
+  const int64_t common = int64_t(model->tokenizer().encode(system).size());
+  ASSERT_GT(common, 16);
+  auto probe = model->new_kv_pool({.bytes = size_t(64) << 20, .block_rows = 4});
+  ASSERT_TRUE(probe.is_ok());
+  EngineOptions eo;
+  eo.n_slots = 2;
+  eo.n_ctx = 256;
+  eo.n_batch = 8;
+  eo.prefix_cache_bytes = size_t(64) << 20;
+  eo.kv_block_rows = 4;
+  eo.kv_pool_bytes = (*probe)->block_bytes() * 64;
+  eo.kv_state_interval = 8;
+  BatchEngine engine(*model, eo);
+  ASSERT_TRUE(engine.status().is_ok());
+  for (size_t i = 0; i < prompts.size(); ++i) {  // one after another: each finds the states of those before
+    Collector c;
+    EngineRequest r = c.request(prompts[i], 12);
+    r.stop_at_eos = false;
+    ASSERT_TRUE(engine.submit(std::move(r)).is_ok());
+    c.wait();
+    ASSERT_TRUE(c.status.is_ok()) << c.status.to_string();
+    EXPECT_EQ(c.tokens, solo(*model, prompts[i], 12)) << "prompt " << i;
+    if (i == 0) {
+      EXPECT_EQ(c.stats.cached_tokens, 0);
+    } else {
+      EXPECT_GT(c.stats.cached_tokens, 0) << "prompt " << i;
+      EXPECT_EQ(c.stats.cached_tokens % 8, 0);
+      EXPECT_LE(c.stats.cached_tokens, common);
+      EXPECT_GT(c.stats.cached_tokens + 8, common - 4);  // the last state point before they differ
+    }
+  }
+  const EngineStats st = engine.stats();
+  EXPECT_GT(st.shared_prefix.states, 0);
+  EXPECT_GT(st.shared_prefix.state_bytes, size_t(0));
+  EXPECT_GT(st.shared_prefix.hits, 0);
+}
+
 }  // namespace
 }  // namespace moeserve::runtime
