@@ -10,6 +10,9 @@
 #   scripts/device/paged_gpu.sh bench      # waits for the model; bench/server/load_gen.mjs runs
 #   scripts/device/paged_gpu.sh decode     # build and model if missing; batched decode steps, contiguous
 #                                          # vs paged KV (moeserve bench --parallel --kv-block)
+#   scripts/device/paged_gpu.sh peer       # the same load against llama.cpp's llama-server on the same file
+#       (carry .llamasrc and start `LLAMA_SERVER=1 LLAMA_TARGETS=llama-server scripts/device/llamacpp_gpu.sh
+#       build` in an earlier call: it builds in the background; `nodepart`/`bench` bring node)
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 export LD_LIBRARY_PATH=/tmp/devroot/usr/lib/x86_64-linux-gnu:${LD_LIBRARY_PATH:-}
@@ -39,6 +42,26 @@ case "${1:-}" in
           --kv-block $kb 2>&1 | grep "decode, "
       done
     done;;
+  peer)
+    [ -x /tmp/node/bin/node ] || { echo "no node: run nodepart and bench first"; exit 1; }
+    export PATH=/tmp/node/bin:$PATH
+    peer() {  # label llama-server-args load-args...
+      local label=$1 args=$2
+      shift 2
+      [ -z "${RUNS:-}" ] || [[ " $RUNS " == *" $label "* ]] || return 0
+      echo "### $label: llama-server $args"
+      SERVE_WAIT=300 scripts/device/llamacpp_gpu.sh serve $model --host 127.0.0.1 --port 18080 -ngl 99 -fa on \
+        $args > "$out/$label.serve.txt" 2>&1 || { cat "$out/$label.serve.txt"; return 0; }
+      node bench/server/load_gen.mjs --url http://127.0.0.1:18080 "$@" --json "$out/$label.json" \
+        > "$out/$label.log" 2>&1
+      sed -n '/^== /,$p' "$out/$label.log"
+      kill "$(cat /tmp/llama-server.pid)" 2> /dev/null
+      sleep 2
+    }
+    shared="--workload shared-prefix --mode closed --clients 32 --requests 96 --input 300:700 --output 64:128 --seed 1"
+    peer llama_shared "-np 32 -c 131072 --cache-reuse 256" $shared
+    pressure="--workload sharegpt --mode closed --clients 64 --requests 128 --input 200:500 --output 128:256 --seed 2"
+    peer llama_pressure "-np 16 -c 65536 --cache-reuse 256" $pressure;;
   nodepart)
     cp .nodeparts/*/nodepart* /tmp/ && ls -la /tmp/nodepart*;;
   bench)
