@@ -11,9 +11,9 @@ mkdir -p "$out"
 bin=build-gpu/bin/moeserve
 nvidia-smi --query-gpu=name,memory.total --format=csv,noheader
 scripts/device/build.sh build-gpu 90a moeserve test_kernels_gpu test_models test_split test_ipc test_runtime \
-  test_spec test_server > "$out/build.log" 2>&1 || { grep -E 'error|FAILED' -A3 "$out/build.log" | head -40; exit 1; }
+  test_spec test_server test_moe > "$out/build.log" 2>&1 || { grep -E 'error|FAILED' -A3 "$out/build.log" | head -40; exit 1; }
 grep -c 'warning:' "$out/build.log" | sed 's/^/build warnings: /'
-suites=${SUITES:-kernels_gpu models split ipc runtime spec server}
+suites=${SUITES:-kernels_gpu models split ipc runtime spec server moe}
 run_test() {  # name binary [filter]
   [[ " $suites " == *" $1 "* ]] || return 0
   MOESERVE_TEST_DEVICE=cuda timeout 900 "$2" ${3:+--gtest_filter=$3} > /tmp/$1.log 2>&1
@@ -32,6 +32,7 @@ run_test ipc build-gpu/tests/ipc/test_ipc
 run_test runtime build-gpu/tests/runtime/test_runtime
 run_test spec build-gpu/tests/spec/test_spec
 run_test server build-gpu/tests/server/test_server
+run_test moe build-gpu/tests/moe/test_moe '*Hybrid*:*Gpu*:ExpertCost*'
 [[ " $suites " == *" smoke "* ]] || [ -z "${SUITES:-}" ] || exit 0
 # Issue 43's types on the GPU end to end: a Q3_K_M / Q2_K / IQ4_XS file of the
 # tiny model generates on cuda, and (informational: other kernels, other
