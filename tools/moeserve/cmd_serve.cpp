@@ -57,6 +57,7 @@ struct ServeCliOptions {
   int64_t kv_block = 32;     // --kv-block N: positions per block
   std::string swap_space;    // --swap-space SIZE: preempted sequences' rows in host memory
   std::string kv_host_mem;   // --kv-host-mem SIZE: evicted shared prefix blocks in host memory
+  int64_t kv_state_interval = 512;  // --kv-state-interval N: recurrent states kept every N prompt positions
   size_t max_body_kb = 1024;
   std::string special_tokens_in_content = "text";
   std::string chat_template_file;  // --chat-template: overrides the model file's template
@@ -212,6 +213,7 @@ Status run_serve(ServeCliOptions o) {
         }
         eo.kv_swap_bytes = *swap;
       }
+      eo.kv_state_interval = o.kv_state_interval;
       if (!o.kv_host_mem.empty()) {
         auto host = moe::parse_size(o.kv_host_mem, "--kv-host-mem");
         if (!host.is_ok()) {
@@ -419,6 +421,12 @@ void register_serve(CLI::App& app) {
                   "under pressure; a later prompt with the same prefix gets them copied back instead of\n"
                   "computing them (default: none)")
       ->type_name("SIZE");
+  cmd->add_option("--kv-state-interval", o->kv_state_interval,
+                  "With --kv-mem, models with Gated DeltaNet layers (Qwen3.5): keep their recurrent state every N\n"
+                  "prompt positions (whole blocks), so prompts that share a start resume from there; smaller\n"
+                  "shares more, each snapshot takes host memory within --prefix-cache-mb")
+      ->capture_default_str()
+      ->check(CLI::Range(int64_t(1), int64_t(1) << 20));
   cmd->add_option("--kv-block", o->kv_block, "Positions per paged-KV block (a power of two)")
       ->capture_default_str()
       ->check(CLI::Range(int64_t(1), int64_t(4096)));
