@@ -63,8 +63,11 @@ BatchEngine::BatchEngine(Model& model, const EngineOptions& options)
     // Recurrent layers' states at block boundaries (every kv_state_interval
     // positions of a prompt) share the prompt cache's budget.
     if (model.info().recurrent()) block_tree_->set_state_budget(options_.prefix_cache_bytes);
-    if (options_.kv_host_bytes > 0) {
-      host_tier_ = std::make_unique<KvHostTier>(kv_pool_, options_.kv_host_bytes);
+    size_t host_bytes = options_.kv_host_bytes;
+    if (host_bytes == EngineOptions::kKvHostDefault)
+      host_bytes = copies_prefixes() ? 0 : options_.prefix_cache_bytes;
+    if (host_bytes > 0 && !model.info().recurrent()) {
+      host_tier_ = std::make_unique<KvHostTier>(kv_pool_, host_bytes);
       block_tree_->set_spill([tier = host_tier_.get()](uint64_t path, std::span<const int32_t> tokens,
                                                        int32_t block) { tier->store(path, tokens, block); });
     }

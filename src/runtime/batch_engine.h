@@ -119,8 +119,10 @@ struct EngineOptions {
   // Host memory for shared prefix blocks the pool gives back under
   // pressure (kv_host_tier.h; 0: none): a later prompt with the same
   // prefix gets them copied back instead of computing them. Needs the pool
-  // and the prefix tree (prefix_cache_bytes > 0).
-  size_t kv_host_bytes = 0;
+  // and the prefix tree (prefix_cache_bytes > 0). The default takes the
+  // prefix cache's budget where the tree stands in for the copying cache.
+  static constexpr size_t kKvHostDefault = ~size_t(0);
+  size_t kv_host_bytes = kKvHostDefault;
   // Models with recurrent layers (Gated DeltaNet) share prompt blocks only
   // where their states were kept: a prompt's prefill stops every this many
   // positions (rounded up to whole blocks) to snapshot them into the tree,

@@ -341,7 +341,8 @@ TEST(PagedEngine, SharedBlocksAreEvictedUnderPressureWithoutChangingOutput) {
 
 // The host tier keeps the shared blocks the pool gives back: a prompt seen
 // before comes back from host memory (cached tokens, same output) after its
-// blocks were evicted by other prompts, in place of computing them.
+// blocks were evicted by other prompts, in place of computing them. By
+// default the tier has the prefix cache's budget; 0 turns it off.
 TEST(PagedEngine, EvictedPrefixBlocksComeBackFromTheHostTier) {
   auto model = load_test_model();
   ASSERT_TRUE(model);
@@ -349,33 +350,44 @@ TEST(PagedEngine, EvictedPrefixBlocksComeBackFromTheHostTier) {
   const auto others = prompts(*model);
   constexpr int64_t kTokens = 16;
   const std::vector<int32_t> want = solo(*model, first, kTokens);
-  EngineOptions eo;
-  eo.n_slots = 2;
-  eo.n_ctx = 96;
-  eo.n_batch = 8;
-  eo.kv_block_rows = 4;
-  eo.kv_pool_bytes = pool_bytes(*model, 4, 24);
-  eo.kv_host_bytes = size_t(64) << 20;
-  BatchEngine engine(*model, eo);
-  ASSERT_TRUE(engine.status().is_ok());
-  auto cs = run_all(engine, {first}, kTokens);
-  ASSERT_TRUE(cs[0]->status.is_ok());
-  EXPECT_EQ(cs[0]->tokens, want);
-  // Other prompts, twice over, push the first one's blocks out of the pool.
-  for (int round = 0; round < 2; ++round) (void)run_all(engine, others, 24);
-  const EngineStats mid = engine.stats();
-  EXPECT_GT(mid.shared_prefix.evicted_blocks, 0);
-  EXPECT_GT(mid.kv_host.stored, 0);
-  EXPECT_GT(mid.kv_host.blocks, 0);
-  EXPECT_EQ(mid.kv_host.bytes, size_t(mid.kv_host.blocks) * pool_bytes(*model, 4, 1));
-  cs = run_all(engine, {first}, kTokens);
-  ASSERT_TRUE(cs[0]->status.is_ok()) << cs[0]->status.to_string();
-  EXPECT_EQ(cs[0]->tokens, want);
-  const EngineStats st = engine.stats();
-  EXPECT_GT(st.kv_host.restored, 0);
-  // Every whole block but the prompt's last was taken over instead of computed.
-  EXPECT_EQ(cs[0]->stats.cached_tokens, int64_t((first.size() - 1) / 4 * 4));
-  EXPECT_EQ(st.kv_free_blocks + st.shared_prefix.blocks, st.kv_pool_blocks);  // nothing leaked
+  for (const size_t host : {size_t(64) << 20, EngineOptions::kKvHostDefault, size_t(0)}) {
+    SCOPED_TRACE("kv_host_bytes " + std::to_string(host));
+    EngineOptions eo;
+    eo.n_slots = 2;
+    eo.n_ctx = 96;
+    eo.n_batch = 8;
+    eo.kv_block_rows = 4;
+    eo.kv_pool_bytes = pool_bytes(*model, 4, 24);
+    eo.kv_host_bytes = host;
+    BatchEngine engine(*model, eo);
+    ASSERT_TRUE(engine.status().is_ok());
+    auto cs = run_all(engine, {first}, kTokens);
+    ASSERT_TRUE(cs[0]->status.is_ok());
+    EXPECT_EQ(cs[0]->tokens, want);
+    // Other prompts, twice over, push the first one's blocks out of the pool.
+    for (int round = 0; round < 2; ++round) (void)run_all(engine, others, 24);
+    const EngineStats mid = engine.stats();
+    EXPECT_GT(mid.shared_prefix.evicted_blocks, 0);
+    if (host == 0) {
+      EXPECT_EQ(mid.kv_host.stored, 0);
+    } else {
+      EXPECT_GT(mid.kv_host.stored, 0);
+      EXPECT_GT(mid.kv_host.blocks, 0);
+      EXPECT_EQ(mid.kv_host.bytes, size_t(mid.kv_host.blocks) * pool_bytes(*model, 4, 1));
+    }
+    cs = run_all(engine, {first}, kTokens);
+    ASSERT_TRUE(cs[0]->status.is_ok()) << cs[0]->status.to_string();
+    EXPECT_EQ(cs[0]->tokens, want);
+    const EngineStats st = engine.stats();
+    if (host == 0) {
+      EXPECT_EQ(cs[0]->stats.cached_tokens, 0);  // computed again
+    } else {
+      EXPECT_GT(st.kv_host.restored, 0);
+      // Every whole block but the prompt's last was taken over instead of computed.
+      EXPECT_EQ(cs[0]->stats.cached_tokens, int64_t((first.size() - 1) / 4 * 4));
+    }
+    EXPECT_EQ(st.kv_free_blocks + st.shared_prefix.blocks, st.kv_pool_blocks);  // nothing leaked
+  }
 }
 
 // A tier too small for one block keeps nothing; a full one drops its least

@@ -419,7 +419,7 @@ void register_serve(CLI::App& app) {
   cmd->add_option("--kv-host-mem", o->kv_host_mem,
                   "With --kv-mem: host memory (e.g. 8G) for shared prompt-prefix blocks the pool gives back\n"
                   "under pressure; a later prompt with the same prefix gets them copied back instead of\n"
-                  "computing them (default: none)")
+                  "computing them (default: --prefix-cache-mb's size; 0: none)")
       ->type_name("SIZE");
   cmd->add_option("--kv-state-interval", o->kv_state_interval,
                   "With --kv-mem, models with Gated DeltaNet layers (Qwen3.5): keep their recurrent state every N\n"
