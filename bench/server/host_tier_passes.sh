@@ -4,7 +4,7 @@
 # Two passes of the same requests against one server: the second finds the
 # first pass's prompts evicted from a small pool, in the host tier or not.
 bin=build-dev/bin/moeserve
-m=/work/bench_models/small-q4km-quick.gguf
+m=${MODEL:-/work/bench_models/small-q4km-quick.gguf}  # make-model --preset small --type q4_k_m --quick-quant
 for extra in "--kv-host-mem 0" ""; do
   log=/tmp/serve_ht.log
   $bin serve -m $m --port 0 --threads 2 --parallel 4 --ctx-size 1024 --kv-mem 48M $extra > $log 2>&1 &
