@@ -1,6 +1,7 @@
 // AVX-512 (F/BW/VL/VNNI) vec_dot for the float types and the 32-element block
 // types, and the activation quantizers. K-quants: quant_kquants_avx512.cpp;
-// issue 43's types: quant_lowbit_avx512.cpp.
+// issue 43's types: quant_lowbit_avx512.cpp; the codebook i-quants:
+// quant_iquants_avx512.cpp.
 // Entries not set here keep their AVX2 versions (dispatch.cpp registers the
 // AVX2 level first).
 //
@@ -22,6 +23,7 @@
 namespace moeserve::cpu::detail {
 
 void register_quant_kquants_avx512(CpuKernels& k);  // quant_kquants_avx512.cpp
+void register_quant_iquants_avx512(CpuKernels& k);  // quant_iquants_avx512.cpp
 
 namespace {
 
@@ -218,6 +220,7 @@ void register_quant_avx512(CpuKernels& k) {
   k.dequantize_row[dtype_slot(DType::BF16)] = dequantize_bf16;
   register_quant_kquants_avx512(k);
   register_quant_lowbit_avx512(k);
+  register_quant_iquants_avx512(k);
   register_quant_kquants_cols_avx512(k);
   register_packed_kquants_avx512(k);
 }
