@@ -41,9 +41,13 @@ uint64_t KvBlockTree::key_of(int64_t parent, std::span<const int32_t> tokens) {
   return fnv(uint64_t(parent), tokens);
 }
 
+namespace {
+constexpr uint64_t kRootPath = 0x6d6f657365727665ull;  // the root's path key
+}  // namespace
+
 std::vector<uint64_t> KvBlockTree::path_keys(std::span<const int32_t> tokens, int64_t block_rows, int64_t n) {
   std::vector<uint64_t> keys;
-  uint64_t path = 0x6d6f657365727665ull;  // the root's
+  uint64_t path = kRootPath;
   for (int64_t b = 0; b < n && (b + 1) * block_rows <= int64_t(tokens.size()); ++b) {
     path = fnv(path, tokens.subspan(size_t(b * block_rows), size_t(block_rows)));
     keys.push_back(path);
@@ -130,7 +134,6 @@ void KvBlockTree::drop_state(Node& n) {
 }
 
 void KvBlockTree::insert(std::span<const int32_t> tokens, std::span<const int32_t> blocks) {
-  const std::vector<uint64_t> paths = path_keys(tokens, rows_, int64_t(blocks.size()));
   std::lock_guard lock(mu_);
   const uint64_t now = ++tick_;
   int64_t parent = -1;
@@ -149,7 +152,8 @@ void KvBlockTree::insert(std::span<const int32_t> tokens, std::span<const int32_
       n.block = blocks[b];
       n.children = 0;
       n.key = key_of(parent, part);
-      n.path = paths[b];
+      // path_keys' chain, from the parent's key: no rehash of the prefix.
+      n.path = fnv(parent >= 0 ? nodes_[size_t(parent)].path : kRootPath, part);
       n.tokens.assign(part.begin(), part.end());
       n.alive = true;
       by_key_.emplace(n.key, node);
