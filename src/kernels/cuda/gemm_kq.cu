@@ -460,6 +460,38 @@ int sm_count_of_device() {
   return n > 0 ? n : 132;
 }
 
+// MOESERVE_CUDA_KQ_POLICY=legacy: expert tiles by token count (comparisons).
+bool legacy_tiles() {
+  static const bool legacy = [] {
+    const char* v = std::getenv("MOESERVE_CUDA_KQ_POLICY");
+    return v != nullptr && std::strcmp(v, "legacy") == 0;
+  }();
+  return legacy;
+}
+
+// Tokens an expert's tile takes in a decode batch. Up to 8 tokens, 8 (the
+// activations quantized in each CTA); then 16 until experts have 8 pairs on
+// average (n_pairs / n_expert under even routing), 32 past that. H200,
+// 30b-a3b (8 layers, 128 experts, top-8), aggregate tok/s by tile at 32 /
+// 64 / 128 sequences: 32-token tiles (the token count chose them before)
+// 10,252 / 16,088 / 25,922; 16: 11,208 / 17,947 / 27,801; 8-token tiles at
+// 32 sequences 9,880 (each of the many CTAs quantizing its tokens again). A
+// pair's result is the same in any tile. MOESERVE_CUDA_KQ_EXPERT_BN=8|16|32
+// fixes it, MOESERVE_CUDA_KQ_POLICY=legacy takes the token count's tile
+// (comparisons).
+int64_t expert_tile_tokens(const MmProblem& p) {
+  static const int64_t fixed = [] {
+    const char* v = std::getenv("MOESERVE_CUDA_KQ_EXPERT_BN");
+    const int64_t n = v == nullptr ? 0 : std::atoll(v);
+    return n == 8 || n == 16 || n == 32 ? n : int64_t(0);
+  }();
+  if (fixed > 0) return fixed;
+  if (p.n_tokens <= 8) return 8;
+  if (legacy_tiles()) return p.n_tokens <= 16 ? 16 : 32;
+  const int64_t mean = (p.n_pairs + p.n_expert - 1) / std::max<int64_t>(p.n_expert, 1);
+  return mean <= 8 ? 16 : 32;
+}
+
 template <DType T>
 Status launch_kq_type(const MmProblem& p, cudaStream_t stream) {
   if (p.mode == MmMode::kDense) {
@@ -470,16 +502,19 @@ Status launch_kq_type(const MmProblem& p, cudaStream_t stream) {
     // tiles of four stages); a token's bits are the same in every tile.
     if (p.n_tokens <= 16) return launch_kq<T, 16, 4>(p, 1, stream);
     // 32 tokens a CTA, 16 where that leaves SMs idle (k/v products of a
-    // 512-token prompt: 4 row tiles of 128).
+    // 512-token prompt: 4 row tiles of 128). (Smaller CTAs of 1-2 warps
+    // for the small products of a 32-row decode batch measured slower on an
+    // H200: 30b-a3b's k product 21 us in 32 one-warp CTAs against 16 us in
+    // 8 of 8 warps; each CTA's walk along K is the bound, not the SMs.)
     const int64_t ctas32 = ((p.n_tokens + 31) / 32) * ((p.n_rows + 127) / 128);
     if (ctas32 < int64_t(sm_count_of_device())) return launch_kq<T, 16, 8>(p, (p.n_tokens + 15) / 16, stream);
     return launch_kq<T, 32, 8>(p, (p.n_tokens + 31) / 32, stream);
   }
-  // Tiles of kBn pairs an expert: at most n_pairs / kBn full ones plus one
-  // partial per non-empty expert; CTAs past the real count exit. An expert
-  // has at most n_tokens pairs: decode batches take 8 or 16 a tile, and 64
-  // weight rows a CTA (8 experts x 2048 rows: 256 CTAs, not 128).
-  const int64_t bn = p.n_tokens <= 8 ? 8 : p.n_tokens <= 16 ? 16 : 32;
+  // Tiles of bn pairs an expert: at most n_pairs / bn full ones plus one
+  // partial per non-empty expert; CTAs past the real count exit. Decode
+  // tiles (8 or 16 pairs) take 64 weight rows a CTA (8 experts x 2048 rows:
+  // 256 CTAs, not 128).
+  const int64_t bn = expert_tile_tokens(p);
   const int64_t slots = p.n_pairs / bn + std::min(p.n_expert, p.n_pairs) + 1;
   static const bool inline_ok = [] {  // MOESERVE_CUDA_KQ_INLINE=0: always the launch before (comparisons)
     const char* v = std::getenv("MOESERVE_CUDA_KQ_INLINE");

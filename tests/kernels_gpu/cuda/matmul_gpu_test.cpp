@@ -258,7 +258,9 @@ TEST_P(GemmGpu, MatchesDoubleReference) {
   // float types also end in a half K step (cols % 32 == 16).
   // The last (K-quants): enough CTAs for gemm_kq.cu's 32-token tiles.
   std::vector<Shape> shapes = {{67, 133, 3 * u}, {17, 5, 13 * u}, {130, 260, (u == 256 ? 4 : 33) * u}};
-  if (testing::gemm_uses_q8k(type)) shapes.push_back({520, 2100, u});
+  // 520 tokens: 32-token tiles of 128 rows; 33 x 4100: a decode batch's
+  // 16-token tiles of a long product.
+  if (testing::gemm_uses_q8k(type)) shapes.push_back({520, 2100, u}), shapes.push_back({33, 4100, u});
   uint32_t seed = 300;
   for (const Shape& s : shapes) {
     const QuantMatrix m = make_matrix(type, s.rows, s.cols, seed++, row_pad(type));
