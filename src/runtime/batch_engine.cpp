@@ -56,7 +56,6 @@ BatchEngine::BatchEngine(Model& model, const EngineOptions& options)
       status_ = ws.status();
     }
   }
-  if (status_.is_ok()) status_ = attach_disk_tier();
   if (status_.is_ok() && kv_pool_ != nullptr && options_.prefix_cache_bytes > 0 &&
       model.net().placement().remote.empty()) {
     block_tree_ = std::make_unique<KvBlockTree>(kv_pool_);
@@ -64,14 +63,15 @@ BatchEngine::BatchEngine(Model& model, const EngineOptions& options)
     // positions of a prompt) share the prompt cache's budget.
     if (model.info().recurrent()) block_tree_->set_state_budget(options_.prefix_cache_bytes);
     size_t host_bytes = options_.kv_host_bytes;
-    if (host_bytes == EngineOptions::kKvHostDefault)
-      host_bytes = copies_prefixes() ? 0 : options_.prefix_cache_bytes;
+    if (host_bytes == EngineOptions::kKvHostDefault) host_bytes = options_.prefix_cache_bytes;
     if (host_bytes > 0 && !model.info().recurrent()) {
       host_tier_ = std::make_unique<KvHostTier>(kv_pool_, host_bytes);
       block_tree_->set_spill([tier = host_tier_.get()](uint64_t path, std::span<const int32_t> tokens,
                                                        int32_t block) { tier->store(path, tokens, block); });
     }
   }
+  // After the tree and the host tier: they decide which disk tier serves.
+  if (status_.is_ok()) status_ = attach_disk_tier();
   if (!status_.is_ok()) slots_.clear();
   totals_.n_slots = options_.n_slots;
   totals_.kv_capacity_tokens =
@@ -91,6 +91,17 @@ BatchEngine::BatchEngine(Model& model, const EngineOptions& options)
 
 Status BatchEngine::attach_disk_tier() {
   if (options_.kv_cache_dir.empty() || options_.prefix_cache_bytes == 0) return Status::ok();
+  if (host_tier_ != nullptr) {  // paged: the host tier's blocks go on to disk
+    Result<std::unique_ptr<KvBlockDisk>> blocks =
+        KvBlockDisk::open({.dir = options_.kv_cache_dir,
+                           .max_bytes = options_.kv_disk_bytes,
+                           .fingerprint = kv_fingerprint(model_.file()),
+                           .block_rows = kv_pool_->block_rows(),
+                           .block_bytes = kv_pool_->block_bytes()});
+    if (!blocks.is_ok()) return blocks.status();
+    host_tier_->attach_disk(std::move(blocks).value());
+    return Status::ok();
+  }
   const KvCache& kv = slots_.front()->seq.kv();
   Result<std::unique_ptr<PrefixDiskTier>> disk =
       PrefixDiskTier::open({.dir = options_.kv_cache_dir,
@@ -110,6 +121,12 @@ BatchEngine::~BatchEngine() {
   }
   wake_.notify_all();
   if (thread_.joinable()) thread_.join();
+  // Paged KV with a disk tier: the shared prefix blocks of the tree and the
+  // host tier go to disk for the next start.
+  if (host_tier_ != nullptr && host_tier_->disk() != nullptr) {
+    if (block_tree_ != nullptr) block_tree_->spill_all();
+    host_tier_->flush_to_disk();
+  }
 }
 
 Result<uint64_t> BatchEngine::submit(EngineRequest r) {
@@ -170,6 +187,7 @@ EngineStats BatchEngine::stats() const {
   if (kv_pool_ != nullptr) s.kv_free_blocks = kv_pool_->n_free();
   if (block_tree_ != nullptr) s.shared_prefix = block_tree_->stats();
   if (host_tier_ != nullptr) s.kv_host = host_tier_->stats();
+  if (host_tier_ != nullptr && host_tier_->disk() != nullptr) s.kv_disk = host_tier_->disk()->stats();
   return s;
 }
 

@@ -129,9 +129,11 @@ struct EngineOptions {
   // so a later prompt with the same start resumes from the last such point.
   int64_t kv_state_interval = 512;
   size_t prefix_cache_bytes = size_t(256) << 20;  // 0: no prefix cache
-  // A disk tier under the prefix cache in this folder ("": none; needs the
-  // prefix cache), of at most kv_disk_bytes: evicted entries, and all of
-  // them when the engine stops, are kept there for the next start
+  // A disk tier in this folder ("": none; needs the prefix cache), of at
+  // most kv_disk_bytes: what the tier above evicts, and all of it when the
+  // engine stops, is kept there for the next start. Paged KV with the host
+  // tier: the blocks the host tier pushes out (kv_block_disk.h, in
+  // DIR/blocks); otherwise the copying prefix cache's entries
   // (prefix_disk.h). A folder that cannot be used is the engine's status().
   std::string kv_cache_dir;
   uint64_t kv_disk_bytes = kDefaultPrefixDiskBytes;
@@ -174,6 +176,7 @@ struct EngineStats {
   int64_t recompute_preemptions = 0;  // ... of them, rows dropped and computed again
   KvBlockTreeStats shared_prefix;     // paged KV's shared blocks
   KvHostTierStats kv_host;            // ... and their host tier
+  KvBlockDiskStats kv_disk;           // ... and the disk tier under it
   int64_t prefill_tokens = 0;         // totals since start
   double prefill_seconds = 0.0;
   int64_t decode_tokens = 0;
@@ -259,13 +262,14 @@ class BatchEngine {
   void keep_block_state(Slot& s);
   // Whether finished sequences go to the copying prefix cache: not where
   // the block tree shares their blocks already (a copy out and back of
-  // every block run, on a GPU thousands of small copies a request), unless
-  // a disk tier keeps them for the next start, or the model is recurrent
+  // every block run, on a GPU thousands of small copies a request; the host
+  // tier and its disk tier keep what the tree gives back), unless a disk
+  // tier is asked for without the host tier, or the model is recurrent
   // (the tree has its states at state points only; an entry has them where
   // the sequence ended, as a chat's next turn wants).
   bool copies_prefixes() const {
-    return options_.prefix_cache_bytes > 0 &&
-           (block_tree_ == nullptr || model_.info().recurrent() || !options_.kv_cache_dir.empty());
+    return options_.prefix_cache_bytes > 0 && (block_tree_ == nullptr || model_.info().recurrent() ||
+                                               (host_tier_ == nullptr && !options_.kv_cache_dir.empty()));
   }
   // Promotion (EngineOptions::promotion), between steps on this thread:
   // after a step that served `tokens`, and when the engine goes idle.

@@ -184,6 +184,20 @@ void KvBlockTree::remove(int64_t node) {
   --stats_.blocks;
 }
 
+int64_t KvBlockTree::spill_all() {
+  std::lock_guard lock(mu_);
+  if (!spill_) return 0;
+  // Oldest first, so that the most recently used are the last (and the
+  // newest) copies in the tiers below.
+  std::vector<std::pair<uint64_t, size_t>> order;
+  for (size_t i = 0; i < nodes_.size(); ++i) {
+    if (nodes_[i].alive) order.emplace_back(nodes_[i].used, i);
+  }
+  std::sort(order.begin(), order.end());
+  for (const auto& [used, i] : order) spill_(nodes_[i].path, nodes_[i].tokens, nodes_[i].block);
+  return int64_t(order.size());
+}
+
 int64_t KvBlockTree::evict(int64_t n) {
   std::lock_guard lock(mu_);
   // Least recently used first among the leaves only the tree holds; a

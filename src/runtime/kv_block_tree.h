@@ -69,6 +69,10 @@ class KvBlockTree {
   // each evicted block: its path key (path_keys), its tokens, the block.
   using Spill = std::function<void(uint64_t path, std::span<const int32_t> tokens, int32_t block)>;
   void set_spill(Spill spill);
+  // Passes every block the tree holds through the spill, keeping them (a
+  // server's shutdown: the disk tier keeps them for the next start);
+  // returns how many.
+  int64_t spill_all();
   // Block i's path key for the first n whole blocks of `tokens`: a hash of
   // every token up to the block's end, the same in every process (the key
   // a copy of the block is found by in a lower tier).

@@ -4,7 +4,8 @@
 // gets them copied back into fresh pool blocks instead of computing them.
 // Keyed by the block's path key (KvBlockTree::path_keys: every token up to
 // the block's end), checked against the block's own tokens; least recently
-// used entries go first when the tier is full.
+// used entries go first when the tier is full: to the disk tier when there
+// is one (kv_block_disk.h), else they are dropped.
 #pragma once
 
 #include <cstdint>
@@ -15,6 +16,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "runtime/kv_block_disk.h"
 #include "runtime/kv_pool.h"
 
 namespace moeserve::runtime {
@@ -24,18 +26,26 @@ struct KvHostTierStats {
   size_t bytes = 0;      // ... their K/V bytes
   int64_t stored = 0;    // since start
   int64_t restored = 0;  // copied back into the pool
-  int64_t dropped = 0;   // pushed out by newer ones
+  int64_t dropped = 0;   // pushed out by newer ones (to the disk tier when there is one)
+  int64_t restored_from_disk = 0;
 };
 
 class KvHostTier {
  public:
   KvHostTier(std::shared_ptr<KvBlockPool> pool, size_t max_bytes);
 
+  // Entries pushed out go there, and contains/restore look there too.
+  void attach_disk(std::unique_ptr<KvBlockDisk> disk);
+  const KvBlockDisk* disk() const { return disk_.get(); }
+  // Moves every entry to the disk tier (a server's shutdown), waiting for
+  // the writes.
+  void flush_to_disk();
+
   // Keeps a copy of pool block `block` (the block of `tokens` at path key
-  // `path`); the least recently used copies make room. A failed copy or a
-  // tier too small for one block keeps nothing.
+  // `path`); the least recently used copies make room. A failed copy keeps
+  // nothing; a tier too small for one block passes it to the disk tier.
   void store(uint64_t path, std::span<const int32_t> tokens, int32_t block);
-  // Whether a copy of this block is here.
+  // Whether a copy of this block is here (or in the disk tier).
   bool contains(uint64_t path, std::span<const int32_t> tokens) const;
   // Copies it into pool block `into` (a fresh block the caller holds);
   // false when it is not here or the copy failed.
@@ -57,6 +67,7 @@ class KvHostTier {
   mutable Lru lru_;
   std::unordered_map<uint64_t, Lru::iterator> by_path_;
   KvHostTierStats stats_;
+  std::unique_ptr<KvBlockDisk> disk_;  // set before use (attach_disk)
 };
 
 }  // namespace moeserve::runtime

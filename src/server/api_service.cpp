@@ -468,6 +468,7 @@ ApiReply ApiService::metrics_text() {
     metrics_->add(api::Counter::kPrefixCacheDiskHits, s.prefix.disk_hits - last_scrape_.prefix.disk_hits);
     metrics_->add(api::Counter::kKvPreemptions, s.preemptions - last_scrape_.preemptions);
     metrics_->add(api::Counter::kKvHostRestoredBlocks, s.kv_host.restored - last_scrape_.kv_host.restored);
+    metrics_->add(api::Counter::kKvDiskRestoredBlocks, s.kv_disk.loaded - last_scrape_.kv_disk.loaded);
     last_scrape_ = s;
   }
   metrics_->set(api::Gauge::kQueueDepth, double(s.queue_depth));
@@ -478,6 +479,8 @@ ApiReply ApiService::metrics_text() {
   metrics_->set(api::Gauge::kKvSwappedSequences, double(s.swapped_sequences));
   metrics_->set(api::Gauge::kKvHostBlocks, double(s.kv_host.blocks));
   metrics_->set(api::Gauge::kKvHostBytes, double(s.kv_host.bytes));
+  metrics_->set(api::Gauge::kKvDiskBlocks, double(s.kv_disk.files));
+  metrics_->set(api::Gauge::kKvDiskBytes, double(s.kv_disk.bytes));
   metrics_->set(api::Gauge::kPrefixCacheBytes, double(s.prefix.bytes));
   metrics_->set(api::Gauge::kPrefixCacheEntries, double(s.prefix.entries));
   metrics_->set(api::Gauge::kPrefixCacheDiskBytes, double(s.prefix.disk_bytes));

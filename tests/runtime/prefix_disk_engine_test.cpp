@@ -77,6 +77,83 @@ TEST(PrefixDiskEngine, ARestartedEngineReusesTheDiskEntriesRecurrentQwen35Moe) {
   restart_reuses_the_prompt("qwen35moe-tiny.bf16.gguf");
 }
 
+// Paged KV: the host tier (one block of room here) pushes the blocks it
+// evicts to disk, and a prompt whose blocks left the pool and the host
+// tier reads them back from there; when the engine stops, every block of
+// the tree and the host tier goes to disk, and a restarted engine takes
+// the prompt's whole blocks from disk (the same output as the cold run).
+TEST(PrefixDiskEngine, PagedBlocksGoToDiskAndServeARestart) {
+  auto model = Model::load(fmt::format("{}/models/qwen3moe-tiny.bf16.gguf", MOESERVE_TEST_DATA_DIR),
+                           {.n_threads = 2, .device = moeserve::testing::test_device()});
+  ASSERT_TRUE(model.is_ok()) << model.status().to_string();
+  const fs::path dir = fs::temp_directory_path() / fmt::format("prefix_disk_engine_{}_paged", getpid());
+  fs::remove_all(dir);
+  auto block_bytes = [&] {
+    auto probe = (*model)->new_kv_pool({.bytes = size_t(8) << 20, .block_rows = 4});
+    EXPECT_TRUE(probe.is_ok());
+    return probe.is_ok() ? (*probe)->block_bytes() : size_t(0);
+  }();
+  ASSERT_GT(block_bytes, 0u);
+  EngineOptions eo;
+  eo.n_slots = 2;
+  eo.n_ctx = 96;
+  eo.n_batch = 8;
+  eo.kv_block_rows = 4;
+  eo.kv_pool_bytes = block_bytes * 24;
+  eo.kv_host_bytes = block_bytes;
+  eo.kv_cache_dir = dir.string();
+  auto run = [](BatchEngine& engine, const std::vector<int32_t>& prompt) {
+    moeserve::testing::Collector c;
+    EngineRequest r = c.request(prompt, 12);
+    r.stop_at_eos = false;
+    EXPECT_TRUE(engine.submit(std::move(r)).is_ok());
+    c.wait();
+    EXPECT_TRUE(c.status.is_ok()) << c.status.to_string();
+    return std::pair(c.tokens, c.stats.cached_tokens);
+  };
+  const auto& tok = (*model)->tokenizer();
+  const std::vector<int32_t> prompt =
+      tok.encode("You are a helpful assistant. Answer briefly and cite the source you used. def main(");
+  const int64_t whole = (int64_t(prompt.size()) - 1) / 4 * 4;  // every whole block but the logits row's
+  // The last prompt of the first run: its blocks are still in the tree at
+  // shutdown, so only the shutdown's flush puts them on disk.
+  const std::vector<int32_t> last = tok.encode("Write a haiku about the sea, then explain its meter in");
+  const int64_t last_whole = (int64_t(last.size()) - 1) / 4 * 4;
+  std::vector<int32_t> cold, last_cold;
+  {
+    BatchEngine engine(**model, eo);
+    ASSERT_TRUE(engine.status().is_ok()) << engine.status().to_string();
+    const auto first = run(engine, prompt);
+    cold = first.first;
+    EXPECT_EQ(first.second, 0);
+    for (const char* other :
+         {"The weather in Paris is mild in spring and", "import numpy as np\nx = np.",
+          "Once upon a time there was a dragon who lived", "SELECT name FROM users WHERE"}) {
+      (void)run(engine, tok.encode(other));  // pushes the prompt's blocks out of the pool and the host tier
+    }
+    const EngineStats mid = engine.stats();
+    EXPECT_GT(mid.kv_disk.saved + mid.kv_disk.files, 0);
+    const auto again = run(engine, prompt);
+    EXPECT_EQ(again.first, cold);
+    EXPECT_EQ(again.second, whole);
+    const EngineStats st = engine.stats();
+    EXPECT_GT(st.kv_host.restored_from_disk, 0);
+    EXPECT_GT(st.kv_disk.loaded, 0);
+    last_cold = run(engine, last).first;
+  }
+  BatchEngine restarted(**model, eo);
+  ASSERT_TRUE(restarted.status().is_ok()) << restarted.status().to_string();
+  EXPECT_GT(restarted.stats().kv_disk.files, 0);
+  const auto warm = run(restarted, prompt);
+  EXPECT_EQ(warm.first, cold);
+  EXPECT_EQ(warm.second, whole);
+  const auto last_warm = run(restarted, last);
+  EXPECT_EQ(last_warm.first, last_cold);
+  EXPECT_EQ(last_warm.second, last_whole);
+  EXPECT_GT(restarted.stats().kv_disk.loaded, 0);
+  fs::remove_all(dir);
+}
+
 TEST(PrefixDiskEngine, AnUnusableFolderIsTheEngineStatus) {
   auto model = Model::load(fmt::format("{}/models/qwen3moe-tiny.bf16.gguf", MOESERVE_TEST_DATA_DIR),
                            {.n_threads = 1, .device = moeserve::testing::test_device()});

@@ -51,12 +51,12 @@ struct ServeCliOptions {
   size_t queue = 64;
   int max_running_per_client = 0;  // --max-running-per-client
   size_t prefix_cache_mb = 256;
-  std::string kv_cache_dir;  // --kv-cache-dir: the prefix cache's disk tier ("": none)
-  std::string kv_disk_mem;   // --kv-disk-mem SIZE ("": runtime::kDefaultPrefixDiskBytes)
-  std::string kv_mem;        // --kv-mem SIZE: paged KV pool ("": a region of --ctx-size per slot)
-  int64_t kv_block = 32;     // --kv-block N: positions per block
-  std::string swap_space;    // --swap-space SIZE: preempted sequences' rows in host memory
-  std::string kv_host_mem;   // --kv-host-mem SIZE: evicted shared prefix blocks in host memory
+  std::string kv_cache_dir;         // --kv-cache-dir: the prefix cache's disk tier ("": none)
+  std::string kv_disk_mem;          // --kv-disk-mem SIZE ("": runtime::kDefaultPrefixDiskBytes)
+  std::string kv_mem;               // --kv-mem SIZE: paged KV pool ("": a region of --ctx-size per slot)
+  int64_t kv_block = 32;            // --kv-block N: positions per block
+  std::string swap_space;           // --swap-space SIZE: preempted sequences' rows in host memory
+  std::string kv_host_mem;          // --kv-host-mem SIZE: evicted shared prefix blocks in host memory
   int64_t kv_state_interval = 512;  // --kv-state-interval N: recurrent states kept every N prompt positions
   size_t max_body_kb = 1024;
   std::string special_tokens_in_content = "text";
@@ -398,9 +398,10 @@ void register_serve(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option(
          "--kv-cache-dir", o->kv_cache_dir,
-         "Keep reusable prompt prefixes on disk in DIR too (created when missing): entries evicted\n"
-         "from --prefix-cache-mb, and all of them when the server stops, so a restarted server with\n"
-         "the same model file reuses them (another model's files there are left alone)")
+         "Keep reusable prompt prefixes on disk in DIR too (created when missing): what the memory\n"
+         "tiers evict, and all of it when the server stops, so a restarted server with the same model\n"
+         "file reuses them (another model's files there are left alone). With --kv-mem: the blocks\n"
+         "--kv-host-mem pushes out (DIR/blocks); otherwise entries of --prefix-cache-mb")
       ->type_name("DIR");
   cmd->add_option("--kv-disk-mem", o->kv_disk_mem,
                   "Disk space --kv-cache-dir may take, e.g. 8G, 512M (default 8G); the least recently used\n"
@@ -421,10 +422,11 @@ void register_serve(CLI::App& app) {
                   "under pressure; a later prompt with the same prefix gets them copied back instead of\n"
                   "computing them (default: --prefix-cache-mb's size; 0: none)")
       ->type_name("SIZE");
-  cmd->add_option("--kv-state-interval", o->kv_state_interval,
-                  "With --kv-mem, models with Gated DeltaNet layers (Qwen3.5): keep their recurrent state every N\n"
-                  "prompt positions (whole blocks), so prompts that share a start resume from there; smaller\n"
-                  "shares more, each snapshot takes host memory within --prefix-cache-mb")
+  cmd->add_option(
+         "--kv-state-interval", o->kv_state_interval,
+         "With --kv-mem, models with Gated DeltaNet layers (Qwen3.5): keep their recurrent state every N\n"
+         "prompt positions (whole blocks), so prompts that share a start resume from there; smaller\n"
+         "shares more, each snapshot takes host memory within --prefix-cache-mb")
       ->capture_default_str()
       ->check(CLI::Range(int64_t(1), int64_t(1) << 20));
   cmd->add_option("--kv-block", o->kv_block, "Positions per paged-KV block (a power of two)")

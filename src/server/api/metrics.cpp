@@ -23,6 +23,8 @@ constexpr MetricInfo kCounters[] = {
      "Sequences paused because the paged KV pool ran short (rows swapped to host memory)."},
     {"kv_host_restored_blocks_total",
      "Shared prefix blocks copied back from the host tier instead of computed."},
+    {"kv_disk_restored_blocks_total",
+     "Shared prefix blocks read back from the disk tier (--kv-cache-dir) instead of computed."},
 };
 static_assert(std::size(kCounters) == static_cast<size_t>(Counter::kCount_));
 
@@ -41,6 +43,8 @@ constexpr MetricInfo kGauges[] = {
     {"kv_swapped_sequences", "Sequences paused for KV blocks, waiting to resume."},
     {"kv_host_blocks", "Shared prefix blocks kept in the host tier (--kv-host-mem)."},
     {"kv_host_bytes", "Bytes of the host tier's blocks."},
+    {"kv_disk_blocks", "Shared prefix blocks kept on disk (paged KV with --kv-cache-dir)."},
+    {"kv_disk_bytes", "Bytes of the disk tier's block files."},
 };
 static_assert(std::size(kGauges) == static_cast<size_t>(Gauge::kCount_));
 

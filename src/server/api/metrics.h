@@ -23,6 +23,7 @@ enum class Counter {
   kPrefixCacheDiskHits,      // moeserve_prefix_cache_disk_hits_total (also counted as hits)
   kKvPreemptions,            // moeserve_kv_preemptions_total (paged KV: sequences swapped out)
   kKvHostRestoredBlocks,     // moeserve_kv_host_restored_blocks_total (--kv-host-mem)
+  kKvDiskRestoredBlocks,     // moeserve_kv_disk_restored_blocks_total (paged KV, --kv-cache-dir)
   kCount_,
 };
 
@@ -42,6 +43,8 @@ enum class Gauge {
   kKvSwappedSequences,      // moeserve_kv_swapped_sequences
   kKvHostBlocks,            // moeserve_kv_host_blocks (--kv-host-mem)
   kKvHostBytes,             // moeserve_kv_host_bytes
+  kKvDiskBlocks,            // moeserve_kv_disk_blocks (paged KV, --kv-cache-dir)
+  kKvDiskBytes,             // moeserve_kv_disk_bytes
   kCount_,
 };
 
