@@ -5,6 +5,8 @@
 #include <charconv>
 #include <initializer_list>
 
+#include "convert/quant_mix_internal.h"
+
 namespace moeserve::convert {
 
 namespace {
@@ -21,6 +23,9 @@ constexpr FileTypeName kFileTypes[] = {
     {FileType::kQ3_K_L, "q3_k_l"},   {FileType::kQ4_K_S, "q4_k_s"},   {FileType::kQ4_K_M, "q4_k_m"},
     {FileType::kQ5_K_S, "q5_k_s"},   {FileType::kQ5_K_M, "q5_k_m"},   {FileType::kQ6_K, "q6_k"},
     {FileType::kIQ4_NL, "iq4_nl"},   {FileType::kIQ4_XS, "iq4_xs"},   {FileType::kMXFP4_MOE, "mxfp4_moe"},
+    {FileType::kIQ2_XXS, "iq2_xxs"}, {FileType::kIQ2_XS, "iq2_xs"},   {FileType::kIQ2_S, "iq2_s"},
+    {FileType::kIQ2_M, "iq2_m"},     {FileType::kIQ3_XXS, "iq3_xxs"}, {FileType::kIQ3_XS, "iq3_xs"},
+    {FileType::kIQ3_S, "iq3_s"},     {FileType::kIQ3_M, "iq3_m"},
 };
 // llama-quantize's short names for the medium mixes.
 constexpr FileTypeName kAliases[] = {
@@ -52,27 +57,56 @@ std::string_view base_name(std::string_view name) {
 
 DType default_type(FileType ft) {
   switch (ft) {
-    case FileType::kF32: return DType::F32;
-    case FileType::kF16: return DType::F16;
-    case FileType::kBF16: return DType::BF16;
-    case FileType::kQ8_0: return DType::Q8_0;
-    case FileType::kQ4_0: return DType::Q4_0;
-    case FileType::kQ4_1: return DType::Q4_1;
-    case FileType::kQ5_0: return DType::Q5_0;
-    case FileType::kQ5_1: return DType::Q5_1;
+    case FileType::kF32:
+      return DType::F32;
+    case FileType::kF16:
+      return DType::F16;
+    case FileType::kBF16:
+      return DType::BF16;
+    case FileType::kQ8_0:
+      return DType::Q8_0;
+    case FileType::kQ4_0:
+      return DType::Q4_0;
+    case FileType::kQ4_1:
+      return DType::Q4_1;
+    case FileType::kQ5_0:
+      return DType::Q5_0;
+    case FileType::kQ5_1:
+      return DType::Q5_1;
     case FileType::kQ2_K:
-    case FileType::kQ2_K_S: return DType::Q2_K;
+    case FileType::kQ2_K_S:
+      return DType::Q2_K;
     case FileType::kQ3_K_S:
     case FileType::kQ3_K_M:
-    case FileType::kQ3_K_L: return DType::Q3_K;
+    case FileType::kQ3_K_L:
+      return DType::Q3_K;
     case FileType::kQ4_K_S:
-    case FileType::kQ4_K_M: return DType::Q4_K;
+    case FileType::kQ4_K_M:
+      return DType::Q4_K;
     case FileType::kQ5_K_S:
-    case FileType::kQ5_K_M: return DType::Q5_K;
-    case FileType::kQ6_K: return DType::Q6_K;
-    case FileType::kIQ4_NL: return DType::IQ4_NL;
-    case FileType::kIQ4_XS: return DType::IQ4_XS;
-    case FileType::kMXFP4_MOE: return DType::MXFP4;
+    case FileType::kQ5_K_M:
+      return DType::Q5_K;
+    case FileType::kQ6_K:
+      return DType::Q6_K;
+    case FileType::kIQ4_NL:
+      return DType::IQ4_NL;
+    case FileType::kIQ4_XS:
+      return DType::IQ4_XS;
+    case FileType::kMXFP4_MOE:
+      return DType::MXFP4;
+    case FileType::kIQ2_XXS:
+      return DType::IQ2_XXS;
+    case FileType::kIQ2_XS:
+    case FileType::kIQ2_S:
+      return DType::IQ2_XS;
+    case FileType::kIQ2_M:
+      return DType::IQ2_S;
+    case FileType::kIQ3_XXS:
+      return DType::IQ3_XXS;
+    case FileType::kIQ3_XS:
+    case FileType::kIQ3_S:
+    case FileType::kIQ3_M:
+      return DType::IQ3_S;
   }
   return DType::F32;
 }
@@ -83,19 +117,39 @@ DType fit_row(DType wanted, int64_t ne0) {
   DType alt = DType::F16;
   switch (wanted) {
     case DType::Q2_K:
-    case DType::Q3_K: alt = DType::Q4_0; break;
-    case DType::IQ4_XS: alt = DType::IQ4_NL; break;
-    case DType::Q4_K: alt = DType::Q5_0; break;
-    case DType::Q5_K: alt = DType::Q5_1; break;
-    case DType::Q6_K: alt = DType::Q8_0; break;
-    default: break;
+    case DType::Q3_K:
+      alt = DType::Q4_0;
+      break;
+    case DType::IQ4_XS:
+      alt = DType::IQ4_NL;
+      break;
+    case DType::Q4_K:
+      alt = DType::Q5_0;
+      break;
+    case DType::Q5_K:
+      alt = DType::Q5_1;
+      break;
+    case DType::Q6_K:
+      alt = DType::Q8_0;
+      break;
+    case DType::IQ2_XXS:
+    case DType::IQ2_XS:
+    case DType::IQ2_S:
+    case DType::IQ3_XXS:
+    case DType::IQ3_S:
+      alt = DType::IQ4_NL;
+      break;
+    default:
+      break;
   }
   return ne0 % dtype_block_elems(alt) == 0 ? alt : DType::F16;
 }
 
 // The tensors llama.cpp's quantizer treats as attention values: attn_v, a
 // fused attn_qkv (also a DeltaNet layer's input projection) and MLA's attn_kv_b.
-bool is_attention_v(std::string_view base) { return base == "attn_v" || base == "attn_qkv" || base == "attn_kv_b"; }
+bool is_attention_v(std::string_view base) {
+  return base == "attn_v" || base == "attn_qkv" || base == "attn_kv_b";
+}
 
 using F = FileType;
 bool one_of(F ft, std::initializer_list<F> set) { return std::find(set.begin(), set.end(), ft) != set.end(); }
@@ -104,6 +158,7 @@ bool one_of(F ft, std::initializer_list<F> set) { return std::find(set.begin(), 
 DType output_type(F ft, int64_t ne0) {
   const DType dflt = default_type(ft);
   if (ft == F::kMXFP4_MOE || ne0 % dtype_block_elems(dflt) != 0 || dflt == DType::Q8_0) return DType::Q8_0;
+  if (one_of(ft, {F::kIQ2_XXS, F::kIQ2_XS, F::kIQ2_S, F::kIQ2_M, F::kIQ3_XXS})) return DType::Q5_K;
   return DType::Q6_K;
 }
 
@@ -145,7 +200,8 @@ DType ffn_down_type(F ft, DType t, int layer, int n_layer) {
 
 DType attn_output_type(F ft, DType t, int n_expert) {
   if (n_expert == 8) {
-    const bool bump = one_of(ft, {F::kQ2_K, F::kQ3_K_S, F::kQ3_K_M, F::kIQ4_NL, F::kQ4_K_S, F::kQ4_K_M, F::kIQ4_XS});
+    const bool bump =
+        one_of(ft, {F::kQ2_K, F::kQ3_K_S, F::kQ3_K_M, F::kIQ4_NL, F::kQ4_K_S, F::kQ4_K_M, F::kIQ4_XS});
     return bump ? DType::Q5_K : t;
   }
   if (ft == F::kQ2_K) return DType::Q3_K;
@@ -158,7 +214,8 @@ DType attn_output_type(F ft, DType t, int n_expert) {
 
 std::optional<FileType> file_type_from_name(std::string_view name) {
   std::string lower(name);
-  std::transform(lower.begin(), lower.end(), lower.begin(), [](unsigned char c) { return char(std::tolower(c)); });
+  std::transform(lower.begin(), lower.end(), lower.begin(),
+                 [](unsigned char c) { return char(std::tolower(c)); });
   for (const FileTypeName& f : kFileTypes) {
     if (f.name == lower) return f.type;
   }
@@ -200,8 +257,13 @@ DType choose_tensor_type(FileType file_type, const TensorTypeQuery& q) {
   const int64_t ne0 = q.ne.empty() ? 1 : q.ne[0];
   const bool is_output = base == "output" || (base == "token_embd" && q.output_is_tied);
   if (is_output) return fit_row(output_type(file_type, ne0), ne0);
-  if (file_type == FileType::kMXFP4_MOE) return fit_row(n_dims >= 3 && q.ne[2] > 1 ? DType::MXFP4 : DType::Q8_0, ne0);
+  if (file_type == FileType::kMXFP4_MOE)
+    return fit_row(n_dims >= 3 && q.ne[2] > 1 ? DType::MXFP4 : DType::Q8_0, ne0);
   const int layer = layer_of(q.name);
+  if (is_iquant_mix(file_type)) {
+    const IquantTensor t{.base = base, .layer = layer, .is_attn_v = is_attention_v(base)};
+    return fit_row(iquant_mix_type(file_type, dflt, t, q), ne0);
+  }
   DType wanted = dflt;
   if (is_attention_v(base)) {
     wanted = attn_v_type(file_type, dflt, q, layer);

@@ -29,6 +29,21 @@
 //    q4_k_s, q4_k_m, iq4_nl and iq4_xs; otherwise q2_k Q3_K, q3_k_m Q4_K,
 //    q3_k_l Q5_K.
 //  - mxfp4_moe: expert stacks (ne[2] > 1) MXFP4, every other matrix Q8_0.
+//  - the i-quant mixes (iq2_xxs, iq2_xs, iq2_s (IQ2_XS), iq2_m (IQ2_S),
+//    iq3_xxs, iq3_xs, iq3_s, iq3_m (IQ3_S); quant_mix_iquants.cpp): the
+//    output Q5_K for iq2_* and iq3_xxs (Q6_K for the rest); an untied
+//    token_embd Q2_K (iq2_xxs, iq2_xs) or IQ3_S (iq2_s, iq2_m, iq3_xxs);
+//    iq2_*: attn_v Q4_K with GQA >= 4 or >= 4 experts, else Q2_K (IQ3_S for
+//    iq2_s/m); attn_k Q4_K with 8 experts; ffn_down in the first eighth Q2_K
+//    (IQ3_S); attn_output Q5_K with 8 experts, else IQ3_S for iq2_s/m.
+//    iq3_*: attn_v Q4_K with GQA >= 4 (iq3_xxs without an imatrix IQ3_S;
+//    iq3_m always Q4_K), Q8_0 with 8 experts; attn_k/attn_q IQ2_S for
+//    iq3_xxs, IQ3_XXS for iq3_xs; ffn_down for iq3_xxs without an imatrix
+//    Q4_K in the first eighth, else Q3_K, for iq3_m Q4_K in the first eighth
+//    (with 8 experts also where use_more_bits); attn_output Q5_K with 8
+//    experts, else IQ3_S (iq3_xxs), Q4_K (iq3_m); ffn_gate/up IQ3_XXS for
+//    iq3_xs in the middle three quarters of the layers. Rows of the
+//    i-quants that 256 does not divide fall back to IQ4_NL.
 //  - everything else (token_embd when untied included) -> the default type.
 //  - Rows the chosen type's block does not divide fall back as llama.cpp's
 //    do: Q2_K, Q3_K -> Q4_0; IQ4_XS -> IQ4_NL; Q4_K -> Q5_0; Q5_K -> Q5_1;
@@ -72,7 +87,15 @@ enum class FileType : uint32_t {
   kQ5_K_M = 17,
   kQ6_K = 18,
   kQ2_K_S = 21,
+  kIQ2_XXS = 19,
+  kIQ2_XS = 20,
+  kIQ3_XS = 22,
+  kIQ3_XXS = 23,
   kIQ4_NL = 25,
+  kIQ3_S = 26,
+  kIQ3_M = 27,
+  kIQ2_S = 28,
+  kIQ2_M = 29,
   kIQ4_XS = 30,
   kBF16 = 32,
   kMXFP4_MOE = 38,
@@ -86,17 +109,18 @@ std::string supported_file_type_names();
 bool file_type_is_quantized(FileType type);
 
 struct TensorTypeQuery {
-  std::string_view name;         // GGUF name: "blk.3.ffn_down_exps.weight"
-  std::span<const int64_t> ne;   // GGUF ne order
-  int n_layer = 0;               // block_count
-  int n_expert = 0;              // expert_count (0 for dense models)
-  bool output_is_tied = false;   // no output.weight: token_embd is the output too
-  int n_gqa = 0;                 // attention heads per KV head (0: unknown, taken as 1)
+  std::string_view name;        // GGUF name: "blk.3.ffn_down_exps.weight"
+  std::span<const int64_t> ne;  // GGUF ne order
+  int n_layer = 0;              // block_count
+  int n_expert = 0;             // expert_count (0 for dense models)
+  bool output_is_tied = false;  // no output.weight: token_embd is the output too
+  int n_gqa = 0;                // attention heads per KV head (0: unknown, taken as 1)
   // An attention value's index among the file's attention values (attn_v,
   // attn_qkv, attn_kv_b) and their count (AttentionTensorIndex); -1 / 0:
   // the layer and n_layer stand in.
   int attn_v_index = -1;
   int n_attention_wv = 0;
+  bool has_imatrix = false;  // quantized with an importance matrix (iq3_xxs's choices depend on it)
 };
 
 // The attention values' indices and count of a file's tensors (in file

@@ -70,11 +70,12 @@ Result<bool> uses_imatrix(const QuantizeOptions& o, const GgufTensorInfo& t, DTy
 
 }  // namespace
 
-Status fill_rows_parallel(const RowFillJob& job, std::span<uint8_t> out, ThreadPool& pool, Progress* progress) {
+Status fill_rows_parallel(const RowFillJob& job, std::span<uint8_t> out, ThreadPool& pool,
+                          Progress* progress) {
   const size_t out_row_bytes = dtype_row_bytes(job.out_type, job.row_len);
   if (out.size() != out_row_bytes * size_t(job.n_rows)) {
-    return make_error(StatusCode::kInternal, "fill_rows_parallel: {} bytes for {} rows of {}", out.size(), job.n_rows,
-                      out_row_bytes);
+    return make_error(StatusCode::kInternal, "fill_rows_parallel: {} bytes for {} rows of {}", out.size(),
+                      job.n_rows, out_row_bytes);
   }
   const int64_t rows_per_task = std::max<int64_t>(1, kElementsPerTask / std::max<int64_t>(1, job.row_len));
   const int64_t n_tasks = (job.n_rows + rows_per_task - 1) / rows_per_task;
@@ -121,14 +122,16 @@ Result<QuantizeSummary> quantize_model(const QuantizeOptions& options) {
   for (size_t i = 0; i < in.tensors().size(); ++i) {
     const GgufTensorInfo& t = in.tensors()[i];
     std::vector<int64_t> shape(t.ne, t.ne + t.n_dims);
-    const DType out_type = choose_tensor_type(options.file_type, {.name = t.name,
-                                                                  .ne = shape,
-                                                                  .n_layer = n_layer,
-                                                                  .n_expert = n_expert,
-                                                                  .output_is_tied = tied,
-                                                                  .n_gqa = n_gqa,
-                                                                  .attn_v_index = attention.attn_v_index(i),
-                                                                  .n_attention_wv = attention.n_attention_wv()});
+    const DType out_type =
+        choose_tensor_type(options.file_type, {.name = t.name,
+                                               .ne = shape,
+                                               .n_layer = n_layer,
+                                               .n_expert = n_expert,
+                                               .output_is_tied = tied,
+                                               .n_gqa = n_gqa,
+                                               .attn_v_index = attention.attn_v_index(i),
+                                               .n_attention_wv = attention.n_attention_wv(),
+                                               .has_imatrix = options.imatrix != nullptr});
     const size_t out_bytes = dtype_row_bytes(out_type, t.ne[0]) * size_t(t.n_rows());
     total_out += out_bytes;
     summary.n_tensors += 1;
@@ -158,9 +161,11 @@ Result<QuantizeSummary> quantize_model(const QuantizeOptions& options) {
         progress->add_units(t->nbytes);
       } else {
         const size_t in_row_bytes = t->row_bytes();
-        RowFillJob job{out_type, t->n_rows(), t->ne[0], [t, in_row_bytes](int64_t begin, int64_t end, float* dst) {
+        RowFillJob job{out_type, t->n_rows(), t->ne[0],
+                       [t, in_row_bytes](int64_t begin, int64_t end, float* dst) {
                          for (int64_t r = begin; r < end; ++r) {
-                           dequantize_row(t->type, t->data + size_t(r) * in_row_bytes, dst + (r - begin) * t->ne[0], t->ne[0]);
+                           dequantize_row(t->type, t->data + size_t(r) * in_row_bytes,
+                                          dst + (r - begin) * t->ne[0], t->ne[0]);
                          }
                        }};
         // Computed here, not up front: one tensor's worth is alive at a time.
@@ -189,7 +194,8 @@ std::string format_quantize_summary(const QuantizeSummary& s) {
     out += fmt::format("  {:<6} {:5} tensors  {:>12}\n", type, tally.tensors, mib(tally.bytes));
   }
   const double ratio = s.bytes_before > 0 ? double(s.bytes_after) / double(s.bytes_before) : 0.0;
-  out += fmt::format("  {} tensors: {} -> {} ({:.1f}%)\n", s.n_tensors, mib(s.bytes_before), mib(s.bytes_after), ratio * 100.0);
+  out += fmt::format("  {} tensors: {} -> {} ({:.1f}%)\n", s.n_tensors, mib(s.bytes_before),
+                     mib(s.bytes_after), ratio * 100.0);
   return out;
 }
 

@@ -2,8 +2,8 @@
 // IQ2_S, IQ3_XXS, IQ3_S, IQ1_S, IQ1_M), from the block layouts of
 // quant_blocks.h and the codebooks of iquant_grids.h: each group of 8 (IQ3:
 // two of 4) values is a codebook entry times its sub-block's scale, with a
-// sign bit per value (IQ2, IQ3) or a shift of ±1/8 per group (IQ1). No
-// quantizers yet: files of these types are read, not written.
+// sign bit per value (IQ2, IQ3) or a shift of ±1/8 per group (IQ1).
+// Quantizers: quantize_iquants.cpp (all but IQ1_S and IQ1_M).
 #include <cstring>
 
 #include "core/half.h"

@@ -239,10 +239,15 @@ QuantizeRowRefFn quantize_row_fn(DType t) {
     case DType::MXFP4:
       return quant_detail::quantize_mxfp4_row;
     case DType::IQ2_XXS:
+      return quant_detail::quantize_iq2_xxs;
     case DType::IQ2_XS:
-    case DType::IQ2_S:
+      return quant_detail::quantize_iq2_xs;
     case DType::IQ3_XXS:
+      return quant_detail::quantize_iq3_xxs;
+    case DType::IQ2_S:
+      return quant_detail::quantize_iq2_s;
     case DType::IQ3_S:
+      return quant_detail::quantize_iq3_s;
     case DType::IQ1_S:
     case DType::IQ1_M:
       break;  // read only (dtype_has_quantizer)

@@ -54,6 +54,16 @@ QuantizeRowWeightedFn weighted_fn(DType t) {
       return quantize_iq4_xs_weighted;
     case DType::IQ4_NL:
       return quantize_iq4_nl_weighted;
+    case DType::IQ2_XXS:
+      return quantize_iq2_xxs_weighted;
+    case DType::IQ2_XS:
+      return quantize_iq2_xs_weighted;
+    case DType::IQ3_XXS:
+      return quantize_iq3_xxs_weighted;
+    case DType::IQ2_S:
+      return quantize_iq2_s_weighted;
+    case DType::IQ3_S:
+      return quantize_iq3_s_weighted;
     case DType::Q4_0:
       return quantize_q4_0_weighted;
     case DType::Q4_1:

@@ -55,7 +55,8 @@ TEST(QuantMix, FollowsTheSpecTable) {
       {FileType::kQ4_0, "blk.0.attn_q.weight", {2048, 4096}, 48, 128, false, DType::Q4_0},
       {FileType::kQ4_0, "output.weight", {2048, 4096}, 48, 128, false, DType::Q6_K},
       {FileType::kQ6_K, "blk.3.ffn_down_exps.weight", {768, 2048, 128}, 48, 128, false, DType::Q6_K},
-      {FileType::kQ6_K, "blk.0.attn_v.weight", {2048, 512}, 48, 8, false, DType::Q8_0},  // 8 experts: every type
+      {FileType::kQ6_K, "blk.0.attn_v.weight", {2048, 512}, 48, 8, false, DType::Q8_0},  // 8 experts: every
+                                                                                         // type
       {FileType::kQ5_K_M, "blk.10.ffn_down_exps.weight", {768, 2048, 128}, 48, 128, false, DType::Q5_K},
       {FileType::kQ5_K_M, "blk.0.ffn_down_exps.weight", {768, 2048, 128}, 48, 128, false, DType::Q6_K},
       {FileType::kF16, "blk.0.attn_q.weight", {2048, 4096}, 48, 128, false, DType::F16},
@@ -69,7 +70,8 @@ TEST(QuantMix, FollowsTheSpecTable) {
   for (const MixCase& c : cases) {
     const DType got = choose_tensor_type(c.file_type, {c.name, c.ne, c.n_layer, c.n_expert, c.tied});
     EXPECT_EQ(got, c.want) << file_type_name(c.file_type) << " " << c.name << " n_expert=" << c.n_expert
-                           << " tied=" << c.tied << ": got " << dtype_name(got) << ", want " << dtype_name(c.want);
+                           << " tied=" << c.tied << ": got " << dtype_name(got) << ", want "
+                           << dtype_name(c.want);
   }
 }
 
@@ -132,7 +134,8 @@ TEST(QuantMix, UseMoreBits) {
   for (int i = 0; i < 48; ++i) {
     if (use_more_bits(i, 48)) more.push_back(i);
   }
-  const std::vector<int> want = {0, 1, 2, 3, 4, 5, 8, 11, 14, 17, 20, 23, 26, 29, 32, 35, 38, 41, 42, 43, 44, 45, 46, 47};
+  const std::vector<int> want = {0,  1,  2,  3,  4,  5,  8,  11, 14, 17, 20, 23,
+                                 26, 29, 32, 35, 38, 41, 42, 43, 44, 45, 46, 47};
   EXPECT_EQ(more, want);
 }
 
@@ -141,7 +144,8 @@ TEST(QuantMix, FileTypeNamesAndLlamaIds) {
   EXPECT_EQ(file_type_from_name("bf16"), FileType::kBF16);
   EXPECT_EQ(file_type_from_name("q2_k"), FileType::kQ2_K);
   EXPECT_EQ(file_type_from_name("Q3_K"), FileType::kQ3_K_M);  // llama-quantize's alias
-  EXPECT_EQ(file_type_from_name("iq2_xxs"), std::nullopt);   // not implemented yet
+  EXPECT_EQ(file_type_from_name("IQ2_XXS"), FileType::kIQ2_XXS);
+  EXPECT_EQ(file_type_from_name("iq1_s"), std::nullopt);  // not implemented yet
   EXPECT_EQ(file_type_from_name(""), std::nullopt);
   // llama_ftype values written to general.file_type.
   EXPECT_EQ(uint32_t(FileType::kF32), 0u);
@@ -165,6 +169,14 @@ TEST(QuantMix, FileTypeNamesAndLlamaIds) {
   EXPECT_EQ(uint32_t(FileType::kIQ4_NL), 25u);
   EXPECT_EQ(uint32_t(FileType::kIQ4_XS), 30u);
   EXPECT_EQ(uint32_t(FileType::kMXFP4_MOE), 38u);
+  EXPECT_EQ(uint32_t(FileType::kIQ2_XXS), 19u);
+  EXPECT_EQ(uint32_t(FileType::kIQ2_XS), 20u);
+  EXPECT_EQ(uint32_t(FileType::kIQ3_XS), 22u);
+  EXPECT_EQ(uint32_t(FileType::kIQ3_XXS), 23u);
+  EXPECT_EQ(uint32_t(FileType::kIQ3_S), 26u);
+  EXPECT_EQ(uint32_t(FileType::kIQ3_M), 27u);
+  EXPECT_EQ(uint32_t(FileType::kIQ2_S), 28u);
+  EXPECT_EQ(uint32_t(FileType::kIQ2_M), 29u);
   EXPECT_TRUE(file_type_is_quantized(FileType::kQ4_0));
   EXPECT_FALSE(file_type_is_quantized(FileType::kBF16));
   EXPECT_NE(supported_file_type_names().find("q4_k_m"), std::string::npos);
@@ -236,6 +248,74 @@ TEST(QuantMix, LowBitMixesOnQwen3Moe) {
   }
 }
 
+// The i-quant mixes (llama.cpp's llama_tensor_get_type for them) on
+// Qwen3-30B-A3B shapes (GQA 8, 128 experts) and on a dense model with GQA 2.
+TEST(QuantMix, IquantMixes) {
+  struct Case {
+    FileType file_type;
+    const char* name;
+    std::vector<int64_t> ne;
+    bool moe;
+    bool imatrix;
+    DType want;
+  };
+  using F = FileType;
+  const std::vector<int64_t> v{2048, 512}, down{768, 2048, 128}, o{4096, 2048}, q{2048, 4096},
+      gate{2048, 768, 128}, emb{2048, 151936}, dense_down{4096, 2048};
+  const std::vector<Case> cases = {
+      {F::kIQ2_XXS, "blk.20.ffn_gate_exps.weight", gate, true, true, DType::IQ2_XXS},
+      {F::kIQ2_XXS, "blk.20.attn_v.weight", v, true, true, DType::Q4_K},
+      {F::kIQ2_XXS, "blk.2.ffn_down_exps.weight", down, true, true, DType::Q2_K},  // first eighth
+      {F::kIQ2_XXS, "blk.6.ffn_down_exps.weight", down, true, true, DType::IQ2_XXS},
+      {F::kIQ2_XXS, "blk.6.attn_output.weight", o, true, true, DType::IQ2_XXS},
+      {F::kIQ2_XXS, "output.weight", emb, true, true, DType::Q5_K},
+      {F::kIQ2_XXS, "token_embd.weight", emb, true, true, DType::Q2_K},
+      {F::kIQ2_XS, "blk.20.attn_q.weight", q, true, true, DType::IQ2_XS},
+      {F::kIQ2_S, "blk.20.attn_q.weight", q, true, true, DType::IQ2_XS},
+      {F::kIQ2_S, "blk.2.ffn_down_exps.weight", down, true, true, DType::IQ3_S},
+      {F::kIQ2_S, "blk.6.attn_output.weight", o, true, true, DType::IQ3_S},
+      {F::kIQ2_M, "blk.20.ffn_up_exps.weight", gate, true, true, DType::IQ2_S},
+      {F::kIQ2_M, "token_embd.weight", emb, true, true, DType::IQ3_S},
+      {F::kIQ2_XXS, "blk.6.attn_v.weight", {4096, 1024}, false, true, DType::Q2_K},  // dense, GQA 2
+      {F::kIQ2_M, "blk.6.attn_v.weight", {4096, 1024}, false, true, DType::IQ3_S},
+      {F::kIQ3_XXS, "blk.6.attn_q.weight", q, true, true, DType::IQ2_S},
+      {F::kIQ3_XXS, "blk.6.attn_k.weight", v, true, true, DType::IQ2_S},
+      {F::kIQ3_XXS, "blk.6.attn_v.weight", v, true, true, DType::Q4_K},
+      {F::kIQ3_XXS, "blk.6.attn_v.weight", {4096, 1024}, false, true, DType::IQ3_XXS},
+      {F::kIQ3_XXS, "blk.6.attn_v.weight", {4096, 1024}, false, false, DType::IQ3_S},  // no imatrix
+      {F::kIQ3_XXS, "blk.2.ffn_down_exps.weight", down, true, false, DType::Q4_K},
+      {F::kIQ3_XXS, "blk.6.ffn_down_exps.weight", down, true, false, DType::Q3_K},
+      {F::kIQ3_XXS, "blk.6.ffn_down_exps.weight", down, true, true, DType::IQ3_XXS},
+      {F::kIQ3_XXS, "blk.6.attn_output.weight", o, true, true, DType::IQ3_S},
+      {F::kIQ3_XXS, "output.weight", emb, true, true, DType::Q5_K},
+      {F::kIQ3_XXS, "token_embd.weight", emb, true, true, DType::IQ3_S},
+      {F::kIQ3_S, "blk.6.attn_v.weight", v, true, true, DType::Q4_K},
+      {F::kIQ3_S, "blk.6.ffn_gate_exps.weight", gate, true, true, DType::IQ3_S},
+      {F::kIQ3_S, "output.weight", emb, true, true, DType::Q6_K},
+      {F::kIQ3_M, "blk.2.ffn_down_exps.weight", down, true, true, DType::Q4_K},
+      {F::kIQ3_M, "blk.20.ffn_down_exps.weight", down, true, true, DType::IQ3_S},
+      {F::kIQ3_M, "blk.6.attn_output.weight", o, true, true, DType::Q4_K},
+      {F::kIQ3_XS, "blk.6.attn_q.weight", q, true, true, DType::IQ3_XXS},
+      {F::kIQ3_XS, "blk.20.ffn_up_exps.weight", gate, true, true, DType::IQ3_XXS},
+      {F::kIQ3_XS, "blk.2.ffn_up_exps.weight", gate, true, true, DType::IQ3_S},
+      {F::kIQ2_XXS, "blk.6.attn_q.weight", {96, 64}, true, true, DType::IQ4_NL},  // the row fallback
+      {F::kIQ3_S, "blk.6.attn_q.weight", {100, 64}, true, true, DType::F16},
+  };
+  for (const Case& c : cases) {
+    const DType got = choose_tensor_type(c.file_type, {.name = c.name,
+                                                       .ne = c.ne,
+                                                       .n_layer = 48,
+                                                       .n_expert = c.moe ? 128 : 0,
+                                                       .output_is_tied = false,
+                                                       .n_gqa = c.moe ? 8 : 2,
+                                                       .n_attention_wv = 48,
+                                                       .has_imatrix = c.imatrix});
+    EXPECT_EQ(got, c.want) << file_type_name(c.file_type) << " " << c.name
+                           << (c.imatrix ? "" : " (no imatrix)") << ": got " << dtype_name(got) << ", want "
+                           << dtype_name(c.want);
+  }
+}
+
 // Attention values (attn_v, attn_qkv — a hybrid model's DeltaNet layers —
 // and attn_kv_b) are counted together, in file order, as llama.cpp's
 // quantizer counts them.
@@ -253,14 +333,24 @@ TEST(QuantMix, AttentionIndexCountsLikeLlamaCpp) {
   EXPECT_EQ(index.attn_v_index(99), -1);
   // With the index, Q4_K_M's attention values follow use_more_bits(index, count).
   const std::vector<int64_t> v{2048, 512};
-  const TensorTypeQuery first{.name = "blk.7.attn_v.weight", .ne = v, .n_layer = 40, .n_expert = 256,
-                              .n_gqa = 8, .attn_v_index = 1, .n_attention_wv = 40};
+  const TensorTypeQuery first{.name = "blk.7.attn_v.weight",
+                              .ne = v,
+                              .n_layer = 40,
+                              .n_expert = 256,
+                              .n_gqa = 8,
+                              .attn_v_index = 1,
+                              .n_attention_wv = 40};
   EXPECT_EQ(choose_tensor_type(FileType::kQ4_K_M, first), DType::Q6_K);  // 1 < 40 / 8
-  const TensorTypeQuery qkv{.name = "blk.9.attn_qkv.weight", .ne = v, .n_layer = 40, .n_expert = 256,
-                            .n_gqa = 8, .attn_v_index = 9, .n_attention_wv = 40};
+  const TensorTypeQuery qkv{.name = "blk.9.attn_qkv.weight",
+                            .ne = v,
+                            .n_layer = 40,
+                            .n_expert = 256,
+                            .n_gqa = 8,
+                            .attn_v_index = 9,
+                            .n_attention_wv = 40};
   EXPECT_EQ(choose_tensor_type(FileType::kQ4_K_M, qkv), DType::Q4_K);  // (9 - 5) % 3 != 2
   EXPECT_EQ(choose_tensor_type(FileType::kQ3_K_M, qkv), DType::Q4_K);
-  EXPECT_EQ(choose_tensor_type(FileType::kQ2_K, qkv), DType::Q4_K);   // GQA >= 4
+  EXPECT_EQ(choose_tensor_type(FileType::kQ2_K, qkv), DType::Q4_K);  // GQA >= 4
 }
 
 }  // namespace

@@ -83,7 +83,9 @@ INSTANTIATE_TEST_SUITE_P(Types, WeightedQuantize,
                                            Case{DType::Q5_K, 0.75}, Case{DType::Q6_K, 0.75},
                                            Case{DType::Q4_0, 0.75}, Case{DType::Q4_1, 0.75},
                                            Case{DType::Q5_0, 0.75}, Case{DType::Q5_1, 0.75},
-                                           Case{DType::IQ4_NL, 0.75}),
+                                           Case{DType::IQ4_NL, 0.75}, Case{DType::IQ2_XXS, 0.75},
+                                           Case{DType::IQ2_XS, 0.75}, Case{DType::IQ2_S, 0.75},
+                                           Case{DType::IQ3_XXS, 0.75}, Case{DType::IQ3_S, 0.75}),
                          [](const auto& info) { return std::string(dtype_name(info.param.type)); });
 
 // Importances as an imatrix of a real layer has them: most columns within a
@@ -183,7 +185,9 @@ INSTANTIATE_TEST_SUITE_P(Types, WeightedQuantizeMild,
                                            Case{DType::Q5_K, 0.97}, Case{DType::Q6_K, 0.97},
                                            Case{DType::Q4_0, 0.97}, Case{DType::Q4_1, 0.97},
                                            Case{DType::Q5_0, 0.97}, Case{DType::Q5_1, 0.97},
-                                           Case{DType::IQ4_NL, 0.97}),
+                                           Case{DType::IQ4_NL, 0.97}, Case{DType::IQ2_XXS, 0.97},
+                                           Case{DType::IQ2_XS, 0.97}, Case{DType::IQ2_S, 0.97},
+                                           Case{DType::IQ3_XXS, 0.97}, Case{DType::IQ3_S, 0.97}),
                          [](const auto& info) { return std::string(dtype_name(info.param.type)); });
 
 TEST(WeightedQuantize, WithoutImportanceIsThePlainQuantizer) {

@@ -28,7 +28,8 @@ struct QuantizeCliOptions {
 void run_quantize(const QuantizeCliOptions& cli) {
   auto type = convert::file_type_from_name(cli.type);
   if (!type) {
-    fmt::print(stderr, "error: unknown --type '{}' (supported: {})\n", cli.type, convert::supported_file_type_names());
+    fmt::print(stderr, "error: unknown --type '{}' (supported: {})\n", cli.type,
+               convert::supported_file_type_names());
     set_exit_code(1);
     return;
   }
@@ -57,6 +58,16 @@ void run_quantize(const QuantizeCliOptions& cli) {
     fmt::print(stderr, "quantize: imatrix {}: {} entries, {} chunks of {}\n", cli.imatrix,
                imatrix.entries.size(), imatrix.chunk_count, imatrix.chunk_size);
   }
+  // llama-quantize refuses these without an importance matrix; here they
+  // are written, with a warning: 2-bit codebooks lose most without one.
+  if (options.imatrix == nullptr &&
+      (*type == convert::FileType::kIQ2_XXS || *type == convert::FileType::kIQ2_XS ||
+       *type == convert::FileType::kIQ2_S)) {
+    fmt::print(stderr,
+               "warning: --type {} without --imatrix: expect a much worse model than with one (moeserve "
+               "imatrix -m {} -f TEXT -o imatrix.gguf makes one)\n",
+               cli.type, cli.input);
+  }
   auto summary = convert::quantize_model(options);
   if (!summary) {
     fmt::print(stderr, "error: {}\n", summary.status().to_string());
@@ -81,12 +92,17 @@ void register_quantize(CLI::App& app) {
       "(dequantized, then quantized again); all metadata is copied and general.file_type set.\n"
       "Prints the tensor count and size per type, and the size before and after.");
   cmd->add_option("input", cli->input, "GGUF file to read")->required();
-  cmd->add_option("output", cli->output, "GGUF file to write (written via OUT.tmp, then renamed)")->required();
-  cmd->add_option("--type", cli->type,
-                  "Target: q4_k_m (Q4_K; Q6_K for output and for attn_v/ffn_down in the first/last eighth of the\n"
-                  "layers and every third layer between; Q8_0 attn_v for 8-expert models), q5_k_m (same with Q5_K),\n"
-                  "q6_k, q8_0, q4_0, or the float types f16, bf16, f32. Norms and ffn_gate_inp stay f32; rows whose\n"
-                  "length is not a multiple of 256 fall back to q8_0")
+  cmd->add_option("output", cli->output, "GGUF file to write (written via OUT.tmp, then renamed)")
+      ->required();
+  cmd->add_option(
+         "--type", cli->type,
+         "Target file type, with llama-quantize's per-tensor choices: q4_k_m (Q4_K; Q6_K for output and\n"
+         "for attn_v/ffn_down in the first/last eighth of the layers and every third layer between; Q8_0\n"
+         "attn_v for 8-expert models), q5_k_m, q4_k_s, q5_k_s, q3_k_s/m/l, q2_k, q2_k_s, q6_k, q8_0, q4_0,\n"
+         "q4_1, q5_0, q5_1, iq4_nl, iq4_xs, iq3_m, iq3_s, iq3_xs, iq3_xxs, iq2_m, iq2_s, iq2_xs, iq2_xxs\n"
+         "(the 2-bit ones want --imatrix), mxfp4_moe, or the float types f16, bf16, f32. Norms and\n"
+         "ffn_gate_inp stay f32; rows whose length the type's block does not divide fall back as\n"
+         "llama-quantize's do")
       ->required();
   cmd->add_option(
       "--imatrix", cli->imatrix,
