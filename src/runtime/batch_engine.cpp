@@ -124,6 +124,7 @@ BatchEngine::~BatchEngine() {
   // Paged KV with a disk tier: the shared prefix blocks of the tree and the
   // host tier go to disk for the next start.
   if (host_tier_ != nullptr && host_tier_->disk() != nullptr) {
+    host_tier_->hold_disk_writes();
     if (block_tree_ != nullptr) block_tree_->spill_all();
     host_tier_->flush_to_disk();
   }

@@ -53,6 +53,10 @@ void KvHostTier::store(uint64_t path, std::span<const int32_t> tokens, int32_t b
   for (Entry& e : pushed_out) disk_->save(e.path, std::move(e.tokens), std::move(e.rows));
 }
 
+void KvHostTier::hold_disk_writes() {
+  if (disk_ != nullptr) disk_->set_blocking(true);
+}
+
 void KvHostTier::flush_to_disk() {
   if (disk_ == nullptr) return;
   disk_->set_blocking(true);  // nothing dropped for a writer behind

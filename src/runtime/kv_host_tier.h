@@ -37,8 +37,11 @@ class KvHostTier {
   // Entries pushed out go there, and contains/restore look there too.
   void attach_disk(std::unique_ptr<KvBlockDisk> disk);
   const KvBlockDisk* disk() const { return disk_.get(); }
-  // Moves every entry to the disk tier (a server's shutdown), waiting for
-  // the writes.
+  // A server's shutdown: from now on saves to the disk tier wait for its
+  // writer instead of being dropped when it is behind (call before the
+  // tree spills its blocks here), then flush_to_disk moves every entry
+  // there and waits for the writes.
+  void hold_disk_writes();
   void flush_to_disk();
 
   // Keeps a copy of pool block `block` (the block of `tokens` at path key
