@@ -25,7 +25,8 @@ constexpr FileTypeName kFileTypes[] = {
     {FileType::kIQ4_NL, "iq4_nl"},   {FileType::kIQ4_XS, "iq4_xs"},   {FileType::kMXFP4_MOE, "mxfp4_moe"},
     {FileType::kIQ2_XXS, "iq2_xxs"}, {FileType::kIQ2_XS, "iq2_xs"},   {FileType::kIQ2_S, "iq2_s"},
     {FileType::kIQ2_M, "iq2_m"},     {FileType::kIQ3_XXS, "iq3_xxs"}, {FileType::kIQ3_XS, "iq3_xs"},
-    {FileType::kIQ3_S, "iq3_s"},     {FileType::kIQ3_M, "iq3_m"},
+    {FileType::kIQ3_S, "iq3_s"},     {FileType::kIQ3_M, "iq3_m"},     {FileType::kIQ1_S, "iq1_s"},
+    {FileType::kIQ1_M, "iq1_m"},
 };
 // llama-quantize's short names for the medium mixes.
 constexpr FileTypeName kAliases[] = {
@@ -94,6 +95,10 @@ DType default_type(FileType ft) {
       return DType::IQ4_XS;
     case FileType::kMXFP4_MOE:
       return DType::MXFP4;
+    case FileType::kIQ1_S:
+      return DType::IQ1_S;
+    case FileType::kIQ1_M:
+      return DType::IQ1_M;
     case FileType::kIQ2_XXS:
       return DType::IQ2_XXS;
     case FileType::kIQ2_XS:
@@ -132,6 +137,8 @@ DType fit_row(DType wanted, int64_t ne0) {
     case DType::Q6_K:
       alt = DType::Q8_0;
       break;
+    case DType::IQ1_S:
+    case DType::IQ1_M:
     case DType::IQ2_XXS:
     case DType::IQ2_XS:
     case DType::IQ2_S:
@@ -158,7 +165,8 @@ bool one_of(F ft, std::initializer_list<F> set) { return std::find(set.begin(), 
 DType output_type(F ft, int64_t ne0) {
   const DType dflt = default_type(ft);
   if (ft == F::kMXFP4_MOE || ne0 % dtype_block_elems(dflt) != 0 || dflt == DType::Q8_0) return DType::Q8_0;
-  if (one_of(ft, {F::kIQ2_XXS, F::kIQ2_XS, F::kIQ2_S, F::kIQ2_M, F::kIQ3_XXS})) return DType::Q5_K;
+  if (one_of(ft, {F::kIQ1_S, F::kIQ1_M, F::kIQ2_XXS, F::kIQ2_XS, F::kIQ2_S, F::kIQ2_M, F::kIQ3_XXS}))
+    return DType::Q5_K;
   return DType::Q6_K;
 }
 

@@ -29,13 +29,14 @@
 //    q4_k_s, q4_k_m, iq4_nl and iq4_xs; otherwise q2_k Q3_K, q3_k_m Q4_K,
 //    q3_k_l Q5_K.
 //  - mxfp4_moe: expert stacks (ne[2] > 1) MXFP4, every other matrix Q8_0.
-//  - the i-quant mixes (iq2_xxs, iq2_xs, iq2_s (IQ2_XS), iq2_m (IQ2_S),
-//    iq3_xxs, iq3_xs, iq3_s, iq3_m (IQ3_S); quant_mix_iquants.cpp): the
-//    output Q5_K for iq2_* and iq3_xxs (Q6_K for the rest); an untied
-//    token_embd Q2_K (iq2_xxs, iq2_xs) or IQ3_S (iq2_s, iq2_m, iq3_xxs);
-//    iq2_*: attn_v Q4_K with GQA >= 4 or >= 4 experts, else Q2_K (IQ3_S for
-//    iq2_s/m); attn_k Q4_K with 8 experts; ffn_down in the first eighth Q2_K
-//    (IQ3_S); attn_output Q5_K with 8 experts, else IQ3_S for iq2_s/m.
+//  - the i-quant mixes (iq1_s, iq1_m, iq2_xxs, iq2_xs, iq2_s (IQ2_XS), iq2_m
+//    (IQ2_S), iq3_xxs, iq3_xs, iq3_s, iq3_m (IQ3_S); quant_mix_iquants.cpp):
+//    the output Q5_K for iq1_*, iq2_* and iq3_xxs (Q6_K for the rest); an
+//    untied token_embd Q2_K (iq1_*, iq2_xxs, iq2_xs) or IQ3_S (iq2_s, iq2_m,
+//    iq3_xxs); iq1_* and iq2_*: attn_v Q4_K with GQA >= 4 or >= 4 experts,
+//    else Q2_K (IQ3_S for iq2_s/m); attn_k Q4_K with 8 experts; ffn_down in
+//    the first eighth Q2_K (IQ3_S); attn_output Q5_K with 8 experts, else
+//    IQ2_XXS for iq1_*, IQ3_S for iq2_s/m.
 //    iq3_*: attn_v Q4_K with GQA >= 4 (iq3_xxs without an imatrix IQ3_S;
 //    iq3_m always Q4_K), Q8_0 with 8 experts; attn_k/attn_q IQ2_S for
 //    iq3_xxs, IQ3_XXS for iq3_xs; ffn_down for iq3_xxs without an imatrix
@@ -91,12 +92,14 @@ enum class FileType : uint32_t {
   kIQ2_XS = 20,
   kIQ3_XS = 22,
   kIQ3_XXS = 23,
+  kIQ1_S = 24,
   kIQ4_NL = 25,
   kIQ3_S = 26,
   kIQ3_M = 27,
   kIQ2_S = 28,
   kIQ2_M = 29,
   kIQ4_XS = 30,
+  kIQ1_M = 31,
   kBF16 = 32,
   kMXFP4_MOE = 38,
 };

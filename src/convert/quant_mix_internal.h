@@ -14,7 +14,7 @@ struct IquantTensor {
   bool is_attn_v = false;  // attn_v, attn_qkv or attn_kv_b (llama.cpp's attention values)
 };
 
-// iq2_xxs, iq2_xs, iq2_s, iq2_m, iq3_xxs, iq3_xs, iq3_s, iq3_m.
+// iq1_s, iq1_m, iq2_xxs, iq2_xs, iq2_s, iq2_m, iq3_xxs, iq3_xs, iq3_s, iq3_m.
 bool is_iquant_mix(FileType ft);
 // The type of a tensor that is neither the output nor 1-D in such a file
 // (dflt: the file type's default type), before the row-size fallback.

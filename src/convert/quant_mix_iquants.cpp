@@ -12,9 +12,12 @@ using F = FileType;
 
 bool one_of(F ft, std::initializer_list<F> set) { return std::find(set.begin(), set.end(), ft) != set.end(); }
 
-bool iq2_family(F ft) { return one_of(ft, {F::kIQ2_XXS, F::kIQ2_XS, F::kIQ2_S, F::kIQ2_M}); }
+// llama.cpp treats iq1_s and iq1_m with the 2-bit types.
+bool iq2_family(F ft) {
+  return one_of(ft, {F::kIQ1_S, F::kIQ1_M, F::kIQ2_XXS, F::kIQ2_XS, F::kIQ2_S, F::kIQ2_M});
+}
 
-// iq2_xxs .. iq2_m: 2-bit bodies with the tensors that suffer most bumped.
+// iq1_s .. iq2_m: 1-2-bit bodies with the tensors that suffer most bumped.
 DType iq2_type(F ft, DType t, const IquantTensor& x, const TensorTypeQuery& q) {
   const bool s_or_m = one_of(ft, {F::kIQ2_S, F::kIQ2_M});
   if (x.is_attn_v) {
@@ -28,6 +31,7 @@ DType iq2_type(F ft, DType t, const IquantTensor& x, const TensorTypeQuery& q) {
   }
   if (x.base == "attn_output") {
     if (q.n_expert == 8) return DType::Q5_K;
+    if (one_of(ft, {F::kIQ1_S, F::kIQ1_M})) return DType::IQ2_XXS;
     return s_or_m ? DType::IQ3_S : t;
   }
   return t;
@@ -78,13 +82,12 @@ DType iq3_type(F ft, DType t, const IquantTensor& x, const TensorTypeQuery& q) {
 }  // namespace
 
 bool is_iquant_mix(FileType ft) {
-  return one_of(
-      ft, {F::kIQ2_XXS, F::kIQ2_XS, F::kIQ2_S, F::kIQ2_M, F::kIQ3_XXS, F::kIQ3_XS, F::kIQ3_S, F::kIQ3_M});
+  return iq2_family(ft) || one_of(ft, {F::kIQ3_XXS, F::kIQ3_XS, F::kIQ3_S, F::kIQ3_M});
 }
 
 DType iquant_mix_type(FileType ft, DType dflt, const IquantTensor& t, const TensorTypeQuery& q) {
   if (t.base == "token_embd") {  // untied (a tied one is the output)
-    if (one_of(ft, {F::kIQ2_XXS, F::kIQ2_XS})) return DType::Q2_K;
+    if (one_of(ft, {F::kIQ1_S, F::kIQ1_M, F::kIQ2_XXS, F::kIQ2_XS})) return DType::Q2_K;
     if (one_of(ft, {F::kIQ2_S, F::kIQ2_M, F::kIQ3_XXS})) return DType::IQ3_S;
     return dflt;
   }

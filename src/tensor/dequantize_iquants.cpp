@@ -3,7 +3,7 @@
 // quant_blocks.h and the codebooks of iquant_grids.h: each group of 8 (IQ3:
 // two of 4) values is a codebook entry times its sub-block's scale, with a
 // sign bit per value (IQ2, IQ3) or a shift of ±1/8 per group (IQ1).
-// Quantizers: quantize_iquants.cpp (all but IQ1_S and IQ1_M).
+// Quantizers: quantize_iquants.cpp, quantize_iq1.cpp.
 #include <cstring>
 
 #include "core/half.h"

@@ -249,8 +249,9 @@ QuantizeRowRefFn quantize_row_fn(DType t) {
     case DType::IQ3_S:
       return quant_detail::quantize_iq3_s;
     case DType::IQ1_S:
+      return quant_detail::quantize_iq1_s;
     case DType::IQ1_M:
-      break;  // read only (dtype_has_quantizer)
+      return quant_detail::quantize_iq1_m;
   }
   return quantize_unknown;
 }

@@ -31,8 +31,8 @@ void dequantize_row(DType t, const void* src, float* dst, int64_t n);
 // Rounding is to nearest, ties to even, everywhere.
 void quantize_row(DType t, const float* src, void* dst, int64_t n);
 
-// Whether quantize_row writes type t (IQ1_S and IQ1_M are read only so
-// far: quantize_row leaves their bytes untouched).
+// Whether quantize_row writes type t (every type moeserve reads has a
+// quantizer; quantize_row leaves the bytes of one without untouched).
 bool dtype_has_quantizer(DType t);
 
 // quantize_row over n_rows consecutive rows; returns the bytes written.
@@ -62,7 +62,7 @@ size_t quantize_rows(DType t, const float* src, void* dst, int64_t n_rows, int64
 // signed-table fits (Q3_K, Q4_0, Q5_0, IQ4_NL, IQ4_XS) search both ends of
 // the table and the Q3_K/IQ4_XS super-block scale is fitted too.
 // Types with a weighted quantizer: Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, Q4_0,
-// Q4_1, Q5_0, Q5_1, IQ4_NL, IQ4_XS, IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S; the others are quantized as by
+// Q4_1, Q5_0, Q5_1, IQ4_NL, IQ4_XS and the IQ1/IQ2/IQ3 types; the others are quantized as by
 // quantize_rows (the importance is not used). Negative or non-finite
 // importances count as 0.
 bool dtype_has_weighted_quantizer(DType t);

@@ -73,6 +73,8 @@ void quantize_iq2_xs_weighted(const float* src, const float* w, void* dst, int64
 void quantize_iq3_xxs_weighted(const float* src, const float* w, void* dst, int64_t n);
 void quantize_iq2_s_weighted(const float* src, const float* w, void* dst, int64_t n);
 void quantize_iq3_s_weighted(const float* src, const float* w, void* dst, int64_t n);
+void quantize_iq1_s_weighted(const float* src, const float* w, void* dst, int64_t n);  // quantize_iq1.cpp
+void quantize_iq1_m_weighted(const float* src, const float* w, void* dst, int64_t n);
 void quantize_iq4_nl_weighted(const float* src, const float* w, void* dst, int64_t n);
 void quantize_q4_0_weighted(const float* src, const float* w, void* dst, int64_t n);
 void quantize_q4_1_weighted(const float* src, const float* w, void* dst, int64_t n);
@@ -100,6 +102,8 @@ void quantize_iq2_xs(const float* src, void* dst, int64_t n);
 void quantize_iq3_xxs(const float* src, void* dst, int64_t n);
 void quantize_iq2_s(const float* src, void* dst, int64_t n);
 void quantize_iq3_s(const float* src, void* dst, int64_t n);
+void quantize_iq1_s(const float* src, void* dst, int64_t n);
+void quantize_iq1_m(const float* src, void* dst, int64_t n);
 void dequantize_q4_1(const void* src, float* dst, int64_t n);
 void dequantize_q5_1(const void* src, float* dst, int64_t n);
 void dequantize_q5_0_row(const void* src, float* dst, int64_t n);
@@ -109,7 +113,8 @@ void dequantize_q2_k(const void* src, float* dst, int64_t n);
 void dequantize_q3_k(const void* src, float* dst, int64_t n);
 void dequantize_iq4_xs(const void* src, float* dst, int64_t n);
 // The i-quants with codebooks (dequantize_iquants.cpp; quantizers of IQ2_XXS,
-// IQ2_XS, IQ2_S, IQ3_XXS and IQ3_S: quantize_iquants.cpp).
+// IQ2_XS, IQ2_S, IQ3_XXS and IQ3_S: quantize_iquants.cpp; IQ1_S, IQ1_M:
+// quantize_iq1.cpp).
 void dequantize_iq2_xxs(const void* src, float* dst, int64_t n);
 void dequantize_iq2_xs(const void* src, float* dst, int64_t n);
 void dequantize_iq2_s(const void* src, float* dst, int64_t n);

@@ -26,6 +26,7 @@
 #include <vector>
 
 #include "core/half.h"
+#include "tensor/iquant_codebook.h"
 #include "tensor/iquant_grids.h"
 #include "tensor/quant_blocks.h"
 #include "tensor/quantize_internal.h"
@@ -33,97 +34,11 @@
 namespace moeserve::quant_detail {
 namespace {
 
-constexpr int kNear = 12;
 // Candidate scales a sub-block tries: 0.55 .. 1.3 x max / top in this many
 // steps. On the tiny trained model 20, 8 and 4 steps gave IQ2_XXS
 // perplexities 11.73, 11.80, 11.87 and IQ3_S 2.62, 2.61, 2.62; each step is
 // a full choice of entries, most of the quantizer's time.
-constexpr int kScaleSteps = 10;  // candidate entries kept per lattice point off the codebook
-
-// A codebook of entries of G magnitudes and its search tables.
-struct Codebook {
-  int G = 8;
-  std::vector<float> levels;  // the distinct magnitudes, ascending
-  std::vector<std::array<float, 8>> entries;
-  std::vector<int32_t> exact;  // lattice point (element levels, base n_levels) -> entry, or -1
-  std::vector<uint16_t> near;  // [point][kNear]: the entries nearest a point off the codebook
-  float top = 0.0f;
-
-  template <class Grid>
-  Codebook(const Grid* grid, int n_entries, int group) : G(group) {
-    std::vector<int> seen(256, 0);
-    for (int e = 0; e < n_entries; ++e) {
-      for (int j = 0; j < G; ++j) seen[uint8_t(uint64_t(grid[e]) >> (8 * j))] = 1;
-    }
-    for (int v = 0; v < 256; ++v) {
-      if (seen[v]) levels.push_back(float(v));
-    }
-    top = levels.back();
-    const int nl = int(levels.size());
-    int points = 1;
-    for (int j = 0; j < G; ++j) points *= nl;
-    exact.assign(size_t(points), -1);
-    entries.resize(size_t(n_entries));
-    for (int e = 0; e < n_entries; ++e) {
-      int idx = 0, mul = 1;
-      for (int j = 0; j < G; ++j) {
-        const float v = float(uint8_t(uint64_t(grid[e]) >> (8 * j)));
-        entries[size_t(e)][size_t(j)] = v;
-        idx += int(std::lower_bound(levels.begin(), levels.end(), v) - levels.begin()) * mul;
-        mul *= nl;
-      }
-      exact[size_t(idx)] = e;
-    }
-    near.assign(size_t(points) * kNear, 0);
-    std::vector<std::pair<float, int>> dist(static_cast<size_t>(n_entries));
-    for (int p = 0; p < points; ++p) {
-      if (exact[size_t(p)] >= 0) continue;
-      float mag[8];
-      for (int j = 0, q = p; j < G; ++j, q /= nl) mag[j] = levels[size_t(q % nl)];
-      for (int e = 0; e < n_entries; ++e) {
-        float d = 0.0f;
-        for (int j = 0; j < G; ++j)
-          d += (mag[j] - entries[size_t(e)][size_t(j)]) * (mag[j] - entries[size_t(e)][size_t(j)]);
-        dist[size_t(e)] = {d, e};
-      }
-      std::partial_sort(dist.begin(), dist.begin() + kNear, dist.end());
-      for (int k = 0; k < kNear; ++k) near[size_t(p) * kNear + size_t(k)] = uint16_t(dist[size_t(k)].second);
-    }
-  }
-
-  // The lattice point of the element-wise nearest levels to t / s.
-  int point(const float* t, float inv_s) const {
-    const int nl = int(levels.size());
-    int idx = 0, mul = 1;
-    for (int j = 0; j < G; ++j) {
-      const float v = t[j] * inv_s;
-      const auto it = std::lower_bound(levels.begin(), levels.end(), v);
-      int l = int(it - levels.begin());
-      if (l == nl || (l > 0 && v - levels[size_t(l - 1)] < levels[size_t(l)] - v)) --l;
-      idx += l * mul;
-      mul *= nl;
-    }
-    return idx;
-  }
-
-  // The entry with the least weighted error sum w (t - s g)^2.
-  int best(const float* t, const float* w, float s) const {
-    const int p = point(t, 1.0f / s);
-    if (exact[size_t(p)] >= 0) return exact[size_t(p)];
-    int best_e = near[size_t(p) * kNear];
-    float best_err = INFINITY;
-    for (int k = 0; k < kNear; ++k) {
-      const int e = near[size_t(p) * kNear + size_t(k)];
-      float err = 0.0f;
-      for (int j = 0; j < G; ++j) {
-        const float d = t[j] - s * entries[size_t(e)][size_t(j)];
-        err += w[j] * d * d;
-      }
-      if (err < best_err) best_err = err, best_e = e;
-    }
-    return best_e;
-  }
-};
+constexpr int kScaleSteps = 10;
 
 const Codebook& iq2xxs_book() {
   static const Codebook book(kIq2xxsGrid, 256, 8);

@@ -64,6 +64,10 @@ QuantizeRowWeightedFn weighted_fn(DType t) {
       return quantize_iq2_s_weighted;
     case DType::IQ3_S:
       return quantize_iq3_s_weighted;
+    case DType::IQ1_S:
+      return quantize_iq1_s_weighted;
+    case DType::IQ1_M:
+      return quantize_iq1_m_weighted;
     case DType::Q4_0:
       return quantize_q4_0_weighted;
     case DType::Q4_1:

@@ -145,7 +145,8 @@ TEST(QuantMix, FileTypeNamesAndLlamaIds) {
   EXPECT_EQ(file_type_from_name("q2_k"), FileType::kQ2_K);
   EXPECT_EQ(file_type_from_name("Q3_K"), FileType::kQ3_K_M);  // llama-quantize's alias
   EXPECT_EQ(file_type_from_name("IQ2_XXS"), FileType::kIQ2_XXS);
-  EXPECT_EQ(file_type_from_name("iq1_s"), std::nullopt);  // not implemented yet
+  EXPECT_EQ(file_type_from_name("iq1_m"), FileType::kIQ1_M);
+  EXPECT_EQ(file_type_from_name("iq4_ks"), std::nullopt);  // ik_llama.cpp's, not llama.cpp's
   EXPECT_EQ(file_type_from_name(""), std::nullopt);
   // llama_ftype values written to general.file_type.
   EXPECT_EQ(uint32_t(FileType::kF32), 0u);
@@ -177,6 +178,8 @@ TEST(QuantMix, FileTypeNamesAndLlamaIds) {
   EXPECT_EQ(uint32_t(FileType::kIQ3_M), 27u);
   EXPECT_EQ(uint32_t(FileType::kIQ2_S), 28u);
   EXPECT_EQ(uint32_t(FileType::kIQ2_M), 29u);
+  EXPECT_EQ(uint32_t(FileType::kIQ1_S), 24u);
+  EXPECT_EQ(uint32_t(FileType::kIQ1_M), 31u);
   EXPECT_TRUE(file_type_is_quantized(FileType::kQ4_0));
   EXPECT_FALSE(file_type_is_quantized(FileType::kBF16));
   EXPECT_NE(supported_file_type_names().find("q4_k_m"), std::string::npos);
@@ -298,6 +301,12 @@ TEST(QuantMix, IquantMixes) {
       {F::kIQ3_XS, "blk.6.attn_q.weight", q, true, true, DType::IQ3_XXS},
       {F::kIQ3_XS, "blk.20.ffn_up_exps.weight", gate, true, true, DType::IQ3_XXS},
       {F::kIQ3_XS, "blk.2.ffn_up_exps.weight", gate, true, true, DType::IQ3_S},
+      {F::kIQ1_S, "blk.20.ffn_gate_exps.weight", gate, true, true, DType::IQ1_S},
+      {F::kIQ1_M, "blk.20.ffn_down_exps.weight", down, true, true, DType::IQ1_M},
+      {F::kIQ1_M, "blk.2.ffn_down_exps.weight", down, true, true, DType::Q2_K},
+      {F::kIQ1_S, "blk.6.attn_output.weight", {4096, 2048}, false, true, DType::IQ2_XXS},  // dense
+      {F::kIQ1_S, "output.weight", emb, true, true, DType::Q5_K},
+      {F::kIQ1_M, "token_embd.weight", emb, true, true, DType::Q2_K},
       {F::kIQ2_XXS, "blk.6.attn_q.weight", {96, 64}, true, true, DType::IQ4_NL},  // the row fallback
       {F::kIQ3_S, "blk.6.attn_q.weight", {100, 64}, true, true, DType::F16},
   };

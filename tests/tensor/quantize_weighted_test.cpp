@@ -77,16 +77,15 @@ TEST_P(WeightedQuantize, LowersTheImportanceWeightedError) {
 
 // Measured on these rows: 0.44 (q2_K) .. 0.62 (iq4_xs); the bound leaves
 // room without letting a weighting that does little pass.
-INSTANTIATE_TEST_SUITE_P(Types, WeightedQuantize,
-                         ::testing::Values(Case{DType::Q4_K, 0.75}, Case{DType::Q2_K, 0.75},
-                                           Case{DType::IQ4_XS, 0.75}, Case{DType::Q3_K, 0.75},
-                                           Case{DType::Q5_K, 0.75}, Case{DType::Q6_K, 0.75},
-                                           Case{DType::Q4_0, 0.75}, Case{DType::Q4_1, 0.75},
-                                           Case{DType::Q5_0, 0.75}, Case{DType::Q5_1, 0.75},
-                                           Case{DType::IQ4_NL, 0.75}, Case{DType::IQ2_XXS, 0.75},
-                                           Case{DType::IQ2_XS, 0.75}, Case{DType::IQ2_S, 0.75},
-                                           Case{DType::IQ3_XXS, 0.75}, Case{DType::IQ3_S, 0.75}),
-                         [](const auto& info) { return std::string(dtype_name(info.param.type)); });
+INSTANTIATE_TEST_SUITE_P(
+    Types, WeightedQuantize,
+    ::testing::Values(Case{DType::Q4_K, 0.75}, Case{DType::Q2_K, 0.75}, Case{DType::IQ4_XS, 0.75},
+                      Case{DType::Q3_K, 0.75}, Case{DType::Q5_K, 0.75}, Case{DType::Q6_K, 0.75},
+                      Case{DType::Q4_0, 0.75}, Case{DType::Q4_1, 0.75}, Case{DType::Q5_0, 0.75},
+                      Case{DType::Q5_1, 0.75}, Case{DType::IQ4_NL, 0.75}, Case{DType::IQ2_XXS, 0.75},
+                      Case{DType::IQ2_XS, 0.75}, Case{DType::IQ2_S, 0.75}, Case{DType::IQ3_XXS, 0.75},
+                      Case{DType::IQ3_S, 0.75}, Case{DType::IQ1_S, 0.75}, Case{DType::IQ1_M, 0.75}),
+    [](const auto& info) { return std::string(dtype_name(info.param.type)); });
 
 // Importances as an imatrix of a real layer has them: most columns within a
 // factor of ~2 of each other (log-normal, sigma 0.5) and 1% outlier columns
@@ -179,16 +178,15 @@ TEST(WeightedQuantize, FlatImportanceIsAtLeastAsGoodAsPlain) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Types, WeightedQuantizeMild,
-                         ::testing::Values(Case{DType::Q4_K, 0.97}, Case{DType::Q2_K, 0.97},
-                                           Case{DType::IQ4_XS, 0.97}, Case{DType::Q3_K, 0.97},
-                                           Case{DType::Q5_K, 0.97}, Case{DType::Q6_K, 0.97},
-                                           Case{DType::Q4_0, 0.97}, Case{DType::Q4_1, 0.97},
-                                           Case{DType::Q5_0, 0.97}, Case{DType::Q5_1, 0.97},
-                                           Case{DType::IQ4_NL, 0.97}, Case{DType::IQ2_XXS, 0.97},
-                                           Case{DType::IQ2_XS, 0.97}, Case{DType::IQ2_S, 0.97},
-                                           Case{DType::IQ3_XXS, 0.97}, Case{DType::IQ3_S, 0.97}),
-                         [](const auto& info) { return std::string(dtype_name(info.param.type)); });
+INSTANTIATE_TEST_SUITE_P(
+    Types, WeightedQuantizeMild,
+    ::testing::Values(Case{DType::Q4_K, 0.97}, Case{DType::Q2_K, 0.97}, Case{DType::IQ4_XS, 0.97},
+                      Case{DType::Q3_K, 0.97}, Case{DType::Q5_K, 0.97}, Case{DType::Q6_K, 0.97},
+                      Case{DType::Q4_0, 0.97}, Case{DType::Q4_1, 0.97}, Case{DType::Q5_0, 0.97},
+                      Case{DType::Q5_1, 0.97}, Case{DType::IQ4_NL, 0.97}, Case{DType::IQ2_XXS, 0.97},
+                      Case{DType::IQ2_XS, 0.97}, Case{DType::IQ2_S, 0.97}, Case{DType::IQ3_XXS, 0.97},
+                      Case{DType::IQ3_S, 0.97}, Case{DType::IQ1_S, 0.97}, Case{DType::IQ1_M, 0.97}),
+    [](const auto& info) { return std::string(dtype_name(info.param.type)); });
 
 TEST(WeightedQuantize, WithoutImportanceIsThePlainQuantizer) {
   const std::vector<float> x = gaussian_matrix(3);

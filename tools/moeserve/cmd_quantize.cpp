@@ -62,7 +62,8 @@ void run_quantize(const QuantizeCliOptions& cli) {
   // are written, with a warning: 2-bit codebooks lose most without one.
   if (options.imatrix == nullptr &&
       (*type == convert::FileType::kIQ2_XXS || *type == convert::FileType::kIQ2_XS ||
-       *type == convert::FileType::kIQ2_S)) {
+       *type == convert::FileType::kIQ2_S || *type == convert::FileType::kIQ1_S ||
+       *type == convert::FileType::kIQ1_M)) {
     fmt::print(stderr,
                "warning: --type {} without --imatrix: expect a much worse model than with one (moeserve "
                "imatrix -m {} -f TEXT -o imatrix.gguf makes one)\n",
@@ -99,10 +100,10 @@ void register_quantize(CLI::App& app) {
          "Target file type, with llama-quantize's per-tensor choices: q4_k_m (Q4_K; Q6_K for output and\n"
          "for attn_v/ffn_down in the first/last eighth of the layers and every third layer between; Q8_0\n"
          "attn_v for 8-expert models), q5_k_m, q4_k_s, q5_k_s, q3_k_s/m/l, q2_k, q2_k_s, q6_k, q8_0, q4_0,\n"
-         "q4_1, q5_0, q5_1, iq4_nl, iq4_xs, iq3_m, iq3_s, iq3_xs, iq3_xxs, iq2_m, iq2_s, iq2_xs, iq2_xxs\n"
-         "(the 2-bit ones want --imatrix), mxfp4_moe, or the float types f16, bf16, f32. Norms and\n"
-         "ffn_gate_inp stay f32; rows whose length the type's block does not divide fall back as\n"
-         "llama-quantize's do")
+         "q4_1, q5_0, q5_1, iq4_nl, iq4_xs, iq3_m, iq3_s, iq3_xs, iq3_xxs, iq2_m, iq2_s, iq2_xs, iq2_xxs,\n"
+         "iq1_m, iq1_s (the 1- and 2-bit ones want --imatrix), mxfp4_moe, or the float types f16, bf16,\n"
+         "f32. Norms and ffn_gate_inp stay f32; rows whose length the type's block does not divide\n"
+         "fall back as llama-quantize's do")
       ->required();
   cmd->add_option(
       "--imatrix", cli->imatrix,
