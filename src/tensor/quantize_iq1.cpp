@@ -149,22 +149,27 @@ Iq1Block fit_block(const float* x, const float* w, int n, bool shift_per_group) 
   return best;
 }
 
-const float* unit_or(const float* w, float* unit) {
-  if (w != nullptr) return w;
+// Each block of n values fitted (sub-blocks of `sub` values) and written by
+// encode(block, fit).
+template <class Block, class Encode>
+void quantize_iq1(const float* src, const float* w, void* dst, int64_t n, int sub, bool shift_per_group,
+                  Encode encode) {
+  auto* out = static_cast<Block*>(dst);
+  float unit[kBlock];
   std::fill(unit, unit + kBlock, 1.0f);
-  return unit;
+  for (int64_t b = 0; b < n / kBlock; ++b) {
+    const Iq1Block f =
+        fit_block(src + b * kBlock, w != nullptr ? w + b * kBlock : unit, sub, shift_per_group);
+    Block& blk = out[b];
+    std::memset(&blk, 0, sizeof(blk));
+    encode(blk, f);
+  }
 }
 
 }  // namespace
 
 void quantize_iq1_s_weighted(const float* src, const float* w, void* dst, int64_t n) {
-  auto* out = static_cast<BlockIQ1_S*>(dst);
-  float unit[kBlock];
-  for (int64_t b = 0; b < n / kBlock; ++b) {
-    const Iq1Block f =
-        fit_block(src + b * kBlock, unit_or(w != nullptr ? w + b * kBlock : nullptr, unit), 32, false);
-    BlockIQ1_S& blk = out[b];
-    std::memset(&blk, 0, sizeof(blk));
+  quantize_iq1<BlockIQ1_S>(src, w, dst, n, 32, false, [](BlockIQ1_S& blk, const Iq1Block& f) {
     blk.d = fp32_to_fp16(f.d);
     for (int ib = 0; ib < 8; ++ib) {
       uint32_t h = uint32_t(f.ls[ib]) << 12 | (f.subs[ib].groups[0].negative ? 0x8000u : 0u);
@@ -175,17 +180,11 @@ void quantize_iq1_s_weighted(const float* src, const float* w, void* dst, int64_
       }
       blk.qh[ib] = uint16_t(h);
     }
-  }
+  });
 }
 
 void quantize_iq1_m_weighted(const float* src, const float* w, void* dst, int64_t n) {
-  auto* out = static_cast<BlockIQ1_M*>(dst);
-  float unit[kBlock];
-  for (int64_t b = 0; b < n / kBlock; ++b) {
-    const Iq1Block f =
-        fit_block(src + b * kBlock, unit_or(w != nullptr ? w + b * kBlock : nullptr, unit), 16, true);
-    BlockIQ1_M& blk = out[b];
-    std::memset(&blk, 0, sizeof(blk));
+  quantize_iq1<BlockIQ1_M>(src, w, dst, n, 16, true, [](BlockIQ1_M& blk, const Iq1Block& f) {
     uint16_t sc[4] = {};
     for (int i = 0; i < 16; ++i) {  // sub-block i: groups 2 (i % 2) and + 1 of 32-value block ib
       const int ib = i / 2, half = i % 2;
@@ -202,7 +201,7 @@ void quantize_iq1_m_weighted(const float* src, const float* w, void* dst, int64_
     const uint16_t d = fp32_to_fp16(f.d);
     for (int k = 0; k < 4; ++k) sc[k] |= uint16_t(((d >> (4 * k)) & 0xF) << 12);
     std::memcpy(blk.scales, sc, sizeof(sc));
-  }
+  });
 }
 
 void quantize_iq1_s(const float* src, void* dst, int64_t n) { quantize_iq1_s_weighted(src, nullptr, dst, n); }
