@@ -5,6 +5,7 @@
 # Nsight Compute timing each kernel of the curve's forwards (graphs off)
 # and a per-kernel summary for 1, 8 and 16 rows.
 #   scripts/device/profile_verify.sh [layers] [type] [build|nobuild]
+# MODEL=FILE profiles that file instead (e.g. a trained target; layers then only name the outputs).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 layers=${1:-8}
@@ -16,7 +17,7 @@ bin=build-gpu/bin/moeserve
 if [ "${3:-build}" = build ]; then
   scripts/device/build.sh build-gpu 90a moeserve > "$out/build_profile.log" 2>&1 || { tail -30 "$out/build_profile.log"; exit 1; }
 fi
-model=/tmp/30b-l$layers.$type.gguf
+model=${MODEL:-/tmp/30b-l$layers.$type.gguf}
 [ -f $model ] || $bin make-model --arch qwen3moe --preset 30b-a3b --layers $layers --type $type --quick-quant \
   --router-skew 0 -o $model --no-progress | tail -1
 $bin bench -m $model -p 0 -n 16 -r 1 --device cuda --spec ngram 2>&1 | sed -n '/verify cost/,/x decode/p' \

@@ -8,6 +8,9 @@
 #                                  # TARGET_SECONDS), convert it; then in a second call (the machine kept warm):
 #   scripts/device/spec.sh small_bench  # train its DFlash draft (DRAFT_SECONDS), convert, bench plain vs ngram vs
 #                                  # dflash chain / trees vs auto, all-GPU and with experts on the CPU
+#   scripts/device/spec.sh small_profile  # build (moeserve, kernel tests), GPU kernel tests, the small target's
+#                                  # shape trained briefly (TARGET_SECONDS, default 20), then where its verify
+#                                  # forwards of 1/8/16 rows spend their time (profile_verify.sh, Nsight Compute)
 #   scripts/device/spec.sh peer    # llama.cpp on the same file: llama-bench tg128 and llama-lookup (its
 #                                  # prompt-lookup decoding) on the code-editing prompt (carry .llamasrc;
 #                                  # LLAMA_TARGETS="llama-bench llama-lookup" scripts/device/llamacpp_gpu.sh build first)
@@ -114,6 +117,23 @@ def main():
     $bin convert $ts/hf/qwen3moe-small -o $ts/small.bf16.gguf --type bf16 2>&1 | tail -1
     $bin quantize $ts/small.bf16.gguf $ts/small.q8_0.gguf --type q8_0 2>&1 | tail -1
     ls -la $ts/*.gguf;;
+  small_profile)
+    ts=/tmp/ts
+    mkdir -p $ts/logs
+    (scripts/device/build.sh build-gpu 90a moeserve test_kernels_gpu > "$out/build.log" 2>&1; echo $? > $ts/build.rc) &
+    python3 scripts/train_tiny/corpus_tokenizer.py --out $ts/data --template tests/reference/templates/qwen3.jinja \
+      > $ts/logs/corpus.log 2>&1 || { tail -5 $ts/logs/corpus.log; exit 1; }
+    python3 scripts/train_tiny/train_model.py --arch qwen3moe --preset small --data $ts/data \
+      --out $ts/hf/qwen3moe-small --summary $ts/train_small.json --seconds ${TARGET_SECONDS:-20} \
+      > $ts/logs/train.log 2>&1 || { tail -20 $ts/logs/train.log; exit 1; }
+    wait
+    [ "$(cat $ts/build.rc)" = 0 ] || { grep -E 'error|FAILED' -A3 "$out/build.log" | head -40; exit 1; }
+    $bin convert $ts/hf/qwen3moe-small -o $ts/small.bf16.gguf --type bf16 2>&1 | tail -1
+    $bin quantize $ts/small.bf16.gguf $ts/small.q8_0.gguf --type q8_0 2>&1 | tail -1
+    build-gpu/tests/kernels_gpu/test_kernels_gpu > "$out/kernels_gpu.log" 2>&1
+    echo "kernels_gpu: $(grep -E '^\[  (PASSED|FAILED)' "$out/kernels_gpu.log" | tr '\n' ' ')"
+    grep -E '^\[  FAILED|Failure' -A6 "$out/kernels_gpu.log" | head -30
+    MODEL=$ts/small.q8_0.gguf scripts/device/profile_verify.sh small q8_0 nobuild;;
   small_bench)
     ts=/tmp/ts
     [ -f $ts/small.bf16.gguf ] || { echo "no trained target: run small_train first (machine released?)"; exit 1; }

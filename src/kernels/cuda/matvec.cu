@@ -542,6 +542,14 @@ Status check_activations(const char* what, const void* p, int64_t stride, int64_
   return Status::ok();
 }
 
+bool dense_matvec_on_tensor_cores() {
+  static const bool tc = [] {
+    const char* v = std::getenv("MOESERVE_CUDA_DENSE_MATVEC");
+    return v != nullptr && std::strcmp(v, "tc") == 0;
+  }();
+  return tc;
+}
+
 Status launch_matvec(const MmProblem& p, cudaStream_t stream) {
   // Grouped expert products of quantized weights: tensor-core kernels (an
   // expert with few pairs costs what one token does). Dense products stay
@@ -558,6 +566,13 @@ Status launch_matvec(const MmProblem& p, cudaStream_t stream) {
       return v != nullptr && std::strcmp(v, "tc") == 0;
     }();
     if (!exact && gemm_kq_type(p.type)) return launch_gemm_kq(p, stream);
+    return launch_matvec_tc(p, stream);
+  }
+  // Dense products of the tensor-core types on matvec_tc.cu at every token
+  // count (MOESERVE_CUDA_DENSE_MATVEC=tc): the same bits at 1..16 tokens as
+  // here, and a 16-token product costs ~2x one token there against ~5x here
+  // (a verify's output projection); at one token this kernel is the faster.
+  if (p.mode == MmMode::kDense && matvec_tc_type(p.type) && dense_matvec_on_tensor_cores()) {
     return launch_matvec_tc(p, stream);
   }
   // The kernels address activation rows with 32-bit float offsets.

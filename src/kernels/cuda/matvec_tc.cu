@@ -69,6 +69,8 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstdlib>
+#include <cstring>
 
 #include "kernels/cuda/launch.cuh"
 #include "kernels/cuda/matmul.h"
@@ -544,6 +546,24 @@ Status launch_tc(TcProblem& p, DType type, int nt, int nt_eff, int64_t n_slots, 
                     dtype_name(type));
 }
 
+// Pairs a slot of a grouped product takes (its N tiles: 8 pairs one, 16
+// two). Up to 8 tokens all of them. From 9 tokens 16, unless the experts
+// serve 8 pairs or fewer on average (a verify or batched decode step of 16
+// rows over 32+ experts: ~2-4 each): one N tile then, half the MMAs and
+// activation splits, and the few experts with more than 8 pairs take a
+// second slot. A token's result does not depend on the slot (header).
+// MOESERVE_CUDA_TC_PAIR_CHUNK=16 keeps 16 from 9 tokens.
+int tc_pair_chunk(int nt, int64_t n_pairs, int64_t used) {
+  static const int forced = [] {
+    const char* v = std::getenv("MOESERVE_CUDA_TC_PAIR_CHUNK");
+    return v != nullptr && std::strcmp(v, "16") == 0 ? 16 : 0;
+  }();
+  if (nt <= 8) return nt;
+  if (forced != 0) return forced;
+  const int64_t mean_pairs = (n_pairs + used - 1) / std::max<int64_t>(used, 1);
+  return mean_pairs <= 8 ? 8 : 16;
+}
+
 TcProblem common_problem(const MmProblem& p) {
   TcProblem t;
   t.mode = p.mode;
@@ -574,8 +594,8 @@ Status launch_matvec_tc(const MmProblem& p, cudaStream_t stream) {
   // all its pairs fit one slot of min(n_tokens, 16) (rounded to the N tiles)
   // and its rows are read once; more tokens take 16 pairs a slot.
   const int nt = static_cast<int>(std::min<int64_t>(p.n_tokens, kMatvecMaxTokens));
-  t.pair_chunk = nt <= 8 ? nt : 16;
   const int64_t used = std::min(p.n_expert, p.n_pairs);
+  t.pair_chunk = tc_pair_chunk(nt, p.n_pairs, used);
   const int64_t n_slots = p.n_tokens <= t.pair_chunk ? used : p.n_pairs / t.pair_chunk + used + 1;
   const int nt_eff =
       static_cast<int>(std::min<int64_t>(nt, (p.n_pairs + used - 1) / std::max<int64_t>(used, 1)));
