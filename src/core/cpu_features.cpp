@@ -73,6 +73,8 @@ CpuFeatures detect() {
     f.avx512 = zmm_ok && f.avx2 && bit(l7.b, 16) /*F*/ && bit(l7.b, 17) /*DQ*/ &&
                bit(l7.b, 30) /*BW*/ && bit(l7.b, 31) /*VL*/;
     f.avx512_vnni = f.avx512 && bit(l7.c, 11);
+    f.avx512_vbmi = f.avx512 && bit(l7.c, 1);
+    f.avx512_bitalg = f.avx512 && bit(l7.c, 12);
     f.avx512_bf16 = f.avx512 && bit(l7s1.a, 5);
     f.amx_tile = amx_ok && bit(l7.d, 24);
     f.amx_int8 = f.amx_tile && bit(l7.d, 25);
@@ -97,6 +99,8 @@ std::string CpuFeatures::summary() const {
   add(avx2, "AVX2");
   add(avx512, "AVX512");
   add(avx512_vnni, "AVX512_VNNI");
+  add(avx512_vbmi, "AVX512_VBMI");
+  add(avx512_bitalg, "AVX512_BITALG");
   add(avx512_bf16, "AVX512_BF16");
   add(amx_int8, "AMX_INT8");
   add(amx_bf16, "AMX_BF16");

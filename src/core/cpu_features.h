@@ -9,6 +9,8 @@ struct CpuFeatures {
   bool avx2 = false;         // AVX2 + FMA + F16C (we treat them as one level)
   bool avx512 = false;       // AVX-512 F/BW/VL/DQ and OS support for zmm state
   bool avx512_vnni = false;
+  bool avx512_vbmi = false;    // byte permutes (vpermb, vpermi2b) and vpmultishiftqb
+  bool avx512_bitalg = false;  // vpshufbitqmb, vpopcntb/w
   bool avx512_bf16 = false;
   bool amx_tile = false;
   bool amx_int8 = false;

@@ -11,11 +11,13 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <random>
 #include <string>
 #include <vector>
 
+#include "core/cpu_features.h"
 #include "core/half.h"
 #include "kernels/cpu/cpu_kernels.h"
 #include "kernels/cpu/register.h"
@@ -87,27 +89,40 @@ std::vector<int64_t> test_sizes(DType t) {
   return sizes;
 }
 
+// A level's table, or (novbmi) the AVX-512 table built without the VBMI
+// kernels that cpu_kernels_for gives where the CPU has VBMI: both variants
+// run on such a CPU.
 struct Case {
   SimdLevel level;
   DType type;
+  bool novbmi = false;
 };
 
-void PrintTo(const Case& c, std::ostream* os) {
-  *os << simd_level_name(c.level) << "/" << dtype_name(c.type);
+std::string table_name(const Case& c) {
+  return std::string(simd_level_name(c.level)) + (c.novbmi ? "_novbmi" : "");
 }
+
+void PrintTo(const Case& c, std::ostream* os) { *os << table_name(c) << "/" << dtype_name(c.type); }
+
+const CpuKernels* avx512_without_vbmi() {
+  if (cpu_kernels_for(SimdLevel::kAvx512) == nullptr) return nullptr;
+  static const CpuKernels table = detail::build_kernels(SimdLevel::kAvx512, /*vbmi=*/false);
+  return &table;
+}
+
+bool has_vbmi_kernels() { return cpu_features().avx512_vbmi && cpu_features().avx512_bitalg; }
 
 class VecDot : public ::testing::TestWithParam<Case> {
  protected:
   const CpuKernels* kernels() {
-    const CpuKernels* k = cpu_kernels_for(GetParam().level);
-    return k;
+    return GetParam().novbmi ? avx512_without_vbmi() : cpu_kernels_for(GetParam().level);
   }
 };
 
 TEST_P(VecDot, MatchesReferenceAndDoubleDot) {
   const Case c = GetParam();
   const CpuKernels* k = kernels();
-  if (k == nullptr) GTEST_SKIP() << simd_level_name(c.level) << " not supported on this CPU";
+  if (k == nullptr) GTEST_SKIP() << table_name(c) << " not supported on this CPU";
   const CpuKernels* ref = cpu_kernels_for(SimdLevel::kReference);
   for (WeightData data : {WeightData::kQuantizedGaussian, WeightData::kRandomBytes}) {
     for (int64_t n : test_sizes(c.type)) {
@@ -127,7 +142,7 @@ TEST_P(VecDot, MatchesReferenceAndDoubleDot) {
 TEST_P(VecDot, CloseToFloatDotWithinQuantizationError) {
   const Case c = GetParam();
   const CpuKernels* k = kernels();
-  if (k == nullptr) GTEST_SKIP() << simd_level_name(c.level) << " not supported on this CPU";
+  if (k == nullptr) GTEST_SKIP() << table_name(c) << " not supported on this CPU";
   for (int64_t n : test_sizes(c.type)) {
     const Operands op = make_operands(c.type, n, WeightData::kQuantizedGaussian, uint32_t(n + 5));
     const float got = k->vec_dot[dtype_slot(c.type)](n, op.w.data(), op.x.data());
@@ -150,7 +165,7 @@ TEST_P(VecDot, CloseToFloatDotWithinQuantizationError) {
 TEST_P(VecDot, ExtremeCodesDoNotSaturate) {
   const Case c = GetParam();
   const CpuKernels* k = kernels();
-  if (k == nullptr) GTEST_SKIP() << simd_level_name(c.level) << " not supported on this CPU";
+  if (k == nullptr) GTEST_SKIP() << table_name(c) << " not supported on this CPU";
   if (!dtype_traits(c.type).quantized) GTEST_SKIP() << "float type";
   const int64_t n = 4 * dtype_block_elems(c.type);
   const DType xt = dtype_traits(c.type).vec_dot_type;
@@ -177,11 +192,12 @@ std::vector<Case> all_cases() {
   for (SimdLevel level : {SimdLevel::kReference, SimdLevel::kAvx2, SimdLevel::kAvx512}) {
     for (DType t : kWeightDTypes) cases.push_back({level, t});
   }
+  for (DType t : kWeightDTypes) cases.push_back({SimdLevel::kAvx512, t, /*novbmi=*/true});
   return cases;
 }
 
 std::string case_name(const ::testing::TestParamInfo<Case>& info) {
-  return std::string(simd_level_name(info.param.level)) + "_" + std::string(dtype_name(info.param.type));
+  return table_name(info.param) + "_" + std::string(dtype_name(info.param.type));
 }
 
 // Multi-column dots (vec_dot_columns, through vec_dot_cols where a level has
@@ -236,6 +252,41 @@ TEST(KernelTables, AReplacedDotDropsTheInheritedColumnKernel) {
   EXPECT_EQ(higher.vec_dot_cols[dot_only], nullptr);
   EXPECT_EQ(higher.vec_dot_cols[untouched], &cols_low);
   EXPECT_EQ(higher.vec_dot[dot_only], &dot_high);
+}
+
+// Where the CPU has VBMI, the AVX-512 table holds the VBMI kernels of the
+// types that have them, so the avx512 cases above test those and the
+// avx512_novbmi cases the plain ones.
+TEST(KernelTables, Avx512HasTheVbmiKernelsWhereTheCpuHasVbmi) {
+  const CpuKernels* with = cpu_kernels_for(SimdLevel::kAvx512);
+  if (with == nullptr || !has_vbmi_kernels()) GTEST_SKIP() << "no AVX-512 VBMI on this CPU";
+  if (std::getenv("MOESERVE_SIMD") != nullptr) GTEST_SKIP() << "MOESERVE_SIMD set";
+  const CpuKernels* without = avx512_without_vbmi();
+  for (DType t : {DType::IQ2_XXS, DType::IQ3_XXS}) {
+    EXPECT_NE(with->vec_dot[dtype_slot(t)], without->vec_dot[dtype_slot(t)]) << dtype_name(t);
+    EXPECT_NE(with->vec_dot_cols[dtype_slot(t)], without->vec_dot_cols[dtype_slot(t)]) << dtype_name(t);
+  }
+  EXPECT_EQ(with->vec_dot[dtype_slot(DType::Q4_K)], without->vec_dot[dtype_slot(DType::Q4_K)]);
+}
+
+// The block sums are exact and both variants scale and add them in the same
+// order, so a VBMI kernel gives the plain kernel's result bit for bit.
+TEST(KernelTables, VbmiKernelsEqualThePlainOnesBitForBit) {
+  const CpuKernels* with = cpu_kernels_for(SimdLevel::kAvx512);
+  if (with == nullptr || !has_vbmi_kernels()) GTEST_SKIP() << "no AVX-512 VBMI on this CPU";
+  const CpuKernels* without = avx512_without_vbmi();
+  for (DType t : kWeightDTypes) {
+    const size_t slot = dtype_slot(t);
+    if (with->vec_dot[slot] == without->vec_dot[slot]) continue;
+    for (WeightData data : {WeightData::kQuantizedGaussian, WeightData::kRandomBytes}) {
+      for (int64_t n : test_sizes(t)) {
+        const Operands op = make_operands(t, n, data, uint32_t(n * 7 + int(data)));
+        ASSERT_EQ(with->vec_dot[slot](n, op.w.data(), op.x.data()),
+                  without->vec_dot[slot](n, op.w.data(), op.x.data()))
+            << dtype_name(t) << " n=" << n << " data=" << int(data);
+      }
+    }
+  }
 }
 
 }  // namespace

@@ -144,7 +144,8 @@ inline void packed_dot_columns(const CpuKernels& k, DType w_type, int64_t n, con
 }
 
 // The best level this CPU supports (the environment variable MOESERVE_SIMD=
-// reference|avx2|avx512 can only lower it, for debugging and benchmarks).
+// reference|avx2|avx512 can only lower it, for debugging and benchmarks;
+// avx512-novbmi keeps AVX-512 without its VBMI kernels).
 const CpuKernels& cpu_kernels();
 // The table of one level, or nullptr when this CPU cannot run it.
 const CpuKernels* cpu_kernels_for(SimdLevel level);

@@ -18,7 +18,9 @@ bool cpu_supports(SimdLevel level) {
   return false;
 }
 
-CpuKernels build(SimdLevel level) {
+}  // namespace
+
+CpuKernels detail::build_kernels(SimdLevel level, bool vbmi) {
   CpuKernels k;
   detail::register_quant_reference(k);
   detail::register_ops_reference(k);
@@ -32,6 +34,7 @@ CpuKernels build(SimdLevel level) {
   if (level >= SimdLevel::kAvx512) {
     const CpuKernels avx2 = k;
     detail::register_quant_avx512(k);
+    if (vbmi) detail::register_quant_iquants_vbmi_avx512(k);
     detail::drop_inherited_columns(k, avx2);
     detail::register_ops_avx512(k);
   }
@@ -39,34 +42,48 @@ CpuKernels build(SimdLevel level) {
   return k;
 }
 
+namespace {
+
 struct Tables {
   CpuKernels levels[3];
   bool supported[3] = {};
   SimdLevel best = SimdLevel::kReference;
 };
 
-SimdLevel requested_cap() {
+std::string requested_simd() {
   const char* env = std::getenv("MOESERVE_SIMD");
-  if (env == nullptr) return SimdLevel::kAvx512;
-  const std::string v(env);
+  return env == nullptr ? std::string() : std::string(env);
+}
+
+SimdLevel requested_cap() {
+  const std::string v = requested_simd();
   if (v == "reference" || v == "ref" || v == "scalar") return SimdLevel::kReference;
   if (v == "avx2") return SimdLevel::kAvx2;
   return SimdLevel::kAvx512;
+}
+
+// The VBMI kernels (which also use BITALG) where the CPU has both, unless
+// MOESERVE_SIMD=avx512-novbmi.
+bool use_vbmi() {
+  const CpuFeatures& f = cpu_features();
+  return f.avx512_vbmi && f.avx512_bitalg && requested_simd() != "avx512-novbmi";
 }
 
 const Tables& tables() {
   static const Tables t = [] {
     Tables out;
     const SimdLevel cap = requested_cap();
+    const bool vbmi = use_vbmi();
     for (int i = 0; i < 3; ++i) {
       const auto level = SimdLevel(i);
       out.supported[i] = cpu_supports(level);
       if (out.supported[i]) {
-        out.levels[i] = build(level);
+        out.levels[i] = detail::build_kernels(level, vbmi);
         if (level <= cap) out.best = level;
       }
     }
-    MOESERVE_LOG_DEBUG("cpu kernels: {} ({})", simd_level_name(out.best), cpu_features().summary());
+    MOESERVE_LOG_DEBUG("cpu kernels: {}{} ({})", simd_level_name(out.best),
+                       out.best == SimdLevel::kAvx512 && vbmi ? " with VBMI" : "", cpu_features().summary());
     return out;
   }();
   return t;

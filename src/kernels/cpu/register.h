@@ -18,6 +18,14 @@ void register_ops_avx512(CpuKernels& k);
 void register_quant_kquants_cols_avx512(CpuKernels& k);  // after register_quant_avx512
 void register_quant_lowbit_avx512(CpuKernels& k);        // issue 43's types (quant_lowbit_avx512.cpp)
 void register_packed_kquants_avx512(CpuKernels& k);
+// IQ2_XXS / IQ3_XXS with AVX512_VBMI (and BITALG), over
+// register_quant_avx512's (only where cpu_features() has both).
+void register_quant_iquants_vbmi_avx512(CpuKernels& k);
+
+// The table of a level as dispatch.cpp builds it (the level must be one the
+// CPU runs); `vbmi` adds the VBMI kernels to the AVX-512 level (tests build
+// the level both ways).
+CpuKernels build_kernels(SimdLevel level, bool vbmi);
 
 // After a level's registration (`before`: the table it started from): a
 // type whose vec_dot the level replaced but whose vec_dot_cols it did not

@@ -25,52 +25,13 @@
 #include <cstdint>
 #include <cstring>
 
-#include "kernels/cpu/avx512/kquant_common_avx512.h"
-#include "kernels/cpu/cols_dispatch.h"
-#include "kernels/cpu/cpu_kernels.h"
+#include "kernels/cpu/avx512/iquant_common_avx512.h"
 #include "kernels/cpu/register.h"
-#include "tensor/quant_blocks.h"
 
 namespace moeserve::cpu::detail {
 namespace {
 
 // ---- codebooks as words of value codes ------------------------------------------
-// The grids' entries, from the files that define kIq*Grid (iquant_grids.h),
-// as constant expressions so that the word tables below are built and
-// checked by the compiler.
-constexpr uint64_t kIq2xxsEntries[256] = {
-#include "tensor/iquant_grid_iq2xxs.inc"
-};
-constexpr uint64_t kIq2xsEntries[512] = {
-#include "tensor/iquant_grid_iq2xs.inc"
-};
-constexpr uint64_t kIq2sEntries[1024] = {
-#include "tensor/iquant_grid_iq2s.inc"
-};
-constexpr uint32_t kIq3xxsEntries[256] = {
-#include "tensor/iquant_grid_iq3xxs.inc"
-};
-constexpr uint32_t kIq3sEntries[512] = {
-#include "tensor/iquant_grid_iq3s.inc"
-};
-
-// The magnitudes a codebook's entries are made of, ascending; a value's code
-// is its position here. 16 bytes: the vpshufb table of expand().
-struct Magnitudes {
-  alignas(16) uint8_t values[16];
-  int count;
-};
-constexpr Magnitudes kIq2Magnitudes = {{8, 25, 43}, 3};
-constexpr Magnitudes kIq3xxsMagnitudes = {{4, 12, 20, 28, 36, 44, 52, 62}, 8};
-constexpr Magnitudes kIq3sMagnitudes = {{1, 3, 5, 7, 9, 11, 13, 15}, 8};
-
-constexpr int code_of(uint8_t value, const Magnitudes& m) {
-  for (int i = 0; i < m.count; ++i) {
-    if (m.values[i] == value) return i;
-  }
-  throw "a grid value outside the magnitude list";  // (fails the constant evaluation)
-}
-
 // Entry e of a codebook of kValues values per entry, as one word: value 2i
 // in slot i of the low byte, value 2i + 1 in slot i of the high byte, a slot
 // being 16 / kValues bits (IQ2: 2, its codes 0..2; IQ3: 4, a nibble whose top
@@ -163,10 +124,7 @@ inline __m512i lanes128(const int8_t (&bytes)[16]) {
 constexpr struct SignWords {
   alignas(64) uint16_t words[128] = {};
   constexpr SignWords() {
-    constexpr uint8_t kSigns[128] = {
-#include "tensor/iquant_grid_signs.inc"
-    };
-    for (int i = 0; i < 128; ++i) words[i] = kSigns[i];
+    for (int i = 0; i < 128; ++i) words[i] = kIqSignBytes[i];
   }
 } kSignWords;
 
@@ -236,15 +194,8 @@ inline NibbleScales nibble_scales(__m128i bytes) {
 
 // ---- decoders -----------------------------------------------------------------------
 
-// A super-block decoded: values 64r..64r+63 as unsigned magnitudes and
-// negation masks, and the vpdpwssd scales of register pairs (0, 1), (2, 3).
-struct Decoded {
-  __m512i mags[4];
-  __mmask64 neg[4];
-  __m512i scales[2];
-};
-
 struct Iq2Xxs {
+  static constexpr int kBlocksPerDecode = 1;
   using Block = BlockIQ2_XXS;
   static constexpr float kFactor = 0.125f;
   // qs as dwords: sub-block ib's 4 index bytes (dword 2ib), then its word of
@@ -265,6 +216,7 @@ struct Iq2Xxs {
 };
 
 struct Iq3Xxs {
+  static constexpr int kBlocksPerDecode = 1;
   using Block = BlockIQ3_XXS;
   static constexpr float kFactor = 0.25f;
   static constexpr int scale_word(int q) { return 2 * (q / 2); }  // dword ib of aux
@@ -288,6 +240,7 @@ struct Iq3Xxs {
 inline constexpr int half_scale_word(int q) { return (q % 2 ? 32 : 0) + q / 2; }
 
 struct Iq2Xs {
+  static constexpr int kBlocksPerDecode = 1;
   using Block = BlockIQ2_XS;
   static constexpr float kFactor = 0.125f;
   static constexpr int scale_word(int q) { return half_scale_word(q); }
@@ -304,6 +257,7 @@ struct Iq2Xs {
 };
 
 struct Iq2S {
+  static constexpr int kBlocksPerDecode = 1;
   using Block = BlockIQ2_S;
   static constexpr float kFactor = 0.125f;
   static constexpr int scale_word(int q) { return half_scale_word(q); }
@@ -331,6 +285,7 @@ struct Iq2S {
 };
 
 struct Iq3S {
+  static constexpr int kBlocksPerDecode = 1;
   using Block = BlockIQ3_S;
   static constexpr float kFactor = 1.0f;
   // scales[ib / 2], nibble ib % 2: sub-block ib's scale.
@@ -356,54 +311,6 @@ struct Iq3S {
     pair_scales<Iq3S>(s.low, s.high, out.scales);
   }
 };
-
-// ---- the dot ------------------------------------------------------------------------
-
-// Σ (2s + 1) |w| (±x) over a super-block against one activation row, in 16 int32 lanes.
-inline __m512i block_dot(const Decoded& d, const int8_t* xq) {
-  const __m512i zero = _mm512_setzero_si512();
-  __m512i a[4];
-  for (int r = 0; r < 4; ++r) {
-    const __m512i x = load512(xq + 64 * r);
-    a[r] = _mm512_dpbusd_epi32(zero, d.mags[r], _mm512_mask_sub_epi8(x, d.neg[r], zero, x));
-  }
-  const __m512i s = _mm512_dpwssd_epi32(zero, _mm512_packs_epi32(a[0], a[1]), d.scales[0]);
-  return _mm512_dpwssd_epi32(s, _mm512_packs_epi32(a[2], a[3]), d.scales[1]);
-}
-
-template <typename D, int NC>
-void iquant_cols(int64_t n, const void* wv, const void* xv, size_t x_stride, float* out, int64_t out_stride) {
-  const auto* w = static_cast<const typename D::Block*>(wv);
-  const BlockQ8_K* x[NC];
-  activation_rows(xv, x_stride, x);
-  __m512 acc[NC];
-  for (int c = 0; c < NC; ++c) acc[c] = _mm512_setzero_ps();
-  for (int64_t b = 0; b < n / kQK_K; ++b) {
-    prefetch_ahead(w + b, sizeof(typename D::Block));
-    Decoded d;
-    D::decode(w[b], d);
-    const float wd = _cvtsh_ss(w[b].d) * D::kFactor;
-    for (int c = 0; c < NC; ++c) {
-      const __m512 sum = _mm512_cvtepi32_ps(block_dot(d, x[c][b].qs));
-      acc[c] = _mm512_fmadd_ps(sum, _mm512_set1_ps(x[c][b].d * wd), acc[c]);
-    }
-  }
-  for (int c = 0; c < NC; ++c) out[c * out_stride] = _mm512_reduce_add_ps(acc[c]);
-}
-
-template <typename D>
-struct Cols {
-  template <int NC>
-  struct Table {
-    static constexpr ColsKernel fn = iquant_cols<D, NC>;
-  };
-};
-
-template <typename D>
-void register_type(CpuKernels& k, DType t) {
-  k.vec_dot[dtype_slot(t)] = one_column_dot<Cols<D>::template Table>;
-  k.vec_dot_cols[dtype_slot(t)] = dispatch_cols<Cols<D>::template Table>;
-}
 
 }  // namespace
 

@@ -1,0 +1,263 @@
+// AVX-512 VBMI dot products of IQ2_XXS and IQ3_XXS against Q8_K activations:
+// registered over quant_iquants_avx512.cpp's kernels of those types when the
+// CPU has VBMI (dispatch.cpp), the dot itself shared (iquant_common_avx512.h).
+//
+// The kernels are instruction bound, and byte permutes shorten each step of
+// the decode:
+//  - lookup: an entry's value codes (positions in the magnitude list) fit 16
+//    bits, held as two byte planes (the words' low and high bytes). vpermi2b
+//    reads 128 bytes of a plane, so each plane takes one permute per 128
+//    entries and one blend on index bit 7, for 64 entries at once (IQ3_XXS:
+//    a super-block; IQ2_XXS: two), and unpacking the planes' bytes gives the
+//    words. The word lookup of the plain kernel needs twice the permutes and
+//    three times the blends per entry.
+//  - expansion: vpmultishiftqb copies, to each byte of a quadword, the 8 bits
+//    at any offset of that quadword, so it spreads the words' codes over
+//    bytes in one step (each byte's low bits its code, the next codes above),
+//    and vpermb reads the magnitude from a 64-byte table that repeats the
+//    list (the bits above the code do not matter). The order of the entries
+//    in the looked-up words is chosen by permuting the indices before the
+//    lookup, so that the expanded values come out in row order.
+//  - signs: vpmultishiftqb extracts the 7-bit sign fields to bytes and
+//    vpermi2b looks up their sign bytes (kIqSigns, 128 entries, the field's
+//    eighth bit ignored) for 64 fields at once, already in row order, so a
+//    store makes them the negation masks.
+#include <cstdint>
+
+#include "kernels/cpu/avx512/iquant_common_avx512.h"
+#include "kernels/cpu/register.h"
+
+namespace moeserve::cpu::detail {
+namespace {
+
+// ---- codebooks as byte planes of code words --------------------------------------
+
+// Entry e's code word: value j's code in bits kBits j.. (kBits = 16 /
+// kValues: IQ2's 8 values 2 bits each, IQ3's 4 values a nibble each), split
+// into the planes of its low and high byte.
+template <int N, int kValues>
+struct CodePlanes {
+  static constexpr int kBits = 16 / kValues;
+  alignas(64) uint8_t low[N] = {};
+  alignas(64) uint8_t high[N] = {};
+  template <typename Entry>
+  constexpr CodePlanes(const Entry (&grid)[N], const Magnitudes& m) {
+    if (m.count > (1 << kBits)) throw "codes wider than their bits";
+    for (int e = 0; e < N; ++e) {
+      unsigned word = 0;
+      for (int j = 0; j < kValues; ++j)
+        word |= unsigned(code_of(uint8_t(grid[e] >> (8 * j)), m)) << (kBits * j);
+      low[e] = uint8_t(word);
+      high[e] = uint8_t(word >> 8);
+    }
+  }
+};
+
+constexpr CodePlanes<256, 8> kIq2xxsPlanes(kIq2xxsEntries, kIq2Magnitudes);
+constexpr CodePlanes<256, 4> kIq3xxsPlanes(kIq3xxsEntries, kIq3xxsMagnitudes);
+
+// Byte i of a plane for each index byte i of a 256-entry plane: bits 0-6 pick
+// one of 128 bytes (vpermi2b reads no more), bit 7 the half.
+inline __m512i plane_lookup256(const uint8_t (&plane)[256], __m512i idx, __mmask64 upper_half) {
+  const __m512i lower = _mm512_permutex2var_epi8(load512(plane), idx, load512(plane + 64));
+  const __m512i upper = _mm512_permutex2var_epi8(load512(plane + 128), idx, load512(plane + 192));
+  return _mm512_mask_blend_epi8(upper_half, lower, upper);
+}
+
+// The code words of 64 entries: index byte i's word is word i % 8 of the
+// 128-bit lane i / 16 of words[(i / 8) % 2] (vpunpck{l,h}bw's order).
+template <int N, int kValues>
+inline void lookup_words(const CodePlanes<N, kValues>& t, __m512i idx, __m512i (&words)[2]) {
+  static_assert(N == 256, "one blend on index bit 7");
+  const __mmask64 upper_half = _mm512_movepi8_mask(idx);
+  const __m512i low = plane_lookup256(t.low, idx, upper_half);
+  const __m512i high = plane_lookup256(t.high, idx, upper_half);
+  words[0] = _mm512_unpacklo_epi8(low, high);
+  words[1] = _mm512_unpackhi_epi8(low, high);
+}
+
+// Where the 64 looked-up entries go. A register of 64 values takes e = 8 /
+// kValues entries per quadword (IQ2: 1, IQ3: 2); register r of words[u]
+// (register kValues / 2 * u + r of the values) reads words r e .. r e + e - 1
+// of each quadword. order[i]: the entry, in row order, whose index goes to
+// index byte i; shift[r]: the vpmultishiftqb offsets of register r.
+template <int kValues>
+struct EntryOrder {
+  static constexpr int kBits = 16 / kValues;
+  static constexpr int kPerQword = 8 / kValues;
+  static constexpr int kRegsPerWords = kValues / 2;
+  alignas(64) int8_t order[64] = {};
+  alignas(64) int8_t shift[kRegsPerWords][64] = {};
+  constexpr EntryOrder() {
+    for (int u = 0; u < 2; ++u) {
+      for (int r = 0; r < kRegsPerWords; ++r) {
+        for (int q = 0; q < 8; ++q) {
+          for (int s = 0; s < kPerQword; ++s) {
+            const int word = r * kPerQword + s;  // of the quadword
+            const int byte = 16 * (q / 2) + 8 * u + 4 * (q % 2) + word;
+            const int first_value = 64 * (kRegsPerWords * u + r) + 8 * q + kValues * s;
+            order[byte] = int8_t(first_value / kValues);
+          }
+        }
+      }
+    }
+    for (int r = 0; r < kRegsPerWords; ++r) {
+      for (int j = 0; j < 64; ++j) {
+        const int v = j % 8;  // the value of its quadword
+        shift[r][j] = int8_t(16 * (r * kPerQword + v / kValues) + kBits * (v % kValues));
+      }
+    }
+  }
+};
+
+// The magnitudes of the codes in the low bits of each byte: vpermb reads a
+// byte's 6 low bits, so the table repeats the list every 2^kBits bytes.
+template <int kBits>
+struct MagnitudeBytes {
+  alignas(64) uint8_t bytes[64] = {};
+  explicit constexpr MagnitudeBytes(const Magnitudes& m) {
+    for (int i = 0; i < 64; ++i) bytes[i] = m.values[i % (1 << kBits)];
+  }
+};
+
+// Register r of the magnitudes (unsigned bytes) of words' entries.
+inline __m512i expand(__m512i words, const int8_t (&shift)[64], __m512i magnitudes) {
+  return _mm512_permutexvar_epi8(_mm512_multishift_epi64_epi8(load512(shift), words), magnitudes);
+}
+
+// ---- signs and scales -----------------------------------------------------------------
+
+// The XXS types' sub-block words: 4 sign fields of 7 bits, then the scale in
+// bits 28..31. Two per quadword, their 8 fields at these offsets.
+alignas(64) constexpr struct FieldOffsets {
+  int8_t bytes[64] = {};
+  constexpr FieldOffsets() {
+    for (int j = 0; j < 64; ++j) bytes[j] = int8_t(32 * (j % 8 / 4) + 7 * (j % 4));
+  }
+} kFieldOffsets;
+
+// Mask r of sign bytes (byte i: the signs of values 8i..8i+7) is bytes
+// 8r..8r+7. vpshufbitqmb takes bits 8k..8k+7 of a mask from quadword k of its
+// source, so the bytes are transposed first (byte r of quadword k: sign byte
+// 8r + k) and mask r picks byte r of each quadword.
+alignas(64) constexpr struct MaskBits {
+  int8_t transpose[64] = {};
+  int8_t of_mask[8][64] = {};
+  constexpr MaskBits() {
+    for (int k = 0; k < 8; ++k) {
+      for (int r = 0; r < 8; ++r) transpose[8 * k + r] = int8_t(8 * r + k);
+    }
+    for (int r = 0; r < 8; ++r) {
+      for (int i = 0; i < 64; ++i) of_mask[r][i] = int8_t(8 * r + i % 8);
+    }
+  }
+} kMaskBits;
+
+// Negation masks from the sign fields of `sub_block_words` (sub-block k in
+// dword k): the sign byte of field i (values 8i..8i+7) is byte i of the
+// lookup, and a mask is 8 of them.
+template <int kMasks>
+inline void xxs_sign_masks(__m512i sub_block_words, __mmask64* neg) {
+  const __m512i fields = _mm512_multishift_epi64_epi8(load512(kFieldOffsets.bytes), sub_block_words);
+  const __m512i transposed = _mm512_permutexvar_epi8(load512(kMaskBits.transpose), fields);
+  const __m512i signs =
+      _mm512_permutex2var_epi8(load512(kIqSignBytes), transposed, load512(kIqSignBytes + 64));
+  for (int r = 0; r < kMasks; ++r)
+    neg[r] = _mm512_bitshuffle_epi64_mask(signs, load512(kMaskBits.of_mask[r]));
+}
+
+// The odd scales 2s + 1 of the sub-block words in dwords' low words.
+inline __m512i xxs_odd_scales(__m512i sub_block_words) {
+  return _mm512_or_si512(_mm512_srli_epi32(sub_block_words, 27), _mm512_set1_epi32(1));
+}
+
+// Decoded::scales[p] of super-block `block` from xxs_odd_scales (sub-block k
+// of the super-block, in dword 8 block + k).
+alignas(64) constexpr struct ScaleWords {
+  int16_t index[2][2][32] = {};  // by super-block, by pair
+  constexpr ScaleWords() {
+    for (int block = 0; block < 2; ++block) {
+      for (int p = 0; p < 2; ++p) {
+        for (int w = 0; w < 32; ++w) {
+          const int group16 = 8 * p + 4 * (w % 8 / 4) + w / 8;
+          index[block][p][w] = int16_t(2 * (8 * block + group16 / 2));
+        }
+      }
+    }
+  }
+} kScaleWords;
+
+inline void xxs_scales(__m512i odd_scales, int block, __m512i (&scales)[2]) {
+  for (int p = 0; p < 2; ++p)
+    scales[p] = _mm512_permutexvar_epi16(load512(kScaleWords.index[block][p]), odd_scales);
+}
+
+// ---- decoders -------------------------------------------------------------------------
+
+// Two super-blocks a decode: 64 entries. qs as dwords: sub-block ib's 4 index
+// bytes (dword 2ib), then its sign fields and scale (2ib + 1).
+constexpr EntryOrder<8> kIq2xxsOrder;
+constexpr MagnitudeBytes<2> kIq2MagnitudeBytes(kIq2Magnitudes);
+alignas(64) constexpr struct Iq2xxsGathers {
+  int8_t index[64] = {};        // index bytes of the two blocks' qs, in kIq2xxsOrder
+  int32_t sub_blocks[16] = {};  // the 16 sub-block words
+  constexpr Iq2xxsGathers() {
+    for (int i = 0; i < 64; ++i) {
+      const int entry = kIq2xxsOrder.order[i], group = entry % 32;
+      index[i] = int8_t(64 * (entry / 32) + 8 * (group / 4) + group % 4);
+    }
+    for (int k = 0; k < 16; ++k) sub_blocks[k] = 16 * (k / 8) + 2 * (k % 8) + 1;
+  }
+} kIq2xxsGathers;
+
+struct Iq2XxsVbmi {
+  using Block = BlockIQ2_XXS;
+  static constexpr float kFactor = 0.125f;
+  static constexpr int kBlocksPerDecode = 2;
+
+  static void decode(const Block& first, const Block& second, Decoded (&out)[2]) {
+    const __m512i q0 = load512(first.qs), q1 = load512(second.qs);
+    __m512i words[2];
+    lookup_words(kIq2xxsPlanes, _mm512_permutex2var_epi8(q0, load512(kIq2xxsGathers.index), q1), words);
+    const __m512i magnitudes = load512(kIq2MagnitudeBytes.bytes);
+    for (int r = 0; r < 8; ++r) {
+      out[r / 4].mags[r % 4] = expand(words[r / 4], kIq2xxsOrder.shift[r % 4], magnitudes);
+    }
+    const __m512i sub_blocks = _mm512_permutex2var_epi32(q0, load512(kIq2xxsGathers.sub_blocks), q1);
+    __mmask64 neg[8];
+    xxs_sign_masks<8>(sub_blocks, neg);
+    for (int r = 0; r < 8; ++r) out[r / 4].neg[r % 4] = neg[r];
+    const __m512i odd = xxs_odd_scales(sub_blocks);
+    xxs_scales(odd, 0, out[0].scales);
+    xxs_scales(odd, 1, out[1].scales);
+  }
+};
+
+// qs: 64 index bytes, then the 8 sub-block words.
+constexpr EntryOrder<4> kIq3xxsOrder;
+constexpr MagnitudeBytes<4> kIq3xxsMagnitudeBytes(kIq3xxsMagnitudes);
+
+struct Iq3XxsVbmi {
+  using Block = BlockIQ3_XXS;
+  static constexpr float kFactor = 0.25f;
+  static constexpr int kBlocksPerDecode = 1;
+
+  static void decode(const Block& b, Decoded& out) {
+    __m512i words[2];
+    lookup_words(kIq3xxsPlanes, _mm512_permutexvar_epi8(load512(kIq3xxsOrder.order), load512(b.qs)), words);
+    const __m512i magnitudes = load512(kIq3xxsMagnitudeBytes.bytes);
+    for (int r = 0; r < 4; ++r) out.mags[r] = expand(words[r / 2], kIq3xxsOrder.shift[r % 2], magnitudes);
+    const __m512i sub_blocks = _mm512_castsi256_si512(load256(b.qs + 64));
+    xxs_sign_masks<4>(sub_blocks, out.neg);
+    xxs_scales(xxs_odd_scales(sub_blocks), 0, out.scales);
+  }
+};
+
+}  // namespace
+
+void register_quant_iquants_vbmi_avx512(CpuKernels& k) {
+  register_type<Iq2XxsVbmi>(k, DType::IQ2_XXS);
+  register_type<Iq3XxsVbmi>(k, DType::IQ3_XXS);
+}
+
+}  // namespace moeserve::cpu::detail
