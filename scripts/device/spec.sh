@@ -11,6 +11,10 @@
 #   scripts/device/spec.sh small_profile  # build (moeserve, kernel tests), GPU kernel tests, the small target's
 #                                  # shape trained briefly (TARGET_SECONDS, default 20), then where its verify
 #                                  # forwards of 1/8/16 rows spend their time (profile_verify.sh, Nsight Compute)
+#   scripts/device/spec.sh small_all  # everything in one call: build, target (TARGET_SECONDS, default 150)
+#                                  # while moeserve builds, its draft trained on its own greedy text as well
+#                                  # (DRAFT_SECONDS, default 110; DISTILL_SEQS), the target in Q4_K_M, then plain vs
+#                                  # ngram vs dflash chain / tree vs auto, all-GPU (and auto with --n-cpu-moe 4)
 #   scripts/device/spec.sh peer    # llama.cpp on the same file: llama-bench tg128 and llama-lookup (its
 #                                  # prompt-lookup decoding) on the code-editing prompt (carry .llamasrc;
 #                                  # LLAMA_TARGETS="llama-bench llama-lookup" scripts/device/llamacpp_gpu.sh build first)
@@ -134,6 +138,34 @@ def main():
     echo "kernels_gpu: $(grep -E '^\[  (PASSED|FAILED)' "$out/kernels_gpu.log" | tr '\n' ' ')"
     grep -E '^\[  FAILED|Failure' -A6 "$out/kernels_gpu.log" | head -30
     MODEL=$ts/small.q8_0.gguf scripts/device/profile_verify.sh small q8_0 nobuild;;
+  small_all)
+    ts=/tmp/ts
+    mkdir -p $ts/logs
+    (scripts/device/build.sh build-gpu 90a moeserve > "$out/build.log" 2>&1; echo $? > $ts/build.rc) &
+    python3 scripts/train_tiny/corpus_tokenizer.py --out $ts/data --template tests/reference/templates/qwen3.jinja \
+      > $ts/logs/corpus.log 2>&1 || { tail -5 $ts/logs/corpus.log; exit 1; }
+    python3 scripts/train_tiny/train_model.py --arch qwen3moe --preset small --data $ts/data \
+      --out $ts/hf/qwen3moe-small --summary $ts/train_small.json --seconds ${TARGET_SECONDS:-150} --lr ${LR:-1e-3} \
+      > $ts/logs/train.log 2>&1 || { tail -20 $ts/logs/train.log; exit 1; }
+    grep -E 'params|heldout|steps' $ts/logs/train.log | cut -c1-300 | tail -3
+    python3 scripts/train_tiny/train_dflash.py --arch qwen3moe --target-dir $ts/hf/qwen3moe-small --target-gguf hf \
+      --out $ts/dflash --seconds ${DRAFT_SECONDS:-110} --distill-seqs ${DISTILL_SEQS:-256} > $ts/logs/dflash.log 2>&1 \
+      || { tail -20 $ts/logs/dflash.log; exit 1; }
+    grep -v '^step' $ts/logs/dflash.log; grep '^step' $ts/logs/dflash.log | tail -2
+    cp $ts/logs/train.log $ts/logs/dflash.log $ts/dflash/train_summary.json "$out/" 2>/dev/null
+    wait
+    [ "$(cat $ts/build.rc)" = 0 ] || { grep -E 'error|FAILED' -A3 "$out/build.log" | head -40; exit 1; }
+    $bin convert $ts/hf/qwen3moe-small -o $ts/small.bf16.gguf --type bf16 2>&1 | tail -1
+    $bin quantize $ts/small.bf16.gguf $ts/small.q4_k_m.gguf --type q4_k_m 2>&1 | tail -1
+    $bin convert $ts/dflash -o $ts/dflash.gguf --type bf16 2>&1 | tail -1
+    m=$ts/small.q4_k_m.gguf d=$ts/dflash.gguf
+    for spec in "dflash --draft $d --spec-max 15" "auto --draft $d --spec-max 15" \
+                "dflash --draft $d --spec-max 15 --spec-tree 16" "dflash --draft $d --spec-max 7" "ngram" \
+                "auto --draft $d --spec-max 15 --n-cpu-moe 4"; do
+      echo "== qwen3moe-small q4_k_m, cuda, --spec $spec"
+      $bin bench -m $m -p 64 -n 128 -r 2 --device cuda --spec $spec 2>&1 \
+        | tee -a "$out/bench_small.txt" | sed -n '/speculative decoding/,$p' | grep -v '^$' | head -12
+    done;;
   small_bench)
     ts=/tmp/ts
     [ -f $ts/small.bf16.gguf ] || { echo "no trained target: run small_train first (machine released?)"; exit 1; }

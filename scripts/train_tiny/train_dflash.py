@@ -103,6 +103,9 @@ def read_gguf(path):
 def load_target(hf_dir, gguf_path, device):
     from transformers import AutoConfig, AutoModelForCausalLM
     cfg = AutoConfig.from_pretrained(hf_dir)
+    if gguf_path == "hf":  # the weights as train_model.py saved them (no GGUF needed yet)
+        model = AutoModelForCausalLM.from_pretrained(hf_dir, dtype=torch.float32)
+        return model.to(device).eval(), cfg
     model = AutoModelForCausalLM.from_config(cfg, dtype=torch.float32)
     _, t = read_gguf(gguf_path)
     sd = model.state_dict()
@@ -170,6 +173,33 @@ def corpus_ids(tokenizer_path, max_bytes=10_000_000):
     for i, enc in enumerate(tok.encode_batch(texts)):
         (held if i % 50 == 49 else train).extend(enc.ids + [eos])
     return np.array(train, dtype=np.int64), np.array(held, dtype=np.int64)
+
+
+# ---- the target's own text (self-distillation) ------------------------------
+
+@torch.no_grad()
+def greedy_continuations(target, train_ids, n_seqs, seq, prompt_len, batch, seed, device):
+    """n_seqs sequences of `seq` tokens: a prompt of prompt_len tokens from the
+    corpus, then the target's greedy continuation. At inference the draft
+    reads the features of text the target wrote itself (greedy decoding is
+    what speculation verifies against), so it learns most from that text:
+    the DFlash recipe trains on target-generated responses."""
+    gen = np.random.default_rng(seed)
+    out = []
+    for b0 in range(0, n_seqs, batch):
+        n = min(batch, n_seqs - b0)
+        starts = gen.integers(0, train_ids.size - prompt_len - 1, n)
+        ids = torch.from_numpy(np.stack([train_ids[s:s + prompt_len] for s in starts])).to(device)
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            o = target(input_ids=ids, use_cache=True)
+            past, nxt = o.past_key_values, o.logits[:, -1].argmax(-1)
+            toks = [nxt]
+            for _ in range(seq - prompt_len - 1):
+                o = target(input_ids=nxt[:, None], past_key_values=past, use_cache=True)
+                past, nxt = o.past_key_values, o.logits[:, -1].argmax(-1)
+                toks.append(nxt)
+        out.append(torch.cat([ids, torch.stack(toks, 1)], 1))
+    return torch.cat(out, 0)
 
 
 # ---- the draft -------------------------------------------------------------
@@ -307,7 +337,7 @@ def main():
     ap.add_argument("--target-dir", default="", help="the target's HF directory (config, tokenizer); "
                     "default: the committed <arch>-tiny")
     ap.add_argument("--target-gguf", default="", help="the target's F32/F16/BF16 GGUF (its weights); "
-                    "default: the committed <arch>-tiny.bf16.gguf")
+                    "default: the committed <arch>-tiny.bf16.gguf; 'hf': the weights of --target-dir")
     ap.add_argument("--seconds", type=float, default=150)
     ap.add_argument("--layers", type=int, default=2, help="draft layers")
     ap.add_argument("--target-layers", default="", help="comma list; default: 1 and the one before the last")
@@ -318,6 +348,10 @@ def main():
     ap.add_argument("--lr", type=float, default=1.5e-3)
     ap.add_argument("--gamma", type=float, default=7.0)
     ap.add_argument("--seed", type=int, default=1234)
+    ap.add_argument("--distill-seqs", type=int, default=0,
+                    help="sequences of the target's own greedy text to train on beside the corpus (0: none)")
+    ap.add_argument("--distill-share", type=float, default=0.5, help="share of batches taken from them")
+    ap.add_argument("--distill-prompt", type=int, default=64, help="corpus tokens before each continuation")
     args = ap.parse_args()
     torch.manual_seed(args.seed)
     np.random.seed(args.seed)
@@ -351,15 +385,27 @@ def main():
     data = torch.from_numpy(train_ids).to(dev)
     gen = torch.Generator(device=dev)
     gen.manual_seed(args.seed)
-    t0, step, warm = time.time(), 0, 100
+    t0 = time.time()
+    own = None
+    if args.distill_seqs > 0:
+        own = greedy_continuations(target, train_ids, args.distill_seqs, args.seq, args.distill_prompt, 64,
+                                   args.seed, dev)
+        print(f"target's own text: {own.shape[0]} sequences of {own.shape[1]} tokens in "
+              f"{time.time() - t0:.0f} s (counted in --seconds)", flush=True)
+    step, warm = 0, 100
+    pick = np.random.default_rng(args.seed + 1)
     ar = torch.arange(args.seq, device=dev)
     while time.time() - t0 < args.seconds:
         frac = min(1.0, (time.time() - t0) / args.seconds)
         lr = args.lr * min(1.0, (step + 1) / warm) * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * frac)))
         for g in opt.param_groups:
             g["lr"] = lr
-        start = torch.randint(0, data.numel() - args.seq - 1, (args.batch,), generator=gen, device=dev)
-        loss, al = batch_step(target, draft, data[start[:, None] + ar], args, layers, gen, mask_id)
+        if own is not None and pick.random() < args.distill_share:
+            ids = own[torch.from_numpy(pick.integers(0, own.shape[0], args.batch)).to(dev)]
+        else:
+            start = torch.randint(0, data.numel() - args.seq - 1, (args.batch,), generator=gen, device=dev)
+            ids = data[start[:, None] + ar]
+        loss, al = batch_step(target, draft, ids, args, layers, gen, mask_id)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(draft.parameters(), 1.0)
@@ -371,8 +417,13 @@ def main():
     with torch.no_grad():
         hd = torch.from_numpy(held_ids[: 16 * args.seq]).to(dev).view(16, args.seq)
         loss, al = batch_step(target, draft, hd, args, layers, gen, mask_id)
+        # The target's own continuations of held-out prompts: what decoding meets.
+        held_own = greedy_continuations(target, held_ids, 16, args.seq, args.distill_prompt, 16, args.seed + 2,
+                                        dev)
+        _, al_own = batch_step(target, draft, held_own, args, layers, gen, mask_id)
     print(f"held out: loss {loss.item():.4f}, accepted draft tokens per block {al:.2f} (greedy chain, "
-          f"teacher forced), {step} steps", flush=True)
+          f"teacher forced); on the target's own continuations of held-out prompts {al_own:.2f}; "
+          f"{step} steps", flush=True)
     os.makedirs(args.out, exist_ok=True)
     from safetensors.torch import save_file
     save_file(draft.hf_state_dict(), os.path.join(args.out, "model.safetensors"), metadata={"format": "pt"})
@@ -388,7 +439,8 @@ def main():
         json.dump(config, f, indent=2)
     with open(os.path.join(args.out, "train_summary.json"), "w") as f:
         json.dump({"arch": args.arch, "seconds": args.seconds, "steps": step, "held_out_loss": loss.item(),
-                   "teacher_forced_acceptance": al, "target_held_out_loss": tl.item(),
+                   "teacher_forced_acceptance": al, "acceptance_on_own_text": al_own,
+                   "target_held_out_loss": tl.item(),
                    "args": vars(args)}, f, indent=2)
 
 

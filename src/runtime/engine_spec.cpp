@@ -135,8 +135,10 @@ std::span<const int32_t> BatchEngine::step_feature_layers() const {
     if (!s->busy || s->drafter == nullptr || s->drafter->feature_layers().empty()) continue;
     // A prompt's features always; a decoding slot's while its policy drafts
     // (DraftLengthPolicy::wants_features).
-    const bool wanted = !s->decoding || !options_.spec_adaptive ||
-                        s->draft_policy.wants_features(DraftLengthPolicy::kFeatureLead);
+    const bool wanted =
+        !s->decoding ||
+        ((!options_.spec_adaptive || s->draft_policy.wants_features(DraftLengthPolicy::kFeatureLead)) &&
+         s->drafter->wants_features());
     if (wanted) return s->drafter->feature_layers();
   }
   return {};

@@ -64,7 +64,8 @@ Status Generator::decode_speculative(const GenerateOptions& options, Sampler& sa
     int64_t limit = std::min<int64_t>(room, max_nodes);
     if (n_replay > 0 || left <= 1) limit = 0;  // a replay step carries no draft (speculation.h)
     const int64_t nodes = options.spec_adaptive ? policy.choose(step_costs_, 1 + n_replay, limit) : limit;
-    capture_features_ = !options.spec_adaptive || policy.wants_features(DraftLengthPolicy::kFeatureLead);
+    capture_features_ = (!options.spec_adaptive || policy.wants_features(DraftLengthPolicy::kFeatureLead)) &&
+                        options.drafter->wants_features();
     draft.clear();
     const Clock::time_point t_draft = Clock::now();
     if (nodes > 0) {

@@ -111,6 +111,11 @@ class Drafter {
   // A new sequence starts (what was learnt of the last one is dropped).
   virtual void reset() {}
   virtual std::span<const int32_t> feature_layers() const { return {}; }
+  // Whether the next steps' features are wanted now (a drafter that reads
+  // them but is resting, as --spec auto's benched draft model, says no: the
+  // capture costs every forward; the runtime then skips those rows, as
+  // while DraftLengthPolicy::wants_features says no).
+  virtual bool wants_features() const { return true; }
   // `n` committed rows from position `pos0` on: [n][feature_layers().size() * n_embd].
   virtual void observe_features(int64_t pos0, std::span<const float> rows, int64_t n) {
     (void)pos0, (void)rows, (void)n;

@@ -1,5 +1,7 @@
 #include "spec/auto_drafter.h"
 
+#include <algorithm>
+
 namespace moeserve::spec {
 
 AutoDrafter::AutoDrafter(std::unique_ptr<NgramDrafter> ngram, std::unique_ptr<runtime::Drafter> model)
@@ -12,6 +14,25 @@ void AutoDrafter::reset() {
   kept_[0] = kept_[1] = 1.0;
   steps_[0] = steps_[1] = 0;
   contested_ = 0;
+  skipped_ = 0;
+  probe_every_ = kProbeEvery;
+  probing_ = false;
+}
+
+bool AutoDrafter::model_benched() const {
+  return steps_[kModel] >= kMinModelSteps && kept_[kModel] < kBenchBelow;
+}
+
+bool AutoDrafter::wants_features() const {
+  return !model_benched() || skipped_ + kFeatureLead >= probe_every_;
+}
+
+bool AutoDrafter::model_takes_step() {
+  if (!model_benched()) return true;
+  if (++skipped_ < probe_every_) return false;
+  skipped_ = 0;
+  probing_ = true;
+  return true;
 }
 
 // The tokens after the last proposal's context (its pending token first)
@@ -28,6 +49,12 @@ void AutoDrafter::learn(std::span<const int32_t> context) {
   double& k = kept_[last_source_];
   k += 0.25 * (double(kept) - k);
   ++steps_[last_source_];
+  if (probing_) {
+    // A benched model's probe: a miss makes probes rarer; a record back
+    // above the bench line unbenches it (model_benched) and resets them.
+    probe_every_ = model_benched() ? std::min(2 * probe_every_, kProbeEveryMax) : kProbeEvery;
+    probing_ = false;
+  }
   last_.clear();
 }
 
@@ -39,11 +66,17 @@ void AutoDrafter::draft(std::span<const int32_t> context, const runtime::DraftBu
   Source source = kNgram;
   if (out.empty()) {
     source = kModel;
-  } else {
+  } else if (!model_benched()) {
     // Both could propose: the better record, the other one now and then.
     const bool model_better = kept_[kModel] > kept_[kNgram];
     const bool explore = ++contested_ % 16 == 0;
     source = model_better != explore ? kModel : kNgram;
+  }
+  if (source == kModel && !model_takes_step()) {
+    // A benched model where the lookup has nothing: no draft this step.
+    last_.clear();
+    last_context_ = context.size();
+    return;
   }
   if (source == kModel) {
     model_->draft(context, budget, candidate_);

@@ -7,6 +7,15 @@
 // both have a proposal, the one with the better record wins, and every
 // 16th such step goes to the other so its record stays current. The DFlash
 // context is kept up to date whichever source drafts.
+//
+// A draft model that keeps almost nothing for this request (its record
+// below kBenchBelow tokens a step) is benched: it costs a forward or more a
+// step, so where the lookup has nothing the step goes without a draft
+// (plain decoding's price) instead, and the model only probes: every
+// kProbeEvery such steps, the interval doubling after each probe that
+// misses (up to kProbeEveryMax) and back when the record recovers. While
+// benched and no probe is near, it wants no target features either (their
+// capture costs every forward a copy and a download).
 #pragma once
 
 #include <cstdint>
@@ -25,6 +34,7 @@ class AutoDrafter final : public runtime::Drafter {
              runtime::DraftTree& out) override;
   void reset() override;
   std::span<const int32_t> feature_layers() const override { return model_->feature_layers(); }
+  bool wants_features() const override;
   void observe_features(int64_t pos0, std::span<const float> rows, int64_t n) override {
     model_->observe_features(pos0, rows, n);
   }
@@ -34,9 +44,18 @@ class AutoDrafter final : public runtime::Drafter {
   // Tokens a step of each source kept on average so far (for tests and logs).
   double kept_per_step(Source s) const { return kept_[s]; }
   int64_t steps(Source s) const { return steps_[s]; }
+  bool model_benched() const;
+  static constexpr double kBenchBelow = 0.5;
+  static constexpr int64_t kMinModelSteps = 3, kProbeEvery = 16, kProbeEveryMax = 256;
+  // Steps before a probe from which the model is fed features again (a
+  // DFlash block's worth, as DraftLengthPolicy::kFeatureLead).
+  static constexpr int64_t kFeatureLead = 16;
 
  private:
   void learn(std::span<const int32_t> context);
+  // Whether this step, where the model would draft, goes to it (counts the
+  // benched model's skipped steps towards its next probe).
+  bool model_takes_step();
 
   std::unique_ptr<NgramDrafter> ngram_;
   std::unique_ptr<runtime::Drafter> model_;
@@ -48,6 +67,9 @@ class AutoDrafter final : public runtime::Drafter {
   double kept_[2] = {1.0, 1.0};  // optimistic start: each source gets tried
   int64_t steps_[2] = {0, 0};
   int64_t contested_ = 0;  // steps where both had a proposal
+  int64_t skipped_ = 0;    // the benched model's steps skipped since its last probe
+  int64_t probe_every_ = kProbeEvery;
+  bool probing_ = false;  // the last proposal was a benched model's probe
 };
 
 }  // namespace moeserve::spec

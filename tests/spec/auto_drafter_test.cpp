@@ -28,6 +28,7 @@ class FakeModel : public runtime::Drafter {
   }
   std::span<const int32_t> feature_layers() const override { return layers_; }
   void observe_features(int64_t, std::span<const float>, int64_t n) override { rows += n; }
+  void set_right(int right) { right_ = right; }
   int64_t calls = 0, rows = 0;
 
  private:
@@ -85,6 +86,39 @@ TEST(AutoDrafter, FollowsTheSourceThatKeepsMore) {
   // Features go to the model whichever source drafts.
   bad.observe_features(0, std::vector<float>(3), 3);
   EXPECT_EQ(bad.feature_layers().size(), 1u);
+}
+
+// A model that keeps nothing on text the lookup cannot predict (no token
+// repeats) costs a forward a step for nothing: it is benched after a few
+// steps, probes ever more rarely, wants no features between probes, and
+// comes back at full rate once a probe finds it keeping tokens again.
+TEST(AutoDrafter, BenchesADraftModelThatKeepsNothingAndProbesIt) {
+  std::vector<int32_t> ref(2000);
+  for (size_t i = 0; i < ref.size(); ++i) ref[i] = int32_t(1000 + i);  // nothing repeats
+  auto model = std::make_unique<FakeModel>(ref, 0);
+  FakeModel* m = model.get();
+  AutoDrafter d(std::make_unique<NgramDrafter>(1, 4), std::move(model));
+  EXPECT_TRUE(d.wants_features());
+  run(d, ref, 8, 300);
+  EXPECT_TRUE(d.model_benched());
+  // 3 trials, then probes after 16, 32, 64 and 128 skipped steps.
+  EXPECT_LE(m->calls, 3 + 4 + 1);
+  EXPECT_GE(m->calls, 3 + 3);
+  int wanted = 0;
+  for (int s = 0; s < 100; ++s) {
+    wanted += d.wants_features() ? 1 : 0;
+    run(d, ref, 8 + size_t(300 + s), 1);
+  }
+  EXPECT_LE(wanted, 20) << "features only in the lead before a probe";
+  // The model starts keeping 5 tokens a proposal: the next probe unbenches it.
+  m->set_right(5);
+  const int64_t before = m->calls;
+  run(d, ref, 500, 400);
+  EXPECT_FALSE(d.model_benched());
+  EXPECT_GT(m->calls - before, 50) << "back to drafting every step";
+  EXPECT_TRUE(d.wants_features());
+  d.reset();
+  EXPECT_FALSE(d.model_benched());
 }
 
 }  // namespace
