@@ -262,7 +262,7 @@ TEST(KernelTables, Avx512HasTheVbmiKernelsWhereTheCpuHasVbmi) {
   if (with == nullptr || !has_vbmi_kernels()) GTEST_SKIP() << "no AVX-512 VBMI on this CPU";
   if (std::getenv("MOESERVE_SIMD") != nullptr) GTEST_SKIP() << "MOESERVE_SIMD set";
   const CpuKernels* without = avx512_without_vbmi();
-  for (DType t : {DType::IQ2_XXS, DType::IQ3_XXS}) {
+  for (DType t : {DType::IQ2_XXS, DType::IQ2_XS, DType::IQ2_S, DType::IQ3_XXS, DType::IQ3_S}) {
     EXPECT_NE(with->vec_dot[dtype_slot(t)], without->vec_dot[dtype_slot(t)]) << dtype_name(t);
     EXPECT_NE(with->vec_dot_cols[dtype_slot(t)], without->vec_dot_cols[dtype_slot(t)]) << dtype_name(t);
   }

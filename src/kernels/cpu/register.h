@@ -18,7 +18,7 @@ void register_ops_avx512(CpuKernels& k);
 void register_quant_kquants_cols_avx512(CpuKernels& k);  // after register_quant_avx512
 void register_quant_lowbit_avx512(CpuKernels& k);        // issue 43's types (quant_lowbit_avx512.cpp)
 void register_packed_kquants_avx512(CpuKernels& k);
-// IQ2_XXS / IQ3_XXS with AVX512_VBMI (and BITALG), over
+// The codebook i-quants with AVX512_VBMI (and BITALG), over
 // register_quant_avx512's (only where cpu_features() has both).
 void register_quant_iquants_vbmi_avx512(CpuKernels& k);
 

@@ -23,6 +23,7 @@
 //    eighth bit ignored) for 64 fields at once, already in row order, so a
 //    store makes them the negation masks.
 #include <cstdint>
+#include <cstring>
 
 #include "kernels/cpu/avx512/iquant_common_avx512.h"
 #include "kernels/cpu/register.h"
@@ -54,24 +55,39 @@ struct CodePlanes {
 };
 
 constexpr CodePlanes<256, 8> kIq2xxsPlanes(kIq2xxsEntries, kIq2Magnitudes);
+constexpr CodePlanes<512, 8> kIq2xsPlanes(kIq2xsEntries, kIq2Magnitudes);
+constexpr CodePlanes<1024, 8> kIq2sPlanes(kIq2sEntries, kIq2Magnitudes);
 constexpr CodePlanes<256, 4> kIq3xxsPlanes(kIq3xxsEntries, kIq3xxsMagnitudes);
+constexpr CodePlanes<512, 4> kIq3sPlanes(kIq3sEntries, kIq3sMagnitudes);
 
-// Byte i of a plane for each index byte i of a 256-entry plane: bits 0-6 pick
-// one of 128 bytes (vpermi2b reads no more), bit 7 the half.
-inline __m512i plane_lookup256(const uint8_t (&plane)[256], __m512i idx, __mmask64 upper_half) {
-  const __m512i lower = _mm512_permutex2var_epi8(load512(plane), idx, load512(plane + 64));
-  const __m512i upper = _mm512_permutex2var_epi8(load512(plane + 128), idx, load512(plane + 192));
-  return _mm512_mask_blend_epi8(upper_half, lower, upper);
+// Byte i of a plane for each index byte i: its bits 0-6 pick one of 128
+// bytes (vpermi2b reads no more), the index's bits 7.. (upper[0], upper[1],
+// ...) the 128-byte part, by blends.
+template <int N>
+inline __m512i plane_lookup(const uint8_t (&plane)[N], __m512i idx, const __mmask64* upper) {
+  constexpr int kParts = N / 128;
+  __m512i part[kParts];
+  for (int p = 0; p < kParts; ++p) {
+    part[p] = _mm512_permutex2var_epi8(load512(plane + 128 * p), idx, load512(plane + 128 * p + 64));
+  }
+  for (int n = kParts, bit = 0; n > 1; n /= 2, ++bit) {
+    for (int i = 0; i < n / 2; ++i)
+      part[i] = _mm512_mask_blend_epi8(upper[bit], part[2 * i], part[2 * i + 1]);
+  }
+  return part[0];
 }
 
 // The code words of 64 entries: index byte i's word is word i % 8 of the
-// 128-bit lane i / 16 of words[(i / 8) % 2] (vpunpck{l,h}bw's order).
+// 128-bit lane i / 16 of words[(i / 8) % 2] (vpunpck{l,h}bw's order). idx
+// holds the indices' low 8 bits, high_bits[b] their bit 8 + b (N > 256).
 template <int N, int kValues>
-inline void lookup_words(const CodePlanes<N, kValues>& t, __m512i idx, __m512i (&words)[2]) {
-  static_assert(N == 256, "one blend on index bit 7");
-  const __mmask64 upper_half = _mm512_movepi8_mask(idx);
-  const __m512i low = plane_lookup256(t.low, idx, upper_half);
-  const __m512i high = plane_lookup256(t.high, idx, upper_half);
+inline void lookup_words(const CodePlanes<N, kValues>& t, __m512i idx, const __mmask64* high_bits,
+                         __m512i (&words)[2]) {
+  static_assert(N == 256 || N == 512 || N == 1024, "128 entries a part, up to 8 parts");
+  __mmask64 upper[3] = {_mm512_movepi8_mask(idx)};
+  for (int b = 1; (128 << b) < N; ++b) upper[b] = high_bits[b - 1];
+  const __m512i low = plane_lookup(t.low, idx, upper);
+  const __m512i high = plane_lookup(t.high, idx, upper);
   words[0] = _mm512_unpacklo_epi8(low, high);
   words[1] = _mm512_unpackhi_epi8(low, high);
 }
@@ -153,17 +169,34 @@ alignas(64) constexpr struct MaskBits {
   }
 } kMaskBits;
 
+// The sign bytes of 7-bit fields (bit 7 ignored), 64 at once.
+inline __m512i sign_bytes(__m512i fields) {
+  return _mm512_permutex2var_epi8(load512(kIqSignBytes), fields, load512(kIqSignBytes + 64));
+}
+
+// kMasks negation masks from sign bytes in kMaskBits.transpose's order.
+template <int kMasks>
+inline void masks_of_transposed(__m512i transposed_signs, __mmask64* neg) {
+  for (int r = 0; r < kMasks; ++r) {
+    neg[r] = _mm512_bitshuffle_epi64_mask(transposed_signs, load512(kMaskBits.of_mask[r]));
+  }
+}
+
 // Negation masks from the sign fields of `sub_block_words` (sub-block k in
-// dword k): the sign byte of field i (values 8i..8i+7) is byte i of the
-// lookup, and a mask is 8 of them.
+// dword k): field i covers values 8i..8i+7.
 template <int kMasks>
 inline void xxs_sign_masks(__m512i sub_block_words, __mmask64* neg) {
   const __m512i fields = _mm512_multishift_epi64_epi8(load512(kFieldOffsets.bytes), sub_block_words);
-  const __m512i transposed = _mm512_permutexvar_epi8(load512(kMaskBits.transpose), fields);
-  const __m512i signs =
-      _mm512_permutex2var_epi8(load512(kIqSignBytes), transposed, load512(kIqSignBytes + 64));
-  for (int r = 0; r < kMasks; ++r)
-    neg[r] = _mm512_bitshuffle_epi64_mask(signs, load512(kMaskBits.of_mask[r]));
+  masks_of_transposed<kMasks>(sign_bytes(_mm512_permutexvar_epi8(load512(kMaskBits.transpose), fields)), neg);
+}
+
+// IQ2_S / IQ3_S store the sign bytes as such: a mask is 8 of them.
+inline void stored_sign_masks(const uint8_t* bytes, __mmask64* neg) {
+  for (int r = 0; r < 4; ++r) {
+    uint64_t m;
+    std::memcpy(&m, bytes + 8 * r, 8);
+    neg[r] = _cvtu64_mask64(m);
+  }
 }
 
 // The odd scales 2s + 1 of the sub-block words in dwords' low words.
@@ -192,6 +225,39 @@ inline void xxs_scales(__m512i odd_scales, int block, __m512i (&scales)[2]) {
     scales[p] = _mm512_permutexvar_epi16(load512(kScaleWords.index[block][p]), odd_scales);
 }
 
+// 4-bit scales s (IQ2_XS, IQ2_S: one per 16 values, IQ3_S: per 32) as the
+// words 2s + 1 of Decoded::scales: vpmultishiftqb puts the nibble of word w
+// in bits 1-4 of its low byte (from offset 4 n - 1, wrapping around the
+// quadword that holds all of a super-block's scales) and a ternary logic
+// keeps those bits and sets bit 0.
+template <int kValuesPerScale>
+struct NibbleOffsets {
+  alignas(64) int8_t of_pair[2][64] = {};
+  constexpr NibbleOffsets() {
+    for (int p = 0; p < 2; ++p) {
+      for (int w = 0; w < 32; ++w) {
+        const int group16 = 8 * p + 4 * (w % 8 / 4) + w / 8;
+        of_pair[p][2 * w] = int8_t((4 * (16 * group16 / kValuesPerScale) + 63) % 64);
+      }
+    }
+  }
+};
+
+template <int kValuesPerScale>
+inline void nibble_scales(__m512i scales_in_every_qword, __m512i (&scales)[2]) {
+  static constexpr NibbleOffsets<kValuesPerScale> kOffsets;
+  for (int p = 0; p < 2; ++p) {
+    const __m512i placed = _mm512_multishift_epi64_epi8(load512(kOffsets.of_pair[p]), scales_in_every_qword);
+    scales[p] = _mm512_ternarylogic_epi32(placed, _mm512_set1_epi16(0x1E), _mm512_set1_epi16(1), 0xEA);
+  }
+}
+
+inline __m512i every_qword(const uint8_t* bytes) {
+  uint64_t v;
+  std::memcpy(&v, bytes, 8);
+  return _mm512_set1_epi64(int64_t(v));
+}
+
 // ---- decoders -------------------------------------------------------------------------
 
 // Two super-blocks a decode: 64 entries. qs as dwords: sub-block ib's 4 index
@@ -218,7 +284,8 @@ struct Iq2XxsVbmi {
   static void decode(const Block& first, const Block& second, Decoded (&out)[2]) {
     const __m512i q0 = load512(first.qs), q1 = load512(second.qs);
     __m512i words[2];
-    lookup_words(kIq2xxsPlanes, _mm512_permutex2var_epi8(q0, load512(kIq2xxsGathers.index), q1), words);
+    lookup_words(kIq2xxsPlanes, _mm512_permutex2var_epi8(q0, load512(kIq2xxsGathers.index), q1), nullptr,
+                 words);
     const __m512i magnitudes = load512(kIq2MagnitudeBytes.bytes);
     for (int r = 0; r < 8; ++r) {
       out[r / 4].mags[r % 4] = expand(words[r / 4], kIq2xxsOrder.shift[r % 4], magnitudes);
@@ -236,6 +303,7 @@ struct Iq2XxsVbmi {
 // qs: 64 index bytes, then the 8 sub-block words.
 constexpr EntryOrder<4> kIq3xxsOrder;
 constexpr MagnitudeBytes<4> kIq3xxsMagnitudeBytes(kIq3xxsMagnitudes);
+constexpr MagnitudeBytes<4> kIq3sMagnitudeBytes(kIq3sMagnitudes);
 
 struct Iq3XxsVbmi {
   using Block = BlockIQ3_XXS;
@@ -244,7 +312,8 @@ struct Iq3XxsVbmi {
 
   static void decode(const Block& b, Decoded& out) {
     __m512i words[2];
-    lookup_words(kIq3xxsPlanes, _mm512_permutexvar_epi8(load512(kIq3xxsOrder.order), load512(b.qs)), words);
+    lookup_words(kIq3xxsPlanes, _mm512_permutexvar_epi8(load512(kIq3xxsOrder.order), load512(b.qs)), nullptr,
+                 words);
     const __m512i magnitudes = load512(kIq3xxsMagnitudeBytes.bytes);
     for (int r = 0; r < 4; ++r) out.mags[r] = expand(words[r / 2], kIq3xxsOrder.shift[r % 2], magnitudes);
     const __m512i sub_blocks = _mm512_castsi256_si512(load256(b.qs + 64));
@@ -253,11 +322,117 @@ struct Iq3XxsVbmi {
   }
 };
 
+// Two super-blocks a decode. qs[g]: index (9 bits) | sign field << 9 of group
+// g, so the high byte holds index bit 8 and the field above it.
+alignas(64) constexpr struct Iq2xsGathers {
+  int8_t low[64] = {};          // the index bytes in kIq2xxsOrder (the same order)
+  int8_t high[64] = {};         // their high bytes
+  int8_t sign_fields[64] = {};  // the high bytes in kMaskBits.transpose's order
+  constexpr Iq2xsGathers() {
+    for (int i = 0; i < 64; ++i) {
+      const int entry = kIq2xxsOrder.order[i];
+      low[i] = int8_t(64 * (entry / 32) + 2 * (entry % 32));
+      high[i] = int8_t(low[i] + 1);
+      const int group = kMaskBits.transpose[i];
+      sign_fields[i] = int8_t(64 * (group / 32) + 2 * (group % 32) + 1);
+    }
+  }
+} kIq2xsGathers;
+
+struct Iq2XsVbmi {
+  using Block = BlockIQ2_XS;
+  static constexpr float kFactor = 0.125f;
+  static constexpr int kBlocksPerDecode = 2;
+
+  static void decode(const Block& first, const Block& second, Decoded (&out)[2]) {
+    const __m512i q0 = load512(first.qs), q1 = load512(second.qs);
+    const __m512i high = _mm512_permutex2var_epi8(q0, load512(kIq2xsGathers.high), q1);
+    const __mmask64 bit8 = _mm512_test_epi8_mask(high, _mm512_set1_epi8(1));
+    __m512i words[2];
+    lookup_words(kIq2xsPlanes, _mm512_permutex2var_epi8(q0, load512(kIq2xsGathers.low), q1), &bit8, words);
+    const __m512i magnitudes = load512(kIq2MagnitudeBytes.bytes);
+    for (int r = 0; r < 8; ++r) {
+      out[r / 4].mags[r % 4] = expand(words[r / 4], kIq2xxsOrder.shift[r % 4], magnitudes);
+    }
+    // A word shift by one leaves each byte's field in its bits 0-6.
+    const __m512i fields =
+        _mm512_srli_epi16(_mm512_permutex2var_epi8(q0, load512(kIq2xsGathers.sign_fields), q1), 1);
+    __mmask64 neg[8];
+    masks_of_transposed<8>(sign_bytes(fields), neg);
+    for (int r = 0; r < 8; ++r) out[r / 4].neg[r % 4] = neg[r];
+    nibble_scales<16>(every_qword(first.scales), out[0].scales);
+    nibble_scales<16>(every_qword(second.scales), out[1].scales);
+  }
+};
+
+// Two super-blocks a decode. Group g's index: qs[g] | bits 2g, 2g + 1 of qh
+// (as one 64-bit word) << 8; qs[32 + g]: its sign byte.
+alignas(64) constexpr struct Iq2sGathers {
+  int8_t low[64] = {};     // the index bytes of the two blocks' qs, in kIq2xxsOrder
+  int8_t bit[2][64] = {};  // index bits 8, 9 in qh (vpshufbitqmb: block u's in quadwords 2k + u)
+  constexpr Iq2sGathers() {
+    for (int i = 0; i < 64; ++i) {
+      const int entry = kIq2xxsOrder.order[i], group = entry % 32;
+      if (entry / 32 != i / 8 % 2) throw "block u's entries are not in quadwords 2k + u";
+      low[i] = int8_t(64 * (entry / 32) + group);
+      bit[0][i] = int8_t(2 * group);
+      bit[1][i] = int8_t(2 * group + 1);
+    }
+  }
+} kIq2sGathers;
+
+struct Iq2SVbmi {
+  using Block = BlockIQ2_S;
+  static constexpr float kFactor = 0.125f;
+  static constexpr int kBlocksPerDecode = 2;
+
+  static void decode(const Block& first, const Block& second, Decoded (&out)[2]) {
+    const __m512i qh = _mm512_mask_blend_epi64(0xAA, every_qword(first.qh), every_qword(second.qh));
+    const __mmask64 high_bits[2] = {_mm512_bitshuffle_epi64_mask(qh, load512(kIq2sGathers.bit[0])),
+                                    _mm512_bitshuffle_epi64_mask(qh, load512(kIq2sGathers.bit[1]))};
+    __m512i words[2];
+    lookup_words(kIq2sPlanes,
+                 _mm512_permutex2var_epi8(load512(first.qs), load512(kIq2sGathers.low), load512(second.qs)),
+                 high_bits, words);
+    const __m512i magnitudes = load512(kIq2MagnitudeBytes.bytes);
+    for (int r = 0; r < 8; ++r) {
+      out[r / 4].mags[r % 4] = expand(words[r / 4], kIq2xxsOrder.shift[r % 4], magnitudes);
+    }
+    stored_sign_masks(first.qs + 32, out[0].neg);
+    stored_sign_masks(second.qs + 32, out[1].neg);
+    nibble_scales<16>(every_qword(first.scales), out[0].scales);
+    nibble_scales<16>(every_qword(second.scales), out[1].scales);
+  }
+};
+
+// Group g's index: qs[g] | bit g of qh (as one 64-bit word) << 8.
+struct Iq3SVbmi {
+  using Block = BlockIQ3_S;
+  static constexpr float kFactor = 1.0f;
+  static constexpr int kBlocksPerDecode = 1;
+
+  static void decode(const Block& b, Decoded& out) {
+    const __mmask64 bit8 = _mm512_bitshuffle_epi64_mask(every_qword(b.qh), load512(kIq3xxsOrder.order));
+    __m512i words[2];
+    lookup_words(kIq3sPlanes, _mm512_permutexvar_epi8(load512(kIq3xxsOrder.order), load512(b.qs)), &bit8,
+                 words);
+    const __m512i magnitudes = load512(kIq3sMagnitudeBytes.bytes);
+    for (int r = 0; r < 4; ++r) out.mags[r] = expand(words[r / 2], kIq3xxsOrder.shift[r % 2], magnitudes);
+    stored_sign_masks(b.signs, out.neg);
+    uint32_t scales;
+    std::memcpy(&scales, b.scales, 4);  // (the block's last bytes: no 8-byte read)
+    nibble_scales<32>(_mm512_set1_epi32(int(scales)), out.scales);
+  }
+};
+
 }  // namespace
 
 void register_quant_iquants_vbmi_avx512(CpuKernels& k) {
   register_type<Iq2XxsVbmi>(k, DType::IQ2_XXS);
   register_type<Iq3XxsVbmi>(k, DType::IQ3_XXS);
+  register_type<Iq2XsVbmi>(k, DType::IQ2_XS);
+  register_type<Iq2SVbmi>(k, DType::IQ2_S);
+  register_type<Iq3SVbmi>(k, DType::IQ3_S);
 }
 
 }  // namespace moeserve::cpu::detail
