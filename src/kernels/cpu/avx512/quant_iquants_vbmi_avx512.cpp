@@ -1,6 +1,7 @@
-// AVX-512 VBMI dot products of IQ2_XXS and IQ3_XXS against Q8_K activations:
-// registered over quant_iquants_avx512.cpp's kernels of those types when the
-// CPU has VBMI (dispatch.cpp), the dot itself shared (iquant_common_avx512.h).
+// AVX-512 VBMI (+ BITALG) dot products of IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS
+// and IQ3_S against Q8_K activations: registered over quant_iquants_avx512.cpp's
+// kernels of those types when the CPU has both (dispatch.cpp), the dot itself
+// shared (iquant_common_avx512.h).
 //
 // The kernels are instruction bound, and byte permutes shorten each step of
 // the decode:
@@ -20,8 +21,11 @@
 //    lookup, so that the expanded values come out in row order.
 //  - signs: vpmultishiftqb extracts the 7-bit sign fields to bytes and
 //    vpermi2b looks up their sign bytes (kIqSigns, 128 entries, the field's
-//    eighth bit ignored) for 64 fields at once, already in row order, so a
-//    store makes them the negation masks.
+//    eighth bit ignored) for 64 fields at once; vpshufbitqmb turns them into
+//    the negation masks (a store and mask loads measured the same).
+//  - index bits above 8 (IQ2_XS, IQ2_S, IQ3_S) become blend masks, by
+//    vpshufbitqmb where they are bits of qh; 4-bit scales are placed by
+//    vpmultishiftqb.
 #include <cstdint>
 #include <cstring>
 
