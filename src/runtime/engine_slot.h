@@ -53,6 +53,7 @@ struct BatchEngine::Slot {
   std::unique_ptr<Drafter> drafter;
   SpecSequence spec;
   DraftLengthPolicy draft_policy;
+  int draft_source = 0;          // Drafter::last_source of this step's draft
   DraftTree draft;               // scratch
   std::vector<int32_t> history;  // scratch
 };

@@ -45,7 +45,8 @@ Status BatchEngine::plan_decode_rows(Slot& s, int64_t base_rows, int64_t draft_b
       const int64_t budget_nodes = c.tree_nodes > 0 ? nodes : depth;
       s.drafter->draft(s.history, {.max_nodes = budget_nodes, .max_depth = depth}, s.draft);
       s.draft.truncate(budget_nodes);
-      s.draft_policy.observe_draft_time(now_seconds() - t0);
+      s.draft_source = s.drafter->last_source();
+      s.draft_policy.observe_draft_time(now_seconds() - t0, s.draft_source);
       s.stats.spec.draft_seconds += now_seconds() - t0;
     }
   }
@@ -119,7 +120,7 @@ int64_t BatchEngine::finish_decode_rows(const DecodePlan& p, const float* logits
     return 0;
   }
   hand_features(s, s.spec.committed_pos0(), p.row0, s.spec.committed_rows());
-  s.draft_policy.observe(std::max<int64_t>(depth, 1), int64_t(walk.path().size()));
+  s.draft_policy.observe(std::max<int64_t>(depth, 1), int64_t(walk.path().size()), s.draft_source);
   int64_t emitted = 0;
   for (size_t i = 0; i < out.size() && s.busy; ++i) {
     emit_token(s, out[i].first, row(out[i].second));

@@ -67,6 +67,7 @@ Status Generator::decode_speculative(const GenerateOptions& options, Sampler& sa
     capture_features_ = (!options.spec_adaptive || policy.wants_features(DraftLengthPolicy::kFeatureLead)) &&
                         options.drafter->wants_features();
     draft.clear();
+    int draft_source = 0;
     const Clock::time_point t_draft = Clock::now();
     if (nodes > 0) {
       spec.history(seq_, history);
@@ -75,7 +76,8 @@ Status Generator::decode_speculative(const GenerateOptions& options, Sampler& sa
       const int64_t budget_nodes = spec_config.tree_nodes > 0 ? nodes : depth;
       options.drafter->draft(history, {.max_nodes = budget_nodes, .max_depth = depth}, draft);
       draft.truncate(budget_nodes);
-      policy.observe_draft_time(seconds_since(t_draft));
+      draft_source = options.drafter->last_source();
+      policy.observe_draft_time(seconds_since(t_draft), draft_source);
     }
     r.spec.draft_seconds += seconds_since(t_draft);
 
@@ -118,7 +120,9 @@ Status Generator::decode_speculative(const GenerateOptions& options, Sampler& sa
     }
     MOESERVE_RETURN_IF_ERROR(spec.commit(seq_, walk.path(), &r.spec));
     hand_features(spec.committed_pos0(), 0, spec.committed_rows());
-    if (n_draft > 0) policy.observe(std::max<int64_t>(draft.depth(), 1), int64_t(walk.path().size()));
+    if (n_draft > 0) {
+      policy.observe(std::max<int64_t>(draft.depth(), 1), int64_t(walk.path().size()), draft_source);
+    }
     if (!more) break;
   }
   acceptance_prior_.add(policy);

@@ -99,22 +99,37 @@ double StepCostModel::estimate(int64_t rows) const {
   return 0.0;
 }
 
-int64_t DraftLengthPolicy::choose(const StepCostModel& cost, int64_t base_rows, int64_t limit) {
-  probing_ = false;  // a probe the drafter found nothing for tells nothing
-  limit = std::min<int64_t>(limit, max_draft_);
-  if (limit <= 0) return 0;
+std::pair<int64_t, double> DraftLengthPolicy::best_length(const Source& s, const StepCostModel& cost,
+                                                          int64_t base_rows, int64_t limit) const {
   const double plain = cost.estimate(base_rows);
-  if (plain <= 0.0) return limit;  // nothing measured yet: try, and measure
-  const double a = std::clamp(acceptance_, 0.0, 0.999);
+  const double a = std::clamp(s.acceptance, 0.0, 0.999);
   double best_rate = 0.0;
   int64_t best = 0;
   for (int64_t n = 1; n <= limit; ++n) {
     const double expected = (1.0 - std::pow(a, double(n + 1))) / (1.0 - a);
     double t = cost.estimate(base_rows + n);
     if (t <= 0.0) t = plain;
-    t += draft_seconds_;
+    t += s.draft_seconds;
     const double rate = expected / t;
     if (rate > best_rate) best_rate = rate, best = n;
+  }
+  return {best, best_rate};
+}
+
+int64_t DraftLengthPolicy::choose(const StepCostModel& cost, int64_t base_rows, int64_t limit) {
+  probing_ = false;  // a probe the drafter found nothing for tells nothing
+  limit = std::min<int64_t>(limit, max_draft_);
+  if (limit <= 0) return 0;
+  const double plain = cost.estimate(base_rows);
+  if (plain <= 0.0) return limit;  // nothing measured yet: try, and measure
+  // Source 0 always; the second only once it has drafted (--spec auto's
+  // model): a step drafts when either would pay.
+  auto [best, best_rate] = best_length(sources_[0], cost, base_rows, limit);
+  double cheapest_draft = sources_[0].draft_seconds;
+  if (sources_[1].timed) {
+    const auto [n1, rate1] = best_length(sources_[1], cost, base_rows, limit);
+    if (rate1 > best_rate) best = n1, best_rate = rate1;
+    cheapest_draft = std::min(cheapest_draft, sources_[1].draft_seconds);
   }
   // A draft must beat plain decoding by a margin: the estimates are noisy,
   // and a tie is better served by plain decoding's lower latency per token.
@@ -129,7 +144,7 @@ int64_t DraftLengthPolicy::choose(const StepCostModel& cost, int64_t base_rows, 
   // draft's share of plain decoding's time at most kProbeShare (a DFlash
   // draft as slow as a step probes every 50 steps or more; n-gram's, ~free,
   // every kProbeEvery).
-  const double steps_per_draft = draft_seconds_ / plain;
+  const double steps_per_draft = cheapest_draft / plain;
   const int64_t cost_floor = int64_t(std::ceil(steps_per_draft / kProbeShare));
   probe_every_ = std::clamp(std::max(probe_every_, cost_floor), kProbeEvery, kProbeEveryMax);
   if (++idle_steps_ >= probe_every_) {
@@ -140,15 +155,17 @@ int64_t DraftLengthPolicy::choose(const StepCostModel& cost, int64_t base_rows, 
   return 0;
 }
 
-void DraftLengthPolicy::observe_draft_time(double seconds) {
+void DraftLengthPolicy::observe_draft_time(double seconds, int source) {
   if (!(seconds >= 0.0)) return;
-  draft_seconds_ = draft_timed_ ? draft_seconds_ + 0.25 * (seconds - draft_seconds_) : seconds;
-  draft_timed_ = true;
+  Source& s = sources_[clamp_source(source)];
+  s.draft_seconds = s.timed ? s.draft_seconds + 0.25 * (seconds - s.draft_seconds) : seconds;
+  s.timed = true;
 }
 
-void DraftLengthPolicy::observe(int64_t drafted, int64_t accepted) {
+void DraftLengthPolicy::observe(int64_t drafted, int64_t accepted, int source) {
   if (drafted <= 0) return;
-  observed_ = true;
+  Source& s = sources_[clamp_source(source)];
+  s.observed = true;
   if (probing_) probe_every_ = accepted > 0 ? kProbeEvery : std::min(2 * probe_every_, kProbeEveryMax);
   probing_ = false;
   // The per-token acceptance a of a chain that kept `accepted` of
@@ -157,7 +174,7 @@ void DraftLengthPolicy::observe(int64_t drafted, int64_t accepted) {
   const double misses = accepted < drafted ? 1.0 : 0.0;
   const double sample = double(accepted) / (double(accepted) + misses);
   const double w = std::min(1.0, 0.25 * double(drafted) / 4.0);
-  acceptance_ += w * (sample - acceptance_);
+  s.acceptance += w * (sample - s.acceptance);
 }
 
 int32_t DraftTree::add(int32_t token, int32_t parent) {

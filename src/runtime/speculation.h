@@ -33,6 +33,7 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/status.h"
@@ -116,6 +117,9 @@ class Drafter {
   // capture costs every forward; the runtime then skips those rows, as
   // while DraftLengthPolicy::wants_features says no).
   virtual bool wants_features() const { return true; }
+  // Which of its sources made the last draft (DraftLengthPolicy keeps their
+  // acceptance and cost apart): 0, or 1 for --spec auto's draft model.
+  virtual int last_source() const { return 0; }
   // `n` committed rows from position `pos0` on: [n][feature_layers().size() * n_embd].
   virtual void observe_features(int64_t pos0, std::span<const float> rows, int64_t n) {
     (void)pos0, (void)rows, (void)n;
@@ -194,23 +198,35 @@ class StepCostModel {
 // decoding's 1 token for cost(rows). When no length beats plain decoding it drafts nothing, and
 // probes again with a short draft now and then (less often while probes
 // keep missing), so a prompt whose drafts start to hit gets them back.
+//
+// A drafter with two sources (--spec auto: the free n-gram lookup and a
+// draft model; Drafter::last_source) has each one's acceptance and draft
+// time kept apart, and a step drafts when either source would pay: a draft
+// model's misses and forward time must not talk the policy out of the
+// lookup's cheap hits (the drafter itself picks the source each step).
 class DraftLengthPolicy {
  public:
+  static constexpr int kSources = 2;
   // `prior`: the per-token acceptance to start from (what earlier requests
   // measured; kPriorAcceptance without any).
   static constexpr double kPriorAcceptance = 0.6;
-  explicit DraftLengthPolicy(int max_draft = 8, double prior = kPriorAcceptance)
-      : max_draft_(max_draft), acceptance_(prior) {}
+  explicit DraftLengthPolicy(int max_draft = 8, double prior = kPriorAcceptance) : max_draft_(max_draft) {
+    for (Source& s : sources_) s.acceptance = prior;
+  }
   // base_rows: the step's rows without this draft; limit: what fits
   // (context, max_tokens left, the step's row budget).
   int64_t choose(const StepCostModel& cost, int64_t base_rows, int64_t limit);
-  // After a verify of `drafted` tokens of which `accepted` were kept.
-  void observe(int64_t drafted, int64_t accepted);
+  // After a verify of `drafted` tokens of which `accepted` were kept, from
+  // `source` (0 for single-source drafters).
+  void observe(int64_t drafted, int64_t accepted, int source = 0);
   // The time a draft took (a draft model's forward: the price of a step
   // with a draft on top of its verify rows; n-gram lookup's is ~0).
-  void observe_draft_time(double seconds);
-  double draft_seconds() const { return draft_seconds_; }
-  double acceptance() const { return acceptance_; }
+  void observe_draft_time(double seconds, int source = 0);
+  double draft_seconds(int source = 0) const { return sources_[clamp_source(source)].draft_seconds; }
+  double acceptance(int source = 0) const { return sources_[clamp_source(source)].acceptance; }
+  // Whether `source` drafted in this policy's request (or a prior's).
+  bool source_used(int source) const { return sources_[clamp_source(source)].timed; }
+  void set_acceptance(double a, int source) { sources_[clamp_source(source)].acceptance = a; }
   // Steps between probes while drafting is off (AcceptancePrior carries it
   // to the next request; 0 or less keeps the default).
   int64_t probe_every() const { return probe_every_; }
@@ -218,7 +234,7 @@ class DraftLengthPolicy {
     if (steps > 0) probe_every_ = std::clamp(steps, kProbeEvery, kProbeEveryMax);
   }
   // Whether observe() has seen a verify (the estimate is a measurement).
-  bool measured() const { return observed_; }
+  bool measured(int source = 0) const { return sources_[clamp_source(source)].observed; }
   // Whether this step's forward should capture the target's features for
   // a drafter that reads them (DFlash), asked after choose(): while drafting
   // is on, and from `lead` steps before the next probe, so the probe drafts
@@ -235,8 +251,19 @@ class DraftLengthPolicy {
   static constexpr int64_t kFeatureLead = 16;
 
  private:
+  struct Source {
+    double acceptance = kPriorAcceptance;
+    bool observed = false;
+    double draft_seconds = 0.0;  // moving average of observe_draft_time
+    bool timed = false;
+  };
+  static int clamp_source(int s) { return s == 1 ? 1 : 0; }
+  // The best draft length with source `s`'s estimates and its rate.
+  std::pair<int64_t, double> best_length(const Source& s, const StepCostModel& cost, int64_t base_rows,
+                                         int64_t limit) const;
+
   int max_draft_;
-  double acceptance_ = kPriorAcceptance;
+  Source sources_[kSources];
   int64_t idle_steps_ = 0;
   // Steps between probes while drafting is off: doubles after a probe
   // that kept nothing (up to kProbeEveryMax), back to kProbeEvery once
@@ -245,9 +272,6 @@ class DraftLengthPolicy {
   static constexpr double kProbeShare = 0.02;
   int64_t probe_every_ = kProbeEvery;
   bool probing_ = false;
-  bool observed_ = false;
-  double draft_seconds_ = 0.0;  // moving average of observe_draft_time
-  bool draft_timed_ = false;
 };
 
 // The acceptance and draft time new requests start from: averages over the
@@ -256,31 +280,38 @@ class DraftLengthPolicy {
 // each (a probe still finds a prompt that hits).
 class AcceptancePrior {
  public:
-  double value() const { return value_; }
+  double value(int source = 0) const { return value_[source == 1 ? 1 : 0]; }
   // What a draft took in the requests that timed one (0: none did yet).
-  double draft_seconds() const { return draft_seconds_; }
+  double draft_seconds(int source = 0) const { return draft_seconds_[source == 1 ? 1 : 0]; }
   void add(const DraftLengthPolicy& finished) {
-    if (finished.measured()) value_ += 0.25 * (finished.acceptance() - value_);
-    probe_every_ = finished.probe_every();
-    if (finished.draft_seconds() > 0.0) {
-      draft_seconds_ = draft_seconds_ > 0.0
-                           ? draft_seconds_ + 0.25 * (finished.draft_seconds() - draft_seconds_)
-                           : finished.draft_seconds();
+    for (int s = 0; s < DraftLengthPolicy::kSources; ++s) {
+      if (finished.measured(s)) value_[s] += 0.25 * (finished.acceptance(s) - value_[s]);
+      const double t = finished.draft_seconds(s);
+      if (finished.source_used(s) && t >= 0.0) {
+        draft_seconds_[s] = timed_[s] ? draft_seconds_[s] + 0.25 * (t - draft_seconds_[s]) : t;
+        timed_[s] = true;
+      }
     }
+    probe_every_ = finished.probe_every();
   }
   // A new request's policy: earlier requests' acceptance, draft time and
   // probe interval (a stream of prompts whose probes keep missing probes
   // ever less often, across requests too).
   DraftLengthPolicy policy(int max_draft) const {
-    DraftLengthPolicy p(max_draft, value_);
-    if (draft_seconds_ > 0.0) p.observe_draft_time(draft_seconds_);
+    DraftLengthPolicy p(max_draft, value_[0]);
+    for (int s = 0; s < DraftLengthPolicy::kSources; ++s) {
+      p.set_acceptance(value_[s], s);
+      if (timed_[s]) p.observe_draft_time(draft_seconds_[s], s);
+    }
     p.set_probe_every(probe_every_);
     return p;
   }
 
  private:
-  double value_ = DraftLengthPolicy::kPriorAcceptance;
-  double draft_seconds_ = 0.0;
+  double value_[DraftLengthPolicy::kSources] = {DraftLengthPolicy::kPriorAcceptance,
+                                                DraftLengthPolicy::kPriorAcceptance};
+  double draft_seconds_[DraftLengthPolicy::kSources] = {0.0, 0.0};
+  bool timed_[DraftLengthPolicy::kSources] = {false, false};
   int64_t probe_every_ = 0;  // the last finished request's (0: none yet)
 };
 

@@ -73,8 +73,10 @@ void AutoDrafter::draft(std::span<const int32_t> context, const runtime::DraftBu
     source = model_better != explore ? kModel : kNgram;
   }
   if (source == kModel && !model_takes_step()) {
-    // A benched model where the lookup has nothing: no draft this step.
+    // A benched model where the lookup has nothing: no draft this step
+    // (its time is the lookup's).
     last_.clear();
+    last_source_ = kNgram;
     last_context_ = context.size();
     return;
   }

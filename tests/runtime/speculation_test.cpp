@@ -153,6 +153,39 @@ TEST(DraftLengthPolicy, ADraftModelsOwnTimeCounts) {
   EXPECT_GT(p.choose(flat, 1, 8), 0);
 }
 
+// --spec auto: the lookup (source 0) keeps 4 of 8 for free while the draft
+// model (source 1) keeps nothing at five steps a draft. Pooled, the model's
+// misses and time would turn drafting off; kept apart, the lookup still
+// drafts, and the prior carries both records to the next request.
+TEST(DraftLengthPolicy, TwoSourcesKeepTheirOwnRecords) {
+  StepCostModel flat;
+  for (int r = 1; r <= 17; ++r) flat.record(r, 0.010 + 0.0001 * r);
+  DraftLengthPolicy p(8);
+  for (int i = 0; i < 20; ++i) {
+    p.observe_draft_time(0.00001, 0);
+    p.observe(8, 4, 0);
+    p.observe_draft_time(0.050, 1);
+    p.observe(8, 0, 1);
+  }
+  EXPECT_NEAR(p.acceptance(0), 0.8, 0.01);
+  EXPECT_LT(p.acceptance(1), 0.05);
+  EXPECT_NEAR(p.draft_seconds(1), 0.050, 1e-9);
+  EXPECT_TRUE(p.source_used(1));
+  EXPECT_GT(p.choose(flat, 1, 8), 4) << "the lookup's record pays";
+  AcceptancePrior prior;
+  prior.add(p);
+  EXPECT_NEAR(prior.value(0), 0.6 + 0.25 * (p.acceptance(0) - 0.6), 1e-9);
+  EXPECT_LT(prior.value(1), 0.6);
+  DraftLengthPolicy next = prior.policy(8);
+  EXPECT_NEAR(next.draft_seconds(1), 0.050, 1e-9);
+  EXPECT_GT(next.choose(flat, 1, 8), 4);
+  // A single-source drafter never consults source 1's optimistic start.
+  DraftLengthPolicy single(8, 0.0);
+  single.observe_draft_time(0.050);
+  EXPECT_FALSE(single.source_used(1));
+  EXPECT_EQ(single.choose(flat, 1, 8), 0);
+}
+
 // A probe costs a draft: a draft model as slow as a decode step probes at
 // most every 50 steps (2% of plain decoding's time), a free one every 16;
 // the interval a request reached carries over to the next one.
