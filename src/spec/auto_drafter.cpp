@@ -4,19 +4,38 @@
 
 namespace moeserve::spec {
 
-AutoDrafter::AutoDrafter(std::unique_ptr<NgramDrafter> ngram, std::unique_ptr<runtime::Drafter> model)
-    : ngram_(std::move(ngram)), model_(std::move(model)) {}
+AutoDrafter::AutoDrafter(std::unique_ptr<NgramDrafter> ngram, std::unique_ptr<runtime::Drafter> model,
+                         std::shared_ptr<DraftModelRecord> shared)
+    : ngram_(std::move(ngram)), model_(std::move(model)), shared_(std::move(shared)) {
+  load_model_record();
+}
+
+AutoDrafter::~AutoDrafter() { publish_model_record(); }
+
+void AutoDrafter::load_model_record() {
+  const DraftModelRecord::Value v = shared_ != nullptr ? shared_->get() : DraftModelRecord::Value{};
+  kept_[kModel] = v.kept;
+  // A record of enough trials carries a bench; a few trials start afresh.
+  steps_[kModel] = std::min(v.steps, kMinModelSteps);
+  probe_every_ = std::clamp(v.probe_every, kProbeEvery, kProbeEveryMax);
+}
+
+void AutoDrafter::publish_model_record() const {
+  if (shared_ == nullptr || steps_[kModel] == 0) return;  // nothing learnt
+  shared_->put({kept_[kModel], steps_[kModel], probe_every_});
+}
 
 void AutoDrafter::reset() {
+  publish_model_record();
   model_->reset();
   last_.clear();
   last_context_ = 0;
-  kept_[0] = kept_[1] = 1.0;
-  steps_[0] = steps_[1] = 0;
+  kept_[kNgram] = 1.0;
+  steps_[kNgram] = 0;
   contested_ = 0;
   skipped_ = 0;
-  probe_every_ = kProbeEvery;
   probing_ = false;
+  load_model_record();
 }
 
 bool AutoDrafter::model_benched() const {

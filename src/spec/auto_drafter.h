@@ -20,6 +20,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <vector>
 
 #include "runtime/speculation.h"
@@ -27,9 +28,39 @@
 
 namespace moeserve::spec {
 
+// What the requests of one server learnt of its draft model: kept tokens a
+// step, whether it was tried, its probe interval. Each request's AutoDrafter
+// starts from it and hands its own record back when it ends, so a draft
+// model that keeps nothing is not tried afresh on every request (each trial
+// costs a draft and a verify of its rows); its probes still find a request
+// where it keeps tokens. Thread-safe.
+class DraftModelRecord {
+ public:
+  struct Value {
+    double kept = 1.0;  // optimistic start: the model gets tried
+    int64_t steps = 0;
+    int64_t probe_every = 16;
+  };
+  Value get() const {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return value_;
+  }
+  void put(const Value& v) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    value_ = v;
+  }
+
+ private:
+  mutable std::mutex mutex_;
+  Value value_;
+};
+
 class AutoDrafter final : public runtime::Drafter {
  public:
-  AutoDrafter(std::unique_ptr<NgramDrafter> ngram, std::unique_ptr<runtime::Drafter> model);
+  // `shared`: the record requests pass on (none: each drafter starts afresh).
+  AutoDrafter(std::unique_ptr<NgramDrafter> ngram, std::unique_ptr<runtime::Drafter> model,
+              std::shared_ptr<DraftModelRecord> shared = nullptr);
+  ~AutoDrafter() override;
   void draft(std::span<const int32_t> context, const runtime::DraftBudget& budget,
              runtime::DraftTree& out) override;
   void reset() override;
@@ -57,6 +88,9 @@ class AutoDrafter final : public runtime::Drafter {
   // Whether this step, where the model would draft, goes to it (counts the
   // benched model's skipped steps towards its next probe).
   bool model_takes_step();
+  // The model's record from / to `shared_`.
+  void load_model_record();
+  void publish_model_record() const;
 
   std::unique_ptr<NgramDrafter> ngram_;
   std::unique_ptr<runtime::Drafter> model_;
@@ -71,6 +105,7 @@ class AutoDrafter final : public runtime::Drafter {
   int64_t skipped_ = 0;    // the benched model's steps skipped since its last probe
   int64_t probe_every_ = kProbeEvery;
   bool probing_ = false;  // the last proposal was a benched model's probe
+  std::shared_ptr<DraftModelRecord> shared_;
 };
 
 }  // namespace moeserve::spec

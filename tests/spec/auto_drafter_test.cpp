@@ -121,5 +121,33 @@ TEST(AutoDrafter, BenchesADraftModelThatKeepsNothingAndProbesIt) {
   EXPECT_FALSE(d.model_benched());
 }
 
+// Requests pass on what they learnt: the next request's drafter starts
+// with the model benched (no fresh trials, each a draft and a verify), with
+// the probe interval reached; a drafter without the shared record starts
+// afresh; reset() between sequences keeps the bench too.
+TEST(AutoDrafter, TheNextRequestStartsFromWhatEarlierOnesLearnt) {
+  std::vector<int32_t> ref(2000);
+  for (size_t i = 0; i < ref.size(); ++i) ref[i] = int32_t(1000 + i);
+  auto record = std::make_shared<DraftModelRecord>();
+  {
+    AutoDrafter first(std::make_unique<NgramDrafter>(1, 4), std::make_unique<FakeModel>(ref, 0), record);
+    run(first, ref, 8, 100);
+    EXPECT_TRUE(first.model_benched());
+  }
+  EXPECT_LT(record->get().kept, AutoDrafter::kBenchBelow);
+  EXPECT_GE(record->get().probe_every, 2 * AutoDrafter::kProbeEvery);
+  auto model = std::make_unique<FakeModel>(ref, 0);
+  FakeModel* m = model.get();
+  AutoDrafter next(std::make_unique<NgramDrafter>(1, 4), std::move(model), record);
+  EXPECT_TRUE(next.model_benched());
+  EXPECT_FALSE(next.wants_features());
+  run(next, ref, 8, 20);
+  EXPECT_EQ(m->calls, 0) << "no trials: the first probe comes after the carried interval";
+  next.reset();
+  EXPECT_TRUE(next.model_benched());
+  AutoDrafter fresh(std::make_unique<NgramDrafter>(1, 4), std::make_unique<FakeModel>(ref, 0));
+  EXPECT_FALSE(fresh.model_benched());
+}
+
 }  // namespace
 }  // namespace moeserve::spec
