@@ -63,10 +63,13 @@ constexpr int code_of(uint8_t value, const Magnitudes& m) {
 // vpackssdw(register 2p, register 2p + 1), words 0-3 hold 16 values of
 // register 2p (its lane L), words 4-7 those of register 2p + 1, so word w of
 // scales[p] is the scale of 16-value group 8p + 4 ((w % 8) / 4) + w / 8.
+// Decoders with D::kWeighsBlockSums (IQ1) also give the weights of the
+// activations' 16-value sums (BlockQ8_K::bsums), added to the block's sum.
 struct Decoded {
   __m512i mags[4];
   __mmask64 neg[4];
   __m512i scales[2];
+  __m256i bsum_weights;
 };
 
 // Σ (2s + 1) |w| (±x) over a super-block against one activation row, in 16
@@ -112,7 +115,12 @@ void iquant_cols(int64_t n, const void* wv, const void* xv, size_t x_stride, flo
     for (int i = 0; i < blocks; ++i) {
       const float wd = _cvtsh_ss(w[b + i].d) * D::kFactor;
       for (int c = 0; c < NC; ++c) {
-        const __m512 sum = _mm512_cvtepi32_ps(block_dot(d[i], x[c][b + i].qs));
+        __m512i isum = block_dot(d[i], x[c][b + i].qs);
+        if constexpr (requires { D::kWeighsBlockSums; }) {
+          const __m256i weighted = _mm256_madd_epi16(load256(x[c][b + i].bsums), d[i].bsum_weights);
+          isum = _mm512_add_epi32(isum, _mm512_zextsi256_si512(weighted));
+        }
+        const __m512 sum = _mm512_cvtepi32_ps(isum);
         acc[c] = _mm512_fmadd_ps(sum, _mm512_set1_ps(x[c][b + i].d * wd), acc[c]);
       }
     }

@@ -63,6 +63,12 @@ constexpr CodePlanes<512, 8> kIq2xsPlanes(kIq2xsEntries, kIq2Magnitudes);
 constexpr CodePlanes<1024, 8> kIq2sPlanes(kIq2sEntries, kIq2Magnitudes);
 constexpr CodePlanes<256, 4> kIq3xxsPlanes(kIq3xxsEntries, kIq3xxsMagnitudes);
 constexpr CodePlanes<512, 4> kIq3sPlanes(kIq3sEntries, kIq3sMagnitudes);
+constexpr uint64_t kIq1sEntries[2048] = {
+#include "tensor/iquant_grid_iq1s.inc"
+};
+// IQ1 entries are bytes g in {-1, 0, 1}: their codes are g + 1.
+constexpr Magnitudes kIq1Values = {{0xFF, 0, 1}, 3};
+constexpr CodePlanes<2048, 8> kIq1sPlanes(kIq1sEntries, kIq1Values);
 
 // Byte i of a plane for each index byte i: its bits 0-6 pick one of 128
 // bytes (vpermi2b reads no more), the index's bits 7.. (upper[0], upper[1],
@@ -87,8 +93,8 @@ inline __m512i plane_lookup(const uint8_t (&plane)[N], __m512i idx, const __mmas
 template <int N, int kValues>
 inline void lookup_words(const CodePlanes<N, kValues>& t, __m512i idx, const __mmask64* high_bits,
                          __m512i (&words)[2]) {
-  static_assert(N == 256 || N == 512 || N == 1024, "128 entries a part, up to 8 parts");
-  __mmask64 upper[3] = {_mm512_movepi8_mask(idx)};
+  static_assert(N == 256 || N == 512 || N == 1024 || N == 2048, "128 entries a part, up to 16 parts");
+  __mmask64 upper[4] = {_mm512_movepi8_mask(idx)};
   for (int b = 1; (128 << b) < N; ++b) upper[b] = high_bits[b - 1];
   const __m512i low = plane_lookup(t.low, idx, upper);
   const __m512i high = plane_lookup(t.high, idx, upper);
@@ -255,6 +261,8 @@ inline void nibble_scales(__m512i scales_in_every_qword, __m512i (&scales)[2]) {
     scales[p] = _mm512_ternarylogic_epi32(placed, _mm512_set1_epi16(0x1E), _mm512_set1_epi16(1), 0xEA);
   }
 }
+
+inline __m128i load128(const void* p) { return _mm_loadu_si128(static_cast<const __m128i*>(p)); }
 
 inline __m512i every_qword(const uint8_t* bytes) {
   uint64_t v;
@@ -429,6 +437,81 @@ struct Iq3SVbmi {
   }
 };
 
+// IQ1_S, two super-blocks a decode. Group g = 4ib + l: index qs[g] | bits
+// 3l..3l+2 of qh[ib] << 8; qh[ib] bits 12-14 the scale s, bit 15 set: the
+// shift delta is -1 (else +1). A value is (2s + 1) (8g + delta) / 8 with g
+// in {-1, 0, 1}; as 8 (g + 1) + (delta - 8) the first term is an unsigned
+// magnitude 0, 8 or 16 (no signs) and the second weighs the sub-block's
+// activation sum: (2s + 1) (delta - 8) on each of its two bsums.
+constexpr Magnitudes kIq1Magnitudes = {{0, 8, 16}, 3};
+constexpr MagnitudeBytes<2> kIq1MagnitudeBytes(kIq1Magnitudes);
+alignas(64) constexpr struct Iq1sGathers {
+  // The qh words (block u's in words 8u..8u+7) for vpshufbitqmb: quadword
+  // 2h + u holds block u's sub-blocks 2r + h / 2 (r = 0..3, word r), where
+  // the entries of index bytes 16h + 8u.. are.
+  int16_t qh_words[32] = {};
+  int8_t index_bit[3][64] = {};        // index bits 8, 9, 10 in those quadwords
+  int16_t sub_block_words[32] = {};    // word 16u + j: block u's qh word j / 2 (its bsums j)
+  int16_t scale_words[2][2][32] = {};  // Decoded::scales of block u from sub_block_words
+  constexpr Iq1sGathers() {
+    for (int k = 0; k < 8; ++k) {
+      for (int r = 0; r < 4; ++r) qh_words[4 * k + r] = int16_t(8 * (k % 2) + 2 * r + k / 4);
+    }
+    for (int i = 0; i < 64; ++i) {
+      const int entry = kIq2xxsOrder.order[i], group = entry % 32, sub_block = group / 4;
+      if (entry / 32 != i / 8 % 2 || sub_block % 2 != i / 32)
+        throw "an entry's qh word is not in its quadword";
+      for (int b = 0; b < 3; ++b) index_bit[b][i] = int8_t(16 * (sub_block / 2) + 3 * (group % 4) + b);
+    }
+    for (int w = 0; w < 32; ++w) sub_block_words[w] = int16_t(8 * (w / 16) + w % 16 / 2);
+    for (int u = 0; u < 2; ++u) {
+      for (int p = 0; p < 2; ++p) {
+        for (int w = 0; w < 32; ++w) scale_words[u][p][w] = int16_t(16 * u + 8 * p + 4 * (w % 8 / 4) + w / 8);
+      }
+    }
+  }
+} kIq1sGathers;
+
+struct Iq1SVbmi {
+  using Block = BlockIQ1_S;
+  static constexpr float kFactor = 0.125f;
+  static constexpr int kBlocksPerDecode = 2;
+  static constexpr bool kWeighsBlockSums = true;
+
+  static void decode(const Block& first, const Block& second, Decoded (&out)[2]) {
+    const __m512i qs = _mm512_inserti64x4(_mm512_castsi256_si512(load256(first.qs)), load256(second.qs), 1);
+    const __m512i qh = _mm512_zextsi256_si512(
+        _mm256_inserti128_si256(_mm256_castsi128_si256(load128(first.qh)), load128(second.qh), 1));
+    const __m512i qh_by_entry = _mm512_permutexvar_epi16(load512(kIq1sGathers.qh_words), qh);
+    __mmask64 high_bits[3];
+    for (int b = 0; b < 3; ++b) {
+      high_bits[b] = _mm512_bitshuffle_epi64_mask(qh_by_entry, load512(kIq1sGathers.index_bit[b]));
+    }
+    __m512i words[2];
+    lookup_words(kIq1sPlanes, _mm512_permutexvar_epi8(load512(kIq2xxsOrder.order), qs), high_bits, words);
+    const __m512i magnitudes = load512(kIq1MagnitudeBytes.bytes);
+    for (int r = 0; r < 8; ++r) {
+      out[r / 4].mags[r % 4] = expand(words[r / 4], kIq2xxsOrder.shift[r % 4], magnitudes);
+      out[r / 4].neg[r % 4] = 0;
+    }
+    // Per bsums group j of block u (word 16u + j): 2s + 1 and delta - 8 = -7 - 2 (bit 15).
+    const __m512i sub_blocks = _mm512_permutexvar_epi16(load512(kIq1sGathers.sub_block_words), qh);
+    const __m512i odd = _mm512_ternarylogic_epi32(_mm512_srli_epi16(sub_blocks, 11), _mm512_set1_epi16(0xE),
+                                                  _mm512_set1_epi16(1), 0xEA);
+    const __m512i negative = _mm512_srli_epi16(sub_blocks, 15);
+    const __m512i shift_minus_8 =
+        _mm512_sub_epi16(_mm512_set1_epi16(-7), _mm512_add_epi16(negative, negative));
+    const __m512i bsum_weights = _mm512_mullo_epi16(odd, shift_minus_8);
+    out[0].bsum_weights = _mm512_castsi512_si256(bsum_weights);
+    out[1].bsum_weights = _mm512_extracti64x4_epi64(bsum_weights, 1);
+    for (int u = 0; u < 2; ++u) {
+      for (int p = 0; p < 2; ++p) {
+        out[u].scales[p] = _mm512_permutexvar_epi16(load512(kIq1sGathers.scale_words[u][p]), odd);
+      }
+    }
+  }
+};
+
 }  // namespace
 
 void register_quant_iquants_vbmi_avx512(CpuKernels& k) {
@@ -437,6 +520,7 @@ void register_quant_iquants_vbmi_avx512(CpuKernels& k) {
   register_type<Iq2XsVbmi>(k, DType::IQ2_XS);
   register_type<Iq2SVbmi>(k, DType::IQ2_S);
   register_type<Iq3SVbmi>(k, DType::IQ3_S);
+  register_type<Iq1SVbmi>(k, DType::IQ1_S);
 }
 
 }  // namespace moeserve::cpu::detail
