@@ -262,7 +262,8 @@ TEST(KernelTables, Avx512HasTheVbmiKernelsWhereTheCpuHasVbmi) {
   if (with == nullptr || !has_vbmi_kernels()) GTEST_SKIP() << "no AVX-512 VBMI on this CPU";
   if (std::getenv("MOESERVE_SIMD") != nullptr) GTEST_SKIP() << "MOESERVE_SIMD set";
   const CpuKernels* without = avx512_without_vbmi();
-  for (DType t : {DType::IQ2_XXS, DType::IQ2_XS, DType::IQ2_S, DType::IQ3_XXS, DType::IQ3_S, DType::IQ1_S}) {
+  for (DType t : {DType::IQ2_XXS, DType::IQ2_XS, DType::IQ2_S, DType::IQ3_XXS, DType::IQ3_S, DType::IQ1_S,
+                  DType::IQ1_M}) {
     EXPECT_NE(with->vec_dot[dtype_slot(t)], without->vec_dot[dtype_slot(t)]) << dtype_name(t);
     EXPECT_NE(with->vec_dot_cols[dtype_slot(t)], without->vec_dot_cols[dtype_slot(t)]) << dtype_name(t);
   }
@@ -271,7 +272,7 @@ TEST(KernelTables, Avx512HasTheVbmiKernelsWhereTheCpuHasVbmi) {
 
 // The block sums are exact and both variants scale and add them in the same
 // order, so a VBMI kernel gives the plain AVX-512 kernel's result bit for bit
-// (IQ1_S's plain kernel is AVX2's, whose float steps differ: the reference
+// (IQ1's plain kernels are AVX2's, whose float steps differ: the reference
 // tests above check it).
 TEST(KernelTables, VbmiKernelsEqualThePlainOnesBitForBit) {
   const CpuKernels* with = cpu_kernels_for(SimdLevel::kAvx512);

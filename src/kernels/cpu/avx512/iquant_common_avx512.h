@@ -88,6 +88,16 @@ inline __m512i block_dot(const Decoded& d, const int8_t* xq) {
   return _mm512_dpwssd_epi32(s, _mm512_packs_epi32(a[2], a[3]), d.scales[1]);
 }
 
+// A block's f16 scale d, or D::d(block) (IQ1_M keeps it in its scales).
+template <typename D>
+float block_d(const typename D::Block& b) {
+  if constexpr (requires { D::d(b); }) {
+    return D::d(b);
+  } else {
+    return _cvtsh_ss(b.d);
+  }
+}
+
 // D decodes D::kBlocksPerDecode (1 or 2) super-blocks at a time: decode(b,
 // out) or decode(b, next, out); a row's odd last block is decoded paired with
 // itself. Blocks are summed one by one in row order whatever the decoder, so
@@ -113,7 +123,7 @@ void iquant_cols(int64_t n, const void* wv, const void* xv, size_t x_stride, flo
     }
     const int blocks = int(nb - b < kStep ? nb - b : kStep);
     for (int i = 0; i < blocks; ++i) {
-      const float wd = _cvtsh_ss(w[b + i].d) * D::kFactor;
+      const float wd = block_d<D>(w[b + i]) * D::kFactor;
       for (int c = 0; c < NC; ++c) {
         __m512i isum = block_dot(d[i], x[c][b + i].qs);
         if constexpr (requires { D::kWeighsBlockSums; }) {

@@ -2,8 +2,9 @@
 // IQ2_XS, IQ2_S, IQ3_XXS and IQ3_S against Q8_K activations, one weight row
 // against 1..8 activation rows (a super-block decoded once for every column).
 // IQ1_S / IQ1_M keep their AVX2 kernels (quant_iquants_avx2.cpp). Where the
-// CPU has AVX512_VBMI (and BITALG), quant_iquants_vbmi_avx512.cpp replaces
-// all five with byte-permute decoders; these remain for the other AVX-512 CPUs.
+// CPU has AVX512_VBMI (and BITALG), quant_iquants_vbmi_avx512.cpp and
+// quant_iq1_vbmi_avx512.cpp replace all seven with byte-permute decoders;
+// these remain for the other AVX-512 CPUs.
 //
 // The AVX2 kernels build each sub-block from four (IQ3: eight) scalar table
 // loads and inserts, and on the decode path that lookup, not DRAM, was the

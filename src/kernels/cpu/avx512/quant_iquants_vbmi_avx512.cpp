@@ -1,7 +1,7 @@
 // AVX-512 VBMI (+ BITALG) dot products of IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS
 // and IQ3_S against Q8_K activations: registered over quant_iquants_avx512.cpp's
 // kernels of those types when the CPU has both (dispatch.cpp), the dot itself
-// shared (iquant_common_avx512.h).
+// shared (iquant_common_avx512.h); IQ1_S / IQ1_M in quant_iq1_vbmi_avx512.cpp.
 //
 // The kernels are instruction bound, and byte permutes shorten each step of
 // the decode:
@@ -29,127 +29,19 @@
 #include <cstdint>
 #include <cstring>
 
-#include "kernels/cpu/avx512/iquant_common_avx512.h"
+#include "kernels/cpu/avx512/iquant_vbmi_common_avx512.h"
 #include "kernels/cpu/register.h"
 
 namespace moeserve::cpu::detail {
 namespace {
 
-// ---- codebooks as byte planes of code words --------------------------------------
-
-// Entry e's code word: value j's code in bits kBits j.. (kBits = 16 /
-// kValues: IQ2's 8 values 2 bits each, IQ3's 4 values a nibble each), split
-// into the planes of its low and high byte.
-template <int N, int kValues>
-struct CodePlanes {
-  static constexpr int kBits = 16 / kValues;
-  alignas(64) uint8_t low[N] = {};
-  alignas(64) uint8_t high[N] = {};
-  template <typename Entry>
-  constexpr CodePlanes(const Entry (&grid)[N], const Magnitudes& m) {
-    if (m.count > (1 << kBits)) throw "codes wider than their bits";
-    for (int e = 0; e < N; ++e) {
-      unsigned word = 0;
-      for (int j = 0; j < kValues; ++j)
-        word |= unsigned(code_of(uint8_t(grid[e] >> (8 * j)), m)) << (kBits * j);
-      low[e] = uint8_t(word);
-      high[e] = uint8_t(word >> 8);
-    }
-  }
-};
+// ---- codebooks ---------------------------------------------------------------------
 
 constexpr CodePlanes<256, 8> kIq2xxsPlanes(kIq2xxsEntries, kIq2Magnitudes);
 constexpr CodePlanes<512, 8> kIq2xsPlanes(kIq2xsEntries, kIq2Magnitudes);
 constexpr CodePlanes<1024, 8> kIq2sPlanes(kIq2sEntries, kIq2Magnitudes);
 constexpr CodePlanes<256, 4> kIq3xxsPlanes(kIq3xxsEntries, kIq3xxsMagnitudes);
 constexpr CodePlanes<512, 4> kIq3sPlanes(kIq3sEntries, kIq3sMagnitudes);
-constexpr uint64_t kIq1sEntries[2048] = {
-#include "tensor/iquant_grid_iq1s.inc"
-};
-// IQ1 entries are bytes g in {-1, 0, 1}: their codes are g + 1.
-constexpr Magnitudes kIq1Values = {{0xFF, 0, 1}, 3};
-constexpr CodePlanes<2048, 8> kIq1sPlanes(kIq1sEntries, kIq1Values);
-
-// Byte i of a plane for each index byte i: its bits 0-6 pick one of 128
-// bytes (vpermi2b reads no more), the index's bits 7.. (upper[0], upper[1],
-// ...) the 128-byte part, by blends.
-template <int N>
-inline __m512i plane_lookup(const uint8_t (&plane)[N], __m512i idx, const __mmask64* upper) {
-  constexpr int kParts = N / 128;
-  __m512i part[kParts];
-  for (int p = 0; p < kParts; ++p) {
-    part[p] = _mm512_permutex2var_epi8(load512(plane + 128 * p), idx, load512(plane + 128 * p + 64));
-  }
-  for (int n = kParts, bit = 0; n > 1; n /= 2, ++bit) {
-    for (int i = 0; i < n / 2; ++i)
-      part[i] = _mm512_mask_blend_epi8(upper[bit], part[2 * i], part[2 * i + 1]);
-  }
-  return part[0];
-}
-
-// The code words of 64 entries: index byte i's word is word i % 8 of the
-// 128-bit lane i / 16 of words[(i / 8) % 2] (vpunpck{l,h}bw's order). idx
-// holds the indices' low 8 bits, high_bits[b] their bit 8 + b (N > 256).
-template <int N, int kValues>
-inline void lookup_words(const CodePlanes<N, kValues>& t, __m512i idx, const __mmask64* high_bits,
-                         __m512i (&words)[2]) {
-  static_assert(N == 256 || N == 512 || N == 1024 || N == 2048, "128 entries a part, up to 16 parts");
-  __mmask64 upper[4] = {_mm512_movepi8_mask(idx)};
-  for (int b = 1; (128 << b) < N; ++b) upper[b] = high_bits[b - 1];
-  const __m512i low = plane_lookup(t.low, idx, upper);
-  const __m512i high = plane_lookup(t.high, idx, upper);
-  words[0] = _mm512_unpacklo_epi8(low, high);
-  words[1] = _mm512_unpackhi_epi8(low, high);
-}
-
-// Where the 64 looked-up entries go. A register of 64 values takes e = 8 /
-// kValues entries per quadword (IQ2: 1, IQ3: 2); register r of words[u]
-// (register kValues / 2 * u + r of the values) reads words r e .. r e + e - 1
-// of each quadword. order[i]: the entry, in row order, whose index goes to
-// index byte i; shift[r]: the vpmultishiftqb offsets of register r.
-template <int kValues>
-struct EntryOrder {
-  static constexpr int kBits = 16 / kValues;
-  static constexpr int kPerQword = 8 / kValues;
-  static constexpr int kRegsPerWords = kValues / 2;
-  alignas(64) int8_t order[64] = {};
-  alignas(64) int8_t shift[kRegsPerWords][64] = {};
-  constexpr EntryOrder() {
-    for (int u = 0; u < 2; ++u) {
-      for (int r = 0; r < kRegsPerWords; ++r) {
-        for (int q = 0; q < 8; ++q) {
-          for (int s = 0; s < kPerQword; ++s) {
-            const int word = r * kPerQword + s;  // of the quadword
-            const int byte = 16 * (q / 2) + 8 * u + 4 * (q % 2) + word;
-            const int first_value = 64 * (kRegsPerWords * u + r) + 8 * q + kValues * s;
-            order[byte] = int8_t(first_value / kValues);
-          }
-        }
-      }
-    }
-    for (int r = 0; r < kRegsPerWords; ++r) {
-      for (int j = 0; j < 64; ++j) {
-        const int v = j % 8;  // the value of its quadword
-        shift[r][j] = int8_t(16 * (r * kPerQword + v / kValues) + kBits * (v % kValues));
-      }
-    }
-  }
-};
-
-// The magnitudes of the codes in the low bits of each byte: vpermb reads a
-// byte's 6 low bits, so the table repeats the list every 2^kBits bytes.
-template <int kBits>
-struct MagnitudeBytes {
-  alignas(64) uint8_t bytes[64] = {};
-  explicit constexpr MagnitudeBytes(const Magnitudes& m) {
-    for (int i = 0; i < 64; ++i) bytes[i] = m.values[i % (1 << kBits)];
-  }
-};
-
-// Register r of the magnitudes (unsigned bytes) of words' entries.
-inline __m512i expand(__m512i words, const int8_t (&shift)[64], __m512i magnitudes) {
-  return _mm512_permutexvar_epi8(_mm512_multishift_epi64_epi8(load512(shift), words), magnitudes);
-}
 
 // ---- signs and scales -----------------------------------------------------------------
 
@@ -262,26 +154,17 @@ inline void nibble_scales(__m512i scales_in_every_qword, __m512i (&scales)[2]) {
   }
 }
 
-inline __m128i load128(const void* p) { return _mm_loadu_si128(static_cast<const __m128i*>(p)); }
-
-inline __m512i every_qword(const uint8_t* bytes) {
-  uint64_t v;
-  std::memcpy(&v, bytes, 8);
-  return _mm512_set1_epi64(int64_t(v));
-}
-
 // ---- decoders -------------------------------------------------------------------------
 
 // Two super-blocks a decode: 64 entries. qs as dwords: sub-block ib's 4 index
 // bytes (dword 2ib), then its sign fields and scale (2ib + 1).
-constexpr EntryOrder<8> kIq2xxsOrder;
 constexpr MagnitudeBytes<2> kIq2MagnitudeBytes(kIq2Magnitudes);
 alignas(64) constexpr struct Iq2xxsGathers {
-  int8_t index[64] = {};        // index bytes of the two blocks' qs, in kIq2xxsOrder
+  int8_t index[64] = {};        // index bytes of the two blocks' qs, in kEightValueOrder
   int32_t sub_blocks[16] = {};  // the 16 sub-block words
   constexpr Iq2xxsGathers() {
     for (int i = 0; i < 64; ++i) {
-      const int entry = kIq2xxsOrder.order[i], group = entry % 32;
+      const int entry = kEightValueOrder.order[i], group = entry % 32;
       index[i] = int8_t(64 * (entry / 32) + 8 * (group / 4) + group % 4);
     }
     for (int k = 0; k < 16; ++k) sub_blocks[k] = 16 * (k / 8) + 2 * (k % 8) + 1;
@@ -300,7 +183,7 @@ struct Iq2XxsVbmi {
                  words);
     const __m512i magnitudes = load512(kIq2MagnitudeBytes.bytes);
     for (int r = 0; r < 8; ++r) {
-      out[r / 4].mags[r % 4] = expand(words[r / 4], kIq2xxsOrder.shift[r % 4], magnitudes);
+      out[r / 4].mags[r % 4] = expand(words[r / 4], kEightValueOrder.shift[r % 4], magnitudes);
     }
     const __m512i sub_blocks = _mm512_permutex2var_epi32(q0, load512(kIq2xxsGathers.sub_blocks), q1);
     __mmask64 neg[8];
@@ -313,7 +196,6 @@ struct Iq2XxsVbmi {
 };
 
 // qs: 64 index bytes, then the 8 sub-block words.
-constexpr EntryOrder<4> kIq3xxsOrder;
 constexpr MagnitudeBytes<4> kIq3xxsMagnitudeBytes(kIq3xxsMagnitudes);
 constexpr MagnitudeBytes<4> kIq3sMagnitudeBytes(kIq3sMagnitudes);
 
@@ -324,10 +206,10 @@ struct Iq3XxsVbmi {
 
   static void decode(const Block& b, Decoded& out) {
     __m512i words[2];
-    lookup_words(kIq3xxsPlanes, _mm512_permutexvar_epi8(load512(kIq3xxsOrder.order), load512(b.qs)), nullptr,
-                 words);
+    lookup_words(kIq3xxsPlanes, _mm512_permutexvar_epi8(load512(kFourValueOrder.order), load512(b.qs)),
+                 nullptr, words);
     const __m512i magnitudes = load512(kIq3xxsMagnitudeBytes.bytes);
-    for (int r = 0; r < 4; ++r) out.mags[r] = expand(words[r / 2], kIq3xxsOrder.shift[r % 2], magnitudes);
+    for (int r = 0; r < 4; ++r) out.mags[r] = expand(words[r / 2], kFourValueOrder.shift[r % 2], magnitudes);
     const __m512i sub_blocks = _mm512_castsi256_si512(load256(b.qs + 64));
     xxs_sign_masks<4>(sub_blocks, out.neg);
     xxs_scales(xxs_odd_scales(sub_blocks), 0, out.scales);
@@ -337,12 +219,12 @@ struct Iq3XxsVbmi {
 // Two super-blocks a decode. qs[g]: index (9 bits) | sign field << 9 of group
 // g, so the high byte holds index bit 8 and the field above it.
 alignas(64) constexpr struct Iq2xsGathers {
-  int8_t low[64] = {};          // the index bytes in kIq2xxsOrder (the same order)
+  int8_t low[64] = {};          // the index bytes in kEightValueOrder (the same order)
   int8_t high[64] = {};         // their high bytes
   int8_t sign_fields[64] = {};  // the high bytes in kMaskBits.transpose's order
   constexpr Iq2xsGathers() {
     for (int i = 0; i < 64; ++i) {
-      const int entry = kIq2xxsOrder.order[i];
+      const int entry = kEightValueOrder.order[i];
       low[i] = int8_t(64 * (entry / 32) + 2 * (entry % 32));
       high[i] = int8_t(low[i] + 1);
       const int group = kMaskBits.transpose[i];
@@ -364,7 +246,7 @@ struct Iq2XsVbmi {
     lookup_words(kIq2xsPlanes, _mm512_permutex2var_epi8(q0, load512(kIq2xsGathers.low), q1), &bit8, words);
     const __m512i magnitudes = load512(kIq2MagnitudeBytes.bytes);
     for (int r = 0; r < 8; ++r) {
-      out[r / 4].mags[r % 4] = expand(words[r / 4], kIq2xxsOrder.shift[r % 4], magnitudes);
+      out[r / 4].mags[r % 4] = expand(words[r / 4], kEightValueOrder.shift[r % 4], magnitudes);
     }
     // A word shift by one leaves each byte's field in its bits 0-6.
     const __m512i fields =
@@ -380,11 +262,11 @@ struct Iq2XsVbmi {
 // Two super-blocks a decode. Group g's index: qs[g] | bits 2g, 2g + 1 of qh
 // (as one 64-bit word) << 8; qs[32 + g]: its sign byte.
 alignas(64) constexpr struct Iq2sGathers {
-  int8_t low[64] = {};     // the index bytes of the two blocks' qs, in kIq2xxsOrder
+  int8_t low[64] = {};     // the index bytes of the two blocks' qs, in kEightValueOrder
   int8_t bit[2][64] = {};  // index bits 8, 9 in qh (vpshufbitqmb: block u's in quadwords 2k + u)
   constexpr Iq2sGathers() {
     for (int i = 0; i < 64; ++i) {
-      const int entry = kIq2xxsOrder.order[i], group = entry % 32;
+      const int entry = kEightValueOrder.order[i], group = entry % 32;
       if (entry / 32 != i / 8 % 2) throw "block u's entries are not in quadwords 2k + u";
       low[i] = int8_t(64 * (entry / 32) + group);
       bit[0][i] = int8_t(2 * group);
@@ -408,7 +290,7 @@ struct Iq2SVbmi {
                  high_bits, words);
     const __m512i magnitudes = load512(kIq2MagnitudeBytes.bytes);
     for (int r = 0; r < 8; ++r) {
-      out[r / 4].mags[r % 4] = expand(words[r / 4], kIq2xxsOrder.shift[r % 4], magnitudes);
+      out[r / 4].mags[r % 4] = expand(words[r / 4], kEightValueOrder.shift[r % 4], magnitudes);
     }
     stored_sign_masks(first.qs + 32, out[0].neg);
     stored_sign_masks(second.qs + 32, out[1].neg);
@@ -424,12 +306,12 @@ struct Iq3SVbmi {
   static constexpr int kBlocksPerDecode = 1;
 
   static void decode(const Block& b, Decoded& out) {
-    const __mmask64 bit8 = _mm512_bitshuffle_epi64_mask(every_qword(b.qh), load512(kIq3xxsOrder.order));
+    const __mmask64 bit8 = _mm512_bitshuffle_epi64_mask(every_qword(b.qh), load512(kFourValueOrder.order));
     __m512i words[2];
-    lookup_words(kIq3sPlanes, _mm512_permutexvar_epi8(load512(kIq3xxsOrder.order), load512(b.qs)), &bit8,
+    lookup_words(kIq3sPlanes, _mm512_permutexvar_epi8(load512(kFourValueOrder.order), load512(b.qs)), &bit8,
                  words);
     const __m512i magnitudes = load512(kIq3sMagnitudeBytes.bytes);
-    for (int r = 0; r < 4; ++r) out.mags[r] = expand(words[r / 2], kIq3xxsOrder.shift[r % 2], magnitudes);
+    for (int r = 0; r < 4; ++r) out.mags[r] = expand(words[r / 2], kFourValueOrder.shift[r % 2], magnitudes);
     stored_sign_masks(b.signs, out.neg);
     uint32_t scales;
     std::memcpy(&scales, b.scales, 4);  // (the block's last bytes: no 8-byte read)
@@ -437,82 +319,9 @@ struct Iq3SVbmi {
   }
 };
 
-// IQ1_S, two super-blocks a decode. Group g = 4ib + l: index qs[g] | bits
-// 3l..3l+2 of qh[ib] << 8; qh[ib] bits 12-14 the scale s, bit 15 set: the
-// shift delta is -1 (else +1). A value is (2s + 1) (8g + delta) / 8 with g
-// in {-1, 0, 1}; as 8 (g + 1) + (delta - 8) the first term is an unsigned
-// magnitude 0, 8 or 16 (no signs) and the second weighs the sub-block's
-// activation sum: (2s + 1) (delta - 8) on each of its two bsums.
-constexpr Magnitudes kIq1Magnitudes = {{0, 8, 16}, 3};
-constexpr MagnitudeBytes<2> kIq1MagnitudeBytes(kIq1Magnitudes);
-alignas(64) constexpr struct Iq1sGathers {
-  // The qh words (block u's in words 8u..8u+7) for vpshufbitqmb: quadword
-  // 2h + u holds block u's sub-blocks 2r + h / 2 (r = 0..3, word r), where
-  // the entries of index bytes 16h + 8u.. are.
-  int16_t qh_words[32] = {};
-  int8_t index_bit[3][64] = {};        // index bits 8, 9, 10 in those quadwords
-  int16_t sub_block_words[32] = {};    // word 16u + j: block u's qh word j / 2 (its bsums j)
-  int16_t scale_words[2][2][32] = {};  // Decoded::scales of block u from sub_block_words
-  constexpr Iq1sGathers() {
-    for (int k = 0; k < 8; ++k) {
-      for (int r = 0; r < 4; ++r) qh_words[4 * k + r] = int16_t(8 * (k % 2) + 2 * r + k / 4);
-    }
-    for (int i = 0; i < 64; ++i) {
-      const int entry = kIq2xxsOrder.order[i], group = entry % 32, sub_block = group / 4;
-      if (entry / 32 != i / 8 % 2 || sub_block % 2 != i / 32)
-        throw "an entry's qh word is not in its quadword";
-      for (int b = 0; b < 3; ++b) index_bit[b][i] = int8_t(16 * (sub_block / 2) + 3 * (group % 4) + b);
-    }
-    for (int w = 0; w < 32; ++w) sub_block_words[w] = int16_t(8 * (w / 16) + w % 16 / 2);
-    for (int u = 0; u < 2; ++u) {
-      for (int p = 0; p < 2; ++p) {
-        for (int w = 0; w < 32; ++w) scale_words[u][p][w] = int16_t(16 * u + 8 * p + 4 * (w % 8 / 4) + w / 8);
-      }
-    }
-  }
-} kIq1sGathers;
-
-struct Iq1SVbmi {
-  using Block = BlockIQ1_S;
-  static constexpr float kFactor = 0.125f;
-  static constexpr int kBlocksPerDecode = 2;
-  static constexpr bool kWeighsBlockSums = true;
-
-  static void decode(const Block& first, const Block& second, Decoded (&out)[2]) {
-    const __m512i qs = _mm512_inserti64x4(_mm512_castsi256_si512(load256(first.qs)), load256(second.qs), 1);
-    const __m512i qh = _mm512_zextsi256_si512(
-        _mm256_inserti128_si256(_mm256_castsi128_si256(load128(first.qh)), load128(second.qh), 1));
-    const __m512i qh_by_entry = _mm512_permutexvar_epi16(load512(kIq1sGathers.qh_words), qh);
-    __mmask64 high_bits[3];
-    for (int b = 0; b < 3; ++b) {
-      high_bits[b] = _mm512_bitshuffle_epi64_mask(qh_by_entry, load512(kIq1sGathers.index_bit[b]));
-    }
-    __m512i words[2];
-    lookup_words(kIq1sPlanes, _mm512_permutexvar_epi8(load512(kIq2xxsOrder.order), qs), high_bits, words);
-    const __m512i magnitudes = load512(kIq1MagnitudeBytes.bytes);
-    for (int r = 0; r < 8; ++r) {
-      out[r / 4].mags[r % 4] = expand(words[r / 4], kIq2xxsOrder.shift[r % 4], magnitudes);
-      out[r / 4].neg[r % 4] = 0;
-    }
-    // Per bsums group j of block u (word 16u + j): 2s + 1 and delta - 8 = -7 - 2 (bit 15).
-    const __m512i sub_blocks = _mm512_permutexvar_epi16(load512(kIq1sGathers.sub_block_words), qh);
-    const __m512i odd = _mm512_ternarylogic_epi32(_mm512_srli_epi16(sub_blocks, 11), _mm512_set1_epi16(0xE),
-                                                  _mm512_set1_epi16(1), 0xEA);
-    const __m512i negative = _mm512_srli_epi16(sub_blocks, 15);
-    const __m512i shift_minus_8 =
-        _mm512_sub_epi16(_mm512_set1_epi16(-7), _mm512_add_epi16(negative, negative));
-    const __m512i bsum_weights = _mm512_mullo_epi16(odd, shift_minus_8);
-    out[0].bsum_weights = _mm512_castsi512_si256(bsum_weights);
-    out[1].bsum_weights = _mm512_extracti64x4_epi64(bsum_weights, 1);
-    for (int u = 0; u < 2; ++u) {
-      for (int p = 0; p < 2; ++p) {
-        out[u].scales[p] = _mm512_permutexvar_epi16(load512(kIq1sGathers.scale_words[u][p]), odd);
-      }
-    }
-  }
-};
-
 }  // namespace
+
+void register_quant_iq1_vbmi_avx512(CpuKernels& k);  // quant_iq1_vbmi_avx512.cpp
 
 void register_quant_iquants_vbmi_avx512(CpuKernels& k) {
   register_type<Iq2XxsVbmi>(k, DType::IQ2_XXS);
@@ -520,7 +329,7 @@ void register_quant_iquants_vbmi_avx512(CpuKernels& k) {
   register_type<Iq2XsVbmi>(k, DType::IQ2_XS);
   register_type<Iq2SVbmi>(k, DType::IQ2_S);
   register_type<Iq3SVbmi>(k, DType::IQ3_S);
-  register_type<Iq1SVbmi>(k, DType::IQ1_S);
+  register_quant_iq1_vbmi_avx512(k);
 }
 
 }  // namespace moeserve::cpu::detail
