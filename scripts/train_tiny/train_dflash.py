@@ -388,7 +388,7 @@ def main():
     t0 = time.time()
     own = None
     if args.distill_seqs > 0:
-        own = greedy_continuations(target, train_ids, args.distill_seqs, args.seq, args.distill_prompt, 64,
+        own = greedy_continuations(target, train_ids, args.distill_seqs, args.seq, args.distill_prompt, 256,
                                    args.seed, dev)
         print(f"target's own text: {own.shape[0]} sequences of {own.shape[1]} tokens in "
               f"{time.time() - t0:.0f} s (counted in --seconds)", flush=True)
