@@ -25,6 +25,25 @@ out=${OUT:-/tmp/out}
 mkdir -p "$out"
 bin=build-gpu/bin/moeserve
 m30=/tmp/30b-skew0.gguf
+# The small qwen3moe target: builds moeserve (and $2..) in the background while
+# the corpus is made and the target trains $1 seconds (wait_for_build then).
+ts=/tmp/ts
+train_small_target() {
+  local seconds=$1; shift
+  mkdir -p $ts/logs
+  (scripts/device/build.sh build-gpu 90a moeserve "$@" > "$out/build.log" 2>&1; echo $? > $ts/build.rc) &
+  python3 scripts/train_tiny/corpus_tokenizer.py --out $ts/data --template tests/reference/templates/qwen3.jinja \
+    > $ts/logs/corpus.log 2>&1 || { tail -5 $ts/logs/corpus.log; exit 1; }
+  python3 scripts/train_tiny/train_model.py --arch qwen3moe --preset small --data $ts/data \
+    --out $ts/hf/qwen3moe-small --summary $ts/train_small.json --seconds "$seconds" --lr ${LR:-1e-3} \
+    > $ts/logs/train.log 2>&1 || { tail -20 $ts/logs/train.log; cp $ts/logs/train.log "$out/"; exit 1; }
+  grep -E 'params|heldout|steps' $ts/logs/train.log | cut -c1-300 | tail -3
+  cp $ts/logs/train.log $ts/train_small.json "$out/" 2>/dev/null
+}
+wait_for_build() {
+  wait
+  [ "$(cat $ts/build.rc)" = 0 ] || { grep -E 'error|FAILED' -A3 "$out/build.log" | head -40; exit 1; }
+}
 case "${1:-start}" in
   start)
     nvidia-smi --query-gpu=name,memory.total --format=csv,noheader
@@ -106,32 +125,14 @@ def main():
         | sed -n '/speculative decoding/,$p'
     done;;
   small_train)
-    ts=/tmp/ts
-    mkdir -p $ts/logs
-    (scripts/device/build.sh build-gpu 90a moeserve > "$out/build.log" 2>&1; echo $? > $ts/build.rc) &
-    python3 scripts/train_tiny/corpus_tokenizer.py --out $ts/data --template tests/reference/templates/qwen3.jinja \
-      > $ts/logs/corpus.log 2>&1 || { tail -5 $ts/logs/corpus.log; exit 1; }
-    python3 scripts/train_tiny/train_model.py --arch qwen3moe --preset small --data $ts/data \
-      --out $ts/hf/qwen3moe-small --summary $ts/train_small.json --seconds ${TARGET_SECONDS:-300} --lr ${LR:-1e-3} \
-      > $ts/logs/train.log 2>&1 || { tail -20 $ts/logs/train.log; cp $ts/logs/train.log "$out/"; exit 1; }
-    grep -E 'params|heldout|steps' $ts/logs/train.log | cut -c1-400 | tail -5
-    cp $ts/logs/train.log $ts/train_small.json "$out/" 2>/dev/null
-    wait
-    [ "$(cat $ts/build.rc)" = 0 ] || { grep -E 'error|FAILED' -A3 "$out/build.log" | head -40; exit 1; }
+    train_small_target ${TARGET_SECONDS:-300}
+    wait_for_build
     $bin convert $ts/hf/qwen3moe-small -o $ts/small.bf16.gguf --type bf16 2>&1 | tail -1
     $bin quantize $ts/small.bf16.gguf $ts/small.q8_0.gguf --type q8_0 2>&1 | tail -1
     ls -la $ts/*.gguf;;
   small_profile)
-    ts=/tmp/ts
-    mkdir -p $ts/logs
-    (scripts/device/build.sh build-gpu 90a moeserve test_kernels_gpu > "$out/build.log" 2>&1; echo $? > $ts/build.rc) &
-    python3 scripts/train_tiny/corpus_tokenizer.py --out $ts/data --template tests/reference/templates/qwen3.jinja \
-      > $ts/logs/corpus.log 2>&1 || { tail -5 $ts/logs/corpus.log; exit 1; }
-    python3 scripts/train_tiny/train_model.py --arch qwen3moe --preset small --data $ts/data \
-      --out $ts/hf/qwen3moe-small --summary $ts/train_small.json --seconds ${TARGET_SECONDS:-20} \
-      > $ts/logs/train.log 2>&1 || { tail -20 $ts/logs/train.log; exit 1; }
-    wait
-    [ "$(cat $ts/build.rc)" = 0 ] || { grep -E 'error|FAILED' -A3 "$out/build.log" | head -40; exit 1; }
+    train_small_target ${TARGET_SECONDS:-20} test_kernels_gpu
+    wait_for_build
     $bin convert $ts/hf/qwen3moe-small -o $ts/small.bf16.gguf --type bf16 2>&1 | tail -1
     $bin quantize $ts/small.bf16.gguf $ts/small.q8_0.gguf --type q8_0 2>&1 | tail -1
     build-gpu/tests/kernels_gpu/test_kernels_gpu > "$out/kernels_gpu.log" 2>&1
@@ -139,22 +140,13 @@ def main():
     grep -E '^\[  FAILED|Failure' -A6 "$out/kernels_gpu.log" | head -30
     MODEL=$ts/small.q8_0.gguf scripts/device/profile_verify.sh small q8_0 nobuild;;
   small_all)
-    ts=/tmp/ts
-    mkdir -p $ts/logs
-    (scripts/device/build.sh build-gpu 90a moeserve > "$out/build.log" 2>&1; echo $? > $ts/build.rc) &
-    python3 scripts/train_tiny/corpus_tokenizer.py --out $ts/data --template tests/reference/templates/qwen3.jinja \
-      > $ts/logs/corpus.log 2>&1 || { tail -5 $ts/logs/corpus.log; exit 1; }
-    python3 scripts/train_tiny/train_model.py --arch qwen3moe --preset small --data $ts/data \
-      --out $ts/hf/qwen3moe-small --summary $ts/train_small.json --seconds ${TARGET_SECONDS:-150} --lr ${LR:-1e-3} \
-      > $ts/logs/train.log 2>&1 || { tail -20 $ts/logs/train.log; exit 1; }
-    grep -E 'params|heldout|steps' $ts/logs/train.log | cut -c1-300 | tail -3
+    train_small_target ${TARGET_SECONDS:-150}
     python3 scripts/train_tiny/train_dflash.py --arch qwen3moe --target-dir $ts/hf/qwen3moe-small --target-gguf hf \
       --out $ts/dflash --seconds ${DRAFT_SECONDS:-110} --distill-seqs ${DISTILL_SEQS:-256} > $ts/logs/dflash.log 2>&1 \
       || { tail -20 $ts/logs/dflash.log; exit 1; }
     grep -v '^step' $ts/logs/dflash.log; grep '^step' $ts/logs/dflash.log | tail -2
-    cp $ts/logs/train.log $ts/logs/dflash.log $ts/dflash/train_summary.json "$out/" 2>/dev/null
-    wait
-    [ "$(cat $ts/build.rc)" = 0 ] || { grep -E 'error|FAILED' -A3 "$out/build.log" | head -40; exit 1; }
+    cp $ts/logs/dflash.log $ts/dflash/train_summary.json "$out/" 2>/dev/null
+    wait_for_build
     $bin convert $ts/hf/qwen3moe-small -o $ts/small.bf16.gguf --type bf16 2>&1 | tail -1
     $bin quantize $ts/small.bf16.gguf $ts/small.q4_k_m.gguf --type q4_k_m 2>&1 | tail -1
     $bin convert $ts/dflash -o $ts/dflash.gguf --type bf16 2>&1 | tail -1
