@@ -15,6 +15,8 @@
 #                                  # while moeserve builds, its draft trained on its own greedy text as well
 #                                  # (DRAFT_SECONDS, default 110; DISTILL_SEQS), the target in Q4_K_M, then plain vs
 #                                  # ngram vs dflash chain / tree vs auto, all-GPU (and auto with --n-cpu-moe 4)
+#   scripts/device/spec.sh small_peer  # llama.cpp on small_all's trained target: llama-bench tg128 and llama-lookup
+#                                  # on each prompt set, all-GPU and -ncmoe 4 (the llama.cpp build as for peer)
 #   scripts/device/spec.sh peer    # llama.cpp on the same file: llama-bench tg128 and llama-lookup (its
 #                                  # prompt-lookup decoding) on the code-editing prompt (carry .llamasrc;
 #                                  # LLAMA_TARGETS="llama-bench llama-lookup" scripts/device/llamacpp_gpu.sh build first)
@@ -140,7 +142,7 @@ def main():
     grep -E '^\[  FAILED|Failure' -A6 "$out/kernels_gpu.log" | head -30
     MODEL=$ts/small.q8_0.gguf scripts/device/profile_verify.sh small q8_0 nobuild;;
   small_all)
-    train_small_target ${TARGET_SECONDS:-150}
+    train_small_target ${TARGET_SECONDS:-150} ${EXTRA_TARGETS:-}
     python3 scripts/train_tiny/train_dflash.py --arch qwen3moe --target-dir $ts/hf/qwen3moe-small --target-gguf hf \
       --out $ts/dflash --seconds ${DRAFT_SECONDS:-110} --distill-seqs ${DISTILL_SEQS:-256} > $ts/logs/dflash.log 2>&1 \
       || { tail -20 $ts/logs/dflash.log; exit 1; }
@@ -180,6 +182,27 @@ def main():
         echo "== qwen3moe-small q8_0, cuda $place, --spec $spec"
         $bin bench -m $m -p 64 -n 128 -r 2 --device cuda $place --spec $spec 2>&1 \
           | tee -a "$out/bench_small.txt" | sed -n '/speculative decoding/,$p' | grep -v '^$' | head -20
+      done
+    done;;
+  small_peer)
+    # llama.cpp on the trained target (small_all's file, the machine kept warm): llama-bench tg128 (plain),
+    # then llama-lookup (its prompt-lookup decoding, up to 8 drafted a step) on each of bench's prompt sets.
+    m=$ts/small.q4_k_m.gguf
+    [ -f $m ] || { echo "no trained target: run small_all first (machine released?)"; exit 1; }
+    python3 - <<'PY'
+import re
+for i, l in enumerate(open('bench/spec_prompts.txt')):
+    t = re.sub(r'\\([n\\])', lambda m: '\n' if m.group(1) == 'n' else '\\', l.rstrip('\n'))
+    open(f'/tmp/prompt_{i}.txt', 'w').write(t)
+PY
+    for args in "" "-ncmoe 4"; do
+      echo "== llama.cpp on the trained target q4_k_m ${args}"
+      WAIT_STEPS=150 scripts/device/llamacpp_gpu.sh bench $m -p 0 -n 128 -r 3 -ngl 99 -fa 1 $args 2>&1 \
+        | grep -E 'tg128|error'
+      long=${args/-ncmoe/--n-cpu-moe}
+      for i in 0 1 2; do
+        scripts/device/llamacpp_gpu.sh run llama-lookup -m $m -f /tmp/prompt_$i.txt -n 128 --draft-max 8 -ngl 99 \
+          -fa on --temp 0 $long 2>&1 | grep -E 'decoded|n_drafted|n_accept|accept  |error' | sed "s/^/  set $i: /"
       done
     done;;
   peer)

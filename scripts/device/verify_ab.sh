@@ -26,5 +26,8 @@ for m in $models; do
     echo "== $preset $type (8 layers), $v"
     env $v $bin bench -m /tmp/ab-$preset.$type.gguf -p 0 -n 64 -r 2 --device cuda --spec ngram 2>&1 \
       | grep -E '^\| (ms|x decode)|tg64|error' | tee -a "$out/verify_ab.txt"
+    # PARALLEL=8,16: batched decode of that many sequences too.
+    [ -z "${PARALLEL:-}" ] || env $v $bin bench -m /tmp/ab-$preset.$type.gguf -p 0 -n 64 -r 1 --device cuda \
+      --parallel $PARALLEL 2>&1 | grep -E 'sequences|error' | tee -a "$out/verify_ab.txt"
   done
 done

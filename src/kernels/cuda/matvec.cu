@@ -21,7 +21,9 @@
 //    chunk, quant_decode.cuh), so the 32 lanes of a warp read the same two
 //    runs of x at a time: broadcast loads through L1, shared by the warp;
 //  - partial sums: lane pair (shuffle), then the 8 warps through shared
-//    memory, in warp order.
+//    memory, in warp order;
+//  - a dense product's tokens go in groups (dense_token_group(), 4), each
+//    group a row of CTAs of its own (grid.y).
 // Every sum has a fixed order (set by n_cols and the type only): a token's
 // result is bit-identical at n_tokens = 1 and inside a batch of 16, and for
 // the grouped products whatever else its expert serves.
@@ -259,10 +261,14 @@ __global__ void __launch_bounds__(kThreads, min_blocks(NT)) mv_kernel(const MmPr
   RowSource src;
   src.n_rows = p.n_rows, src.row_bytes = p.row_bytes, src.split = kRows;
   if (p.mode == MmMode::kDense) {
-    count = p.n_tokens;
+    // Token group blockIdx.y: tokens begin.. (launch_nt).
+    begin = int64_t(blockIdx.y) * NT;
+    count = min(int64_t(NT), p.n_tokens - begin);
     src.lo = src.hi = p.w0, src.first = int64_t(blockIdx.x) * kRows;
 #pragma unroll
-    for (int t = 0; t < NT; ++t) xoff[t] = static_cast<int32_t>(min(int64_t(t), count - 1) * p.x_stride);
+    for (int t = 0; t < NT; ++t) {
+      xoff[t] = static_cast<int32_t>((begin + min(int64_t(t), count - 1)) * p.x_stride);
+    }
   } else {
     grid_dependency_wait();  // the groups come from the routing kernel
     allow_dependents();
@@ -311,7 +317,7 @@ __global__ void __launch_bounds__(kThreads, min_blocks(NT)) mv_kernel(const MmPr
     for (int w = 1; w < kWarps; ++w) v += red[(w * kRows + row) * NT + t];
     return v;
   };
-  const int64_t out_row = p.mode == MmMode::kDense ? int64_t(t) : int64_t(p.pairs[begin + t]);
+  const int64_t out_row = p.mode == MmMode::kDense ? begin + t : int64_t(p.pairs[begin + t]);
   const float v = gate_up ? silu(sum_row(r)) * sum_row(r + kRows / 2) : sum_row(r);
   p.y[out_row * p.y_stride + src.first + r] = v;
 }
@@ -421,7 +427,13 @@ template <class Q, int NT>
 Status launch_nt(const MmProblem& p, cudaStream_t stream) {
   dim3 grid;
   if (p.mode == MmMode::kDense) {
-    grid.x = static_cast<unsigned>((p.n_rows + kRows - 1) / kRows);
+    // Tokens in groups of NT, a group's CTAs beside the others' (a token's
+    // sum does not depend on its group: header).
+    const int64_t groups = (p.n_tokens + NT - 1) / NT;
+    if (groups > 65535) {
+      return make_error(StatusCode::kInvalidArgument, "matvec: {} tokens is too many", p.n_tokens);
+    }
+    grid.x = static_cast<unsigned>((p.n_rows + kRows - 1) / kRows), grid.y = static_cast<unsigned>(groups);
   } else {
     // Chunks of NT pairs per expert: at most n_pairs / NT full ones plus one
     // partial per non-empty expert. Blocks past the real count exit at once.
@@ -451,9 +463,25 @@ Status launch_nt(const MmProblem& p, cudaStream_t stream) {
   return Status::ok();
 }
 
+// Tokens a CTA of a dense product takes (MOESERVE_CUDA_DENSE_GROUP=1..16,
+// default 4): more tokens run as groups of CTAs side by side, each reading
+// the weights again (from the L2 after the first). A CTA of 16 tokens
+// measured ~9x one token's time (H200, 30b-a3b output projection 4096 ->
+// 2048 Q4_K: 78 us against 8.4), its registers and x loads the limit, and
+// a small matrix (768 rows: 48 CTAs) leaves most SMs idle.
+int dense_token_group() {
+  static const int group = [] {
+    const char* v = std::getenv("MOESERVE_CUDA_DENSE_GROUP");
+    const int n = v != nullptr ? std::atoi(v) : 0;
+    return n == 1 || n == 2 || n == 4 || n == 8 || n == 16 ? n : 4;
+  }();
+  return group;
+}
+
 template <DType T>
 Status launch_type(const MmProblem& p, int nt, cudaStream_t stream) {
   using Q = qdec::Traits<T>;
+  if (p.mode == MmMode::kDense) nt = std::min(nt, dense_token_group());
   if (nt <= 1) return launch_nt<Q, 1>(p, stream);
   if (nt <= 2) return launch_nt<Q, 2>(p, stream);
   if (nt <= 4) return launch_nt<Q, 4>(p, stream);

@@ -23,7 +23,9 @@
 // Work: a CTA owns Wr tiles of 16 weight rows (kGateUp: 8 gate rows and the
 // same 8 up rows, so that an MMA thread holds gate and up of one output) and
 // the tokens (pairs of one expert) of its slot, at most 16: one or two MMA
-// N tiles of 8 (columns past the count repeat the last token, never stored).
+// N tiles of 8 (columns past the count repeat the last token, never stored);
+// a dense product's tokens go in groups (tc_dense_token_group(), 8), each
+// group a row of CTAs of its own (grid.y).
 // Its Wr x Wk warps go through the row in chunks of 256 columns: warp (r, k)
 // takes chunks k, k + Wk, ... of tile r. Per round (Wk chunks):
 //  - each warp's chunk of its 16 rows was copied to shared memory with 16-byte
@@ -115,6 +117,7 @@ struct TcProblem {
   const int32_t* pairs = nullptr;
   const int32_t* offsets = nullptr;
   int64_t n_expert = 0, x_row_div = 1;
+  int token_group = 16;  // dense: tokens a CTA (grid.y: the groups)
   // Geometry (host-chosen).
   int wk = 1, wr = 1;
   int slots = 1;       // token slots of an N tile (<= 8)
@@ -232,7 +235,8 @@ __global__ void __launch_bounds__(kMaxThreads, 3) tc_kernel(const TcProblem p) {
     for (int i = 1; i < kMaxMats; ++i) {
       if (i < p.n_mats && int64_t(blockIdx.x) >= p.mat[i].tile0) m = p.mat[i];
     }
-    cnt = static_cast<int>(p.n_tokens);
+    begin = int64_t(blockIdx.y) * p.token_group;  // the group's first token
+    cnt = static_cast<int>(min(int64_t(p.token_group), p.n_tokens - begin));
     cta_first = (int64_t(blockIdx.x) - m.tile0) * 16 * wr;
     w_lo = w_hi = m.w;
   } else {
@@ -312,7 +316,7 @@ __global__ void __launch_bounds__(kMaxThreads, 3) tc_kernel(const TcProblem p) {
     // group, so its x sum is a fixed 8-lane tree.
     for (int slot = 0; slot < cnt; ++slot) {
       const int64_t xrow =
-          p.mode == MmMode::kDense ? int64_t(slot) : int64_t(__ldg(p.pairs + begin + slot)) / p.x_row_div;
+          p.mode == MmMode::kDense ? begin + slot : int64_t(__ldg(p.pairs + begin + slot)) / p.x_row_div;
       const float* const xr = p.x + xrow * p.x_stride;
       uint8_t* const bslot = bsm + (slot >> 3) * p.tile_b + (slot & 7) * 4 * kBLane;
       for (int u0 = warp * 32; u0 < wk * 64; u0 += nthreads) {
@@ -394,7 +398,7 @@ __global__ void __launch_bounds__(kMaxThreads, 3) tc_kernel(const TcProblem p) {
     for (int n = 0; n < kOwn; ++n) {
       const int tk = o_tok + n * o_step;
       if (tk < cnt) {
-        const int64_t out_row = p.mode == MmMode::kDense ? int64_t(tk) : int64_t(__ldg(p.pairs + begin + tk));
+        const int64_t out_row = p.mode == MmMode::kDense ? begin + tk : int64_t(__ldg(p.pairs + begin + tk));
         m.y[out_row * m.y_stride + grow] = gate_up ? silu(tot[n][0]) * tot[n][1] : tot[n][0];
       }
     }
@@ -482,7 +486,7 @@ Status launch_geometry(TcProblem& p, int nt, int nt_eff, int64_t n_slots, cudaSt
     if (grouped) return n_slots * ((p.mat[0].n_rows + tile_rows * wr - 1) / (tile_rows * wr));
     int64_t n = 0;
     for (int i = 0; i < p.n_mats; ++i) n += (p.mat[i].n_rows + 16 * wr - 1) / (16 * wr);
-    return n;
+    return n * ((p.n_tokens + p.token_group - 1) / p.token_group);
   };
   const int bytes = choose_geometry<T, NTILES>(p, nt, nt_eff, ctas);
   if (bytes < 0) {
@@ -503,6 +507,7 @@ Status launch_geometry(TcProblem& p, int nt, int nt_eff, int64_t n_slots, cudaSt
     }
     if (n > (int64_t(1) << 31) - 1) return make_error(StatusCode::kInvalidArgument, "matvec: too many rows");
     grid.x = static_cast<unsigned>(n);
+    grid.y = static_cast<unsigned>((p.n_tokens + p.token_group - 1) / p.token_group);
   }
   if (bytes > 48 * 1024) {
     const cudaError_t err =
@@ -564,6 +569,22 @@ int tc_pair_chunk(int nt, int64_t n_pairs, int64_t used) {
   return mean_pairs <= 8 ? 8 : 16;
 }
 
+// Tokens a CTA of a dense product takes (MOESERVE_CUDA_TC_DENSE_GROUP=1..16,
+// default 8: one N tile); more tokens run as groups of CTAs side by side,
+// each splitting its own tokens' activations and reading the rows again
+// (from the L2 after the first). One CTA of 16 tokens ran a 16-row verify's
+// q/k/v at 5.8x one token's time (H200, 30b-a3b shapes: 61 us against
+// 10.6), the activation split of 16 tokens its longest part. A token's
+// result does not depend on its group (header).
+int tc_dense_token_group() {
+  static const int group = [] {
+    const char* v = std::getenv("MOESERVE_CUDA_TC_DENSE_GROUP");
+    const int n = v != nullptr ? std::atoi(v) : 0;
+    return n >= 1 && n <= 16 ? n : 8;
+  }();
+  return group;
+}
+
 TcProblem common_problem(const MmProblem& p) {
   TcProblem t;
   t.mode = p.mode;
@@ -587,7 +608,8 @@ Status launch_matvec_tc(const MmProblem& p, cudaStream_t stream) {
   }
   TcProblem t = common_problem(p);
   if (p.mode == MmMode::kDense) {
-    const int nt = static_cast<int>(p.n_tokens);
+    const int nt = static_cast<int>(std::min<int64_t>(p.n_tokens, tc_dense_token_group()));
+    t.token_group = nt;
     return launch_tc(t, p.type, nt, nt, 0, stream);
   }
   // Grouped: an expert serves each token at most once, so up to 16 tokens
@@ -661,7 +683,8 @@ Status matvec_multi(const MatmulArgs* products, int n_products, cudaStream_t str
       m.n_rows = products[k].n_rows, m.y = products[k].y, m.y_stride = products[k].y_stride;
       done[k] = true;
     }
-    const int nt = static_cast<int>(a0.n_tokens);
+    const int nt = static_cast<int>(std::min<int64_t>(a0.n_tokens, detail::tc_dense_token_group()));
+    t.token_group = nt;
     MOESERVE_RETURN_IF_ERROR(detail::launch_tc(t, type, nt, nt, 0, stream));
   }
   return Status::ok();
