@@ -17,6 +17,10 @@ root=/tmp/devroot
 if [ ! -f "$root/.done" ]; then
   mkdir -p "$root"
   for f in .devdeps/*.deb; do dpkg -x "$f" "$root"; done
+  # Header trees packed by fetch_deps.sh (the machine may lack xz: Python's lzma).
+  for f in .devdeps/*.tar.xz; do
+    [ -f "$f" ] && python3 -c "import lzma,tarfile,sys; tarfile.open(fileobj=lzma.open(sys.argv[1])).extractall(sys.argv[2])" "$f" "$root"
+  done
   touch "$root/.done"
 fi
 export PKG_CONFIG_SYSROOT_DIR=$root

@@ -296,6 +296,42 @@ class Draft(nn.Module):
         return {k: v.detach().to(torch.bfloat16).contiguous().cpu() for k, v in out.items()}
 
 
+# ---- parity fixture --------------------------------------------------------
+
+def parity_dump(path, target, draft, ids, layers, mask_id, block, anchors):
+    """What the engine's draft must reproduce (tests/spec/dflash_parity_test.cpp):
+    for one token sequence and a few anchors, the draft's block outputs given
+    the features of the rows before the anchor, in f32 with the saved (bf16)
+    weights: each block row's top 8 logits and arg-max, and the target's own
+    next tokens there."""
+    import copy
+    d32 = copy.deepcopy(draft).float()
+    with torch.no_grad():
+        for p in d32.parameters():
+            p.copy_(p.to(torch.bfloat16).float())
+        T = ids.numel()
+        out = target(input_ids=ids[None], output_hidden_states=True, use_cache=False)
+        feats = torch.cat([out.hidden_states[l + 1] for l in layers], -1).float()
+        target_next = out.logits[0].float().argmax(-1)  # token at t + 1
+        rows = []
+        for a in anchors:
+            blk = torch.full((1, 1, block), mask_id, dtype=torch.long, device=ids.device)
+            blk[0, 0, 0] = ids[a]
+            emb = target.model.embed_tokens(blk).float()
+            ctx_pos = torch.arange(T, device=ids.device)[None]
+            blk_pos = (a + torch.arange(block, device=ids.device))[None, None]
+            visible = (torch.arange(T, device=ids.device) < a)[None, None]
+            h = d32(emb, feats, ctx_pos, blk_pos, visible)
+            logits = target.lm_head(h[:, :, 1:]).float()[0, 0]  # [block - 1, V]
+            top = logits.topk(8, -1)
+            rows.append({"anchor": a, "greedy": logits.argmax(-1).tolist(),
+                         "top_ids": top.indices.tolist(), "top_logits": top.values.tolist(),
+                         "target_next": target_next[a: a + block - 1].tolist()})
+    with open(path, "w") as f:
+        json.dump({"tokens": ids.tolist(), "target_layers": layers, "mask_token_id": mask_id, "block": block,
+                   "anchors": rows}, f)
+
+
 # ---- training --------------------------------------------------------------
 
 def batch_step(target, draft, ids, args, layers, gen, mask_id):
@@ -352,6 +388,7 @@ def main():
                     help="sequences of the target's own greedy text to train on beside the corpus (0: none)")
     ap.add_argument("--distill-share", type=float, default=0.5, help="share of batches taken from them")
     ap.add_argument("--distill-prompt", type=int, default=64, help="corpus tokens before each continuation")
+    ap.add_argument("--parity-out", default="", help="write the engine parity fixture (JSON) here")
     args = ap.parse_args()
     torch.manual_seed(args.seed)
     np.random.seed(args.seed)
@@ -437,6 +474,10 @@ def main():
               "dflash_config": {"target_layer_ids": layers, "mask_token_id": mask_id}}
     with open(os.path.join(args.out, "config.json"), "w") as f:
         json.dump(config, f, indent=2)
+    if args.parity_out:
+        # The first held-out prompt and the target's greedy text after it (float32, as the engine runs).
+        parity_dump(args.parity_out, target, draft, held_own[0, :96].contiguous(), layers, mask_id, args.block,
+                    [24, 48, 72])
     with open(os.path.join(args.out, "train_summary.json"), "w") as f:
         json.dump({"arch": args.arch, "seconds": args.seconds, "steps": step, "held_out_loss": loss.item(),
                    "teacher_forced_acceptance": al, "acceptance_on_own_text": al_own,
