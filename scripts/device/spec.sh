@@ -201,7 +201,7 @@ PY
         | grep -E 'tg128|error'
       long=${args/-ncmoe/--n-cpu-moe}
       for i in 0 1 2; do
-        scripts/device/llamacpp_gpu.sh run llama-lookup -m $m -f /tmp/prompt_$i.txt -n 128 --draft-max 8 -ngl 99 \
+        scripts/device/llamacpp_gpu.sh run llama-lookup -m $m -f /tmp/prompt_$i.txt -n 128 --spec-draft-n-max 8 -ngl 99 \
           -fa on --temp 0 $long 2>&1 | grep -E 'decoded|n_drafted|n_accept|accept  |error' | sed "s/^/  set $i: /"
       done
     done;;
@@ -212,7 +212,7 @@ PY
       echo "== llama.cpp on 30b-a3b Q4_K_M ${args}"
       WAIT_STEPS=150 scripts/device/llamacpp_gpu.sh bench $m30 -p 0 -n 128 -r 2 -ngl 99 -fa 1 $args 2>&1 | grep -E 'tg128|error'
       long=${args/-ncmoe/--n-cpu-moe}
-      scripts/device/llamacpp_gpu.sh run llama-lookup -m $m30 -f /tmp/edit_prompt.txt -n 128 --draft-max 8 -ngl 99 \
+      scripts/device/llamacpp_gpu.sh run llama-lookup -m $m30 -f /tmp/edit_prompt.txt -n 128 --spec-draft-n-max 8 -ngl 99 \
         -fa on --temp 0 $long 2>&1 | grep -E 'decoded|n_drafted|n_accept|accept  |error' | sed 's/^/  lookup: /'
     done;;
 esac
