@@ -160,6 +160,39 @@ def main():
       $bin bench -m $m -p 64 -n 128 -r 2 --device cuda --spec $spec 2>&1 \
         | tee -a "$out/bench_small.txt" | sed -n '/speculative decoding/,$p' | grep -v '^$' | head -12
     done;;
+  small_corpus)
+    # The DFlash draft in the engine on text like its training text: the target (TARGET_SECONDS) and its
+    # draft (DRAFT_SECONDS, on the target's own greedy text too), then bench on three held-out corpus
+    # prompts (the target's continuations of them are what the draft's teacher-forced acceptance
+    # measures) and on bench's built-in prompts: dflash with every step drafting (--spec-fixed), adaptive, ngram.
+    train_small_target ${TARGET_SECONDS:-90}
+    python3 scripts/train_tiny/train_dflash.py --arch qwen3moe --target-dir $ts/hf/qwen3moe-small --target-gguf hf \
+      --out $ts/dflash --seconds ${DRAFT_SECONDS:-120} --distill-seqs ${DISTILL_SEQS:-128} > $ts/logs/dflash.log 2>&1 \
+      || { tail -20 $ts/logs/dflash.log; exit 1; }
+    grep -v '^step' $ts/logs/dflash.log | tail -2
+    python3 - $ts <<'PY'
+import json, sys, numpy as np
+from tokenizers import Tokenizer
+ts = sys.argv[1]
+tok = Tokenizer.from_file(f"{ts}/hf/qwen3moe-small/tokenizer.json")
+ids = np.load(f"{ts}/data/heldout_ids.npy")
+with open("/tmp/corpus_prompts.txt", "w") as f:
+    for start in (1000, 9000, 17000):
+        t = tok.decode([int(x) for x in ids[start:start + 160]])
+        f.write(t.replace("\\", "\\\\").replace("\n", "\\n") + "\n")
+PY
+    wait_for_build
+    $bin convert $ts/hf/qwen3moe-small -o $ts/small.bf16.gguf --type bf16 2>&1 | tail -1
+    $bin quantize $ts/small.bf16.gguf $ts/small.q4_k_m.gguf --type q4_k_m 2>&1 | tail -1
+    $bin convert $ts/dflash -o $ts/dflash.gguf --type bf16 2>&1 | tail -1
+    m=$ts/small.q4_k_m.gguf d=$ts/dflash.gguf
+    for run in "--spec-prompts /tmp/corpus_prompts.txt --spec dflash --draft $d --spec-max 15 --spec-fixed" \
+               "--spec-prompts /tmp/corpus_prompts.txt --spec dflash --draft $d --spec-max 15" \
+               "--spec-prompts /tmp/corpus_prompts.txt --spec ngram" "--spec dflash --draft $d --spec-max 15 --spec-fixed"; do
+      echo "== small q4_k_m, cuda, $run" | sed 's#/tmp/[a-z_/]*/##g'
+      $bin bench -m $m -p 0 -n 128 -r 2 --device cuda $run 2>&1 | tee -a "$out/bench_corpus.txt" \
+        | grep -E '^\| (code|chat|prompt [0-9])|^\| [0-9]|error' | head -6
+    done;;
   small_bench)
     ts=/tmp/ts
     [ -f $ts/small.bf16.gguf ] || { echo "no trained target: run small_train first (machine released?)"; exit 1; }
