@@ -158,9 +158,7 @@ void KvBlockDisk::save(uint64_t path, std::vector<int32_t> tokens, std::vector<u
     lru_.splice(lru_.begin(), lru_, it->second.lru);  // the same block again: used now
     return;
   }
-  for (const Job& j : pending_) {
-    if (j.path == path) return;
-  }
+  if (queued_or_writing(path) != nullptr) return;
   if (pending_bytes_ + options_.block_bytes > options_.max_pending_bytes) {
     ++stats_.dropped;  // the disk is behind: this block is computed again when needed
     return;
@@ -202,12 +200,14 @@ void KvBlockDisk::write_loop() {
   for (;;) {
     wake_.wait(lock, [&] { return stopping_ || !pending_.empty(); });
     if (pending_.empty()) return;  // stopping, nothing left
-    Job job = std::move(pending_.front());
+    in_flight_ = std::move(pending_.front());
     pending_.pop_front();
     writing_ = true;
     lock.unlock();
-    const bool ok = write_file(job);
+    // in_flight_ is read here and by lookups under mu_; nobody writes it until writing_ is false.
+    const bool ok = write_file(in_flight_);
     lock.lock();
+    Job job = std::move(in_flight_);
     pending_bytes_ -= options_.block_bytes;
     writing_ = false;
     if (ok) {
@@ -235,23 +235,26 @@ void KvBlockDisk::flush() {
   idle_.wait(lock, [&] { return (pending_.empty() && !writing_) || !writer_.joinable(); });
 }
 
+const KvBlockDisk::Job* KvBlockDisk::queued_or_writing(uint64_t path) const {
+  for (const Job& j : pending_) {
+    if (j.path == path) return &j;
+  }
+  return writing_ && in_flight_.path == path ? &in_flight_ : nullptr;
+}
+
 bool KvBlockDisk::contains(uint64_t path, std::span<const int32_t> tokens) const {
   std::lock_guard lock(mu_);
+  if (const Job* j = queued_or_writing(path)) return same_tokens(j->tokens, tokens);
   if (const auto it = items_.find(path); it != items_.end()) return same_tokens(it->second.tokens, tokens);
-  for (const Job& j : pending_) {
-    if (j.path == path) return same_tokens(j.tokens, tokens);
-  }
   return false;
 }
 
 bool KvBlockDisk::load(uint64_t path, std::span<const int32_t> tokens, std::vector<uint16_t>& values) {
   {
     std::lock_guard lock(mu_);
-    for (const Job& j : pending_) {
-      if (j.path == path && same_tokens(j.tokens, tokens)) {
-        values = j.values;
-        return true;
-      }
+    if (const Job* j = queued_or_writing(path); j != nullptr && same_tokens(j->tokens, tokens)) {
+      values = j->values;
+      return true;
     }
     const auto it = items_.find(path);
     if (it == items_.end() || !same_tokens(it->second.tokens, tokens)) return false;

@@ -118,6 +118,10 @@ class KvBlockDisk {
   std::unordered_map<uint64_t, Item> items_;
   std::list<uint64_t> lru_;  // front: most recently used
   std::deque<Job> pending_;
+  // The job being written (while writing_): still found by contains() and
+  // load(), so that a block is never missing between the queue and its file.
+  Job in_flight_;
+  const Job* queued_or_writing(uint64_t path) const;  // under mu_
   size_t pending_bytes_ = 0;
   bool writing_ = false, stopping_ = false, blocking_ = false;
   KvBlockDiskStats stats_;

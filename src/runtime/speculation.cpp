@@ -140,17 +140,20 @@ int64_t DraftLengthPolicy::choose(const StepCostModel& cost, int64_t base_rows, 
     return best;
   }
   // Off: probe now and then with a short draft, to notice when drafts start
-  // to hit. A probe costs a draft on top of a step: the interval keeps the
-  // draft's share of plain decoding's time at most kProbeShare (a DFlash
-  // draft as slow as a step probes every 50 steps or more; n-gram's, ~free,
-  // every kProbeEvery).
-  const double steps_per_draft = cheapest_draft / plain;
-  const int64_t cost_floor = int64_t(std::ceil(steps_per_draft / kProbeShare));
+  // to hit. A probe costs a draft and the verify of its rows on top of a
+  // step: the interval keeps that share of plain decoding's time at most
+  // kProbeShare (a DFlash draft as slow as a step probes every 50 steps or
+  // more; n-gram's, ~free, every kProbeEvery on a GPU, where two more rows
+  // cost little, but rarely where they cost as much as a step each: cold
+  // experts on the CPU).
+  const double probe_rows = std::max(0.0, cost.estimate(base_rows + kProbeDraft) - plain);
+  const double steps_per_probe = (cheapest_draft + probe_rows) / plain;
+  const int64_t cost_floor = int64_t(std::ceil(steps_per_probe / kProbeShare));
   probe_every_ = std::clamp(std::max(probe_every_, cost_floor), kProbeEvery, kProbeEveryMax);
   if (++idle_steps_ >= probe_every_) {
     idle_steps_ = 0;
     probing_ = true;
-    return std::min<int64_t>(limit, 2);
+    return std::min<int64_t>(limit, kProbeDraft);
   }
   return 0;
 }

@@ -197,7 +197,9 @@ class StepCostModel {
 // tokens for cost(rows + n) + the draft's own time seconds — against plain
 // decoding's 1 token for cost(rows). When no length beats plain decoding it drafts nothing, and
 // probes again with a short draft now and then (less often while probes
-// keep missing), so a prompt whose drafts start to hit gets them back.
+// keep missing, and never so often that the probes' drafts and extra verify
+// rows take more than 2% of plain decoding's time), so a prompt whose
+// drafts start to hit gets them back.
 //
 // A drafter with two sources (--spec auto: the free n-gram lookup and a
 // draft model; Drafter::last_source) has each one's acceptance and draft
@@ -270,6 +272,7 @@ class DraftLengthPolicy {
   // drafting pays again — a prompt that never repeats costs ever fewer probes.
   static constexpr int64_t kProbeEvery = 16, kProbeEveryMax = 256;
   static constexpr double kProbeShare = 0.02;
+  static constexpr int64_t kProbeDraft = 2;  // tokens a probe drafts
   int64_t probe_every_ = kProbeEvery;
   bool probing_ = false;
 };

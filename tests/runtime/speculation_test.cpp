@@ -211,6 +211,22 @@ TEST(DraftLengthPolicy, ProbesOfACostlyDraftAreRare) {
   EXPECT_EQ(probes, 3) << "n-gram lookup costs nothing: a probe every 16 steps";
 }
 
+// A probe's verify rows count too: where each row costs as much as a step
+// (cold experts on the CPU), a free lookup's 2-token probe costs 2 steps,
+// so it comes at most every 100 steps, not every 16.
+TEST(DraftLengthPolicy, ProbesWhoseVerifyIsCostlyAreRare) {
+  StepCostModel steep;
+  for (int r = 1; r <= 17; ++r) steep.record(r, 0.010 * r);
+  DraftLengthPolicy p(8, 0.0);
+  p.observe_draft_time(0.0);
+  int64_t first_probe = -1;
+  for (int i = 0; i < 300 && first_probe < 0; ++i) {
+    if (p.choose(steep, 1, 8) > 0) first_probe = i;
+  }
+  EXPECT_GE(first_probe, 99) << "a probe every 16 steps would cost 12% of the time";
+  EXPECT_GE(p.probe_every(), 100);
+}
+
 TEST(AcceptancePrior, FollowsFinishedRequestsThatMeasured) {
   AcceptancePrior prior;
   EXPECT_EQ(prior.value(), DraftLengthPolicy::kPriorAcceptance);
