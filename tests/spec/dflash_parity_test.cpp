@@ -22,6 +22,7 @@
 #include "runtime/generator.h"
 #include "runtime/model.h"
 #include "runtime/speculation.h"
+#include "target_features.h"
 #include "test_device.h"
 
 namespace moeserve::spec {
@@ -62,31 +63,6 @@ Fixture read_fixture(const fs::path& path) {
   return f;
 }
 
-// Every position's features (the captured layers side by side) from one
-// forward of the target over the whole sequence.
-std::vector<float> target_features(runtime::Model& m, const std::vector<int32_t>& tokens,
-                                   const std::vector<int32_t>& layers) {
-  auto kv = m.new_kv_cache(int64_t(tokens.size()));
-  auto ws = m.new_workspace(int64_t(tokens.size()));
-  EXPECT_TRUE(kv.is_ok() && ws.is_ok());
-  runtime::CapturedRows cap;
-  models::ForwardBatch b;
-  b.tokens = tokens;
-  b.kv = kv->view();
-  b.capture_layers = layers;
-  b.captured = cap.prepare(layers, int64_t(tokens.size()), m.info().n_embd);
-  const Status st = m.net().forward(b, **ws);
-  EXPECT_TRUE(st.is_ok()) << st.to_string();
-  std::vector<float> all, row;
-  std::vector<int32_t> pick(1);
-  for (size_t p = 0; p < tokens.size(); ++p) {
-    pick[0] = int32_t(p);
-    cap.gather(0, pick, row);
-    all.insert(all.end(), row.begin(), row.end());
-  }
-  return all;
-}
-
 TEST(DflashParity, TheEngineDraftsWhatTheTrainedPyTorchDraftDoes) {
   const fs::path dir = fs::path(MOESERVE_TEST_DATA_DIR) / "models/dflash-qwen3moe-tiny";
   const Fixture fx = read_fixture(dir / "parity.json");
@@ -108,7 +84,9 @@ TEST(DflashParity, TheEngineDraftsWhatTheTrainedPyTorchDraftDoes) {
   auto ws = (*draft)->create_workspace();
   ASSERT_TRUE(ws.is_ok());
 
-  const std::vector<float> features = target_features(**target, fx.tokens, hp.target_layers);
+  std::vector<float> features;
+  for (const std::vector<float>& row : testing::reference_features(**target, fx.tokens, hp.target_layers))
+    features.insert(features.end(), row.begin(), row.end());
   const int64_t width = hp.feature_width(), n_out = hp.block_size - 1, V = (*draft)->n_vocab();
   ASSERT_EQ(int64_t(features.size()), int64_t(fx.tokens.size()) * width);
   int64_t same_greedy = 0, decided = 0;

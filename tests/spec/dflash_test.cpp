@@ -9,24 +9,24 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
-#include <thread>
-
 #include <cmath>
 #include <map>
 #include <memory>
 #include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
+#include "backend/cpu/cpu_device.h"
 #include "dflash_fixture.h"
 #include "format/gguf.h"
-#include "backend/cpu/cpu_device.h"
 #include "models/dflash_draft.h"
 #include "runtime/batch_engine.h"
 #include "runtime/engine_collector.h"
 #include "runtime/generator.h"
 #include "spec/auto_drafter.h"
 #include "spec/drafter_factory.h"
+#include "target_features.h"
 #include "tensor/quantize.h"
 #include "test_device.h"
 
@@ -332,7 +332,8 @@ GenerateOptions greedy_options(int64_t n) {
 }
 
 // greedy_options with DFlash drafts from `drafter`.
-GenerateOptions dflash_options(int64_t n, runtime::Drafter* drafter, int max_draft, int tree_nodes, bool adaptive) {
+GenerateOptions dflash_options(int64_t n, runtime::Drafter* drafter, int max_draft, int tree_nodes,
+                               bool adaptive) {
   GenerateOptions o = greedy_options(n);
   o.spec.mode = runtime::SpecMode::kDflash;
   o.spec.max_draft = max_draft;
@@ -350,27 +351,7 @@ GenerateResult plain(Model& m, const std::vector<int32_t>& prompt, int64_t n) {
   return r.is_ok() ? std::move(r.value()) : GenerateResult{};
 }
 
-// Every position's features from one forward over the whole text.
-std::vector<std::vector<float>> reference_features(Model& m, const std::vector<int32_t>& tokens,
-                                                   const std::vector<int32_t>& layers) {
-  auto kv = m.new_kv_cache(int64_t(tokens.size()));
-  auto ws = m.new_workspace(int64_t(tokens.size()));
-  EXPECT_TRUE(kv.is_ok() && ws.is_ok());
-  runtime::CapturedRows cap;
-  models::ForwardBatch b;
-  b.tokens = tokens;
-  b.kv = kv->view();
-  b.capture_layers = layers;
-  b.captured = cap.prepare(layers, int64_t(tokens.size()), m.info().n_embd);
-  EXPECT_TRUE(m.net().forward(b, **ws).is_ok());
-  std::vector<std::vector<float>> out(tokens.size());
-  std::vector<int32_t> pick(1);
-  for (size_t p = 0; p < tokens.size(); ++p) {
-    pick[0] = int32_t(p);
-    cap.gather(0, pick, out[p]);
-  }
-  return out;
-}
+using testing::reference_features;
 
 // Drafts the reference continuation with every third token wrong (accepts
 // and rejects both happen) and records the features it is handed.
@@ -465,7 +446,8 @@ class Misser final : public runtime::Drafter {
     out.clear();
     std::this_thread::sleep_for(std::chrono::microseconds(500));
     int32_t parent = -1;
-    for (int64_t i = 0; i < budget.max_depth; ++i) parent = out.add(int32_t((context.back() + 7 + i) % 50), parent);
+    for (int64_t i = 0; i < budget.max_depth; ++i)
+      parent = out.add(int32_t((context.back() + 7 + i) % 50), parent);
   }
   std::span<const int32_t> feature_layers() const override { return layers_; }
   void observe_features(int64_t pos0, std::span<const float>, int64_t n) override {
@@ -644,7 +626,6 @@ TEST(DflashDraft, BesideASplitTargetDecodesAsPlainGreedy) {
   EXPECT_GT(r->spec.drafted, 0);
   EXPECT_TRUE(drafter->status().is_ok()) << drafter->status().to_string();
 }
-
 
 // ---- drafts that do not fit ----------------------------------------------
 
