@@ -13,6 +13,18 @@
 // Decode (1 row per block) uses W = 1 and, when the batch alone cannot fill
 // the GPU, splits the key range over CTAs; a second kernel then merges the
 // partial (max, sum, unnormalised output) triples.
+// Batch invariance (decode-class forwards: blocks of at most
+// kInvariantBlockRows rows, no window). A row's output must not depend on
+// which other rows share its forward: speculative decoding verifies a draft
+// in one forward of many rows and must reproduce plain decoding's one-row
+// forwards bit for bit. So there every CTA is one warp with the same key
+// tile, and the keys go in fixed chunks of kInvariantChunkKeys from key 0:
+// each chunk's (max, sum, output) partial starts fresh and is written out,
+// and the combine kernel merges a row's chunks in chunk order. How many
+// CTAs share a row's chunks (the split, set by how full the GPU is) then
+// changes nothing but speed. A row whose keys fit one chunk is normalised
+// in place: the same bits as the combine of its one partial (weight
+// exp2(0) = 1, sums of exact zeros).
 // Sliding window. A CTA's keys start at the first key any of its rows sees,
 // rounded down to a key tile (so tiles keep the unwindowed alignment), and
 // its splits cut the range from there: a 512-key window over a long context
@@ -31,6 +43,8 @@
 #include <atomic>
 #include <climits>
 #include <cmath>
+#include <cstdlib>
+#include <string>
 
 #include "kernels/cuda/attention.h"
 #include "kernels/cuda/cuda_check.h"
@@ -46,7 +60,9 @@ namespace {
 constexpr int stages_for(int warps) { return warps == 1 ? 4 : 2; }
 constexpr int key_tile(int head_dim, int warps) { return 8192 / head_dim / stages_for(warps); }
 constexpr int kMaxSplits = 64;
-constexpr int kMinTilesPerSplit = 4;  // a split below this is mostly pipeline fill
+constexpr int kMinTilesPerSplit = 4;      // a split below this is mostly pipeline fill
+constexpr int kInvariantChunkKeys = 256;  // a multiple of every 1-warp key tile
+constexpr int64_t kInvariantBlockRows = 32;
 // Resident CTAs per SM we plan for, by warps per CTA (1, 2, 4): shared
 // memory bounds the small ones (6 x 32 KB), registers (~200 a thread) the
 // 4-warp one. Splitting aims at one wave of this many CTAs.
@@ -67,11 +83,15 @@ struct Params {
   const int32_t* block_ids;
   int block_shift;
   const QueryBlock* blocks;
-  float* ws_o;   // [splits][n_ctas][QT][HD] unnormalised partial outputs
-  float* ws_ml;  // [splits][n_ctas][QT][2] (max in log2 units, sum of weights)
+  float* ws_o;   // [parts][n_ctas][QT][HD] unnormalised partial outputs
+  float* ws_ml;  // [parts][n_ctas][QT][2] (max in log2 units, sum of weights)
   int64_t n_layer, layer;
   int n_head, n_head_kv, group;
   int max_block_rows, q_tiles, splits, chunk, max_kv;
+  // Partials per query row (1: normalised in place) and the keys of each
+  // (from the CTA's base): `chunk` outside batch-invariant plans (one
+  // partial a split), kInvariantChunkKeys in them.
+  int parts, part_keys;
   int window;        // > 0: sliding window
   int key_tile;      // Tile::KT of the launched kernel (the combine finds split starts with it)
   int n_cta_x;       // n_blocks * q_tiles: gridDim.x
@@ -348,6 +368,38 @@ __device__ inline void load_q(WarpState<HD>& st, const Params& p, const QueryRow
   }
 }
 
+// A fresh running state (m = -inf, l = 0, o = 0) for the rows' next partial.
+template <int HD>
+__device__ inline void reset_state(WarpState<HD>& st) {
+#pragma unroll
+  for (int r = 0; r < 2; ++r) st.m[r] = -INFINITY, st.l[r] = 0.0f;
+#pragma unroll
+  for (int n = 0; n < HD / 8; ++n) st.o[n][0] = st.o[n][1] = st.o[n][2] = st.o[n][3] = 0.0f;
+}
+
+// This thread's rows' (max, sum, unnormalised output) as partial `part`
+// (the sums of l over the quad first: each thread holds its own columns').
+template <int HD, int W>
+__device__ inline void write_partial(const WarpState<HD>& st, const Params& p, const QueryRow (&qr)[2],
+                                     int part, int cta, int kvh, int warp, int gq, int tq) {
+  using T = Tile<HD, W>;
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    float l = st.l[r];
+    l += __shfl_xor_sync(0xffffffffu, l, 1);
+    l += __shfl_xor_sync(0xffffffffu, l, 2);
+    if (qr[r].row < 0) continue;
+    const int64_t slot =
+        (int64_t(part) * p.n_ctas + int64_t(cta) * p.n_head_kv + kvh) * T::QT + warp * 16 + gq + 8 * r;
+    float* dst = p.ws_o + slot * HD + 2 * tq;
+#pragma unroll
+    for (int n = 0; n < HD / 8; ++n) {
+      *reinterpret_cast<float2*>(dst + n * 8) = make_float2(st.o[n][2 * r], st.o[n][2 * r + 1]);
+    }
+    if (tq == 0) *reinterpret_cast<float2*>(p.ws_ml + slot * 2) = make_float2(st.m[r], l);
+  }
+}
+
 template <int HD, int W>
 __global__ void __launch_bounds__(W * 32) attention_kernel(const Params p) {
   detail::grid_dependency_wait();  // launch.cuh: before any activation access
@@ -421,43 +473,44 @@ __global__ void __launch_bounds__(W * 32) attention_kernel(const Params p) {
     }
     cp_async_commit();
     const int key0 = kb + t * T::KT;
+    // A batch-invariant plan's split holds several parts: each ends here.
+    if (p.part_keys < p.chunk && t > 0 && (key0 - kr.base) % p.part_keys == 0) {
+      write_partial<HD, W>(st, p, qr, (key0 - kr.base) / p.part_keys - 1, cta, kvh, warp, gq, tq);
+      reset_state<HD>(st);
+    }
     if (key0 <= kr.warp_max && key0 + T::KT > kr.warp_min)
       attend_tile<HD, W>(st, sk[t % T::STAGES], sv[t % T::STAGES], key0, p.scale_log2, lane);
   }
   cp_async_wait<0>();  // no copy may outlive the CTA's shared memory
+  if (p.parts > 1) {
+    // The split's last (or only) part.
+    const int last_key = n_tiles > 0 ? kb + (n_tiles - 1) * T::KT : kb;
+    write_partial<HD, W>(st, p, qr, (last_key - kr.base) / p.part_keys, cta, kvh, warp, gq, tq);
+    return;
+  }
 
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
     st.l[r] += __shfl_xor_sync(0xffffffffu, st.l[r], 1);
     st.l[r] += __shfl_xor_sync(0xffffffffu, st.l[r], 2);
   }
+  // One part: normalised in place.
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
     if (qr[r].row < 0) continue;
-    if (p.splits == 1) {
-      const float inv = st.l[r] > 0.0f ? 1.0f / st.l[r] : 0.0f;  // no visible key: zeros
-      float* dst = p.out + (qr[r].row * p.n_head + qr[r].head) * HD + 2 * tq;
+    const float inv = st.l[r] > 0.0f ? 1.0f / st.l[r] : 0.0f;  // no visible key: zeros
+    float* dst = p.out + (qr[r].row * p.n_head + qr[r].head) * HD + 2 * tq;
 #pragma unroll
-      for (int n = 0; n < HD / 8; ++n) {
-        *reinterpret_cast<float2*>(dst + n * 8) = make_float2(st.o[n][2 * r] * inv, st.o[n][2 * r + 1] * inv);
-      }
-    } else {
-      const int64_t slot =
-          (int64_t(z) * p.n_ctas + int64_t(cta) * p.n_head_kv + kvh) * T::QT + warp * 16 + gq + 8 * r;
-      float* dst = p.ws_o + slot * HD + 2 * tq;
-#pragma unroll
-      for (int n = 0; n < HD / 8; ++n) {
-        *reinterpret_cast<float2*>(dst + n * 8) = make_float2(st.o[n][2 * r], st.o[n][2 * r + 1]);
-      }
-      if (tq == 0) *reinterpret_cast<float2*>(p.ws_ml + slot * 2) = make_float2(st.m[r], st.l[r]);
+    for (int n = 0; n < HD / 8; ++n) {
+      *reinterpret_cast<float2*>(dst + n * 8) = make_float2(st.o[n][2 * r] * inv, st.o[n][2 * r + 1] * inv);
     }
   }
 }
 
-// Merges the splits of one query row per CTA: out = sum_z w_z O_z / sum_z
-// w_z l_z with w_z = 2^(m_z - max m). Only the splits that hold keys of the
-// row (base + z * chunk <= pos, and past its window's start) are read: all
-// of them were written for it. Lanes read the (m, l) pairs
+// Merges the partials of one query row per CTA: out = sum_z w_z O_z /
+// sum_z w_z l_z with w_z = 2^(m_z - max m), z in part order. Only the
+// parts that hold keys of the row (base + z * part_keys <= pos, and past
+// its window's start) are read: all of them were written for it. Lanes read the (m, l) pairs
 // 32 splits at a time; warps take every kCombineWarps-th split's output, so
 // the loads of many splits are in flight at once (a serial loop over 64
 // splits would cost 64 L2 round trips).
@@ -492,8 +545,8 @@ __global__ void __launch_bounds__(kCombineWarps * 32) combine_kernel(const Param
   int z0 = 0, nz = 0;  // the splits [z0, nz) hold the row's keys
   if (pos >= 0) {
     const int base = p.window > 0 ? tile_split_base(p, blk, nq, kvh, tile, qt, seq, lane) : 0;
-    nz = min(p.splits, (pos - base) / p.chunk + 1);
-    z0 = min(nz - 1, (max(0, first_key(pos, p.window)) - base) / p.chunk);
+    nz = min(p.parts, (pos - base) / p.part_keys + 1);
+    z0 = min(nz - 1, (max(0, first_key(pos, p.window)) - base) / p.part_keys);
   }
   auto slot = [&](int z) { return (int64_t(z) * p.n_ctas + cta_xy) * qt + i; };
   auto ml = [&](int z) { return *reinterpret_cast<const float2*>(p.ws_ml + slot(z) * 2); };
@@ -550,7 +603,8 @@ Status device_sm_count(int* out) {
 
 struct Plan {
   int warps = 1, q_tiles = 1, splits = 1, chunk = 0;
-  int64_t n_ctas = 0;  // per split
+  int parts = 1, part_keys = 0;  // Params::parts, part_keys
+  int64_t n_ctas = 0;            // per split
 };
 
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
@@ -560,8 +614,44 @@ int effective_window(const AttentionArgs& a) {
   return a.window > 0 && a.window < a.max_kv ? int(a.window) : 0;
 }
 
+// MOESERVE_CUDA_ATTN_INVARIANT=0: decode-class forwards take the plan by
+// occupancy too (rows then differ in their last bits between batches).
+bool invariant_plans() {
+  static const bool on = [] {
+    const char* v = std::getenv("MOESERVE_CUDA_ATTN_INVARIANT");
+    return v == nullptr || std::string(v) != "0";
+  }();
+  return on;
+}
+
+// The batch-invariant plan (header): 1-warp CTAs, parts of
+// kInvariantChunkKeys keys, as many splits as fill the GPU with whole
+// parts. False when the forward is not decode-class or its partials do not
+// fit the workspace (a long context: the occupancy plan then).
+bool invariant_plan(const AttentionArgs& a, int sm_count, Plan& pl) {
+  if (!invariant_plans() || effective_window(a) > 0 || a.max_block_rows > kInvariantBlockRows) return false;
+  const int64_t group = a.n_head / a.n_head_kv, qrows = a.max_block_rows * group;
+  Plan v;
+  v.warps = 1;
+  v.q_tiles = int(ceil_div(qrows, 16));
+  v.n_ctas = a.n_blocks * v.q_tiles * a.n_head_kv;
+  const int64_t parts = ceil_div(a.max_kv, kInvariantChunkKeys);
+  const int64_t per_part = v.n_ctas * 16 * (a.head_dim + 2) * int64_t(sizeof(float));
+  if (parts > 1 && (a.workspace == nullptr || parts * per_part > int64_t(a.workspace_bytes))) return false;
+  const int64_t want = int64_t(sm_count) * ctas_per_sm(1);
+  const int64_t splits = std::clamp<int64_t>(want / v.n_ctas, 1, parts);
+  const int64_t per_split = ceil_div(parts, splits);
+  v.parts = int(parts);
+  v.part_keys = kInvariantChunkKeys;
+  v.chunk = int(per_split * kInvariantChunkKeys);
+  v.splits = int(ceil_div(parts, per_split));
+  pl = v;
+  return true;
+}
+
 Plan make_plan(const AttentionArgs& a, int sm_count) {
   Plan pl;
+  if (invariant_plan(a, sm_count, pl)) return pl;
   const int64_t group = a.n_head / a.n_head_kv, qrows = a.max_block_rows * group;
   pl.warps = qrows <= 16 ? 1 : qrows <= 32 ? 2 : 4;
   const int64_t qt = 16 * pl.warps, kt = key_tile(int(a.head_dim), pl.warps);
@@ -585,6 +675,7 @@ Plan make_plan(const AttentionArgs& a, int sm_count) {
   const int64_t chunk = ceil_div(ceil_div(span, splits), kt) * kt;
   pl.chunk = int(chunk);
   pl.splits = int(ceil_div(span, chunk));
+  pl.parts = pl.splits, pl.part_keys = pl.chunk;  // a partial per split
   return pl;
 }
 
@@ -638,7 +729,7 @@ template <int HD, int W>
 void launch(const Params& p, const Plan& pl, cudaStream_t stream) {
   const dim3 grid(unsigned(p.n_ctas / p.n_head_kv), unsigned(p.n_head_kv), unsigned(pl.splits));
   detail::launch(attention_kernel<HD, W>, grid, W * 32, 0, stream, p);
-  if (pl.splits > 1) {
+  if (pl.parts > 1) {
     const int qt = 16 * W;
     detail::launch(combine_kernel<HD>, unsigned(p.n_ctas * int64_t(qt)), kCombineWarps * 32, 0, stream, p,
                    qt);
@@ -700,15 +791,17 @@ Status attention(const AttentionArgs& a, cudaStream_t stream) {
   p.q_tiles = pl.q_tiles;
   p.splits = pl.splits;
   p.chunk = pl.chunk;
+  p.parts = pl.parts;
+  p.part_keys = pl.part_keys;
   p.max_kv = int(a.max_kv);
   p.window = effective_window(a);
   p.key_tile = key_tile(int(a.head_dim), pl.warps);
   p.n_ctas = int(pl.n_ctas);
   p.n_cta_x = int(pl.n_ctas / a.n_head_kv);
   p.scale_log2 = a.scale * 1.4426950408889634f;
-  if (pl.splits > 1) {
+  if (pl.parts > 1) {
     p.ws_o = a.workspace;
-    p.ws_ml = a.workspace + int64_t(pl.splits) * pl.n_ctas * 16 * pl.warps * a.head_dim;
+    p.ws_ml = a.workspace + int64_t(pl.parts) * pl.n_ctas * 16 * pl.warps * a.head_dim;
   }
   if (a.head_dim == 64) {
     launch_hd<64>(p, pl, stream);

@@ -93,7 +93,14 @@ class Problem {
     }
     if (c.page_rows > 0) page(k_tab, v_tab);
     n_rows_ = int64_t(row_seq_.size());
-    q_ = random_floats(size_t(n_rows_ * c.n_head * c.head_dim), seed + 1000);
+    // Each row's q from its (slot, position): the same row gets the same q
+    // in any batch (AttentionGpu.RowsAreBatchInvariantInDecodeClassForwards).
+    for (int64_t r = 0; r < n_rows_; ++r) {
+      const std::vector<float> qr =
+          random_floats(size_t(c.n_head * c.head_dim),
+                        seed + 1000 + 7919u * uint32_t(row_seq_[size_t(r)]) + uint32_t(row_pos_[size_t(r)]));
+      q_.insert(q_.end(), qr.begin(), qr.end());
+    }
     dq_ = std::make_unique<DeviceArray<float>>(q_);
     dout_ = std::make_unique<DeviceArray<float>>(q_.size());
     dseq_ = std::make_unique<DeviceArray<int32_t>>(row_seq_);
@@ -393,6 +400,61 @@ void run_paged(Case c, uint32_t seed, int64_t page_rows) {
   for (size_t i = 0; i < got.size(); ++i) {
     ASSERT_EQ(std::bit_cast<uint32_t>(got[i]), std::bit_cast<uint32_t>(want[i]))
         << "element " << i << " (blocks of " << page_rows << ")";
+  }
+}
+
+// What one row of (slot 0, pos) gives in a forward of `c`'s batch, with
+// max_kv rounded up to 256 as the CUDA backend does.
+std::vector<float> row_output(const Case& c, uint32_t seed, int64_t pos) {
+  Problem pb(c, seed);
+  const int64_t max_kv = (pb.max_kv() + 255) / 256 * 256;
+  const cuda::AttentionArgs a = pb.args(max_kv);
+  pb.out().poison();
+  const Status st = cuda::attention(a, nullptr);
+  EXPECT_TRUE(st.is_ok()) << st.to_string();
+  EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  const std::vector<float> out = pb.out().download();
+  const std::vector<int32_t>& positions = pb.host_positions();
+  const size_t width = size_t(c.n_head * c.head_dim);
+  for (size_t r = 0; r < positions.size(); ++r) {
+    if (c.seqs[0].slot == 0 && positions[r] == pos && r < size_t(c.seqs[0].n_new))
+      return std::vector<float>(out.begin() + r * width, out.begin() + (r + 1) * width);
+  }
+  ADD_FAILURE() << "no row at position " << pos;
+  return {};
+}
+
+// Speculative decoding verifies a draft of n tokens in one forward and must
+// give each row what plain decoding's one-row forward gives it, bit for
+// bit: a row of a 16-row chain block (the verify), alone (decode), and
+// beside other sequences (batched decode: other splits) are equal, across
+// the 256-key parts too (rows at 250.. see one part or two).
+TEST(AttentionGpu, RowsAreBatchInvariantInDecodeClassForwards) {
+  MOESERVE_REQUIRE_GPU();
+  struct Shape {
+    int64_t n_head, n_head_kv, head_dim;
+  };
+  for (const Shape& sh : {Shape{32, 4, 128}, Shape{16, 16, 64}, Shape{12, 4, 64}}) {
+    for (int64_t p0 : {int64_t(3), int64_t(250), int64_t(700)}) {
+      const uint32_t seed = 90 + uint32_t(p0);
+      const Case verify{sh.n_head, sh.n_head_kv, sh.head_dim, 16, {{0, p0, 16}}};
+      for (int64_t i : {int64_t(0), int64_t(5), int64_t(15)}) {
+        const std::vector<float> in_verify = row_output(verify, seed, p0 + i);
+        const Case alone{sh.n_head, sh.n_head_kv, sh.head_dim, 1, {{0, p0 + i, 1}}};
+        const Case batched{
+            sh.n_head, sh.n_head_kv, sh.head_dim, 1, {{0, p0 + i, 1}, {1, 299, 1}, {2, 2999, 1}}};
+        for (const Case* c : {&alone, &batched}) {
+          const std::vector<float> got = row_output(*c, seed, p0 + i);
+          ASSERT_EQ(got.size(), in_verify.size());
+          for (size_t e = 0; e < got.size(); ++e) {
+            ASSERT_EQ(std::bit_cast<uint32_t>(got[e]), std::bit_cast<uint32_t>(in_verify[e]))
+                << "head_dim " << sh.head_dim << ", group " << sh.n_head / sh.n_head_kv << ": row at "
+                << p0 + i << (c == &alone ? " alone" : " batched")
+                << " differs from the verify block's, element " << e;
+          }
+        }
+      }
+    }
   }
 }
 
