@@ -592,8 +592,9 @@ Status CudaOps::attention(const AttentionOpArgs& a) {
   c.max_block_rows = max_block_rows_;
   c.max_kv = max_kv_;
   c.window = a.window;
-  // Split-key partial results of decode (one wave of CTAs at most).
-  const size_t ws_bytes = cuda::attention_workspace_bytes(a.head_dim);
+  // Split-key partial results of decode (one wave of CTAs at most, or every
+  // 256-key part of a decode-class forward's rows: attention.cu).
+  const size_t ws_bytes = cuda::attention_workspace_bytes(c);
   MOESERVE_ASSIGN_OR_RETURN(void* ws, attention_mem_.get(ws_bytes, "workspace (attention)"));
   c.workspace = static_cast<float*>(ws);
   c.workspace_bytes = ws_bytes;

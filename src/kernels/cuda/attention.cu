@@ -628,16 +628,33 @@ bool invariant_plans() {
 // kInvariantChunkKeys keys, as many splits as fill the GPU with whole
 // parts. False when the forward is not decode-class or its partials do not
 // fit the workspace (a long context: the occupancy plan then).
+bool decode_class(const AttentionArgs& a) {
+  return invariant_plans() && effective_window(a) == 0 && a.max_block_rows <= kInvariantBlockRows &&
+         a.n_blocks > 0 && a.n_head_kv > 0;
+}
+
+// CTAs per split of the batch-invariant plan, and the workspace its
+// partials take (0 when a row's keys fit one part).
+int64_t invariant_ctas(const AttentionArgs& a) {
+  return a.n_blocks * ceil_div(a.max_block_rows * (a.n_head / a.n_head_kv), 16) * a.n_head_kv;
+}
+int64_t invariant_bytes(const AttentionArgs& a) {
+  const int64_t parts = ceil_div(a.max_kv, kInvariantChunkKeys);
+  if (parts <= 1) return 0;
+  return parts * invariant_ctas(a) * 16 * (a.head_dim + 2) * int64_t(sizeof(float));
+}
+constexpr int64_t kMaxInvariantBytes = int64_t(512) << 20;
+
 bool invariant_plan(const AttentionArgs& a, int sm_count, Plan& pl) {
-  if (!invariant_plans() || effective_window(a) > 0 || a.max_block_rows > kInvariantBlockRows) return false;
+  if (!decode_class(a)) return false;
   const int64_t group = a.n_head / a.n_head_kv, qrows = a.max_block_rows * group;
   Plan v;
   v.warps = 1;
   v.q_tiles = int(ceil_div(qrows, 16));
-  v.n_ctas = a.n_blocks * v.q_tiles * a.n_head_kv;
+  v.n_ctas = invariant_ctas(a);
   const int64_t parts = ceil_div(a.max_kv, kInvariantChunkKeys);
-  const int64_t per_part = v.n_ctas * 16 * (a.head_dim + 2) * int64_t(sizeof(float));
-  if (parts > 1 && (a.workspace == nullptr || parts * per_part > int64_t(a.workspace_bytes))) return false;
+  const int64_t need = invariant_bytes(a);
+  if (need > 0 && (a.workspace == nullptr || need > int64_t(a.workspace_bytes))) return false;
   const int64_t want = int64_t(sm_count) * ctas_per_sm(1);
   const int64_t splits = std::clamp<int64_t>(want / v.n_ctas, 1, parts);
   const int64_t per_split = ceil_div(parts, splits);
@@ -758,6 +775,13 @@ size_t attention_workspace_bytes(int64_t head_dim) {
   int sms = 0;
   if (!device_sm_count(&sms).is_ok()) return 0;
   return size_t(sms) * size_t(kMaxQueryRowsPerSm) * size_t(head_dim + 2) * sizeof(float);
+}
+
+size_t attention_workspace_bytes(const AttentionArgs& a) {
+  const size_t base = attention_workspace_bytes(a.head_dim);
+  if (base == 0 || !decode_class(a) || a.max_kv < 1) return base;
+  const int64_t need = invariant_bytes(a);
+  return need <= kMaxInvariantBytes ? std::max(base, size_t(need)) : base;
 }
 
 Status attention(const AttentionArgs& a, cudaStream_t stream) {

@@ -178,5 +178,12 @@ Status attention_generic(const AttentionArgs& a, cudaStream_t stream);
 // count (~9 MB for head_dim 128 on 132 SMs), so one allocation made before
 // capturing graphs serves every batch. 0 for unsupported head_dim.
 size_t attention_workspace_bytes(int64_t head_dim);
+// The workspace bytes attention(a) can use (a's workspace fields ignored):
+// the above, or more for a decode-class forward whose batch-invariant plan
+// keeps a partial per 256 keys of every query row (a verify of 16 rows at a
+// long context: tens of MB; capped at 512 MB, past which it takes the plan
+// by occupancy). Bigger only when max_kv grows, so a caller that grows its
+// buffer to this before a graph is captured keeps its graphs.
+size_t attention_workspace_bytes(const AttentionArgs& a);
 
 }  // namespace moeserve::cuda

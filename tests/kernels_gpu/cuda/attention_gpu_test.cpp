@@ -142,6 +142,11 @@ class Problem {
     return a;
   }
   int64_t max_kv() const { return max_kv_; }
+  // A workspace of `bytes` instead (what attention_workspace_bytes(args) asks for).
+  void use_workspace(size_t bytes) {
+    ws_bytes_ = bytes;
+    ws_ = std::make_unique<DeviceArray<float>>((bytes + sizeof(float) - 1) / sizeof(float));
+  }
   DeviceArray<float>& out() { return *dout_; }
   DeviceArray<int32_t>& positions() { return *dpos_; }
   std::vector<int32_t>& host_positions() { return row_pos_; }
@@ -408,7 +413,12 @@ void run_paged(Case c, uint32_t seed, int64_t page_rows) {
 std::vector<float> row_output(const Case& c, uint32_t seed, int64_t pos) {
   Problem pb(c, seed);
   const int64_t max_kv = (pb.max_kv() + 255) / 256 * 256;
-  const cuda::AttentionArgs a = pb.args(max_kv);
+  cuda::AttentionArgs a = pb.args(max_kv);
+  // As the CUDA backend does: the workspace grows to what the forward can use.
+  if (const size_t need = cuda::attention_workspace_bytes(a); need > a.workspace_bytes) {
+    pb.use_workspace(need);
+    a = pb.args(max_kv);
+  }
   pb.out().poison();
   const Status st = cuda::attention(a, nullptr);
   EXPECT_TRUE(st.is_ok()) << st.to_string();
@@ -428,14 +438,15 @@ std::vector<float> row_output(const Case& c, uint32_t seed, int64_t pos) {
 // give each row what plain decoding's one-row forward gives it, bit for
 // bit: a row of a 16-row chain block (the verify), alone (decode), and
 // beside other sequences (batched decode: other splits) are equal, across
-// the 256-key parts too (rows at 250.. see one part or two).
+// the 256-key parts too (rows at 250.. see one part or two), and at a
+// context whose parts outgrow the default workspace (9000: it grows).
 TEST(AttentionGpu, RowsAreBatchInvariantInDecodeClassForwards) {
   MOESERVE_REQUIRE_GPU();
   struct Shape {
     int64_t n_head, n_head_kv, head_dim;
   };
   for (const Shape& sh : {Shape{32, 4, 128}, Shape{16, 16, 64}, Shape{12, 4, 64}}) {
-    for (int64_t p0 : {int64_t(3), int64_t(250), int64_t(700)}) {
+    for (int64_t p0 : {int64_t(3), int64_t(250), int64_t(700), int64_t(9000)}) {
       const uint32_t seed = 90 + uint32_t(p0);
       const Case verify{sh.n_head, sh.n_head_kv, sh.head_dim, 16, {{0, p0, 16}}};
       for (int64_t i : {int64_t(0), int64_t(5), int64_t(15)}) {
