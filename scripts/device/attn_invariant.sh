@@ -16,9 +16,14 @@ if [ "${1:-build}" = build ]; then
   scripts/device/build.sh build-gpu 90a moeserve test_kernels_gpu > "$out/build_attn.log" 2>&1 \
     || { grep -E 'error|FAILED' -A3 "$out/build_attn.log" | head -30; exit 1; }
 fi
-build-gpu/tests/kernels_gpu/test_kernels_gpu --gtest_filter='Attention*:TreeAttention*' > "$out/attention_gpu.log" 2>&1
-echo "attention tests: $(grep -E '^\[  (PASSED|FAILED)' "$out/attention_gpu.log" | tr '\n' ' ')"
-grep -E '^\[  FAILED|Failure' -A6 "$out/attention_gpu.log" | head -30
+# The plans by occupancy keep their own run (the switch is read once a process).
+for v in MOESERVE_DEFAULTS=1 MOESERVE_CUDA_ATTN_INVARIANT=0; do
+  skip=; [ "$v" = MOESERVE_DEFAULTS=1 ] || skip=':-*BatchInvariant*'  # the invariance is what =0 gives up
+  env $v build-gpu/tests/kernels_gpu/test_kernels_gpu --gtest_filter="Attention*:TreeAttention*$skip" \
+    > "$out/attention_gpu_${v%%=*}.log" 2>&1
+  echo "attention tests, $v: $(grep -E '^\[  (PASSED|FAILED)' "$out/attention_gpu_${v%%=*}.log" | tr '\n' ' ')"
+  grep -E '^\[  FAILED|Failure' -A6 "$out/attention_gpu_${v%%=*}.log" | head -30
+done
 for m in ${MODELS:-"small:q4_k_m 30b-a3b:q4_k_m"}; do
   preset=${m%%:*} type=${m##*:}
   f=/tmp/ab-$preset.$type.gguf

@@ -593,9 +593,16 @@ Status CudaOps::attention(const AttentionOpArgs& a) {
   c.max_kv = max_kv_;
   c.window = a.window;
   // Split-key partial results of decode (one wave of CTAs at most, or every
-  // 256-key part of a decode-class forward's rows: attention.cu).
-  const size_t ws_bytes = cuda::attention_workspace_bytes(c);
-  MOESERVE_ASSIGN_OR_RETURN(void* ws, attention_mem_.get(ws_bytes, "workspace (attention)"));
+  // 128-key part of a decode-class forward's rows: attention.cu). When the
+  // larger one cannot be had, the base size: attention() then takes the
+  // plan by occupancy (rows lose batch invariance, nothing fails).
+  size_t ws_bytes = cuda::attention_workspace_bytes(c);
+  Result<void*> got = attention_mem_.get(ws_bytes, "workspace (attention)");
+  if (!got.is_ok() && ws_bytes > cuda::attention_workspace_bytes(a.head_dim)) {
+    ws_bytes = cuda::attention_workspace_bytes(a.head_dim);
+    got = attention_mem_.get(ws_bytes, "workspace (attention)");
+  }
+  MOESERVE_ASSIGN_OR_RETURN(void* ws, std::move(got));
   c.workspace = static_cast<float*>(ws);
   c.workspace_bytes = ws_bytes;
   return cuda::attention(c, stream_);

@@ -60,8 +60,13 @@ namespace {
 constexpr int stages_for(int warps) { return warps == 1 ? 4 : 2; }
 constexpr int key_tile(int head_dim, int warps) { return 8192 / head_dim / stages_for(warps); }
 constexpr int kMaxSplits = 64;
-constexpr int kMinTilesPerSplit = 4;      // a split below this is mostly pipeline fill
-constexpr int kInvariantChunkKeys = 256;  // a multiple of every 1-warp key tile
+constexpr int kMinTilesPerSplit = 4;  // a split below this is mostly pipeline fill
+// Parts of the batch-invariant plans: 4 key tiles of head_dim 64's 1-warp
+// CTAs, 8 of 128's. Smaller parts split a long row over more CTAs (decode
+// latency) but take more workspace and combine reads.
+constexpr int kInvariantChunkKeys = 128;
+static_assert(kInvariantChunkKeys % key_tile(64, 1) == 0 && kInvariantChunkKeys % key_tile(128, 1) == 0,
+              "a part is whole key tiles");
 constexpr int64_t kInvariantBlockRows = 32;
 // Resident CTAs per SM we plan for, by warps per CTA (1, 2, 4): shared
 // memory bounds the small ones (6 x 32 KB), registers (~200 a thread) the
@@ -483,9 +488,11 @@ __global__ void __launch_bounds__(W * 32) attention_kernel(const Params p) {
   }
   cp_async_wait<0>();  // no copy may outlive the CTA's shared memory
   if (p.parts > 1) {
-    // The split's last (or only) part.
+    // The split's last (or only) part: split z's own slot when a split is
+    // one part (the plans by occupancy), else the part its last tile is in.
     const int last_key = n_tiles > 0 ? kb + (n_tiles - 1) * T::KT : kb;
-    write_partial<HD, W>(st, p, qr, (last_key - kr.base) / p.part_keys, cta, kvh, warp, gq, tq);
+    const int part = p.part_keys == p.chunk ? z : (last_key - kr.base) / p.part_keys;
+    write_partial<HD, W>(st, p, qr, part, cta, kvh, warp, gq, tq);
     return;
   }
 
@@ -502,7 +509,9 @@ __global__ void __launch_bounds__(W * 32) attention_kernel(const Params p) {
     float* dst = p.out + (qr[r].row * p.n_head + qr[r].head) * HD + 2 * tq;
 #pragma unroll
     for (int n = 0; n < HD / 8; ++n) {
-      *reinterpret_cast<float2*>(dst + n * 8) = make_float2(st.o[n][2 * r] * inv, st.o[n][2 * r + 1] * inv);
+      // (+0 first, as the combine's sums: a -0 output comes out +0 both ways.)
+      *reinterpret_cast<float2*>(dst + n * 8) =
+          make_float2((st.o[n][2 * r] + 0.0f) * inv, (st.o[n][2 * r + 1] + 0.0f) * inv);
     }
   }
 }

@@ -180,7 +180,7 @@ Status attention_generic(const AttentionArgs& a, cudaStream_t stream);
 size_t attention_workspace_bytes(int64_t head_dim);
 // The workspace bytes attention(a) can use (a's workspace fields ignored):
 // the above, or more for a decode-class forward whose batch-invariant plan
-// keeps a partial per 256 keys of every query row (a verify of 16 rows at a
+// keeps a partial per 128 keys of every query row (a verify of 16 rows at a
 // long context: tens of MB; capped at 512 MB, past which it takes the plan
 // by occupancy). Bigger only when max_kv grows, so a caller that grows its
 // buffer to this before a graph is captured keeps its graphs.

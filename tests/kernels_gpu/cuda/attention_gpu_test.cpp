@@ -427,8 +427,13 @@ std::vector<float> row_output(const Case& c, uint32_t seed, int64_t pos) {
   const std::vector<int32_t>& positions = pb.host_positions();
   const size_t width = size_t(c.n_head * c.head_dim);
   for (size_t r = 0; r < positions.size(); ++r) {
-    if (c.seqs[0].slot == 0 && positions[r] == pos && r < size_t(c.seqs[0].n_new))
-      return std::vector<float>(out.begin() + r * width, out.begin() + (r + 1) * width);
+    if (c.seqs[0].slot == 0 && positions[r] == pos && r < size_t(c.seqs[0].n_new)) {
+      std::vector<float> row(out.begin() + r * width, out.begin() + (r + 1) * width);
+      // Written, and a value (the outputs were poisoned with NaN first).
+      EXPECT_TRUE(std::all_of(row.begin(), row.end(), [](float v) { return std::isfinite(v); }))
+          << "row at " << pos << " was not written";
+      return row;
+    }
   }
   ADD_FAILURE() << "no row at position " << pos;
   return {};
@@ -438,8 +443,9 @@ std::vector<float> row_output(const Case& c, uint32_t seed, int64_t pos) {
 // give each row what plain decoding's one-row forward gives it, bit for
 // bit: a row of a 16-row chain block (the verify), alone (decode), and
 // beside other sequences (batched decode: other splits) are equal, across
-// the 256-key parts too (rows at 250.. see one part or two), and at a
-// context whose parts outgrow the default workspace (9000: it grows).
+// the 128-key parts too (rows at 250..265 see two parts or three; 256
+// starts the third), and at a context whose parts outgrow the default
+// workspace (9000: it grows).
 TEST(AttentionGpu, RowsAreBatchInvariantInDecodeClassForwards) {
   MOESERVE_REQUIRE_GPU();
   struct Shape {
@@ -449,7 +455,7 @@ TEST(AttentionGpu, RowsAreBatchInvariantInDecodeClassForwards) {
     for (int64_t p0 : {int64_t(3), int64_t(250), int64_t(700), int64_t(9000)}) {
       const uint32_t seed = 90 + uint32_t(p0);
       const Case verify{sh.n_head, sh.n_head_kv, sh.head_dim, 16, {{0, p0, 16}}};
-      for (int64_t i : {int64_t(0), int64_t(5), int64_t(15)}) {
+      for (int64_t i : {int64_t(0), int64_t(5), int64_t(6), int64_t(15)}) {
         const std::vector<float> in_verify = row_output(verify, seed, p0 + i);
         const Case alone{sh.n_head, sh.n_head_kv, sh.head_dim, 1, {{0, p0 + i, 1}}};
         const Case batched{
