@@ -24,15 +24,15 @@ for v in MOESERVE_DEFAULTS=1 MOESERVE_CUDA_ATTN_INVARIANT=0; do
   echo "attention tests, $v: $(grep -E '^\[  (PASSED|FAILED)' "$out/attention_gpu_${v%%=*}.log" | tr '\n' ' ')"
   grep -E '^\[  FAILED|Failure' -A6 "$out/attention_gpu_${v%%=*}.log" | head -30
 done
-for m in ${MODELS:-"small:q4_k_m 30b-a3b:q4_k_m"}; do
+for m in ${MODELS:-small:q4_k_m 30b-a3b:q4_k_m}; do  # unquoted: one word per model
   preset=${m%%:*} type=${m##*:}
   f=/tmp/ab-$preset.$type.gguf
   [ -f $f ] || $bin make-model --arch qwen3moe --preset $preset --layers 8 --type $type --quick-quant \
     --router-skew 0 -o $f --no-progress > /dev/null 2>&1
   for v in MOESERVE_CUDA_ATTN_INVARIANT=0 MOESERVE_DEFAULTS=1; do
     echo "== $preset $type (8 layers), $v"
-    env $v $bin bench -m $f -p 512 -n 64 -r 2 --device cuda --spec ngram --spec-fixed --spec-max 15 2>&1 \
-      | grep -E 'tg64|pp512|^\| (ms|code|chat)|error' | tee -a "$out/attn_invariant.txt"
+    env $v $bin bench -m $f -p ${PROMPT:-512} -n 64 -r 2 --device cuda --spec ngram --spec-fixed --spec-max 15 2>&1 \
+      | grep -E 'tg64|pp[0-9]|^\| (ms|code|chat)|error' | tee -a "$out/attn_invariant.txt"
     env $v $bin bench -m $f -p 0 -n 64 -r 1 --device cuda --parallel 8,32 2>&1 | grep -E 'sequences|error' \
       | tee -a "$out/attn_invariant.txt"
   done
