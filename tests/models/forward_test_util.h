@@ -24,7 +24,8 @@ namespace moeserve::testing {
 inline std::string tiny_model_path(convert::ModelArch arch, const std::function<void(GgufWriter&)>& edit = {},
                                    convert::FileType type = convert::FileType::kF32) {
   namespace fs = std::filesystem;
-  const fs::path& dir = process_temp_dir("forward_test");
+  const fs::path dir =
+      process_temp_dir("forward_test");  // a copy: GCC 13 takes the reference for a dangling one
   static int counter = 0;
   const std::string path =
       (dir / (std::string(convert::arch_name(arch)) + std::to_string(counter++) + ".gguf")).string();

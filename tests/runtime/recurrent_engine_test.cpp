@@ -23,7 +23,8 @@ namespace {
 namespace fs = std::filesystem;
 
 std::unique_ptr<Model> load_tiny_qwen35moe() {
-  const fs::path& dir = testing::process_temp_dir("recurrent_engine_test");
+  const fs::path dir =
+      testing::process_temp_dir("recurrent_engine_test");  // a copy (see forward_test_util.h)
   const std::string path = (dir / "qwen35moe.gguf").string();
   convert::MakeModelOptions o;
   o.shape = convert::model_preset(convert::ModelArch::kQwen35Moe, "tiny").value();
