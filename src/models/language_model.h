@@ -51,8 +51,10 @@ struct ForwardBatch {
   // selections in this forward are added (routing statistics; slower on a
   // GPU, which then reads them back layer by layer).
   std::span<int64_t> expert_counts;
-  // Rows [0, decode_rows) are sequences' next tokens (decode), the rest
-  // prompt chunks; only routing statistics read it.
+  // Rows [0, decode_rows) are sequences' next tokens (decode and verify
+  // rows), the rest prompt chunks: routing statistics count them apart, and
+  // a GPU runs them apart through the kernels that choose by row count (so
+  // the decode rows' bits do not depend on the chunks beside them).
   int64_t decode_rows = 0;
   // Optional: every row's hidden state after these layers (ascending ids;
   // the residual stream a layer hands the next, before any final norm), for

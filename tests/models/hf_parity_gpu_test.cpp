@@ -15,6 +15,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <numeric>
 #include <string>
 #include <vector>
 
@@ -31,11 +32,11 @@ using testing::FixturePrompt;
 constexpr float kTieMargin = 0.02f;
 constexpr int kGreedyTokens = 64;
 
-std::string data_path(const std::string& name) { return std::string(MOESERVE_TEST_DATA_DIR) + "/models/" + name; }
-
-int32_t argmax(std::span<const float> x) {
-  return int32_t(std::max_element(x.begin(), x.end()) - x.begin());
+std::string data_path(const std::string& name) {
+  return std::string(MOESERVE_TEST_DATA_DIR) + "/models/" + name;
 }
+
+int32_t argmax(std::span<const float> x) { return int32_t(std::max_element(x.begin(), x.end()) - x.begin()); }
 
 struct GpuCase {
   const char* gguf;
@@ -55,9 +56,11 @@ std::unique_ptr<Engine> gpu_engine(const std::string& path, std::string* why) {
 std::vector<int32_t> greedy(Engine& e, const std::vector<int32_t>& ids, std::vector<float>* prefill_logits) {
   const size_t V = size_t(e.n_vocab());
   *prefill_logits = e.forward(ids, 0, 512);
-  std::vector<int32_t> out = {argmax(std::span<const float>(prefill_logits->data() + (ids.size() - 1) * V, V))};
+  std::vector<int32_t> out = {
+      argmax(std::span<const float>(prefill_logits->data() + (ids.size() - 1) * V, V))};
   int64_t pos = int64_t(ids.size());
-  while (int(out.size()) < kGreedyTokens) out.push_back(argmax(e.forward(std::span<const int32_t>(&out.back(), 1), pos++, 1)));
+  while (int(out.size()) < kGreedyTokens)
+    out.push_back(argmax(e.forward(std::span<const int32_t>(&out.back(), 1), pos++, 1)));
   return out;
 }
 
@@ -84,7 +87,8 @@ TEST_P(HfParityGpu, MatchesTransformersAndTheCpu) {
       ++positions;
       if (p.top1_margins[t] < kTieMargin) {
         ++near_ties;
-        EXPECT_TRUE(argmax(row) == p.top_ids[t][0] || argmax(row) == p.top_ids[t][1]) << "near-tie position " << t;
+        EXPECT_TRUE(argmax(row) == p.top_ids[t][0] || argmax(row) == p.top_ids[t][1])
+            << "near-tie position " << t;
       } else {
         EXPECT_EQ(argmax(row), p.top_ids[t][0]) << "position " << t;
       }
@@ -92,9 +96,11 @@ TEST_P(HfParityGpu, MatchesTransformersAndTheCpu) {
         max_diff = std::max(max_diff, std::abs(double(row[size_t(p.top_ids[t][j])]) - p.top_logits[t][j]));
       }
     }
-    for (size_t i = 0; i < logits.size(); ++i) max_cpu_diff = std::max(max_cpu_diff, double(std::abs(logits[i] - cpu_logits[i])));
+    for (size_t i = 0; i < logits.size(); ++i)
+      max_cpu_diff = std::max(max_cpu_diff, double(std::abs(logits[i] - cpu_logits[i])));
     const float* last = logits.data() + (p.ids.size() - 1) * V;
-    for (size_t i = 0; i < V; ++i) max_diff = std::max(max_diff, std::abs(double(last[i]) - p.last_logits[i]));
+    for (size_t i = 0; i < V; ++i)
+      max_diff = std::max(max_diff, std::abs(double(last[i]) - p.last_logits[i]));
     greedy_same_as_hf += g == p.greedy_ids;
     // GPU and CPU greedy agree, or part where HF itself had a near-tie.
     size_t first = 0;
@@ -105,14 +111,16 @@ TEST_P(HfParityGpu, MatchesTransformersAndTheCpu) {
       const bool tie = first < p.greedy_top1_margins.size() && p.greedy_top1_margins[first] < kTieMargin &&
                        std::equal(g.begin(), g.begin() + long(first), p.greedy_ids.begin());
       EXPECT_TRUE(tie) << "GPU and CPU greedy differ at step " << first << " (HF margin there "
-                       << (first < p.greedy_top1_margins.size() ? p.greedy_top1_margins[first] : -1.0f) << ")";
+                       << (first < p.greedy_top1_margins.size() ? p.greedy_top1_margins[first] : -1.0f)
+                       << ")";
       explained += tie;
     }
   }
-  std::printf("[ parity-gpu ] %s: %d positions (%d near-ties), max |dlogit| vs HF %.4g, vs CPU %.4g; greedy: %zu/%zu "
-              "prompts equal HF, %d equal the CPU, %d differ at an HF near-tie\n",
-              f->model.c_str(), positions, near_ties, max_diff, max_cpu_diff, size_t(greedy_same_as_hf),
-              f->prompts.size(), greedy_same_as_cpu, explained);
+  std::printf(
+      "[ parity-gpu ] %s: %d positions (%d near-ties), max |dlogit| vs HF %.4g, vs CPU %.4g; greedy: %zu/%zu "
+      "prompts equal HF, %d equal the CPU, %d differ at an HF near-tie\n",
+      f->model.c_str(), positions, near_ties, max_diff, max_cpu_diff, size_t(greedy_same_as_hf),
+      f->prompts.size(), greedy_same_as_cpu, explained);
   EXPECT_LT(max_diff, GetParam().max_logit_diff);
 }
 
@@ -162,17 +170,91 @@ TEST_P(HfParityGpu, BatchedDecodeRowsEqualSoloRows) {
   b.logits = got.data();
   ASSERT_TRUE(solo->net->forward(b, *solo->ws).is_ok());
   for (size_t i = 0; i < 3; ++i) {
-    for (size_t j = 0; j < V; ++j) ASSERT_EQ(got[i * V + j], want[i][j]) << "sequence " << i << ", logit " << j;
+    for (size_t j = 0; j < V; ++j)
+      ASSERT_EQ(got[i * V + j], want[i][j]) << "sequence " << i << ", logit " << j;
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(TinyModels, HfParityGpu,
-                         ::testing::Values(GpuCase{"qwen3moe-tiny.bf16.gguf", "fixtures_qwen3moe.json", 0.03f},
-                                           GpuCase{"qwen3-tiny.bf16.gguf", "fixtures_qwen3.json", 0.04f},
-                                           GpuCase{"qwen35moe-tiny.bf16.gguf", "fixtures_qwen35moe.json", 0.04f},
-                                           GpuCase{"qwen35-tiny.bf16.gguf", "fixtures_qwen35.json", 0.04f},
-                                           GpuCase{"laguna-tiny.bf16.gguf", "fixtures_laguna.json", 0.04f}),
+// Decode and verify rows beside another sequence's prompt chunk in one
+// forward (the batch engine's mixed steps) equal the same rows run alone,
+// bit for bit: the GPU runs a mixed forward's decode rows apart through the
+// kernels that choose their arithmetic by row count (dense products:
+// matrix x vector up to 16 rows, GEMM above; attention: the batch-invariant
+// plans for blocks of up to 32 rows). Dense models only: BF16 experts take
+// grouped prefill kernels that round differently from decode's (K-quant
+// experts are exact either way, gemm_kq).
+class MixedForwardGpu : public ::testing::TestWithParam<GpuCase> {};
+
+TEST_P(MixedForwardGpu, DecodeRowsBesideAPromptChunkEqualSoloRows) {
+  std::string why;
+  auto e = gpu_engine(data_path(GetParam().gguf), &why);
+  if (e == nullptr) GTEST_SKIP() << why;
+  const std::optional<Fixture> f = testing::load_fixture(data_path(GetParam().fixture));
+  ASSERT_TRUE(f.has_value() && f->prompts.size() >= 2);
+  const FixturePrompt& a = f->prompts[0];
+  ASSERT_GE(a.greedy_ids.size(), 4u);
+  std::vector<int32_t> chunk;  // the other sequence's prompt: more than 32 rows
+  while (chunk.size() < 40) chunk.insert(chunk.end(), f->prompts[1].ids.begin(), f->prompts[1].ids.end());
+  const size_t V = size_t(e->n_vocab());
+  auto cache = [&] {
+    auto kv = runtime::KvCache::allocate(e->net->placement(), e->net->info(), parity::kParityContext);
+    EXPECT_TRUE(kv.is_ok());
+    return std::move(kv).value();
+  };
+  const int64_t pos = int64_t(a.ids.size());
+  for (const int64_t n : {int64_t(1), int64_t(3)}) {  // a decode row, a verify of 3
+    // Two copies of the prompt's cache (a recurrent state moves on with
+    // each forward), and the other sequence's.
+    runtime::KvCache kv_solo = cache(), kv_a = cache(), kv_b = cache();
+    for (runtime::KvCache* kv : {&kv_solo, &kv_a}) {
+      ForwardBatch prefill;
+      prefill.tokens = a.ids;
+      prefill.kv = kv->view();
+      ASSERT_TRUE(e->net->forward(prefill, *e->ws).is_ok());
+    }
+    const std::vector<int32_t> rows_a(a.greedy_ids.begin(), a.greedy_ids.begin() + n);
+    std::vector<int64_t> logit_rows(static_cast<size_t>(n));
+    std::iota(logit_rows.begin(), logit_rows.end(), 0);
+    std::vector<float> want(size_t(n) * V), got(size_t(n + 1) * V);
+    const SequenceSlice solo_slice{0, n, pos, kv_solo.view()};
+    ForwardBatch solo;
+    solo.tokens = rows_a;
+    solo.sequences = std::span(&solo_slice, 1);
+    solo.logit_rows = logit_rows;
+    solo.logits = want.data();
+    solo.decode_rows = n;
+    ASSERT_TRUE(e->net->forward(solo, *e->ws).is_ok());
+    std::vector<int32_t> tokens = rows_a;
+    tokens.insert(tokens.end(), chunk.begin(), chunk.end());
+    const std::vector<SequenceSlice> slices = {{0, n, pos, kv_a.view()},
+                                               {n, int64_t(chunk.size()), 0, kv_b.view()}};
+    logit_rows.push_back(int64_t(tokens.size()) - 1);
+    ForwardBatch mixed;
+    mixed.tokens = tokens;
+    mixed.sequences = slices;
+    mixed.logit_rows = logit_rows;
+    mixed.logits = got.data();
+    mixed.decode_rows = n;
+    ASSERT_TRUE(e->net->forward(mixed, *e->ws).is_ok());
+    for (size_t i = 0; i < size_t(n) * V; ++i) {
+      ASSERT_EQ(got[i], want[i]) << n << " decode rows: row " << i / V << ", logit " << i % V;
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(DenseTinyModels, MixedForwardGpu,
+                         ::testing::Values(GpuCase{"qwen3-tiny.bf16.gguf", "fixtures_qwen3.json", 0.04f},
+                                           GpuCase{"qwen35-tiny.bf16.gguf", "fixtures_qwen35.json", 0.04f}),
                          [](const auto& info) { return testing::fixture_stem(info.param.fixture); });
+
+INSTANTIATE_TEST_SUITE_P(
+    TinyModels, HfParityGpu,
+    ::testing::Values(GpuCase{"qwen3moe-tiny.bf16.gguf", "fixtures_qwen3moe.json", 0.03f},
+                      GpuCase{"qwen3-tiny.bf16.gguf", "fixtures_qwen3.json", 0.04f},
+                      GpuCase{"qwen35moe-tiny.bf16.gguf", "fixtures_qwen35moe.json", 0.04f},
+                      GpuCase{"qwen35-tiny.bf16.gguf", "fixtures_qwen35.json", 0.04f},
+                      GpuCase{"laguna-tiny.bf16.gguf", "fixtures_laguna.json", 0.04f}),
+    [](const auto& info) { return testing::fixture_stem(info.param.fixture); });
 
 }  // namespace
 }  // namespace moeserve::models

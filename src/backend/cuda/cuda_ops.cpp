@@ -74,6 +74,7 @@ Status CudaOps::begin_batch(const BatchLayout& layout) {
     }
   }
   n_blocks_ = int64_t(blocks.size());
+  plan_row_groups(blocks);
   const size_t rows_bytes = align_up(size_t(n_rows_) * sizeof(int32_t));
   const size_t table_bytes = align_up(size_t(n_seq_ * n_layer_) * sizeof(void*));
   const size_t block_bytes = align_up(blocks.size() * sizeof(cuda::QueryBlock));
@@ -169,6 +170,7 @@ Status CudaOps::begin_batch(const BatchLayout& layout) {
                           trees ? 1 : 0,
                           pages_per_seq_,
                           block_shift_,
+                          split_rows_,
                           0};
     segments_ = layout.graph_segments;
     segment_key_ = key;
@@ -437,83 +439,6 @@ Status CudaOps::rms_norm(const RmsNormArgs& a) {
   return cuda::rms_norm(c, stream_);
 }
 
-// Products whose rows must not depend on how the batch was cut: the router
-// (F32 weights: an expert choice flipping on a rounding difference changes
-// the token's whole FFN output) and, with MOESERVE_CUDA_GEMM=0, every
-// product. They run through the f32 matrix x vector kernels, 16 rows at a
-// time, so each row's result is the one decode would give.
-namespace {
-
-bool gemm_disabled() {
-  static const bool off = [] {
-    const char* v = std::getenv("MOESERVE_CUDA_GEMM");
-    return v != nullptr && std::string(v) == "0";
-  }();
-  return off;
-}
-bool exact_rows(DType w_type) { return gemm_disabled() || w_type == DType::F32; }
-
-// A group of decode products reading one input (q/k/v, a dense FFN's
-// gate/up) runs as one matvec_multi launch: the small k and v matrices alone
-// leave most of the GPU idle. Chosen by the group's shape only (never by
-// what else is in the batch), so a row's bits do not depend on the batch.
-// Not with MOESERVE_CUDA_GEMM=0, whose rows must equal prefill's matvec rows.
-// Large K-quant products take the integer kernel at every size instead
-// (matmul.h: integer_dense_decode), so a group with one goes product by product.
-bool shared_input_decode(std::span<const MatmulOp> group) {
-  if (group.size() < 2 || group.size() > 64 || gemm_disabled()) return false;
-  for (const MatmulOp& op : group) {
-    if (op.x != group[0].x || op.n_tokens != group[0].n_tokens || op.w->n_cols != group[0].w->n_cols ||
-        op.n_tokens > cuda::kMatvecMaxTokens ||
-        cuda::integer_dense_decode(op.w->type, op.w->n_rows, op.w->n_cols)) {
-      return false;
-    }
-  }
-  return true;
-}
-
-}  // namespace
-
-Status CudaOps::matmul(std::span<const MatmulOp> group) {
-  if (replaying()) return Status::ok();
-  if (shared_input_decode(group)) {
-    std::array<cuda::MatmulArgs, 64> args;
-    for (size_t i = 0; i < group.size(); ++i) {
-      const MatmulOp& op = group[i];
-      cuda::MatmulArgs& a = args[i];
-      a.w = op.w->data, a.w_type = op.w->type, a.n_rows = op.w->n_rows, a.n_cols = op.w->n_cols;
-      a.row_bytes = op.w->row_bytes, a.x = op.x, a.x_stride = op.w->n_cols, a.n_tokens = op.n_tokens;
-      a.y = op.y, a.y_stride = op.w->n_rows;
-    }
-    return cuda::matvec_multi(args.data(), int(group.size()), stream_);
-  }
-  for (const MatmulOp& op : group) {
-    cuda::MatmulArgs a;
-    a.w = op.w->data;
-    a.w_type = op.w->type;
-    a.n_rows = op.w->n_rows;
-    a.n_cols = op.w->n_cols;
-    a.row_bytes = op.w->row_bytes;
-    a.x = op.x;
-    a.x_stride = op.w->n_cols;
-    a.n_tokens = op.n_tokens;
-    a.y = op.y;
-    a.y_stride = op.w->n_rows;
-    if (op.n_tokens > cuda::kMatvecMaxTokens && exact_rows(a.w_type)) {
-      MOESERVE_RETURN_IF_ERROR(cuda::matvec_rows(a, stream_));
-      continue;
-    }
-    if (op.n_tokens > cuda::kMatvecMaxTokens || cuda::integer_dense_decode(a.w_type, a.n_rows, a.n_cols)) {
-      a.scratch_bytes = cuda::gemm_scratch_bytes(a.w_type, a.n_tokens, a.n_cols);
-      if (a.scratch_bytes > 0) {
-        MOESERVE_ASSIGN_OR_RETURN(a.scratch, q8_mem_.get(a.scratch_bytes, "workspace (gemm activations)"));
-      }
-    }
-    MOESERVE_RETURN_IF_ERROR(cuda::matmul(a, stream_));
-  }
-  return Status::ok();
-}
-
 Status CudaOps::gated_delta_net(const GatedDeltaNetArgs& a) {
   cuda::GdnArgs g;
   g.batch = {seq_rows_, row_seq_, state_tables_, n_seq_,       n_layer_,
@@ -565,47 +490,6 @@ Status CudaOps::qk_norm_rope_store(const QkNormRopeArgs& a) {
   c.kv = kv_tables();
   c.layer = a.layer;
   return cuda::qk_norm_rope_store(c, stream_);
-}
-
-Status CudaOps::attention(const AttentionOpArgs& a) {
-  if (replaying()) return Status::ok();
-  cuda::AttentionArgs c;
-  c.q = a.q;
-  c.out = a.out;
-  c.n_head = a.n_head;
-  c.n_head_kv = a.n_head_kv;
-  c.head_dim = a.head_dim;
-  c.scale = a.scale;
-  c.rows = {row_seq_, row_pos_, n_rows_, row_slot_, row_tree_};
-  if (a.whole_slice) {
-    // Each row attends as if it were its slice's last: to every key the slice stores.
-    if (row_tree_ != nullptr) {
-      return make_error(StatusCode::kInvalidArgument,
-                        "attention: whole-slice rows in a batch with draft trees");
-    }
-    c.rows.row_pos = row_end_pos_;
-  }
-  c.kv = kv_tables();
-  c.layer = a.layer;
-  c.blocks = blocks_;
-  c.n_blocks = n_blocks_;
-  c.max_block_rows = max_block_rows_;
-  c.max_kv = max_kv_;
-  c.window = a.window;
-  // Split-key partial results of decode (one wave of CTAs at most, or every
-  // 128-key part of a decode-class forward's rows: attention.cu). When the
-  // larger one cannot be had, the base size: attention() then takes the
-  // plan by occupancy (rows lose batch invariance, nothing fails).
-  size_t ws_bytes = cuda::attention_workspace_bytes(c);
-  Result<void*> got = attention_mem_.get(ws_bytes, "workspace (attention)");
-  if (!got.is_ok() && ws_bytes > cuda::attention_workspace_bytes(a.head_dim)) {
-    ws_bytes = cuda::attention_workspace_bytes(a.head_dim);
-    got = attention_mem_.get(ws_bytes, "workspace (attention)");
-  }
-  MOESERVE_ASSIGN_OR_RETURN(void* ws, std::move(got));
-  c.workspace = static_cast<float*>(ws);
-  c.workspace_bytes = ws_bytes;
-  return cuda::attention(c, stream_);
 }
 
 // The ids go up in the forward's graph; only their download is per step.

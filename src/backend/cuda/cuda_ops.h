@@ -192,7 +192,7 @@ class CudaOps final : public Ops {
  private:
   // The shape of a forward: what a captured graph's launches depend on.
   // (The last entry: the stretch of a layer split's forward, 0 from begin_batch.)
-  using GraphKey = std::array<int64_t, 11>;  // the last entry: a split's stretch
+  using GraphKey = std::array<int64_t, 12>;  // the last entry: a split's stretch
   enum class Mode { kEager, kCapture, kReplay };
   static constexpr size_t kMaxGraphs = 64;
   static bool graphs_enabled() {
@@ -242,6 +242,16 @@ class CudaOps final : public Ops {
   // This batch's layout on the device.
   int64_t decode_rows_ = 0;  // this forward's (BatchLayout::decode_rows): routing statistics
   int64_t n_rows_ = 0, n_blocks_ = 0, max_block_rows_ = 0, max_kv_ = 0, n_seq_ = 0, n_layer_ = 0;
+  // A mixed forward (decode rows first, then prompt chunks): products and
+  // attention, whose kernels choose their arithmetic by row count, run rows
+  // [0, split_rows_) apart, each group as a forward of its rows alone would,
+  // so a sequence's decode and verify rows do not change when a prompt
+  // chunk shares their step (cuda_ops_row_groups.cpp). 0: one group. The
+  // first n_decode_blocks_ query blocks are the decode rows'.
+  int64_t split_rows_ = 0, n_decode_blocks_ = 0, max_decode_block_rows_ = 0, max_prompt_block_rows_ = 0;
+  void plan_row_groups(std::span<const cuda::QueryBlock> blocks);
+  Status matmul_group(std::span<const MatmulOp> group);
+  Status attention_blocks(cuda::AttentionArgs c, int64_t head_dim);
   const int32_t* tokens_ = nullptr;
   const int32_t* row_seq_ = nullptr;
   const int32_t* row_pos_ = nullptr;
