@@ -15,11 +15,11 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
-#include <numeric>
 #include <string>
 #include <vector>
 
 #include "models/hf_fixtures.h"
+#include "models/mixed_rows.h"
 #include "models/parity_engine.h"
 
 namespace moeserve::models {
@@ -177,12 +177,12 @@ TEST_P(HfParityGpu, BatchedDecodeRowsEqualSoloRows) {
 
 // Decode and verify rows beside another sequence's prompt chunk in one
 // forward (the batch engine's mixed steps) equal the same rows run alone,
-// bit for bit: the GPU runs a mixed forward's decode rows apart through the
-// kernels that choose their arithmetic by row count (dense products:
-// matrix x vector up to 16 rows, GEMM above; attention: the batch-invariant
-// plans for blocks of up to 32 rows). Dense models only: BF16 experts take
-// grouped prefill kernels that round differently from decode's (K-quant
-// experts are exact either way, gemm_kq).
+// bit for bit (mixed_rows.h): the GPU runs a mixed forward's decode rows
+// apart through the kernels that choose their arithmetic by row count
+// (dense products: matrix x vector up to 16 rows, GEMM above; attention:
+// the batch-invariant plans for blocks of up to 32 rows). Dense models
+// only: BF16 experts take grouped prefill kernels that round differently
+// from decode's (K-quant experts are exact either way, gemm_kq).
 class MixedForwardGpu : public ::testing::TestWithParam<GpuCase> {};
 
 TEST_P(MixedForwardGpu, DecodeRowsBesideAPromptChunkEqualSoloRows) {
@@ -190,56 +190,8 @@ TEST_P(MixedForwardGpu, DecodeRowsBesideAPromptChunkEqualSoloRows) {
   auto e = gpu_engine(data_path(GetParam().gguf), &why);
   if (e == nullptr) GTEST_SKIP() << why;
   const std::optional<Fixture> f = testing::load_fixture(data_path(GetParam().fixture));
-  ASSERT_TRUE(f.has_value() && f->prompts.size() >= 2);
-  const FixturePrompt& a = f->prompts[0];
-  ASSERT_GE(a.greedy_ids.size(), 4u);
-  std::vector<int32_t> chunk;  // the other sequence's prompt: more than 32 rows
-  while (chunk.size() < 40) chunk.insert(chunk.end(), f->prompts[1].ids.begin(), f->prompts[1].ids.end());
-  const size_t V = size_t(e->n_vocab());
-  auto cache = [&] {
-    auto kv = runtime::KvCache::allocate(e->net->placement(), e->net->info(), parity::kParityContext);
-    EXPECT_TRUE(kv.is_ok());
-    return std::move(kv).value();
-  };
-  const int64_t pos = int64_t(a.ids.size());
-  for (const int64_t n : {int64_t(1), int64_t(3)}) {  // a decode row, a verify of 3
-    // Two copies of the prompt's cache (a recurrent state moves on with
-    // each forward), and the other sequence's.
-    runtime::KvCache kv_solo = cache(), kv_a = cache(), kv_b = cache();
-    for (runtime::KvCache* kv : {&kv_solo, &kv_a}) {
-      ForwardBatch prefill;
-      prefill.tokens = a.ids;
-      prefill.kv = kv->view();
-      ASSERT_TRUE(e->net->forward(prefill, *e->ws).is_ok());
-    }
-    const std::vector<int32_t> rows_a(a.greedy_ids.begin(), a.greedy_ids.begin() + n);
-    std::vector<int64_t> logit_rows(static_cast<size_t>(n));
-    std::iota(logit_rows.begin(), logit_rows.end(), 0);
-    std::vector<float> want(size_t(n) * V), got(size_t(n + 1) * V);
-    const SequenceSlice solo_slice{0, n, pos, kv_solo.view()};
-    ForwardBatch solo;
-    solo.tokens = rows_a;
-    solo.sequences = std::span(&solo_slice, 1);
-    solo.logit_rows = logit_rows;
-    solo.logits = want.data();
-    solo.decode_rows = n;
-    ASSERT_TRUE(e->net->forward(solo, *e->ws).is_ok());
-    std::vector<int32_t> tokens = rows_a;
-    tokens.insert(tokens.end(), chunk.begin(), chunk.end());
-    const std::vector<SequenceSlice> slices = {{0, n, pos, kv_a.view()},
-                                               {n, int64_t(chunk.size()), 0, kv_b.view()}};
-    logit_rows.push_back(int64_t(tokens.size()) - 1);
-    ForwardBatch mixed;
-    mixed.tokens = tokens;
-    mixed.sequences = slices;
-    mixed.logit_rows = logit_rows;
-    mixed.logits = got.data();
-    mixed.decode_rows = n;
-    ASSERT_TRUE(e->net->forward(mixed, *e->ws).is_ok());
-    for (size_t i = 0; i < size_t(n) * V; ++i) {
-      ASSERT_EQ(got[i], want[i]) << n << " decode rows: row " << i / V << ", logit " << i % V;
-    }
-  }
+  ASSERT_TRUE(f.has_value());
+  testing::expect_mixed_rows_equal_solo_rows(*e, *f);
 }
 
 INSTANTIATE_TEST_SUITE_P(DenseTinyModels, MixedForwardGpu,
