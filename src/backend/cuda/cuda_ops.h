@@ -250,6 +250,7 @@ class CudaOps final : public Ops {
   // first n_decode_blocks_ query blocks are the decode rows'.
   int64_t split_rows_ = 0, n_decode_blocks_ = 0, max_decode_block_rows_ = 0, max_prompt_block_rows_ = 0;
   void plan_row_groups(std::span<const cuda::QueryBlock> blocks);
+  Status matmul_rows(std::span<const MatmulOp> group);
   Status matmul_group(std::span<const MatmulOp> group);
   Status attention_blocks(cuda::AttentionArgs c, int64_t head_dim);
   const int32_t* tokens_ = nullptr;

@@ -9,6 +9,8 @@
 // (and speculative decoding's verify) does not depend on other requests'
 // arrivals. The price is a second launch per product and per attention
 // layer in mixed forwards only. MOESERVE_CUDA_ROW_GROUPS=0 turns it off.
+// MOESERVE_CUDA_MATVEC_ROWS=N (an A/B switch, not yet measured: off by
+// default) runs products of 17..N rows as 16-row matrix x vector launches.
 #include <algorithm>
 #include <array>
 #include <cstdlib>
@@ -137,6 +139,48 @@ void CudaOps::plan_row_groups(std::span<const cuda::QueryBlock> blocks) {
   split_rows_ = decode_rows_;
 }
 
+namespace {
+
+// Rows [t0, t0 + n) of every product of a group.
+std::vector<MatmulOp> rows_of(std::span<const MatmulOp> group, int64_t t0, int64_t n) {
+  std::vector<MatmulOp> part(group.begin(), group.end());
+  for (MatmulOp& op : part) {
+    op.x += t0 * op.w->n_cols;
+    op.y += t0 * op.w->n_rows;
+    op.n_tokens = n;
+  }
+  return part;
+}
+
+// Products of up to this many rows run as matrix x vector launches of 16
+// rows each, not as one GEMM (MOESERVE_CUDA_MATVEC_ROWS, default 16: GEMM
+// above 16). For A/B runs of batched decode at 17-64 rows, where the
+// GEMM's few CTAs leave small matrices (k, v: 512 rows) slow; each row then
+// also gets its decode bits.
+int64_t matvec_rows_limit() {
+  static const int64_t rows = [] {
+    const char* v = std::getenv("MOESERVE_CUDA_MATVEC_ROWS");
+    const long n = v != nullptr ? std::strtol(v, nullptr, 10) : 0;
+    return n > cuda::kMatvecMaxTokens ? int64_t(std::min(n, 1024L)) : cuda::kMatvecMaxTokens;
+  }();
+  return rows;
+}
+
+}  // namespace
+
+// One group of rows: in 16-row launches when matvec_rows_limit() says so.
+Status CudaOps::matmul_rows(std::span<const MatmulOp> group) {
+  const int64_t n = group.empty() ? 0 : group[0].n_tokens;
+  const bool chunked =
+      n > cuda::kMatvecMaxTokens && n <= matvec_rows_limit() &&
+      std::all_of(group.begin(), group.end(), [&](const MatmulOp& op) { return op.n_tokens == n; });
+  if (!chunked) return matmul_group(group);
+  for (int64_t t0 = 0; t0 < n; t0 += cuda::kMatvecMaxTokens) {
+    MOESERVE_RETURN_IF_ERROR(matmul_group(rows_of(group, t0, std::min(cuda::kMatvecMaxTokens, n - t0))));
+  }
+  return Status::ok();
+}
+
 Status CudaOps::matmul(std::span<const MatmulOp> group) {
   if (replaying()) return Status::ok();
   // Only products over all of the forward's rows split (the LM head's
@@ -144,17 +188,9 @@ Status CudaOps::matmul(std::span<const MatmulOp> group) {
   const bool split = split_rows_ > 0 && std::all_of(group.begin(), group.end(), [&](const MatmulOp& op) {
                        return op.n_tokens == n_rows_;
                      });
-  if (!split) return matmul_group(group);
-  std::vector<MatmulOp> decode(group.begin(), group.end()), prompt(group.begin(), group.end());
-  for (size_t i = 0; i < group.size(); ++i) {
-    const int64_t in = group[i].w->n_cols, out = group[i].w->n_rows;
-    decode[i].n_tokens = split_rows_;
-    prompt[i].n_tokens = n_rows_ - split_rows_;
-    prompt[i].x = group[i].x + split_rows_ * in;
-    prompt[i].y = group[i].y + split_rows_ * out;
-  }
-  MOESERVE_RETURN_IF_ERROR(matmul_group(decode));
-  return matmul_group(prompt);
+  if (!split) return matmul_rows(group);
+  MOESERVE_RETURN_IF_ERROR(matmul_rows(rows_of(group, 0, split_rows_)));
+  return matmul_rows(rows_of(group, split_rows_, n_rows_ - split_rows_));
 }
 
 Status CudaOps::attention(const AttentionOpArgs& a) {
