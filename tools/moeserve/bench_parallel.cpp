@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cmath>
 #include <numeric>
+#include <optional>
 #include <random>
 #include <vector>
 
@@ -47,7 +48,15 @@ Result<ParallelDecodeResult> bench_parallel_decode(runtime::Model& model, const 
   MOESERVE_ASSIGN_OR_RETURN(std::vector<runtime::KvCache> caches, parallel_caches(model, o, pool));
   constexpr int64_t kChunk = 512;  // prompt tokens a prefill forward takes
   MOESERVE_ASSIGN_OR_RETURN(std::unique_ptr<models::Workspace> ws,
-                            model.new_workspace(std::max(n_seq, std::min(kChunk, kPrompt))));
+                            model.new_workspace(std::max(n_seq + o.prompt_chunk, std::min(kChunk, kPrompt))));
+  // The arriving prompt's sequence: its chunks go round a cache of a few
+  // chunks (positions start again from 0; the rows a chunk sees are its own).
+  const int64_t chunk_span =
+      o.prompt_chunk * std::max<int64_t>(1, 4096 / std::max<int64_t>(o.prompt_chunk, 1));
+  std::optional<runtime::KvCache> chunk_kv;
+  if (o.prompt_chunk > 0) {
+    MOESERVE_ASSIGN_OR_RETURN(chunk_kv, model.new_kv_cache(chunk_span));
+  }
   std::mt19937 rng(7);
   // Each sequence goes on with its greedy choice, taken on the model's
   // device (only the ids come back), as the engine does for greedy requests.
@@ -70,13 +79,23 @@ Result<ParallelDecodeResult> bench_parallel_decode(runtime::Model& model, const 
   std::vector<models::SequenceSlice> slices(static_cast<size_t>(n_seq));
   std::vector<int64_t> rows(static_cast<size_t>(n_seq));
   std::iota(rows.begin(), rows.end(), 0);
+  std::vector<int32_t> tokens;
   double seconds = 0.0;
   for (int64_t step = 0; step < n_gen; ++step) {
+    slices.resize(size_t(n_seq));
     for (int64_t s = 0; s < n_seq; ++s) slices[size_t(s)] = {s, 1, kPrompt + step, caches[size_t(s)].view()};
+    tokens.assign(next.begin(), next.end());
+    if (chunk_kv.has_value()) {
+      for (int64_t i = 0; i < o.prompt_chunk; ++i) {
+        tokens.push_back(int32_t(rng() % uint32_t(model.tokenizer().vocab_size())));
+      }
+      slices.push_back({n_seq, o.prompt_chunk, step * o.prompt_chunk % chunk_span, chunk_kv->view()});
+    }
     models::ForwardBatch b;
-    b.tokens = next;
+    b.tokens = tokens;
     b.sequences = slices;
     b.logit_rows = rows;
+    b.decode_rows = n_seq;  // the decode rows first, as the batch engine orders a mixed step
     b.greedy = picked.data();
     const auto t0 = std::chrono::steady_clock::now();
     MOESERVE_RETURN_IF_ERROR(model.net().forward(b, *ws));

@@ -23,6 +23,10 @@ struct ParallelDecodeOptions {
   // pool (paged KV, as serve --kv-mem), handed out interleaved across the
   // sequences as a busy server's would be; 0: a contiguous region each.
   int64_t kv_block_rows = 0;
+  // > 0: every timed step also carries a prompt chunk of this many rows of
+  // one more sequence, after the decode rows (the server's mixed steps when
+  // a prompt arrives): the decode rows' step time beside it.
+  int64_t prompt_chunk = 0;
 };
 
 // n_seq sequences each get an n_prompt-token random prompt, then n_gen

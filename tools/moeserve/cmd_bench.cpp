@@ -43,6 +43,7 @@ struct BenchOptions {
   std::string expert_backend = "tiled";
   std::vector<int64_t> parallel;  // aggregate decode with this many sequences
   int64_t parallel_prompt = 16;   // ... each holding this many positions first
+  int64_t parallel_chunk = 0;     // ... each step beside a prompt chunk of this many rows
   int64_t kv_block = 0;           // ... in a paged pool of blocks of this many positions (0: contiguous)
   SpecCliOptions spec;            // --spec ...: speculative against plain decoding
   LayerSplitFlags layer_split;    // --layer-split SPEC, --micro-batches N
@@ -293,13 +294,18 @@ Status run_bench(const BenchOptions& o) {
     const ParallelDecodeOptions po{.n_seq = n_seq,
                                    .n_gen = std::max<int64_t>(o.n_gen, 8),
                                    .n_prompt = o.parallel_prompt,
-                                   .kv_block_rows = o.kv_block};
+                                   .kv_block_rows = o.kv_block,
+                                   .prompt_chunk = o.parallel_chunk};
     MOESERVE_ASSIGN_OR_RETURN(ParallelDecodeResult r, bench_parallel_decode(*model, po));
-    fmt::print("decode, {} sequences together{}: {:.1f} tok/s aggregate ({:.2f} ms per step of {} rows)",
+    const std::string chunk =
+        o.parallel_chunk > 0 ? fmt::format(", each step beside a {}-row prompt chunk", o.parallel_chunk) : "";
+    fmt::print("decode, {} sequences together{}{}: {:.1f} tok/s aggregate ({:.2f} ms per step of {} rows{})",
                n_seq, o.kv_block > 0 ? fmt::format(" (paged KV, blocks of {})", o.kv_block) : std::string(),
-               r.tok_s, r.step_ms, n_seq);
+               chunk, r.tok_s, r.step_ms, n_seq,
+               o.parallel_chunk > 0 ? fmt::format(" and {} prompt rows", o.parallel_chunk) : std::string());
     const double step_gb = decode_step_bytes(info, n_seq) / 1e9;
-    if (bw > 0.0 && step_gb > 0.0) {
+    // (No roofline for mixed steps: their prefill is compute, not reads.)
+    if (bw > 0.0 && step_gb > 0.0 && o.parallel_chunk == 0) {
       const double roof = double(n_seq) * bw / step_gb;
       fmt::print(
           "; roofline {:.0f} tok/s ({:.3f} GB a step: the dense weights and the expected distinct experts of "
@@ -376,6 +382,12 @@ void register_bench(CLI::App& app) {
          "Also measure aggregate decode with this many sequences decoded together (a list: --parallel 8,32)")
       ->delimiter(',')
       ->check(CLI::Range(int64_t(1), int64_t(1024)));
+  cmd->add_option(
+         "--parallel-chunk", o->parallel_chunk,
+         "With --parallel: every timed step also prefills this many prompt rows of one more sequence "
+         "(the server's mixed steps while a prompt arrives); tok/s counts the decode rows only")
+      ->capture_default_str()
+      ->check(CLI::Range(int64_t(0), int64_t(8192)));
   cmd->add_option("--parallel-prompt", o->parallel_prompt,
                   "With --parallel: positions each sequence holds before the timed steps (its context)")
       ->capture_default_str()
