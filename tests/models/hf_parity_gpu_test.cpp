@@ -194,6 +194,21 @@ TEST_P(MixedForwardGpu, DecodeRowsBesideAPromptChunkEqualSoloRows) {
   testing::expect_mixed_rows_equal_solo_rows(*e, *f);
 }
 
+// A verify chain of up to 64 rows (--spec-max 63) gives each row its
+// decode step's logits, bit for bit (mixed_rows.h): its dense products run
+// as 16-row matrix x vector launches and its attention in query blocks of
+// at most 32 rows (the batch-invariant plans). Dense models, as above.
+TEST_P(MixedForwardGpu, VerifyRowsEqualDecodeRows) {
+  std::string why;
+  auto e = gpu_engine(data_path(GetParam().gguf), &why);
+  if (e == nullptr) GTEST_SKIP() << why;
+  const std::optional<Fixture> f = testing::load_fixture(data_path(GetParam().fixture));
+  ASSERT_TRUE(f.has_value());
+  for (const int64_t n : {int64_t(5), int64_t(24), int64_t(40), int64_t(64)}) {
+    testing::expect_verify_rows_equal_decode_rows(*e, *f, n);
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(DenseTinyModels, MixedForwardGpu,
                          ::testing::Values(GpuCase{"qwen3-tiny.bf16.gguf", "fixtures_qwen3.json", 0.04f},
                                            GpuCase{"qwen35-tiny.bf16.gguf", "fixtures_qwen35.json", 0.04f}),

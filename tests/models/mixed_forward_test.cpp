@@ -1,7 +1,8 @@
 // A mixed forward's decode and verify rows equal the same rows run alone,
 // on the CPU, for every architecture (mixed_rows.h; the GPU's in
 // hf_parity_gpu_test.cpp): a prompt arriving beside a sequence must not
-// change that sequence's greedy tokens, nor a verify's.
+// change that sequence's greedy tokens, nor a verify's. And a verify
+// chain's rows equal their decode rows.
 #include <gtest/gtest.h>
 
 #include <string>
@@ -27,6 +28,17 @@ TEST_P(MixedForward, DecodeRowsBesideAPromptChunkEqualSoloRows) {
   const std::optional<testing::Fixture> f = testing::load_fixture(dir + GetParam().fixture);
   ASSERT_TRUE(f.has_value());
   testing::expect_mixed_rows_equal_solo_rows(*e, *f);
+}
+
+TEST_P(MixedForward, VerifyRowsEqualDecodeRows) {
+  const std::string dir = std::string(MOESERVE_TEST_DATA_DIR) + "/models/";
+  auto e = parity::Engine::load(dir + GetParam().gguf, nullptr);
+  ASSERT_NE(e, nullptr);
+  const std::optional<testing::Fixture> f = testing::load_fixture(dir + GetParam().fixture);
+  ASSERT_TRUE(f.has_value());
+  for (const int64_t n : {int64_t(5), int64_t(24), int64_t(40), int64_t(64)}) {
+    testing::expect_verify_rows_equal_decode_rows(*e, *f, n);
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(TinyModels, MixedForward,

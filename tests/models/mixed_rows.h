@@ -2,8 +2,9 @@
 // verify rows (3) run beside another sequence's 40-row prompt chunk in one
 // forward (the batch engine's mixed steps: decode rows first,
 // ForwardBatch::decode_rows) give the logits those rows give run alone,
-// bit for bit. Shared by the CPU test (mixed_forward_test.cpp) and the GPU
-// one (hf_parity_gpu_test.cpp).
+// bit for bit; and a verify chain of up to 64 rows (--spec-max 63) gives
+// each row the logits its decode step gives it. Shared by the CPU tests
+// (mixed_forward_test.cpp) and the GPU ones (hf_parity_gpu_test.cpp).
 #pragma once
 
 #include <gtest/gtest.h>
@@ -69,6 +70,55 @@ inline void expect_mixed_rows_equal_solo_rows(models::parity::Engine& e, const F
     for (size_t i = 0; i < size_t(n) * V; ++i) {
       ASSERT_EQ(got[i], want[i]) << n << " decode rows: row " << i / V << ", logit " << i % V;
     }
+  }
+}
+
+// A sequence's chain of n_rows tokens verified in one forward
+// (ForwardBatch::decode_rows = n_rows, as speculative decoding's verify)
+// gives every row the logits the same token's own decode step gives it,
+// bit for bit: greedy speculative decoding then keeps plain decoding's
+// tokens whatever the chain's length.
+inline void expect_verify_rows_equal_decode_rows(models::parity::Engine& e, const Fixture& f,
+                                                 int64_t n_rows) {
+  using models::ForwardBatch;
+  using models::SequenceSlice;
+  ASSERT_GE(f.prompts.size(), 2u);
+  const FixturePrompt& a = f.prompts[0];
+  std::vector<int32_t> chain;  // any tokens: the other prompt's, repeated
+  while (int64_t(chain.size()) < n_rows)
+    chain.insert(chain.end(), f.prompts[1].ids.begin(), f.prompts[1].ids.end());
+  chain.resize(size_t(n_rows));
+  const size_t V = size_t(e.n_vocab());
+  const int64_t pos = int64_t(a.ids.size());
+  ASSERT_LE(pos + n_rows, models::parity::kParityContext);
+  auto prefilled = [&] {
+    auto kv = runtime::KvCache::allocate(e.net->placement(), e.net->info(), models::parity::kParityContext);
+    EXPECT_TRUE(kv.is_ok());
+    ForwardBatch prefill;
+    prefill.tokens = a.ids;
+    prefill.kv = kv->view();
+    EXPECT_TRUE(e.net->forward(prefill, *e.ws).is_ok());
+    return std::move(kv).value();
+  };
+  auto run = [&](runtime::KvCache& kv, int64_t row0, int64_t n, float* logits) {
+    std::vector<int64_t> logit_rows(static_cast<size_t>(n));
+    std::iota(logit_rows.begin(), logit_rows.end(), 0);
+    const SequenceSlice slice{0, n, pos + row0, kv.view()};
+    ForwardBatch b;
+    b.tokens = std::span<const int32_t>(chain).subspan(size_t(row0), size_t(n));
+    b.sequences = std::span(&slice, 1);
+    b.logit_rows = logit_rows;
+    b.logits = logits;
+    b.decode_rows = n;
+    const Status st = e.net->forward(b, *e.ws);
+    EXPECT_TRUE(st.is_ok()) << st.to_string();
+  };
+  runtime::KvCache kv_decode = prefilled(), kv_verify = prefilled();
+  std::vector<float> want(size_t(n_rows) * V), got(size_t(n_rows) * V);
+  for (int64_t r = 0; r < n_rows; ++r) run(kv_decode, r, 1, want.data() + size_t(r) * V);
+  run(kv_verify, 0, n_rows, got.data());
+  for (size_t i = 0; i < got.size(); ++i) {
+    ASSERT_EQ(got[i], want[i]) << "a verify of " << n_rows << " rows: row " << i / V << ", logit " << i % V;
   }
 }
 

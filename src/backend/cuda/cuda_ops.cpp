@@ -63,10 +63,18 @@ Status CudaOps::begin_batch(const BatchLayout& layout) {
   n_logit_rows_ = int64_t(layout.logit_rows.size());
   std::vector<cuda::QueryBlock> blocks;
   max_block_rows_ = 0;
+  decode_verifies_ = false;
   const bool trees = !layout.row_parent.empty();
   for (const SequenceSlice& s : layout.slices) {
-    // A draft tree's rows see different keys: a block each.
-    const int64_t block_rows = s.tree_parents.empty() ? kQueryBlockRows : 1;
+    // A draft tree's rows see different keys: a block each. A decoding
+    // sequence's rows (a long verify chain) stay in blocks that take
+    // attention's batch-invariant plans, so each verify row equals its
+    // decode row bit for bit.
+    const bool decoding = s.row0 + s.n_tokens <= decode_rows_;
+    if (decoding && s.n_tokens > 1) decode_verifies_ = true;
+    const int64_t block_rows = !s.tree_parents.empty() ? 1
+                               : decoding              ? cuda::kInvariantBlockRows
+                                                       : kQueryBlockRows;
     for (int64_t r = 0; r < s.n_tokens; r += block_rows) {
       const int64_t n = std::min(block_rows, s.n_tokens - r);
       blocks.push_back({int32_t(s.row0 + r), int32_t(n)});
@@ -171,6 +179,7 @@ Status CudaOps::begin_batch(const BatchLayout& layout) {
                           pages_per_seq_,
                           block_shift_,
                           split_rows_,
+                          decode_rows_,  // decoding rows take other product kernels than prompt rows
                           0};
     segments_ = layout.graph_segments;
     segment_key_ = key;
@@ -443,6 +452,7 @@ Status CudaOps::gated_delta_net(const GatedDeltaNetArgs& a) {
   cuda::GdnArgs g;
   g.batch = {seq_rows_, row_seq_, state_tables_, n_seq_,       n_layer_,
              a.layer,   n_rows_,  row_parent_,   node_tables_, a.state_floats()};
+  g.batch.decode_rows = decode_rows_;
   const size_t scratch_bytes = size_t(n_rows_ * a.conv_dim()) * sizeof(float);
   MOESERVE_ASSIGN_OR_RETURN(void* scratch, gdn_mem_.get(scratch_bytes, "workspace (DeltaNet)"));
   g.scratch = static_cast<float*>(scratch);

@@ -192,7 +192,7 @@ class CudaOps final : public Ops {
  private:
   // The shape of a forward: what a captured graph's launches depend on.
   // (The last entry: the stretch of a layer split's forward, 0 from begin_batch.)
-  using GraphKey = std::array<int64_t, 12>;  // the last entry: a split's stretch
+  using GraphKey = std::array<int64_t, 13>;  // the last entry: a split's stretch
   enum class Mode { kEager, kCapture, kReplay };
   static constexpr size_t kMaxGraphs = 64;
   static bool graphs_enabled() {
@@ -240,7 +240,8 @@ class CudaOps final : public Ops {
   const uint32_t* forward_on_device_ = nullptr;       // ... uploaded with the layout
   std::vector<HostMailboxes::Layer> capture_layers_;  // the split layers of the graph being captured
   // This batch's layout on the device.
-  int64_t decode_rows_ = 0;  // this forward's (BatchLayout::decode_rows): routing statistics
+  int64_t decode_rows_ = 0;  // this forward's (BatchLayout::decode_rows): kernels, blocks, routing statistics
+  bool decode_verifies_ = false;  // a decoding sequence has more than one row (speculative decoding's verify)
   int64_t n_rows_ = 0, n_blocks_ = 0, max_block_rows_ = 0, max_kv_ = 0, n_seq_ = 0, n_layer_ = 0;
   // A mixed forward (decode rows first, then prompt chunks): products and
   // attention, whose kernels choose their arithmetic by row count, run rows
@@ -250,7 +251,7 @@ class CudaOps final : public Ops {
   // first n_decode_blocks_ query blocks are the decode rows'.
   int64_t split_rows_ = 0, n_decode_blocks_ = 0, max_decode_block_rows_ = 0, max_prompt_block_rows_ = 0;
   void plan_row_groups(std::span<const cuda::QueryBlock> blocks);
-  Status matmul_rows(std::span<const MatmulOp> group);
+  Status matmul_rows(std::span<const MatmulOp> group, bool decoding);
   Status matmul_group(std::span<const MatmulOp> group);
   Status attention_blocks(cuda::AttentionArgs c, int64_t head_dim);
   const int32_t* tokens_ = nullptr;

@@ -9,8 +9,9 @@
 // (and speculative decoding's verify) does not depend on other requests'
 // arrivals. The price is a second launch per product and per attention
 // layer in mixed forwards only. MOESERVE_CUDA_ROW_GROUPS=0 turns it off.
-// MOESERVE_CUDA_MATVEC_ROWS=N (an A/B switch, not yet measured: off by
-// default) runs products of 17..N rows as 16-row matrix x vector launches.
+// A verify's products run as 16-row matrix x vector launches at any row
+// count, so its rows equal decode rows (MOESERVE_CUDA_MATVEC_ROWS=N does the
+// same for plain batched decode of up to N rows).
 #include <algorithm>
 #include <array>
 #include <cstdlib>
@@ -59,32 +60,24 @@ bool shared_input_decode(std::span<const MatmulOp> group) {
   return true;
 }
 
+cuda::MatmulArgs matmul_args(const MatmulOp& op) {
+  cuda::MatmulArgs a;
+  a.w = op.w->data, a.w_type = op.w->type, a.n_rows = op.w->n_rows, a.n_cols = op.w->n_cols;
+  a.row_bytes = op.w->row_bytes, a.x = op.x, a.x_stride = op.w->n_cols, a.n_tokens = op.n_tokens;
+  a.y = op.y, a.y_stride = op.w->n_rows;
+  return a;
+}
+
 }  // namespace
 
 Status CudaOps::matmul_group(std::span<const MatmulOp> group) {
   if (shared_input_decode(group)) {
     std::array<cuda::MatmulArgs, 64> args;
-    for (size_t i = 0; i < group.size(); ++i) {
-      const MatmulOp& op = group[i];
-      cuda::MatmulArgs& a = args[i];
-      a.w = op.w->data, a.w_type = op.w->type, a.n_rows = op.w->n_rows, a.n_cols = op.w->n_cols;
-      a.row_bytes = op.w->row_bytes, a.x = op.x, a.x_stride = op.w->n_cols, a.n_tokens = op.n_tokens;
-      a.y = op.y, a.y_stride = op.w->n_rows;
-    }
+    for (size_t i = 0; i < group.size(); ++i) args[i] = matmul_args(group[i]);
     return cuda::matvec_multi(args.data(), int(group.size()), stream_);
   }
   for (const MatmulOp& op : group) {
-    cuda::MatmulArgs a;
-    a.w = op.w->data;
-    a.w_type = op.w->type;
-    a.n_rows = op.w->n_rows;
-    a.n_cols = op.w->n_cols;
-    a.row_bytes = op.w->row_bytes;
-    a.x = op.x;
-    a.x_stride = op.w->n_cols;
-    a.n_tokens = op.n_tokens;
-    a.y = op.y;
-    a.y_stride = op.w->n_rows;
+    cuda::MatmulArgs a = matmul_args(op);
     if (op.n_tokens > cuda::kMatvecMaxTokens && exact_rows(a.w_type)) {
       MOESERVE_RETURN_IF_ERROR(cuda::matvec_rows(a, stream_));
       continue;
@@ -152,27 +145,33 @@ std::vector<MatmulOp> rows_of(std::span<const MatmulOp> group, int64_t t0, int64
   return part;
 }
 
-// Products of up to this many rows run as matrix x vector launches of 16
-// rows each, not as one GEMM (MOESERVE_CUDA_MATVEC_ROWS, default 16: GEMM
-// above 16). For A/B runs of batched decode at 17-64 rows, where the
-// GEMM's few CTAs leave small matrices (k, v: 512 rows) slow; each row then
-// also gets its decode bits.
+// Products over decoding rows (one row a sequence: batched decode) of up to
+// this many rows run as matrix x vector launches of 16 rows each, not as
+// one GEMM (MOESERVE_CUDA_MATVEC_ROWS=N; default 16: the GEMM above 16
+// rows). Each row then gets its solo decode bits, but on an H200 (30b-a3b
+// stand-in, Q4_K) 32 sequences took 3.33 ms a step against the GEMM's 2.73
+// and 64 took 5.26 against 3.67: the f32 matrix x vector kernels pay an FMA
+// per weight and row. Steps with a verify always take the launches.
 int64_t matvec_rows_limit() {
   static const int64_t rows = [] {
     const char* v = std::getenv("MOESERVE_CUDA_MATVEC_ROWS");
-    const long n = v != nullptr ? std::strtol(v, nullptr, 10) : 0;
-    return n > cuda::kMatvecMaxTokens ? int64_t(std::min(n, 1024L)) : cuda::kMatvecMaxTokens;
+    const long n = v != nullptr ? std::strtol(v, nullptr, 10) : cuda::kMatvecMaxTokens;
+    return std::clamp<int64_t>(n, cuda::kMatvecMaxTokens, 1 << 20);
   }();
   return rows;
 }
 
 }  // namespace
 
-// One group of rows: in 16-row launches when matvec_rows_limit() says so.
-Status CudaOps::matmul_rows(std::span<const MatmulOp> group) {
+// One group of rows. Decoding rows of a step with a verify run in 16-row
+// matrix x vector launches however many they are: each verify row then
+// equals its decode row bit for bit (greedy speculative decoding keeps plain
+// decoding's tokens at any --spec-max and beside other sequences). Those of
+// plain batched decode do up to matvec_rows_limit() rows.
+Status CudaOps::matmul_rows(std::span<const MatmulOp> group, bool decoding) {
   const int64_t n = group.empty() ? 0 : group[0].n_tokens;
   const bool chunked =
-      n > cuda::kMatvecMaxTokens && n <= matvec_rows_limit() &&
+      decoding && n > cuda::kMatvecMaxTokens && (decode_verifies_ || n <= matvec_rows_limit()) &&
       std::all_of(group.begin(), group.end(), [&](const MatmulOp& op) { return op.n_tokens == n; });
   if (!chunked) return matmul_group(group);
   for (int64_t t0 = 0; t0 < n; t0 += cuda::kMatvecMaxTokens) {
@@ -183,14 +182,16 @@ Status CudaOps::matmul_rows(std::span<const MatmulOp> group) {
 
 Status CudaOps::matmul(std::span<const MatmulOp> group) {
   if (replaying()) return Status::ok();
-  // Only products over all of the forward's rows split (the LM head's
-  // logit rows, say, are few and take the decode kernels either way).
-  const bool split = split_rows_ > 0 && std::all_of(group.begin(), group.end(), [&](const MatmulOp& op) {
-                       return op.n_tokens == n_rows_;
-                     });
-  if (!split) return matmul_rows(group);
-  MOESERVE_RETURN_IF_ERROR(matmul_rows(rows_of(group, 0, split_rows_)));
-  return matmul_rows(rows_of(group, split_rows_, n_rows_ - split_rows_));
+  // Only products over all of the forward's rows split; the others (the
+  // LM head's logit rows, say) count as decoding rows unless the forward
+  // is all prompt.
+  const bool all_rows =
+      std::all_of(group.begin(), group.end(), [&](const MatmulOp& op) { return op.n_tokens == n_rows_; });
+  if (split_rows_ == 0 || !all_rows) {
+    return matmul_rows(group, all_rows ? decode_rows_ >= n_rows_ : decode_rows_ > 0);
+  }
+  MOESERVE_RETURN_IF_ERROR(matmul_rows(rows_of(group, 0, split_rows_), true));
+  return matmul_rows(rows_of(group, split_rows_, n_rows_ - split_rows_), false);
 }
 
 Status CudaOps::attention(const AttentionOpArgs& a) {

@@ -67,7 +67,6 @@ constexpr int kMinTilesPerSplit = 4;  // a split below this is mostly pipeline f
 constexpr int kInvariantChunkKeys = 128;
 static_assert(kInvariantChunkKeys % key_tile(64, 1) == 0 && kInvariantChunkKeys % key_tile(128, 1) == 0,
               "a part is whole key tiles");
-constexpr int64_t kInvariantBlockRows = 32;
 // Resident CTAs per SM we plan for, by warps per CTA (1, 2, 4): shared
 // memory bounds the small ones (6 x 32 KB), registers (~200 a thread) the
 // 4-warp one. Splitting aims at one wave of this many CTAs.

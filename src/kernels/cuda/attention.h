@@ -129,6 +129,13 @@ struct QueryBlock {
   int32_t n_rows = 0;
 };
 
+// Query blocks of at most this many rows, without a sliding window, take
+// the batch-invariant plans: each row's keys go in fixed 128-key parts from
+// key 0, merged in a fixed order, so a row's output does not depend on its
+// block, the batch or the GPU's occupancy (decode == verify, bit for bit).
+// Larger blocks take plans by occupancy.
+inline constexpr int64_t kInvariantBlockRows = 32;
+
 // out[row][h] = softmax(q[row][h] . K[lo..pos(row)]^T * scale) V, causal by
 // position within the row's own sequence (lo = 0, or pos - window + 1 with
 // a sliding window), GQA (n_head / n_head_kv query heads share a KV head),

@@ -184,8 +184,8 @@ __global__ void gates_kernel(float* b, float* a, const float* a_neg, const float
 //   o = q_scale S^T q
 // with the two column sums reduced over the P lanes of a column (adjacent
 // lanes of one warp). k and q of the token go through shared memory; the
-// output replaces v in qkv. Sequences of skip_from tokens or more are left
-// to the chunked kernel.
+// output replaces v in qkv. Sequences of skip_from tokens or more, past
+// the decode rows (GdnBatch::decode_rows), are left to the chunked kernel.
 template <int P>
 __global__ void delta_rule_kernel(GdnBatch bt, float* qkv, const float* beta, const float* g,
                                   int64_t ssm_offset, int conv_dim, int n_k, int n_v, int dk, int dv,
@@ -198,11 +198,12 @@ __global__ void delta_rule_kernel(GdnBatch bt, float* qkv, const float* beta, co
   detail::allow_dependents();
   float* state = bt.state_tables[int64_t(s) * bt.n_layer + bt.layer] + ssm_offset + int64_t(h) * dk * dv;
   const int row0 = bt.seq_rows[2 * s], n = bt.seq_rows[2 * s + 1];
-  if (n >= skip_from) return;  // the whole block: n is the sequence's
+  if (n >= skip_from && row0 + n > bt.decode_rows) return;  // the whole block: n is the sequence's
   // A draft tree: each row starts from its parent's state (in the registers
   // when the parent is the row before) and leaves its own in its node state.
-  float* nodes = is_tree(bt, s) ? bt.node_tables[int64_t(s) * bt.n_layer + bt.layer] + ssm_offset + int64_t(h) * dk * dv
-                                : nullptr;
+  float* nodes = is_tree(bt, s)
+                     ? bt.node_tables[int64_t(s) * bt.n_layer + bt.layer] + ssm_offset + int64_t(h) * dk * dv
+                     : nullptr;
   float S[kStatePerThread];
 #pragma unroll
   for (int i = 0; i < kStatePerThread; ++i) S[i] = state[int64_t(k0 + i) * dv + v];
@@ -213,7 +214,8 @@ __global__ void delta_rule_kernel(GdnBatch bt, float* qkv, const float* beta, co
       if (parent != t - 1) {
         // This thread's own entries, written by it earlier: no barrier needed.
 #pragma unroll
-        for (int i = 0; i < kStatePerThread; ++i) S[i] = nodes[parent * bt.state_floats + int64_t(k0 + i) * dv + v];
+        for (int i = 0; i < kStatePerThread; ++i)
+          S[i] = nodes[parent * bt.state_floats + int64_t(k0 + i) * dv + v];
       }
     }
     float* row = qkv + int64_t(row0 + t) * conv_dim;
@@ -384,9 +386,9 @@ bool chunked_enabled() {
 Status delta_rule(const GdnArgs& a, int64_t ssm_offset, int conv_dim, cudaStream_t stream) {
   // (A batch with draft trees runs every sequence on the recurrent kernel,
   // which has the tree form.)
-  const bool chunked = chunked_enabled() && a.batch.n_rows >= kChunkedMinTokens && a.batch.node_tables == nullptr &&
-                       delta_rule_chunked_supported(a);
-  if (!chunked || a.batch.n_seq > 1) {
+  const bool chunked = chunked_enabled() && a.batch.n_rows - a.batch.decode_rows >= kChunkedMinTokens &&
+                       a.batch.node_tables == nullptr && delta_rule_chunked_supported(a);
+  if (!chunked || a.batch.n_seq > 1 || a.batch.decode_rows > 0) {
     MOESERVE_RETURN_IF_ERROR(
         recurrent_delta_rule(a, ssm_offset, conv_dim, chunked ? kChunkedMinTokens : INT_MAX, stream));
   }

@@ -41,6 +41,11 @@ struct GdnBatch {
   const int32_t* row_parent = nullptr;
   float* const* node_tables = nullptr;
   int64_t state_floats = 0;
+  // Rows [0, decode_rows) are decoding sequences' (decode, a verify chain):
+  // they take the recurrent kernel whatever their count, so a verify row's
+  // output and state are its decode step's bit for bit. Sequences past
+  // them of kGdnChunk rows or more take the chunked kernel.
+  int64_t decode_rows = 0;
 };
 
 struct GdnArgs {
