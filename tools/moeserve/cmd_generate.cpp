@@ -31,7 +31,7 @@ struct GenerateCliOptions {
   ExpertWorkerCliOptions worker;     // --expert-worker ...
   runtime::SamplerOptions sampling;
   std::vector<std::string> stop;
-  SpecCliOptions spec;  // --spec ...
+  SpecCliOptions spec;          // --spec ...
   LayerSplitFlags layer_split;  // --layer-split SPEC, --micro-batches N
 };
 
@@ -41,10 +41,11 @@ Result<std::string> render_chat(const runtime::Model& model, const GenerateCliOp
   messages.push_back({{"role", "user"}, {"content", o.prompt}});
   Result<std::string> text = runtime::render_chat_prompt(model, messages);
   if (!text.is_ok() && text.status().code() == StatusCode::kNotFound) {
-    return make_error(StatusCode::kNotFound,
-                      "{}: the file has no chat template (tokenizer.chat_template); drop --chat and write the "
-                      "prompt in the model's format yourself",
-                      model.file().name());
+    return make_error(
+        StatusCode::kNotFound,
+        "{}: the file has no chat template (tokenizer.chat_template); drop --chat and write the "
+        "prompt in the model's format yourself",
+        model.file().name());
   }
   return text;
 }
@@ -69,7 +70,8 @@ Status run_generate(const GenerateCliOptions& o) {
   const std::vector<int32_t> prompt = model->tokenizer().encode(text);
   if (prompt.empty()) return make_error(StatusCode::kInvalidArgument, "the prompt is empty");
   if (int64_t(prompt.size()) > o.ctx_size) {
-    return make_error(StatusCode::kOutOfRange, "the prompt has {} tokens, more than the context size {} (raise --ctx-size)",
+    return make_error(StatusCode::kOutOfRange,
+                      "the prompt has {} tokens, more than the context size {} (raise --ctx-size)",
                       prompt.size(), o.ctx_size);
   }
   runtime::Generator gen(*model, o.ctx_size);
@@ -91,9 +93,11 @@ Status run_generate(const GenerateCliOptions& o) {
   }));
   std::fputc('\n', stdout);
   std::fflush(stdout);  // the stats line on stderr must come after the text
-  const double decode_tps = r.tokens.size() > 1 && r.decode_seconds > 0 ? double(r.tokens.size() - 1) / r.decode_seconds : 0.0;
-  fmt::print(stderr, "prompt: {} tokens, prefill {:.1f} tok/s | generated: {} tokens, decode {:.1f} tok/s | "
-                     "first token {:.0f} ms | stop: {}\n",
+  const double decode_tps =
+      r.tokens.size() > 1 && r.decode_seconds > 0 ? double(r.tokens.size() - 1) / r.decode_seconds : 0.0;
+  fmt::print(stderr,
+             "prompt: {} tokens, prefill {:.1f} tok/s | generated: {} tokens, decode {:.1f} tok/s | "
+             "first token {:.0f} ms | stop: {}\n",
              r.prompt_tokens, r.prefill_seconds > 0 ? double(r.prompt_tokens) / r.prefill_seconds : 0.0,
              r.tokens.size(), decode_tps, r.first_token_seconds * 1e3, runtime::stop_reason_name(r.reason));
   if (drafter != nullptr) fmt::print(stderr, "{}\n", spec_summary_line(spec_config.mode, r.spec));
@@ -108,18 +112,27 @@ Status run_generate(const GenerateCliOptions& o) {
 
 void register_generate(CLI::App& app) {
   auto o = std::make_shared<GenerateCliOptions>();
-  CLI::App* cmd = app.add_subcommand("generate", "Generate text from a prompt on the CPU (streams to stdout)");
-  cmd->add_option("-m,--model", o->model_path, "GGUF model file (qwen3moe, qwen3, qwen35moe, qwen35 or laguna)")->required();
+  CLI::App* cmd = app.add_subcommand(
+      "generate",
+      "Generate text from a prompt (streams to stdout) on the CPU, a GPU, or both (--device, --n-cpu-moe)");
+  cmd->add_option("-m,--model", o->model_path,
+                  "GGUF model file (qwen3moe, qwen3, qwen35moe, qwen35 or laguna)")
+      ->required();
   cmd->add_option("-p,--prompt", o->prompt, "Prompt text")->required();
   cmd->add_option("-n,--n-predict", o->n_predict, "Maximum tokens to generate")->capture_default_str();
   cmd->add_flag("--chat", o->chat, "Wrap the prompt as a user message with the file's chat template");
   cmd->add_option("--system", o->system, "System message (with --chat)");
-  cmd->add_option("-c,--ctx-size", o->ctx_size, "Context size in tokens (KV cache capacity)")->capture_default_str()
+  cmd->add_option("-c,--ctx-size", o->ctx_size, "Context size in tokens (KV cache capacity)")
+      ->capture_default_str()
       ->check(CLI::Range(int64_t(1), int64_t(1) << 24));
-  cmd->add_option("-b,--batch", o->batch, "Prompt tokens per prefill chunk")->capture_default_str()
+  cmd->add_option("-b,--batch", o->batch, "Prompt tokens per prefill chunk")
+      ->capture_default_str()
       ->check(CLI::Range(int64_t(1), int64_t(1) << 16));
-  cmd->add_option("-t,--threads", o->threads, "Worker threads (0: one per physical core)")->capture_default_str();
-  cmd->add_option("--device", o->device, "Device: auto (the first CUDA GPU when this binary has CUDA and one is visible, else the CPU), cpu, cuda or cuda:N")
+  cmd->add_option("-t,--threads", o->threads, "Worker threads (0: one per physical core)")
+      ->capture_default_str();
+  cmd->add_option("--device", o->device,
+                  "Device: auto (the first CUDA GPU when this binary has CUDA and one is visible, else the "
+                  "CPU), cpu, cuda or cuda:N")
       ->capture_default_str();
   add_expert_flags(cmd, &o->experts);
   add_expert_worker_flags(cmd, &o->worker);
@@ -128,19 +141,23 @@ void register_generate(CLI::App& app) {
   cmd->add_flag("--no-pack", o->no_pack,
                 "Use every weight in place from the file (zero-copy), without the packed copy the AVX-512 "
                 "kernels are fastest with (saves the Q4_K/Q6_K weights' size in RAM; slower)");
-  cmd->add_option("--temp", o->sampling.temperature, "Sampling temperature (0: greedy)")->capture_default_str();
-  cmd->add_option("--top-k", o->sampling.top_k, "Keep the k most likely tokens (0: all)")->capture_default_str();
+  cmd->add_option("--temp", o->sampling.temperature, "Sampling temperature (0: greedy)")
+      ->capture_default_str();
+  cmd->add_option("--top-k", o->sampling.top_k, "Keep the k most likely tokens (0: all)")
+      ->capture_default_str();
   cmd->add_option("--top-p", o->sampling.top_p, "Nucleus: smallest set with this probability mass (1: off)")
       ->capture_default_str();
   cmd->add_option("--min-p", o->sampling.min_p, "Drop tokens below min-p x the top probability (0: off)")
       ->capture_default_str();
   cmd->add_option("--repeat-penalty", o->sampling.repeat_penalty, "Penalise repeated tokens (1: off)")
       ->capture_default_str();
-  cmd->add_option("--repeat-last-n", o->sampling.repeat_last_n, "Tokens of history the penalties look at (-1: all)")
+  cmd->add_option("--repeat-last-n", o->sampling.repeat_last_n,
+                  "Tokens of history the penalties look at (-1: all)")
       ->capture_default_str();
   cmd->add_option("--presence-penalty", o->sampling.presence_penalty, "Subtracted once from seen tokens")
       ->capture_default_str();
-  cmd->add_option("--frequency-penalty", o->sampling.frequency_penalty, "Subtracted per occurrence of seen tokens")
+  cmd->add_option("--frequency-penalty", o->sampling.frequency_penalty,
+                  "Subtracted per occurrence of seen tokens")
       ->capture_default_str();
   cmd->add_option("--seed", o->sampling.seed, "Random seed (same seed, same output)")->capture_default_str();
   cmd->add_option("--stop", o->stop, "Stop when this text appears (not printed; repeatable)");
