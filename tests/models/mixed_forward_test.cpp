@@ -5,6 +5,8 @@
 // chain's rows equal their decode rows.
 #include <gtest/gtest.h>
 
+#include <memory>
+#include <optional>
 #include <string>
 
 #include "models/mixed_rows.h"
@@ -19,26 +21,25 @@ struct MixedCase {
 };
 void PrintTo(const MixedCase& c, std::ostream* os) { *os << c.gguf; }
 
-class MixedForward : public ::testing::TestWithParam<MixedCase> {};
+class MixedForward : public ::testing::TestWithParam<MixedCase> {
+ protected:
+  void SetUp() override {
+    const std::string dir = std::string(MOESERVE_TEST_DATA_DIR) + "/models/";
+    engine_ = parity::Engine::load(dir + GetParam().gguf, nullptr);
+    ASSERT_NE(engine_, nullptr);
+    fixture_ = testing::load_fixture(dir + GetParam().fixture);
+    ASSERT_TRUE(fixture_.has_value());
+  }
+  std::unique_ptr<parity::Engine> engine_;
+  std::optional<testing::Fixture> fixture_;
+};
 
 TEST_P(MixedForward, DecodeRowsBesideAPromptChunkEqualSoloRows) {
-  const std::string dir = std::string(MOESERVE_TEST_DATA_DIR) + "/models/";
-  auto e = parity::Engine::load(dir + GetParam().gguf, nullptr);
-  ASSERT_NE(e, nullptr);
-  const std::optional<testing::Fixture> f = testing::load_fixture(dir + GetParam().fixture);
-  ASSERT_TRUE(f.has_value());
-  testing::expect_mixed_rows_equal_solo_rows(*e, *f);
+  testing::expect_mixed_rows_equal_solo_rows(*engine_, *fixture_);
 }
 
 TEST_P(MixedForward, VerifyRowsEqualDecodeRows) {
-  const std::string dir = std::string(MOESERVE_TEST_DATA_DIR) + "/models/";
-  auto e = parity::Engine::load(dir + GetParam().gguf, nullptr);
-  ASSERT_NE(e, nullptr);
-  const std::optional<testing::Fixture> f = testing::load_fixture(dir + GetParam().fixture);
-  ASSERT_TRUE(f.has_value());
-  for (const int64_t n : {int64_t(5), int64_t(24), int64_t(40), int64_t(64)}) {
-    testing::expect_verify_rows_equal_decode_rows(*e, *f, n);
-  }
+  testing::expect_verify_chains_equal_decode_rows(*engine_, *fixture_);
 }
 
 INSTANTIATE_TEST_SUITE_P(TinyModels, MixedForward,

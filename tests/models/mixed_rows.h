@@ -122,4 +122,12 @@ inline void expect_verify_rows_equal_decode_rows(models::parity::Engine& e, cons
   }
 }
 
+// The chains both tests verify: within one 16-row product launch, past
+// it, and past attention's 32-row invariant blocks up to --spec-max 63's 64.
+inline void expect_verify_chains_equal_decode_rows(models::parity::Engine& e, const Fixture& f) {
+  for (const int64_t n : {int64_t(5), int64_t(24), int64_t(40), int64_t(64)}) {
+    expect_verify_rows_equal_decode_rows(e, f, n);
+  }
+}
+
 }  // namespace moeserve::testing
