@@ -180,9 +180,10 @@ TEST_P(HfParityGpu, BatchedDecodeRowsEqualSoloRows) {
 // bit for bit (mixed_rows.h): the GPU runs a mixed forward's decode rows
 // apart through the kernels that choose their arithmetic by row count
 // (dense products: matrix x vector up to 16 rows, GEMM above; attention:
-// the batch-invariant plans for blocks of up to 32 rows). Dense models
-// only: BF16 experts take grouped prefill kernels that round differently
-// from decode's (K-quant experts are exact either way, gemm_kq).
+// the batch-invariant plans for blocks of up to 32 rows; experts: the
+// decode rows' pairs cut from the prompt rows' and run on the matvec
+// kernels, cuda_expert_ops.cpp). The tiny models' BF16 experts are of the
+// types whose kernels change with the row count.
 class MixedForwardGpu : public ::testing::TestWithParam<GpuCase> {};
 
 TEST_P(MixedForwardGpu, DecodeRowsBesideAPromptChunkEqualSoloRows) {
@@ -196,8 +197,9 @@ TEST_P(MixedForwardGpu, DecodeRowsBesideAPromptChunkEqualSoloRows) {
 
 // A verify chain of up to 64 rows (--spec-max 63) gives each row its
 // decode step's logits, bit for bit (mixed_rows.h): its dense products run
-// as 16-row matrix x vector launches and its attention in query blocks of
-// at most 32 rows (the batch-invariant plans). Dense models, as above.
+// as 16-row matrix x vector launches, its experts on the matvec kernels and
+// its attention in query blocks of at most 32 rows (the batch-invariant
+// plans).
 TEST_P(MixedForwardGpu, VerifyRowsEqualDecodeRows) {
   std::string why;
   auto e = gpu_engine(data_path(GetParam().gguf), &why);
@@ -207,10 +209,14 @@ TEST_P(MixedForwardGpu, VerifyRowsEqualDecodeRows) {
   testing::expect_verify_chains_equal_decode_rows(*e, *f);
 }
 
-INSTANTIATE_TEST_SUITE_P(DenseTinyModels, MixedForwardGpu,
-                         ::testing::Values(GpuCase{"qwen3-tiny.bf16.gguf", "fixtures_qwen3.json", 0.04f},
-                                           GpuCase{"qwen35-tiny.bf16.gguf", "fixtures_qwen35.json", 0.04f}),
-                         [](const auto& info) { return testing::fixture_stem(info.param.fixture); });
+INSTANTIATE_TEST_SUITE_P(
+    TinyModels, MixedForwardGpu,
+    ::testing::Values(GpuCase{"qwen3moe-tiny.bf16.gguf", "fixtures_qwen3moe.json", 0.03f},
+                      GpuCase{"qwen3-tiny.bf16.gguf", "fixtures_qwen3.json", 0.04f},
+                      GpuCase{"qwen35moe-tiny.bf16.gguf", "fixtures_qwen35moe.json", 0.04f},
+                      GpuCase{"qwen35-tiny.bf16.gguf", "fixtures_qwen35.json", 0.04f},
+                      GpuCase{"laguna-tiny.bf16.gguf", "fixtures_laguna.json", 0.04f}),
+    [](const auto& info) { return testing::fixture_stem(info.param.fixture); });
 
 INSTANTIATE_TEST_SUITE_P(
     TinyModels, HfParityGpu,

@@ -25,13 +25,22 @@ Status CudaOps::route(const RouteOpArgs& a) {
   if (replaying()) return Status::ok();
   const size_t sel_bytes = align_up(size_t(pairs) * 4), off_bytes = align_up(size_t(E + 1) * 4);
   const size_t scratch_bytes = align_up(cuda::route_scratch_bytes(T, E));
-  MOESERVE_ASSIGN_OR_RETURN(void* mem,
-                            moe_mem_.get(3 * sel_bytes + off_bytes + scratch_bytes, "workspace (routing)"));
+  // The cut groups' offsets: any groups' (a compact stack's, the streamed ones').
+  const size_t cut_off_bytes = align_up(size_t(cuda::kRouteMaxExperts + 1) * 4);
+  MOESERVE_ASSIGN_OR_RETURN(
+      void* mem,
+      moe_mem_.get(5 * sel_bytes + off_bytes + 2 * cut_off_bytes + scratch_bytes, "workspace (routing)"));
   auto* p = static_cast<uint8_t*>(mem);
   selected_ = reinterpret_cast<int32_t*>(p);
   weights_ = reinterpret_cast<float*>(p + sel_bytes);
   pairs_ = reinterpret_cast<int32_t*>(p + 2 * sel_bytes);
   offsets_ = reinterpret_cast<int32_t*>(p + 3 * sel_bytes);
+  p += 3 * sel_bytes + off_bytes;
+  for (int i = 0; i < 2; ++i) {
+    cut_pairs_[i] = reinterpret_cast<int32_t*>(p + size_t(i) * sel_bytes);
+    cut_offsets_[i] = reinterpret_cast<int32_t*>(p + 2 * sel_bytes + size_t(i) * cut_off_bytes);
+  }
+  p += 2 * sel_bytes + 2 * cut_off_bytes;
   cuda::RouteArgs r;
   r.logits = a.logits;
   r.n_tokens = T;
@@ -47,7 +56,7 @@ Status CudaOps::route(const RouteOpArgs& a) {
   r.weights = weights_;
   r.pairs_by_expert = pairs_;
   r.expert_offsets = offsets_;
-  r.scratch = p + 3 * sel_bytes + off_bytes;
+  r.scratch = p;
   routed_tokens_ = T;
   n_expert_ = E;
   n_used_ = K;
@@ -124,8 +133,10 @@ Status CudaOps::mailbox_experts(const ExpertFfnArgs& a, const ExpertSplit& split
   if (streaming.offsets != nullptr) {
     MOESERVE_RETURN_IF_ERROR(cuda::stage_streamed(streaming.stage, stream_));
     ExpertFfnArgs streamed = a;
-    streamed.gate = &streaming.staged[0], streamed.up = &streaming.staged[1], streamed.down = &streaming.staged[2];
-    const cuda::ExpertGroups g{streaming.pairs, streaming.offsets, cuda::kStreamMaxTaken, n_used_, a.n_tokens};
+    streamed.gate = &streaming.staged[0], streamed.up = &streaming.staged[1],
+    streamed.down = &streaming.staged[2];
+    const cuda::ExpertGroups g{streaming.pairs, streaming.offsets, cuda::kStreamMaxTaken, n_used_,
+                               a.n_tokens};
     MOESERVE_RETURN_IF_ERROR(local_experts(streamed, g, h, y));
   }
   MOESERVE_ASSIGN_OR_RETURN(const cuda::ExpertGroups groups, local_groups(split, pairs));
@@ -222,8 +233,47 @@ Result<cuda::ExpertGroups> CudaOps::local_groups(const int32_t* ids, int64_t n_l
   return cuda::ExpertGroups{local_pairs, local_offsets, n_local, n_used_, routed_tokens_};
 }
 
-// gate/up then down over the groups' experts of the (possibly compact) stacks.
+// The groups' experts of the (possibly compact) stacks. Those of types
+// whose kernels choose their arithmetic by row count (all but the K-quants'
+// integer kernel) give a verify's rows, and a mixed forward's decode rows,
+// the kernels their decode steps take: a verify (decoding rows of a
+// sequence with more than one row) runs the matvec kernels at any count; a
+// mixed forward's groups are cut at the decode rows, each part run as a
+// forward of its rows alone would. A pair's result then equals its decode
+// step's bit for bit, whatever the verify's length or the prompt chunk
+// beside it (as cuda_ops_row_groups.cpp does for the dense products).
 Status CudaOps::local_experts(const ExpertFfnArgs& a, const cuda::ExpertGroups& groups, float* h, float* y) {
+  const int64_t n = a.n_tokens, d = std::min(decode_rows_, n);
+  const bool exact =
+      cuda::expert_kernel_ignores_batch(a.gate->type) && cuda::expert_kernel_ignores_batch(a.down->type);
+  if (exact || n <= cuda::kMatvecMaxTokens || d <= 0) return expert_products(a, groups, h, y);
+  if (d == n) {
+    cuda::ExpertGroups g = groups;
+    g.decode_kernels = decode_verifies_;
+    return expert_products(a, g, h, y);
+  }
+  if (split_rows_ != d) return expert_products(a, groups, h, y);  // MOESERVE_CUDA_ROW_GROUPS=0
+  const int64_t K = groups.n_used;
+  cuda::SplitGroupsArgs c;
+  c.offsets = groups.expert_offsets, c.pairs = groups.pairs_by_expert, c.n_expert = groups.n_expert;
+  c.bound = static_cast<int32_t>(d * K);
+  c.lo_offsets = cut_offsets_[0], c.lo_pairs = cut_pairs_[0];
+  c.hi_offsets = cut_offsets_[1], c.hi_pairs = cut_pairs_[1];
+  MOESERVE_RETURN_IF_ERROR(cuda::split_expert_groups(c, stream_));
+  ExpertFfnArgs decoding = a;
+  decoding.n_tokens = d;
+  const cuda::ExpertGroups lo{cut_pairs_[0], cut_offsets_[0], groups.n_expert, K, d, decode_verifies_};
+  MOESERVE_RETURN_IF_ERROR(expert_products(decoding, lo, h, y));
+  ExpertFfnArgs prompt = a;
+  prompt.xn += d * a.n_embd;
+  prompt.n_tokens = n - d;
+  const cuda::ExpertGroups hi{cut_pairs_[1], cut_offsets_[1], groups.n_expert, K, n - d};
+  return expert_products(prompt, hi, h + d * K * a.n_ff, y + d * K * a.n_embd);
+}
+
+// gate/up then down over the groups' experts of the (possibly compact) stacks.
+Status CudaOps::expert_products(const ExpertFfnArgs& a, const cuda::ExpertGroups& groups, float* h,
+                                float* y) {
   const int64_t pairs = a.n_tokens * n_used_;
   // One scratch for both products' converted activations (they run in turn).
   const size_t gu_scratch = cuda::gemm_scratch_bytes(a.gate->type, a.n_tokens, a.n_embd);

@@ -158,6 +158,7 @@ class CudaOps final : public Ops {
     return on;
   }
   Status local_experts(const ExpertFfnArgs& a, const cuda::ExpertGroups& groups, float* h, float* y);
+  Status expert_products(const ExpertFfnArgs& a, const cuda::ExpertGroups& groups, float* h, float* y);
   // The copies make this GPU current first: over a layer split the calling
   // thread moves between GPUs, and kernels' per-device settings (a large
   // shared-memory opt-in) follow the current device.
@@ -293,6 +294,8 @@ class CudaOps final : public Ops {
   // The last route()'s selections and groups.
   int32_t *selected_ = nullptr, *pairs_ = nullptr, *offsets_ = nullptr;
   float* weights_ = nullptr;
+  // Room for a mixed forward's groups cut at its decode rows (expert_rows).
+  int32_t *cut_pairs_[2] = {}, *cut_offsets_[2] = {};
   int64_t routed_tokens_ = 0, n_expert_ = 0, n_used_ = 0;
   std::vector<int32_t> count_ids_;  // route()'s selections read back for counts
   // CUDA graphs by forward shape (exec null: seen once, not captured yet),

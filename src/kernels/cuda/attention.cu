@@ -14,7 +14,7 @@
 // the GPU, splits the key range over CTAs; a second kernel then merges the
 // partial (max, sum, unnormalised output) triples.
 // Batch invariance (decode-class forwards: blocks of at most
-// kInvariantBlockRows rows, no window). A row's output must not depend on
+// kInvariantBlockRows rows). A row's output must not depend on
 // which other rows share its forward: speculative decoding verifies a draft
 // in one forward of many rows and must reproduce plain decoding's one-row
 // forwards bit for bit. So there every CTA is one warp with the same key
@@ -26,9 +26,11 @@
 // in place: the same bits as the combine of its one partial (weight
 // exp2(0) = 1, sums of exact zeros).
 // Sliding window. A CTA's keys start at the first key any of its rows sees,
-// rounded down to a key tile (so tiles keep the unwindowed alignment), and
-// its splits cut the range from there: a 512-key window over a long context
-// reads about 512 keys, spread over as many CTAs as without a window.
+// rounded down to a key tile (so tiles keep the unwindowed alignment; in
+// the batch-invariant plans to a chunk, so chunks stay at fixed keys and a
+// row's chunks before its window hold nothing of it), and its splits cut
+// the range from there: a 512-key window over a long context reads about
+// 512 keys, spread over as many CTAs as without a window.
 //
 // Precision. K and V are exact in f16; q (f32) and the softmax weights p
 // (f32) are not. Each is split x = hi + lo with hi = f16(x), lo = f16(x - hi)
@@ -97,7 +99,8 @@ struct Params {
   // partial a split), kInvariantChunkKeys in them.
   int parts, part_keys;
   int window;        // > 0: sliding window
-  int key_tile;      // Tile::KT of the launched kernel (the combine finds split starts with it)
+  int base_align;    // split 0 starts at the CTA's first key rounded down to this: Tile::KT, or part_keys
+                     // in batch-invariant plans (the combine finds split starts with it)
   int n_cta_x;       // n_blocks * q_tiles: gridDim.x
   int n_ctas;        // n_cta_x * n_head_kv: CTAs per split
   float scale_log2;  // scale * log2(e): softmax in exp2
@@ -329,7 +332,7 @@ __device__ inline int tile_split_base(const Params& p, const QueryBlock& blk, in
     const int pos = row_position(p, query_row(p, blk, nq, kvh, qi), seq);
     if (pos >= 0) first = min(first, max(0, first_key(pos, p.window)));
   }
-  return split_base(warp_reduce_min(first), p.key_tile);
+  return split_base(warp_reduce_min(first), p.base_align);
 }
 
 // The keys some row of the CTA sees, [begin, end), and where its split 0
@@ -338,8 +341,7 @@ __device__ inline int tile_split_base(const Params& p, const QueryBlock& blk, in
 struct KeyRange {
   int begin, end, base, warp_min, warp_max;
 };
-template <int KT>
-__device__ inline KeyRange cta_key_range(int my_min, int my_max) {
+__device__ inline KeyRange cta_key_range(int my_min, int my_max, int base_align) {
   __shared__ int s_begin, s_end;
   if (threadIdx.x == 0) s_begin = INT_MAX, s_end = 0;
   __syncthreads();
@@ -349,7 +351,7 @@ __device__ inline KeyRange cta_key_range(int my_min, int my_max) {
   KeyRange r;
   r.end = s_end;
   r.begin = min(s_begin, r.end);
-  r.base = split_base(s_begin, KT);
+  r.base = split_base(s_begin, base_align);
   r.warp_min = warp_reduce_min(my_min);
   r.warp_max = my_max;
   for (int off = 16; off > 0; off >>= 1)
@@ -438,7 +440,7 @@ __global__ void __launch_bounds__(W * 32) attention_kernel(const Params p) {
       my_min = min(my_min, max(st.lo[r], 0));
     }
   }
-  const KeyRange kr = cta_key_range<T::KT>(my_min, my_max);
+  const KeyRange kr = cta_key_range(my_min, my_max, p.base_align);
   const int kv_begin = kr.begin, kv_end = kr.end;
   // Split z: keys from base + z * chunk; the last split takes the rest.
   const int kb = kr.base + z * p.chunk, ke = z == p.splits - 1 ? kv_end : min(kb + p.chunk, kv_end);
@@ -613,6 +615,7 @@ struct Plan {
   int warps = 1, q_tiles = 1, splits = 1, chunk = 0;
   int parts = 1, part_keys = 0;  // Params::parts, part_keys
   int64_t n_ctas = 0;            // per split
+  bool invariant = false;        // a batch-invariant plan: parts from fixed keys
 };
 
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
@@ -637,8 +640,17 @@ bool invariant_plans() {
 // parts. False when the forward is not decode-class or its partials do not
 // fit the workspace (a long context: the occupancy plan then).
 bool decode_class(const AttentionArgs& a) {
-  return invariant_plans() && effective_window(a) == 0 && a.max_block_rows <= kInvariantBlockRows &&
-         a.n_blocks > 0 && a.n_head_kv > 0;
+  return invariant_plans() && a.max_block_rows <= kInvariantBlockRows && a.n_blocks > 0 && a.n_head_kv > 0;
+}
+
+// Parts a CTA's keys span: all of them, or with a window, the window plus
+// the block's other positions plus the rounding down to a part (and one
+// more where the range straddles a part boundary).
+int64_t invariant_parts(const AttentionArgs& a) {
+  const int64_t all = ceil_div(a.max_kv, kInvariantChunkKeys), window = effective_window(a);
+  if (window == 0) return all;
+  const int64_t span = window + a.max_block_rows - 1 + kInvariantChunkKeys - 1;
+  return std::min(all, ceil_div(span, kInvariantChunkKeys) + 1);
 }
 
 // CTAs per split of the batch-invariant plan, and the workspace its
@@ -647,7 +659,7 @@ int64_t invariant_ctas(const AttentionArgs& a) {
   return a.n_blocks * ceil_div(a.max_block_rows * (a.n_head / a.n_head_kv), 16) * a.n_head_kv;
 }
 int64_t invariant_bytes(const AttentionArgs& a) {
-  const int64_t parts = ceil_div(a.max_kv, kInvariantChunkKeys);
+  const int64_t parts = invariant_parts(a);
   if (parts <= 1) return 0;
   return parts * invariant_ctas(a) * 16 * (a.head_dim + 2) * int64_t(sizeof(float));
 }
@@ -660,7 +672,7 @@ bool invariant_plan(const AttentionArgs& a, int sm_count, Plan& pl) {
   v.warps = 1;
   v.q_tiles = int(ceil_div(qrows, 16));
   v.n_ctas = invariant_ctas(a);
-  const int64_t parts = ceil_div(a.max_kv, kInvariantChunkKeys);
+  const int64_t parts = invariant_parts(a);
   const int64_t need = invariant_bytes(a);
   if (need > 0 && (a.workspace == nullptr || need > int64_t(a.workspace_bytes))) return false;
   const int64_t want = int64_t(sm_count) * ctas_per_sm(1);
@@ -670,6 +682,7 @@ bool invariant_plan(const AttentionArgs& a, int sm_count, Plan& pl) {
   v.part_keys = kInvariantChunkKeys;
   v.chunk = int(per_split * kInvariantChunkKeys);
   v.splits = int(ceil_div(parts, per_split));
+  v.invariant = true;
   pl = v;
   return true;
 }
@@ -827,7 +840,7 @@ Status attention(const AttentionArgs& a, cudaStream_t stream) {
   p.part_keys = pl.part_keys;
   p.max_kv = int(a.max_kv);
   p.window = effective_window(a);
-  p.key_tile = key_tile(int(a.head_dim), pl.warps);
+  p.base_align = pl.invariant ? kInvariantChunkKeys : key_tile(int(a.head_dim), pl.warps);
   p.n_ctas = int(pl.n_ctas);
   p.n_cta_x = int(pl.n_ctas / a.n_head_kv);
   p.scale_log2 = a.scale * 1.4426950408889634f;

@@ -129,10 +129,11 @@ struct QueryBlock {
   int32_t n_rows = 0;
 };
 
-// Query blocks of at most this many rows, without a sliding window, take
-// the batch-invariant plans: each row's keys go in fixed 128-key parts from
-// key 0, merged in a fixed order, so a row's output does not depend on its
-// block, the batch or the GPU's occupancy (decode == verify, bit for bit).
+// Query blocks of at most this many rows take the batch-invariant plans:
+// each row's keys go in fixed 128-key parts from key 0 (with a sliding
+// window, those that hold keys of the window), merged in a fixed order, so
+// a row's output does not depend on its block, the batch or the GPU's
+// occupancy (decode == verify, bit for bit).
 // Larger blocks take plans by occupancy.
 inline constexpr int64_t kInvariantBlockRows = 32;
 

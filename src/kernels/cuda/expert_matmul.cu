@@ -60,11 +60,16 @@ detail::MmProblem grouped_problem(detail::MmMode mode, const ExpertWeights& w, c
   return p;
 }
 
-Status launch(const detail::MmProblem& p, cudaStream_t stream) {
-  return p.n_tokens <= kMatvecMaxTokens ? detail::launch_matvec(p, stream) : detail::launch_gemm(p, stream);
+Status launch(const detail::MmProblem& p, const ExpertGroups& g, cudaStream_t stream) {
+  const bool matvec = p.n_tokens <= kMatvecMaxTokens || g.decode_kernels;
+  return matvec ? detail::launch_matvec(p, stream) : detail::launch_gemm(p, stream);
 }
 
 }  // namespace
+
+bool expert_kernel_ignores_batch(DType type) {
+  return detail::gemm_kq_type(type) && !detail::expert_decode_on_tc();
+}
 
 Status expert_gate_up(const ExpertGateUpArgs& a, cudaStream_t stream) {
   constexpr const char* kWhat = "expert_gate_up";
@@ -88,7 +93,7 @@ Status expert_gate_up(const ExpertGateUpArgs& a, cudaStream_t stream) {
   p.x = a.x, p.x_stride = n_embd, p.x_row_div = a.groups.n_used;
   p.y = a.h, p.y_stride = n_ff;
   p.scratch = a.scratch, p.scratch_bytes = a.scratch_bytes;
-  return launch(p, stream);
+  return launch(p, a.groups, stream);
 }
 
 Status expert_down(const ExpertDownArgs& a, cudaStream_t stream) {
@@ -102,7 +107,7 @@ Status expert_down(const ExpertDownArgs& a, cudaStream_t stream) {
   p.x = a.h, p.x_stride = n_ff, p.x_row_div = 1;
   p.y = a.y, p.y_stride = n_embd;
   p.scratch = a.scratch, p.scratch_bytes = a.scratch_bytes;
-  return launch(p, stream);
+  return launch(p, a.groups, stream);
 }
 
 }  // namespace moeserve::cuda

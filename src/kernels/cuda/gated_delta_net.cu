@@ -198,7 +198,7 @@ __global__ void delta_rule_kernel(GdnBatch bt, float* qkv, const float* beta, co
   detail::allow_dependents();
   float* state = bt.state_tables[int64_t(s) * bt.n_layer + bt.layer] + ssm_offset + int64_t(h) * dk * dv;
   const int row0 = bt.seq_rows[2 * s], n = bt.seq_rows[2 * s + 1];
-  if (n >= skip_from && row0 + n > bt.decode_rows) return;  // the whole block: n is the sequence's
+  if (n >= skip_from && !bt.decoding(row0, n)) return;  // the whole block: n is the sequence's
   // A draft tree: each row starts from its parent's state (in the registers
   // when the parent is the row before) and leaves its own in its node state.
   float* nodes = is_tree(bt, s)

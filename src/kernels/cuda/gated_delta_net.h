@@ -46,6 +46,8 @@ struct GdnBatch {
   // output and state are its decode step's bit for bit. Sequences past
   // them of kGdnChunk rows or more take the chunked kernel.
   int64_t decode_rows = 0;
+  // Whether a sequence's rows [row0, row0 + n) are decoding rows (above).
+  __host__ __device__ bool decoding(int64_t row0, int64_t n) const { return row0 + n <= decode_rows; }
 };
 
 struct GdnArgs {

@@ -338,7 +338,7 @@ __global__ void __launch_bounds__(kThreads, 1) delta_rule_chunked_kernel(ChunkPa
   detail::allow_dependents();
   const int64_t row0 = p.bt.seq_rows[2 * s];
   const int n = p.bt.seq_rows[2 * s + 1];
-  if (n < p.min_tokens || row0 + n <= p.bt.decode_rows) return;  // the recurrent kernel's
+  if (n < p.min_tokens || p.bt.decoding(row0, n)) return;  // the recurrent kernel's
   float* state =
       p.bt.state_tables[int64_t(s) * p.bt.n_layer + p.bt.layer] + p.ssm_offset + int64_t(h) * DK * p.dv + j0;
   for (int f = tid; f < DK * kSlice; f += kThreads) sm.s[f] = state[int64_t(f / kSlice) * p.dv + f % kSlice];

@@ -132,7 +132,15 @@ struct ExpertGroups {
   int64_t n_expert = 0;
   int64_t n_used = 0;  // slots per token (top-k)
   int64_t n_tokens = 0;
+  // The matvec kernels at any n_tokens (a speculative verify's rows): each
+  // pair then gets the bits a decode step's pair gets.
+  bool decode_kernels = false;
 };
+
+// Whether a grouped product of this weight type gives a pair the same bits
+// at every n_tokens (the K-quants' integer kernel, decode and prefill
+// alike); the other types round differently above kMatvecMaxTokens.
+bool expert_kernel_ignores_batch(DType type);
 
 // A stack of n_expert matrices, matrix e at w + e * matrix_stride.
 struct ExpertWeights {

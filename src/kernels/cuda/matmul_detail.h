@@ -26,13 +26,13 @@ struct MmProblem {
   const uint8_t* w0 = nullptr;  // dense: W; grouped: gate (kGateUp) or down (kDown) of expert 0
   const uint8_t* w1 = nullptr;  // kGateUp: up of expert 0
   size_t row_bytes = 0;
-  size_t matrix_stride = 0;     // grouped: bytes between experts' matrices
+  size_t matrix_stride = 0;  // grouped: bytes between experts' matrices
   int64_t n_rows = 0, n_cols = 0;
-  const float* x = nullptr;     // activation rows, x_stride floats apart
+  const float* x = nullptr;  // activation rows, x_stride floats apart
   int64_t x_stride = 0;
-  float* y = nullptr;           // output rows, y_stride floats apart
+  float* y = nullptr;  // output rows, y_stride floats apart
   int64_t y_stride = 0;
-  int64_t n_tokens = 0;         // dense: rows of x; grouped: tokens of the batch
+  int64_t n_tokens = 0;  // dense: rows of x; grouped: tokens of the batch
   // Grouped only: pair p reads activation row p / x_row_div (n_used for
   // kGateUp, 1 for kDown) and writes output row p.
   const int32_t* pairs = nullptr;
@@ -66,6 +66,9 @@ Status launch_matvec(const MmProblem& p, cudaStream_t stream);
 Status launch_gemm(const MmProblem& p, cudaStream_t stream);
 // Whether launch_gemm hands this weight type to the integer kernel.
 bool gemm_kq_type(DType t);
+// MOESERVE_CUDA_EXPERT_DECODE=tc: K-quant experts of decode batches on
+// matvec_tc.cu (exact activations) instead of the integer kernel.
+bool expert_decode_on_tc();
 // Integer tensor-core kernels for Q4_K/Q5_K/Q6_K with Q8_K activations (the
 // CPU's arithmetic, bit for bit the reference CPU kernels): any batch. The
 // activation rows are quantized into p.scratch first (gemm_kq_scratch_bytes).

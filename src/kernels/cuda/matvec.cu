@@ -578,6 +578,14 @@ bool dense_matvec_on_tensor_cores() {
   return tc;
 }
 
+bool expert_decode_on_tc() {
+  static const bool on = [] {
+    const char* v = std::getenv("MOESERVE_CUDA_EXPERT_DECODE");
+    return v != nullptr && std::strcmp(v, "tc") == 0;
+  }();
+  return on;
+}
+
 Status launch_matvec(const MmProblem& p, cudaStream_t stream) {
   // Grouped expert products of quantized weights: tensor-core kernels (an
   // expert with few pairs costs what one token does). Dense products stay
@@ -589,11 +597,7 @@ Status launch_matvec(const MmProblem& p, cudaStream_t stream) {
     // decode batch (H100, 30b-a3b shapes, gate_up + down: 1 token 28.1 us
     // against 33.0; 8 tokens 110 against 278; 16: 167 against 814).
     // MOESERVE_CUDA_EXPERT_DECODE=tc keeps them on matvec_tc.cu (exact x).
-    static const bool exact = [] {
-      const char* v = std::getenv("MOESERVE_CUDA_EXPERT_DECODE");
-      return v != nullptr && std::strcmp(v, "tc") == 0;
-    }();
-    if (!exact && gemm_kq_type(p.type)) return launch_gemm_kq(p, stream);
+    if (!expert_decode_on_tc() && gemm_kq_type(p.type)) return launch_gemm_kq(p, stream);
     return launch_matvec_tc(p, stream);
   }
   // Dense products of the tensor-core types on matvec_tc.cu at every token

@@ -437,6 +437,42 @@ __global__ void __launch_bounds__(kScanThreads)
   }
 }
 
+// One block, a thread per expert: lo and hi counts, warps 0 and 1 scan
+// them, then each thread copies its expert's pairs in order.
+__global__ void __launch_bounds__(kScanThreads)
+    split_groups_kernel(const int32_t* offsets, const int32_t* pairs, int n_expert, int32_t bound,
+                        int32_t* lo_offsets, int32_t* lo_pairs, int32_t* hi_offsets, int32_t* hi_pairs) {
+  detail::grid_dependency_wait();
+  detail::allow_dependents();
+  __shared__ int32_t lo_base[kRouteMaxExperts], hi_base[kRouteMaxExperts];
+  const int i = int(threadIdx.x);
+  int begin = 0, end = 0;
+  if (i < n_expert) {
+    begin = offsets[i], end = offsets[i + 1];
+    int32_t lo = 0;
+    for (int k = begin; k < end; ++k) lo += pairs[k] < bound;
+    lo_base[i] = lo, hi_base[i] = end - begin - lo;
+  }
+  __syncthreads();
+  if (i < kWarp) {
+    warp_exclusive_scan(lo_base, n_expert, i, lo_offsets);
+  } else if (i < 2 * kWarp) {
+    warp_exclusive_scan(hi_base, n_expert, i - kWarp, hi_offsets);
+  }
+  __syncthreads();
+  if (i < n_expert) {
+    int32_t lo = lo_base[i], hi = hi_base[i];
+    for (int k = begin; k < end; ++k) {
+      const int32_t p = pairs[k];
+      if (p < bound) {
+        lo_pairs[lo++] = p;
+      } else {
+        hi_pairs[hi++] = p - bound;
+      }
+    }
+  }
+}
+
 __global__ void scatter_rows_kernel(float* dst, const float* src, const int32_t* rows, int64_t n_cols) {
   detail::grid_dependency_wait();
   detail::allow_dependents();
@@ -529,6 +565,20 @@ Status local_expert_groups(const LocalGroupsArgs& a, cudaStream_t stream) {
   detail::launch(local_groups_kernel, 1, kScanThreads, 0, stream, a.offsets, a.pairs, a.local, int(a.n_local),
                  a.local_offsets, a.local_pairs);
   return launched("local_expert_groups");
+}
+
+Status split_expert_groups(const SplitGroupsArgs& a, cudaStream_t stream) {
+  if (a.n_expert < 1 || a.n_expert > kRouteMaxExperts || a.bound < 0) {
+    return make_error(StatusCode::kInvalidArgument, "split_expert_groups: {} experts (at most {}), bound {}",
+                      a.n_expert, kRouteMaxExperts, a.bound);
+  }
+  if (a.offsets == nullptr || a.pairs == nullptr || a.lo_offsets == nullptr || a.lo_pairs == nullptr ||
+      a.hi_offsets == nullptr || a.hi_pairs == nullptr) {
+    return make_error(StatusCode::kInvalidArgument, "split_expert_groups: null argument");
+  }
+  detail::launch(split_groups_kernel, 1, kScanThreads, 0, stream, a.offsets, a.pairs, int(a.n_expert), a.bound,
+                 a.lo_offsets, a.lo_pairs, a.hi_offsets, a.hi_pairs);
+  return launched("split_expert_groups");
 }
 
 Status scatter_rows(const ScatterRowsArgs& a, cudaStream_t stream) {

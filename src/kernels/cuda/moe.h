@@ -69,6 +69,23 @@ struct LocalGroupsArgs {
 };
 Status local_expert_groups(const LocalGroupsArgs& a, cudaStream_t stream);
 
+// The groups of a mixed forward's experts cut at a pair id: pairs below
+// `bound` (the decode rows' pairs: bound = decode rows * n_used) into the
+// lo groups, the others into the hi groups with `bound` subtracted (the hi
+// part then reads like a forward of the rows after the decode rows alone).
+// Each expert's pairs keep their order. The expert kernels choose their
+// arithmetic by row count, so the decode rows get the kernels a forward of
+// their own would (cuda_expert_ops.cpp). Offsets: [n_expert + 1] each, from 0.
+struct SplitGroupsArgs {
+  const int32_t* offsets = nullptr;  // [n_expert + 1]
+  const int32_t* pairs = nullptr;    // pairs_by_expert
+  int64_t n_expert = 0;
+  int32_t bound = 0;
+  int32_t *lo_offsets = nullptr, *lo_pairs = nullptr;  // pairs: room for every pair below bound
+  int32_t *hi_offsets = nullptr, *hi_pairs = nullptr;  // ... and for every other pair
+};
+Status split_expert_groups(const SplitGroupsArgs& a, cudaStream_t stream);
+
 // dst row rows[i] = src row i, for i < n_rows (rows of n_cols floats): the
 // host-computed expert outputs into their pair rows.
 struct ScatterRowsArgs {

@@ -445,28 +445,35 @@ std::vector<float> row_output(const Case& c, uint32_t seed, int64_t pos) {
 // beside other sequences (batched decode: other splits) are equal, across
 // the 128-key parts too (rows at 250..265 see two parts or three; 256
 // starts the third), and at a context whose parts outgrow the default
-// workspace (9000: it grows).
+// workspace (9000: it grows). With a sliding window too (a sliding layer of
+// laguna): 100 keys (a window inside one part, or across two), 300 (the
+// verify's rows' windows start in different parts).
 TEST(AttentionGpu, RowsAreBatchInvariantInDecodeClassForwards) {
   MOESERVE_REQUIRE_GPU();
   struct Shape {
-    int64_t n_head, n_head_kv, head_dim;
+    int64_t n_head, n_head_kv, head_dim, window;
   };
-  for (const Shape& sh : {Shape{32, 4, 128}, Shape{16, 16, 64}, Shape{12, 4, 64}}) {
+  for (const Shape& sh : {Shape{32, 4, 128, 0}, Shape{16, 16, 64, 0}, Shape{12, 4, 64, 0},
+                          Shape{32, 4, 128, 100}, Shape{12, 4, 64, 300}}) {
     for (int64_t p0 : {int64_t(3), int64_t(250), int64_t(700), int64_t(9000)}) {
       const uint32_t seed = 90 + uint32_t(p0);
-      const Case verify{sh.n_head, sh.n_head_kv, sh.head_dim, 16, {{0, p0, 16}}};
+      const auto windowed = [&](Case c) {
+        c.window = sh.window;
+        return c;
+      };
+      const Case verify = windowed({sh.n_head, sh.n_head_kv, sh.head_dim, 16, {{0, p0, 16}}});
       for (int64_t i : {int64_t(0), int64_t(5), int64_t(6), int64_t(15)}) {
         const std::vector<float> in_verify = row_output(verify, seed, p0 + i);
-        const Case alone{sh.n_head, sh.n_head_kv, sh.head_dim, 1, {{0, p0 + i, 1}}};
-        const Case batched{
-            sh.n_head, sh.n_head_kv, sh.head_dim, 1, {{0, p0 + i, 1}, {1, 299, 1}, {2, 2999, 1}}};
+        const Case alone = windowed({sh.n_head, sh.n_head_kv, sh.head_dim, 1, {{0, p0 + i, 1}}});
+        const Case batched =
+            windowed({sh.n_head, sh.n_head_kv, sh.head_dim, 1, {{0, p0 + i, 1}, {1, 299, 1}, {2, 2999, 1}}});
         for (const Case* c : {&alone, &batched}) {
           const std::vector<float> got = row_output(*c, seed, p0 + i);
           ASSERT_EQ(got.size(), in_verify.size());
           for (size_t e = 0; e < got.size(); ++e) {
             ASSERT_EQ(std::bit_cast<uint32_t>(got[e]), std::bit_cast<uint32_t>(in_verify[e]))
-                << "head_dim " << sh.head_dim << ", group " << sh.n_head / sh.n_head_kv << ": row at "
-                << p0 + i << (c == &alone ? " alone" : " batched")
+                << "head_dim " << sh.head_dim << ", group " << sh.n_head / sh.n_head_kv << ", window "
+                << sh.window << ": row at " << p0 + i << (c == &alone ? " alone" : " batched")
                 << " differs from the verify block's, element " << e;
           }
         }

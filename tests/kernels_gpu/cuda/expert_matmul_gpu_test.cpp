@@ -80,7 +80,8 @@ Routing group(int64_t n_expert, int64_t n_used, std::vector<int32_t> expert_of_p
   std::partial_sum(r.offsets.begin(), r.offsets.end(), r.offsets.begin());
   r.pairs.resize(r.expert_of_pair.size());
   std::vector<int32_t> fill(r.offsets.begin(), r.offsets.end() - 1);
-  for (size_t p = 0; p < r.expert_of_pair.size(); ++p) r.pairs[size_t(fill[size_t(r.expert_of_pair[p])]++)] = int32_t(p);
+  for (size_t p = 0; p < r.expert_of_pair.size(); ++p)
+    r.pairs[size_t(fill[size_t(r.expert_of_pair[p])]++)] = int32_t(p);
   return r;
 }
 
@@ -148,9 +149,10 @@ double dot(const float* a, const float* b, int64_t n) {
 struct DeviceGroups {
   DeviceArray<int32_t> pairs, offsets;
   cuda::ExpertGroups desc;
-  explicit DeviceGroups(const Routing& r) : pairs(r.pairs), offsets(r.offsets) {
+  explicit DeviceGroups(const Routing& r, bool decode_kernels = false) : pairs(r.pairs), offsets(r.offsets) {
     desc.pairs_by_expert = pairs.get(), desc.expert_offsets = offsets.get();
     desc.n_expert = r.n_expert, desc.n_used = r.n_used, desc.n_tokens = r.n_tokens;
+    desc.decode_kernels = decode_kernels;
   }
 };
 
@@ -174,12 +176,12 @@ std::vector<float> collect(const DeviceArray<float>& d, int64_t n_pairs, int64_t
 }
 
 std::vector<float> run_gate_up(const Routing& r, const ExpertStack& gate, const ExpertStack& up,
-                               const std::vector<float>& x) {
+                               const std::vector<float>& x, bool decode_kernels = false) {
   const int64_t n_pairs = r.n_tokens * r.n_used, n_ff = gate.desc.n_rows;
   DeviceArray<uint8_t> dg(gate.bytes), du(up.bytes);
   DeviceArray<float> dx(x), dh(size_t((n_pairs + 1) * n_ff));
   dh.poison();
-  DeviceGroups groups(r);
+  DeviceGroups groups(r, decode_kernels);
   cuda::ExpertGateUpArgs a;
   a.gate = gate.desc, a.up = up.desc, a.gate.w = dg.get(), a.up.w = du.get();
   a.groups = groups.desc, a.x = dx.get(), a.h = dh.get();
@@ -191,12 +193,13 @@ std::vector<float> run_gate_up(const Routing& r, const ExpertStack& gate, const 
   return collect(dh, n_pairs, n_ff);
 }
 
-std::vector<float> run_down(const Routing& r, const ExpertStack& down, const std::vector<float>& h) {
+std::vector<float> run_down(const Routing& r, const ExpertStack& down, const std::vector<float>& h,
+                            bool decode_kernels = false) {
   const int64_t n_pairs = r.n_tokens * r.n_used, n_embd = down.desc.n_rows;
   DeviceArray<uint8_t> dd(down.bytes);
   DeviceArray<float> dh(h), dy(size_t((n_pairs + 1) * n_embd));
   dy.poison();
-  DeviceGroups groups(r);
+  DeviceGroups groups(r, decode_kernels);
   cuda::ExpertDownArgs a;
   a.down = down.desc, a.down.w = dd.get(), a.groups = groups.desc, a.h = dh.get(), a.y = dy.get();
   DeviceArray<uint8_t> scratch(cuda::gemm_scratch_bytes(down.desc.type, n_pairs, down.desc.n_cols));
@@ -241,7 +244,8 @@ std::vector<float> reference_down(const Routing& r, const ExpertStack& down, con
   std::vector<float> y(r.expert_of_pair.size() * size_t(n_embd));
   for (size_t p = 0; p < r.expert_of_pair.size(); ++p) {
     for (int64_t i = 0; i < n_embd; ++i)
-      y[p * size_t(n_embd) + size_t(i)] = float(row_dot(ref, down, r.expert_of_pair[p], i, h.data() + p * size_t(n_ff)));
+      y[p * size_t(n_embd) + size_t(i)] =
+          float(row_dot(ref, down, r.expert_of_pair[p], i, h.data() + p * size_t(n_ff)));
   }
   return y;
 }
@@ -274,7 +278,8 @@ TEST_P(ExpertMatmulGpu, GateUpMatchesDoubleReference) {
       // The products are the CPU's bits; exp may differ by an ulp between
       // the host and the device library.
       const std::vector<float> cpu = reference_gate_up(r, gate, up, x, Ref::kCpu);
-      EXPECT_LT(relative_error(got.data(), cpu.data(), cpu.size()), 1e-6) << dtype_name(type) << " " << c.name;
+      EXPECT_LT(relative_error(got.data(), cpu.data(), cpu.size()), 1e-6)
+          << dtype_name(type) << " " << c.name;
     }
   }
 }
@@ -318,7 +323,8 @@ TEST_P(ExpertMatmulGpu, PairResultsDoNotDependOnTheBatch) {
     const Routing part = sub_routing(all, s.t0, s.n);
     const std::vector<float> x = random_floats(size_t(s.batch * n_embd), 84);
     const std::vector<float> x_part(x.begin() + s.t0 * n_embd, x.begin() + (s.t0 + s.n) * n_embd);
-    const std::vector<float> h_all = run_gate_up(all, gate, up, x), h_part = run_gate_up(part, gate, up, x_part);
+    const std::vector<float> h_all = run_gate_up(all, gate, up, x),
+                             h_part = run_gate_up(part, gate, up, x_part);
     const size_t h_at = size_t(s.t0 * n_used * n_ff), h_len = size_t(s.n * n_used * n_ff);
     EXPECT_EQ(std::memcmp(h_part.data(), h_all.data() + h_at, h_len * sizeof(float)), 0)
         << dtype_name(type) << " gate_up, tokens " << s.t0 << ".. of " << s.batch;
@@ -326,6 +332,32 @@ TEST_P(ExpertMatmulGpu, PairResultsDoNotDependOnTheBatch) {
     const size_t y_at = size_t(s.t0 * n_used * n_embd), y_len = size_t(s.n * n_used * n_embd);
     EXPECT_EQ(std::memcmp(y_part.data(), y_all.data() + y_at, y_len * sizeof(float)), 0)
         << dtype_name(type) << " down, tokens " << s.t0 << ".. of " << s.batch;
+  }
+}
+
+// ExpertGroups::decode_kernels (a speculative verify's rows): every pair of
+// a 40-token batch gets the bits its token's one-token product gives, for
+// every type (the K-quants' integer kernel does at any count anyway).
+TEST_P(ExpertMatmulGpu, DecodeKernelsGiveEveryPairItsOneTokenBits) {
+  MOESERVE_REQUIRE_GPU();
+  const DType type = GetParam();
+  const int64_t n_embd = 2 * col_unit(type), n_ff = 2 * col_unit(type), n_expert = 6, n_used = 2, batch = 40;
+  const ExpertStack gate = make_stack(type, n_expert, n_ff, n_embd, 90);
+  const ExpertStack up = make_stack(type, n_expert, n_ff, n_embd, 91);
+  const ExpertStack down = make_stack(type, n_expert, n_embd, n_ff, 92);
+  const Routing all = make_routing(batch, n_expert, n_used, 93);
+  const std::vector<float> x = random_floats(size_t(batch * n_embd), 94);
+  const std::vector<float> h_all = run_gate_up(all, gate, up, x, true);
+  const std::vector<float> y_all = run_down(all, down, h_all, true);
+  for (const int64_t t : {int64_t(0), int64_t(15), int64_t(16), int64_t(27), batch - 1}) {
+    const Routing one = sub_routing(all, t, 1);
+    const std::vector<float> x_one(x.begin() + t * n_embd, x.begin() + (t + 1) * n_embd);
+    const std::vector<float> h_one = run_gate_up(one, gate, up, x_one);
+    EXPECT_EQ(std::memcmp(h_one.data(), h_all.data() + t * n_used * n_ff, h_one.size() * sizeof(float)), 0)
+        << dtype_name(type) << " gate_up, token " << t << " of " << batch;
+    const std::vector<float> y_one = run_down(one, down, h_one);
+    EXPECT_EQ(std::memcmp(y_one.data(), y_all.data() + t * n_used * n_embd, y_one.size() * sizeof(float)), 0)
+        << dtype_name(type) << " down, token " << t << " of " << batch;
   }
 }
 
@@ -360,7 +392,8 @@ TEST(ExpertMatmulGpuArgs, RejectsBadArguments) {
   d.down = ok.gate, d.groups = ok.groups, d.h = buf, d.y = nullptr;
   EXPECT_EQ(cuda::expert_down(d, nullptr).code(), StatusCode::kInvalidArgument) << "null y";
   d.y = buf, d.down.n_cols = 48;
-  EXPECT_EQ(cuda::expert_down(d, nullptr).code(), StatusCode::kInvalidArgument) << "n_cols not a multiple of 32";
+  EXPECT_EQ(cuda::expert_down(d, nullptr).code(), StatusCode::kInvalidArgument)
+      << "n_cols not a multiple of 32";
 }
 
 }  // namespace

@@ -379,7 +379,8 @@ TEST(LocalExpertGroups, MatchTheFullGroupsFiltered) {
       for (int32_t e = 0; e < c.n_expert; e += stride) local.push_back(e);
       std::vector<int32_t> want_offsets = {0}, want_pairs;
       for (int32_t e : local) {
-        for (int32_t i = full.offsets[size_t(e)]; i < full.offsets[size_t(e) + 1]; ++i) want_pairs.push_back(full.pairs[size_t(i)]);
+        for (int32_t i = full.offsets[size_t(e)]; i < full.offsets[size_t(e) + 1]; ++i)
+          want_pairs.push_back(full.pairs[size_t(i)]);
         want_offsets.push_back(int32_t(want_pairs.size()));
       }
       DeviceArray<int32_t> doff(full.offsets), dpairs(full.pairs), dlocal(local);
@@ -399,6 +400,63 @@ TEST(LocalExpertGroups, MatchTheFullGroupsFiltered) {
   cuda::LocalGroupsArgs bad;
   bad.n_expert = 8, bad.n_local = 9;
   EXPECT_EQ(cuda::local_expert_groups(bad, nullptr).code(), StatusCode::kInvalidArgument);
+}
+
+// Groups cut at a pair id (a mixed forward's decode rows): the reference
+// is each expert's pairs filtered in order, the hi ones less the bound; the
+// full groups and a compact stack's (every third expert), decode-sized and
+// prefill-sized, the cut at none, some and all of the pairs.
+TEST(SplitExpertGroups, MatchTheGroupsFilteredAtTheBound) {
+  MOESERVE_REQUIRE_GPU();
+  for (const RouteCase c : {RouteCase{5, 128, 8}, RouteCase{40, 16, 4}, RouteCase{300, 256, 8}}) {
+    const auto logits = router_logits(c, uint32_t(91 + c.n_tokens));
+    const RouteResult full = route_ref(c, logits);
+    for (int stride : {1, 3}) {
+      std::vector<int32_t> offsets = {0}, pairs;
+      for (int32_t e = 0; e < c.n_expert; e += stride) {
+        for (int32_t i = full.offsets[size_t(e)]; i < full.offsets[size_t(e) + 1]; ++i)
+          pairs.push_back(full.pairs[size_t(i)]);
+        offsets.push_back(int32_t(pairs.size()));
+      }
+      const int64_t n_groups = int64_t(offsets.size()) - 1;
+      for (const int64_t rows : {int64_t(0), int64_t(3), c.n_tokens}) {
+        const int32_t bound = int32_t(rows * c.n_used);
+        std::vector<int32_t> want_lo_off = {0}, want_hi_off = {0}, want_lo, want_hi;
+        for (int64_t g = 0; g < n_groups; ++g) {
+          for (int32_t i = offsets[size_t(g)]; i < offsets[size_t(g) + 1]; ++i) {
+            const int32_t p = pairs[size_t(i)];
+            if (p < bound)
+              want_lo.push_back(p);
+            else
+              want_hi.push_back(p - bound);
+          }
+          want_lo_off.push_back(int32_t(want_lo.size())), want_hi_off.push_back(int32_t(want_hi.size()));
+        }
+        DeviceArray<int32_t> doff(offsets), dpairs(pairs);
+        DeviceArray<int32_t> lo_off(size_t(n_groups + 1)), hi_off(size_t(n_groups + 1));
+        DeviceArray<int32_t> lo(pairs.size() + 1), hi(pairs.size() + 1);
+        lo_off.poison(), hi_off.poison(), lo.poison(), hi.poison();
+        cuda::SplitGroupsArgs a;
+        a.offsets = doff.get(), a.pairs = dpairs.get(), a.n_expert = n_groups, a.bound = bound;
+        a.lo_offsets = lo_off.get(), a.lo_pairs = lo.get(), a.hi_offsets = hi_off.get(),
+        a.hi_pairs = hi.get();
+        ASSERT_TRUE(cuda::split_expert_groups(a, nullptr).is_ok());
+        const std::string at = std::to_string(c.n_tokens) + " tokens, stride " + std::to_string(stride) +
+                               ", cut at row " + std::to_string(rows);
+        EXPECT_EQ(lo_off.download(), want_lo_off) << at;
+        EXPECT_EQ(hi_off.download(), want_hi_off) << at;
+        std::vector<int32_t> got_lo = lo.download(), got_hi = hi.download();
+        got_lo.resize(want_lo.size()), got_hi.resize(want_hi.size());
+        EXPECT_EQ(got_lo, want_lo) << at;
+        EXPECT_EQ(got_hi, want_hi) << at;
+      }
+    }
+  }
+  cuda::SplitGroupsArgs bad;
+  bad.n_expert = cuda::kRouteMaxExperts + 1;
+  EXPECT_EQ(cuda::split_expert_groups(bad, nullptr).code(), StatusCode::kInvalidArgument);
+  bad.n_expert = 4;  // null arrays
+  EXPECT_EQ(cuda::split_expert_groups(bad, nullptr).code(), StatusCode::kInvalidArgument);
 }
 
 TEST(ScatterRows, WritesOnlyTheNamedRows) {
@@ -422,7 +480,8 @@ TEST(ScatterRows, WritesOnlyTheNamedRows) {
       }
     }
   }
-  EXPECT_EQ(cuda::scatter_rows({nullptr, nullptr, nullptr, 1, cols}, nullptr).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(cuda::scatter_rows({nullptr, nullptr, nullptr, 1, cols}, nullptr).code(),
+            StatusCode::kInvalidArgument);
 }
 
 }  // namespace
