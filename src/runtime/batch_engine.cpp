@@ -540,7 +540,7 @@ void BatchEngine::finish(Slot& s, const Status& status) {
   }
   EngineRequest req = std::move(s.req);
   const RequestStats stats = s.stats;
-  if (s.drafter != nullptr) acceptance_prior_.add(s.draft_policy);
+  if (s.drafter != nullptr) acceptance_priors_[size_t(s.spec_config.mode)].add(s.draft_policy);
   s.spec.reset();
   s.drafter.reset();
   if (stats.spec.steps > 0 || stats.spec_mode != SpecMode::kNone) {

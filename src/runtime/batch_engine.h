@@ -346,14 +346,15 @@ class BatchEngine {
   EngineStats totals_;                  // counters under mu_
   std::atomic<int64_t> active_{0}, kv_used_{0};
   std::vector<float> logits_;
-  std::vector<int32_t> greedy_;       // each logit row's arg-max
-  CapturedRows captured_;             // the step's captured hidden rows (drafters' features)
-  std::vector<float> feature_rows_;   // scratch
-  std::vector<float> masked_;         // constrained_sample's copy of one row
-  StepCostModel step_costs_;          // decode-only steps' time by rows (the draft policy's input)
-  bool tree_verify_ = false;          // the model's devices run draft trees (Model::tree_verify)
-  int64_t pipeline_depth_ = 1;        // batches of rows a forward takes (models::pipeline_depth)
-  AcceptancePrior acceptance_prior_;  // finished requests' draft acceptance (engine thread)
+  std::vector<int32_t> greedy_;      // each logit row's arg-max
+  CapturedRows captured_;            // the step's captured hidden rows (drafters' features)
+  std::vector<float> feature_rows_;  // scratch
+  std::vector<float> masked_;        // constrained_sample's copy of one row
+  StepCostModel step_costs_;         // decode-only steps' time by rows (the draft policy's input)
+  bool tree_verify_ = false;         // the model's devices run draft trees (Model::tree_verify)
+  int64_t pipeline_depth_ = 1;       // batches of rows a forward takes (models::pipeline_depth)
+  // Finished requests' draft acceptance, by speculative mode (engine thread).
+  std::array<AcceptancePrior, 4> acceptance_priors_;
   Status status_;
   std::unique_ptr<models::Workspace> ws_;
   std::thread thread_;

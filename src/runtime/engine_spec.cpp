@@ -20,7 +20,8 @@ void BatchEngine::start_speculation(Slot& s) {
   s.drafter = options_.make_drafter(s.spec_config);
   if (s.drafter == nullptr) return;
   s.stats.spec_mode = s.spec_config.mode;
-  s.draft_policy = acceptance_prior_.policy(std::max(s.spec_config.max_draft, s.spec_config.tree_nodes));
+  s.draft_policy = acceptance_priors_[size_t(s.spec_config.mode)].policy(
+      std::max(s.spec_config.max_draft, s.spec_config.tree_nodes), s.drafter->sources());
 }
 
 Status BatchEngine::plan_decode_rows(Slot& s, int64_t base_rows, int64_t draft_budget,
@@ -43,7 +44,12 @@ Status BatchEngine::plan_decode_rows(Slot& s, int64_t base_rows, int64_t draft_b
       s.history.push_back(s.pending);
       const int64_t depth = std::min<int64_t>({nodes, c.max_draft, left - 1});
       const int64_t budget_nodes = c.tree_nodes > 0 ? nodes : depth;
-      s.drafter->draft(s.history, {.max_nodes = budget_nodes, .max_depth = depth}, s.draft);
+      DraftBudget budget{.max_nodes = budget_nodes, .max_depth = depth};
+      if (options_.spec_adaptive) {
+        for (int i = 0; i < DraftLengthPolicy::kSources; ++i)
+          budget.source_nodes[i] = s.draft_policy.chosen(i);
+      }
+      s.drafter->draft(s.history, budget, s.draft);
       s.draft.truncate(budget_nodes);
       s.draft_source = s.drafter->last_source();
       s.draft_policy.observe_draft_time(now_seconds() - t0, s.draft_source);
@@ -138,7 +144,8 @@ std::span<const int32_t> BatchEngine::step_feature_layers() const {
     // (DraftLengthPolicy::wants_features).
     const bool wanted =
         !s->decoding ||
-        ((!options_.spec_adaptive || s->draft_policy.wants_features(DraftLengthPolicy::kFeatureLead)) &&
+        ((!options_.spec_adaptive ||
+          s->draft_policy.wants_features(DraftLengthPolicy::kFeatureLead, s->drafter->feature_source())) &&
          s->drafter->wants_features());
     if (wanted) return s->drafter->feature_layers();
   }

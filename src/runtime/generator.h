@@ -3,6 +3,7 @@
 // string, the token limit or the end of the context.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <functional>
 #include <span>
@@ -128,7 +129,7 @@ class Generator {
   Model& model_;
   Sequence seq_;
   StepCostModel step_costs_;
-  AcceptancePrior acceptance_prior_;  // earlier generations' draft acceptance
+  std::array<AcceptancePrior, 4> acceptance_priors_;  // earlier generations' draft acceptance, by SpecMode
   std::unique_ptr<models::Workspace> ws_;
   Status status_;
   models::ForwardProfile* profile_ = nullptr;
@@ -136,7 +137,8 @@ class Generator {
   // During generate(), a drafter that reads the target's hidden rows: each
   // forward captures its layers, and the rows the cache keeps go to it.
   Drafter* feature_drafter_ = nullptr;
-  bool capture_features_ = true;  // this forward captures them (false: a decode step the policy does not draft)
+  bool capture_features_ =
+      true;  // this forward captures them (false: a decode step the policy does not draft)
   CapturedRows captured_;
   std::vector<float> feature_rows_;
   // Sets up the capture for a forward of `rows` rows (null: none wanted).

@@ -47,7 +47,9 @@ Status Generator::decode_speculative(const GenerateOptions& options, Sampler& sa
   const SpecConfig& spec_config = options.spec;
   const int64_t max_nodes = std::max(spec_config.max_draft, spec_config.tree_nodes);
   SpecSequence spec;
-  DraftLengthPolicy policy = acceptance_prior_.policy(static_cast<int>(max_nodes));
+  AcceptancePrior& prior = acceptance_priors_[size_t(spec_config.mode)];
+  DraftLengthPolicy policy = prior.policy(static_cast<int>(max_nodes), options.drafter->sources());
+  const int feature_source = options.drafter->feature_source();
   std::vector<int32_t> history, greedy;
   DraftTree draft;
   int32_t next = first;
@@ -64,8 +66,9 @@ Status Generator::decode_speculative(const GenerateOptions& options, Sampler& sa
     int64_t limit = std::min<int64_t>(room, max_nodes);
     if (n_replay > 0 || left <= 1) limit = 0;  // a replay step carries no draft (speculation.h)
     const int64_t nodes = options.spec_adaptive ? policy.choose(step_costs_, 1 + n_replay, limit) : limit;
-    capture_features_ = (!options.spec_adaptive || policy.wants_features(DraftLengthPolicy::kFeatureLead)) &&
-                        options.drafter->wants_features();
+    capture_features_ =
+        (!options.spec_adaptive || policy.wants_features(DraftLengthPolicy::kFeatureLead, feature_source)) &&
+        options.drafter->wants_features();
     draft.clear();
     int draft_source = 0;
     const Clock::time_point t_draft = Clock::now();
@@ -74,7 +77,11 @@ Status Generator::decode_speculative(const GenerateOptions& options, Sampler& sa
       history.push_back(pending);
       const int64_t depth = std::min<int64_t>({nodes, spec_config.max_draft, left - 1});
       const int64_t budget_nodes = spec_config.tree_nodes > 0 ? nodes : depth;
-      options.drafter->draft(history, {.max_nodes = budget_nodes, .max_depth = depth}, draft);
+      DraftBudget budget{.max_nodes = budget_nodes, .max_depth = depth};
+      if (options.spec_adaptive) {
+        for (int i = 0; i < DraftLengthPolicy::kSources; ++i) budget.source_nodes[i] = policy.chosen(i);
+      }
+      options.drafter->draft(history, budget, draft);
       draft.truncate(budget_nodes);
       draft_source = options.drafter->last_source();
       policy.observe_draft_time(seconds_since(t_draft), draft_source);
@@ -125,7 +132,7 @@ Status Generator::decode_speculative(const GenerateOptions& options, Sampler& sa
     }
     if (!more) break;
   }
-  acceptance_prior_.add(policy);
+  prior.add(policy);
   capture_features_ = true;
   return Status::ok();
 }

@@ -37,6 +37,7 @@
 #include <vector>
 
 #include "core/status.h"
+#include "runtime/draft_policy.h"
 #include "runtime/sequence.h"
 
 namespace moeserve::runtime {
@@ -96,6 +97,16 @@ struct DraftTree {
 struct DraftBudget {
   int64_t max_nodes = 0;  // nodes in all
   int64_t max_depth = 0;  // nodes along one path
+  // A drafter of two sources (Drafter::sources): the nodes each may draft
+  // this step within the limits above (DraftLengthPolicy::chosen; 0: that
+  // source drafts nothing; -1: no limit of its own).
+  int64_t source_nodes[2] = {-1, -1};
+  // The budget as source `s` sees it.
+  DraftBudget for_source(int s) const {
+    const int64_t n = source_nodes[s == 1 ? 1 : 0];
+    if (n < 0) return {max_nodes, max_depth, {-1, -1}};
+    return {std::min(max_nodes, n), std::min(max_depth, n), {-1, -1}};
+  }
 };
 
 // Proposes the tokens that will likely follow `context` (the sequence so
@@ -117,9 +128,14 @@ class Drafter {
   // capture costs every forward; the runtime then skips those rows, as
   // while DraftLengthPolicy::wants_features says no).
   virtual bool wants_features() const { return true; }
-  // Which of its sources made the last draft (DraftLengthPolicy keeps their
-  // acceptance and cost apart): 0, or 1 for --spec auto's draft model.
+  // Its draft sources (DraftLengthPolicy decides for each apart): 1, or 2
+  // for --spec auto (0: the n-gram lookup, 1: the draft model).
+  virtual int sources() const { return 1; }
+  // Which of its sources made the last draft: 0, or 1 for --spec auto's draft model.
   virtual int last_source() const { return 0; }
+  // The source that reads feature_layers() (the features are captured
+  // while the policy lets it draft or probe).
+  virtual int feature_source() const { return 0; }
   // `n` committed rows from position `pos0` on: [n][feature_layers().size() * n_embd].
   virtual void observe_features(int64_t pos0, std::span<const float> rows, int64_t n) {
     (void)pos0, (void)rows, (void)n;
@@ -170,152 +186,6 @@ struct SpecCounters {
   // Tokens a step yields on average: the accepted ones plus the target's own.
   double mean_acceptance_length() const { return steps > 0 ? 1.0 + double(accepted) / double(steps) : 0.0; }
   SpecCounters& operator+=(const SpecCounters& o);
-};
-
-// A forward's wall time by its row count, learned as the engine runs
-// (exponential averages per row count), so the draft policy can weigh a
-// verify of n rows against a one-row decode step on this machine and
-// placement: with cold experts on the CPU, more rows select more experts
-// and a verify costs far more than on a GPU.
-class StepCostModel {
- public:
-  static constexpr int64_t kMaxRows = 128;
-  void record(int64_t rows, double seconds);
-  // Seconds for `rows`: interpolated between measured counts, extended
-  // along the last two past them (0 when nothing was measured yet).
-  double estimate(int64_t rows) const;
-  bool measured(int64_t rows) const;
-
- private:
-  std::vector<double> seconds_ = std::vector<double>(kMaxRows + 1, 0.0);
-  std::vector<int32_t> samples_ = std::vector<int32_t>(kMaxRows + 1, 0);
-};
-
-// Per sequence: how many tokens to draft this step. Keeps the measured
-// rate at which draft tokens are accepted and picks the draft length with
-// the most expected tokens per second — E(n) = (1 - a^(n+1)) / (1 - a)
-// tokens for cost(rows + n) + the draft's own time seconds — against plain
-// decoding's 1 token for cost(rows). When no length beats plain decoding it drafts nothing, and
-// probes again with a short draft now and then (less often while probes
-// keep missing, and never so often that the probes' drafts and extra verify
-// rows take more than 2% of plain decoding's time), so a prompt whose
-// drafts start to hit gets them back.
-//
-// A drafter with two sources (--spec auto: the free n-gram lookup and a
-// draft model; Drafter::last_source) has each one's acceptance and draft
-// time kept apart, and a step drafts when either source would pay: a draft
-// model's misses and forward time must not talk the policy out of the
-// lookup's cheap hits (the drafter itself picks the source each step).
-class DraftLengthPolicy {
- public:
-  static constexpr int kSources = 2;
-  // `prior`: the per-token acceptance to start from (what earlier requests
-  // measured; kPriorAcceptance without any).
-  static constexpr double kPriorAcceptance = 0.6;
-  explicit DraftLengthPolicy(int max_draft = 8, double prior = kPriorAcceptance) : max_draft_(max_draft) {
-    for (Source& s : sources_) s.acceptance = prior;
-  }
-  // base_rows: the step's rows without this draft; limit: what fits
-  // (context, max_tokens left, the step's row budget).
-  int64_t choose(const StepCostModel& cost, int64_t base_rows, int64_t limit);
-  // After a verify of `drafted` tokens of which `accepted` were kept, from
-  // `source` (0 for single-source drafters).
-  void observe(int64_t drafted, int64_t accepted, int source = 0);
-  // The time a draft took (a draft model's forward: the price of a step
-  // with a draft on top of its verify rows; n-gram lookup's is ~0).
-  void observe_draft_time(double seconds, int source = 0);
-  double draft_seconds(int source = 0) const { return sources_[clamp_source(source)].draft_seconds; }
-  double acceptance(int source = 0) const { return sources_[clamp_source(source)].acceptance; }
-  // Whether `source` drafted in this policy's request (or a prior's).
-  bool source_used(int source) const { return sources_[clamp_source(source)].timed; }
-  void set_acceptance(double a, int source) { sources_[clamp_source(source)].acceptance = a; }
-  // Steps between probes while drafting is off (AcceptancePrior carries it
-  // to the next request; 0 or less keeps the default).
-  int64_t probe_every() const { return probe_every_; }
-  void set_probe_every(int64_t steps) {
-    if (steps > 0) probe_every_ = std::clamp(steps, kProbeEvery, kProbeEveryMax);
-  }
-  // Whether observe() has seen a verify (the estimate is a measurement).
-  bool measured(int source = 0) const { return sources_[clamp_source(source)].observed; }
-  // Whether this step's forward should capture the target's features for
-  // a drafter that reads them (DFlash), asked after choose(): while drafting
-  // is on, and from `lead` steps before the next probe, so the probe drafts
-  // from recent rows. Off in between: the capture (a copy and a download
-  // in every forward) is part of what a draft model costs, and plain
-  // decoding must not pay it while the draft is not used. The draft's
-  // context then skips those rows.
-  // (The lead is at most half the probe interval, so the capture pauses at
-  // least half the time while drafting is off.)
-  bool wants_features(int64_t lead) const {
-    return idle_steps_ == 0 || idle_steps_ + std::min(lead, probe_every_ / 2) >= probe_every_;
-  }
-  // The lead runtimes use: a DFlash block's worth of rows before a probe.
-  static constexpr int64_t kFeatureLead = 16;
-
- private:
-  struct Source {
-    double acceptance = kPriorAcceptance;
-    bool observed = false;
-    double draft_seconds = 0.0;  // moving average of observe_draft_time
-    bool timed = false;
-  };
-  static int clamp_source(int s) { return s == 1 ? 1 : 0; }
-  // The best draft length with source `s`'s estimates and its rate.
-  std::pair<int64_t, double> best_length(const Source& s, const StepCostModel& cost, int64_t base_rows,
-                                         int64_t limit) const;
-
-  int max_draft_;
-  Source sources_[kSources];
-  int64_t idle_steps_ = 0;
-  // Steps between probes while drafting is off: doubles after a probe
-  // that kept nothing (up to kProbeEveryMax), back to kProbeEvery once
-  // drafting pays again — a prompt that never repeats costs ever fewer probes.
-  static constexpr int64_t kProbeEvery = 16, kProbeEveryMax = 256;
-  static constexpr double kProbeShare = 0.02;
-  static constexpr int64_t kProbeDraft = 2;  // tokens a probe drafts
-  int64_t probe_every_ = kProbeEvery;
-  bool probing_ = false;
-};
-
-// The acceptance and draft time new requests start from: averages over the
-// requests that measured them, so a stream of prompts whose drafts miss (or
-// a draft model too slow to pay) stops paying for an optimistic start on
-// each (a probe still finds a prompt that hits).
-class AcceptancePrior {
- public:
-  double value(int source = 0) const { return value_[source == 1 ? 1 : 0]; }
-  // What a draft took in the requests that timed one (0: none did yet).
-  double draft_seconds(int source = 0) const { return draft_seconds_[source == 1 ? 1 : 0]; }
-  void add(const DraftLengthPolicy& finished) {
-    for (int s = 0; s < DraftLengthPolicy::kSources; ++s) {
-      if (finished.measured(s)) value_[s] += 0.25 * (finished.acceptance(s) - value_[s]);
-      const double t = finished.draft_seconds(s);
-      if (finished.source_used(s) && t >= 0.0) {
-        draft_seconds_[s] = timed_[s] ? draft_seconds_[s] + 0.25 * (t - draft_seconds_[s]) : t;
-        timed_[s] = true;
-      }
-    }
-    probe_every_ = finished.probe_every();
-  }
-  // A new request's policy: earlier requests' acceptance, draft time and
-  // probe interval (a stream of prompts whose probes keep missing probes
-  // ever less often, across requests too).
-  DraftLengthPolicy policy(int max_draft) const {
-    DraftLengthPolicy p(max_draft, value_[0]);
-    for (int s = 0; s < DraftLengthPolicy::kSources; ++s) {
-      p.set_acceptance(value_[s], s);
-      if (timed_[s]) p.observe_draft_time(draft_seconds_[s], s);
-    }
-    p.set_probe_every(probe_every_);
-    return p;
-  }
-
- private:
-  double value_[DraftLengthPolicy::kSources] = {DraftLengthPolicy::kPriorAcceptance,
-                                                DraftLengthPolicy::kPriorAcceptance};
-  double draft_seconds_[DraftLengthPolicy::kSources] = {0.0, 0.0};
-  bool timed_[DraftLengthPolicy::kSources] = {false, false};
-  int64_t probe_every_ = 0;  // the last finished request's (0: none yet)
 };
 
 // Walks a verified draft tree: from the root (the pending token's row),

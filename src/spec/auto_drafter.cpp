@@ -77,30 +77,35 @@ void AutoDrafter::learn(std::span<const int32_t> context) {
   last_.clear();
 }
 
+// Each source drafts within its own share of the budget
+// (DraftBudget::for_source: the policy's length for it, 0 when its own
+// record says it does not pay this step).
 void AutoDrafter::draft(std::span<const int32_t> context, const runtime::DraftBudget& budget,
                         runtime::DraftTree& out) {
   learn(context);
   out.clear();
-  ngram_->draft(context, budget, out);
+  const runtime::DraftBudget lookup = budget.for_source(kNgram), model = budget.for_source(kModel);
+  const bool model_may = model.max_depth > 0 && model.max_nodes > 0;
+  ngram_->draft(context, lookup, out);
   Source source = kNgram;
   if (out.empty()) {
     source = kModel;
-  } else if (!model_benched()) {
+  } else if (model_may && !model_benched()) {
     // Both could propose: the better record, the other one now and then.
     const bool model_better = kept_[kModel] > kept_[kNgram];
     const bool explore = ++contested_ % 16 == 0;
     source = model_better != explore ? kModel : kNgram;
   }
-  if (source == kModel && !model_takes_step()) {
-    // A benched model where the lookup has nothing: no draft this step
-    // (its time is the lookup's).
+  if (source == kModel && (!model_may || !model_takes_step())) {
+    // The model may not draft (the policy, or a bench) where the lookup
+    // has nothing: no draft this step (its time is the lookup's).
     last_.clear();
     last_source_ = kNgram;
     last_context_ = context.size();
     return;
   }
   if (source == kModel) {
-    model_->draft(context, budget, candidate_);
+    model_->draft(context, model, candidate_);
     if (!candidate_.empty() || out.empty()) {
       out = candidate_;
     } else {

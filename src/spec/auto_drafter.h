@@ -66,7 +66,9 @@ class AutoDrafter final : public runtime::Drafter {
   void reset() override;
   std::span<const int32_t> feature_layers() const override { return model_->feature_layers(); }
   bool wants_features() const override;
+  int sources() const override { return 2; }
   int last_source() const override { return last_source_; }
+  int feature_source() const override { return kModel; }
   void observe_features(int64_t pos0, std::span<const float> rows, int64_t n) override {
     model_->observe_features(pos0, rows, n);
   }

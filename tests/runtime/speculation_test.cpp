@@ -160,7 +160,7 @@ TEST(DraftLengthPolicy, ADraftModelsOwnTimeCounts) {
 TEST(DraftLengthPolicy, TwoSourcesKeepTheirOwnRecords) {
   StepCostModel flat;
   for (int r = 1; r <= 17; ++r) flat.record(r, 0.010 + 0.0001 * r);
-  DraftLengthPolicy p(8);
+  DraftLengthPolicy p(8, DraftLengthPolicy::kPriorAcceptance, 2);
   for (int i = 0; i < 20; ++i) {
     p.observe_draft_time(0.00001, 0);
     p.observe(8, 4, 0);
@@ -172,11 +172,13 @@ TEST(DraftLengthPolicy, TwoSourcesKeepTheirOwnRecords) {
   EXPECT_NEAR(p.draft_seconds(1), 0.050, 1e-9);
   EXPECT_TRUE(p.source_used(1));
   EXPECT_GT(p.choose(flat, 1, 8), 4) << "the lookup's record pays";
+  EXPECT_GT(p.chosen(0), 4);
+  EXPECT_EQ(p.chosen(1), 0) << "the model's does not";
   AcceptancePrior prior;
   prior.add(p);
   EXPECT_NEAR(prior.value(0), 0.6 + 0.25 * (p.acceptance(0) - 0.6), 1e-9);
   EXPECT_LT(prior.value(1), 0.6);
-  DraftLengthPolicy next = prior.policy(8);
+  DraftLengthPolicy next = prior.policy(8, 2);
   EXPECT_NEAR(next.draft_seconds(1), 0.050, 1e-9);
   EXPECT_GT(next.choose(flat, 1, 8), 4);
   // A single-source drafter never consults source 1's optimistic start.
@@ -184,6 +186,46 @@ TEST(DraftLengthPolicy, TwoSourcesKeepTheirOwnRecords) {
   single.observe_draft_time(0.050);
   EXPECT_FALSE(single.source_used(1));
   EXPECT_EQ(single.choose(flat, 1, 8), 0);
+}
+
+// --spec auto where the lookup rarely finds anything: its record stays the
+// optimistic prior, while the draft model's measured record does not pay.
+// The model must not draft on the lookup's record (it did: the policy said
+// "draft" and the drafter sent the model), only in its own probes; the
+// lookup keeps its budget.
+TEST(DraftLengthPolicy, EachSourceDraftsOnItsOwnRecord) {
+  StepCostModel gpu;  // a 16-row verify costs 3 steps, as on the H200's trained target
+  for (int r = 1; r <= 17; ++r) gpu.record(r, 0.00035 + 0.000045 * (r - 1));
+  DraftLengthPolicy p(15, DraftLengthPolicy::kPriorAcceptance, 2);
+  for (int i = 0; i < 20; ++i) {
+    p.observe_draft_time(0.00035, 1);  // a draft forward: a decode step
+    p.observe(15, 1, 1);               // keeps about one token of 15
+  }
+  int64_t model_steps = 0, lookup_steps = 0;
+  for (int i = 0; i < 400; ++i) {
+    p.choose(gpu, 1, 15);
+    lookup_steps += p.chosen(0) > 0 ? 1 : 0;
+    if (p.chosen(1) > 0) {
+      ++model_steps;
+      EXPECT_LE(p.chosen(1), 2) << "only a probe's two tokens";
+      p.observe(p.chosen(1), 0, 1);
+    }
+  }
+  EXPECT_EQ(lookup_steps, 400) << "the lookup's budget stands (it drafts where it finds a match)";
+  EXPECT_LE(model_steps, 400 / 50 + 1) << "the model's probes: at most every 50 steps";
+  EXPECT_GE(model_steps, 1);
+  EXPECT_TRUE(p.wants_features(DraftLengthPolicy::kFeatureLead, 0));
+  int wanted = 0;
+  for (int i = 0; i < 200; ++i) {
+    p.choose(gpu, 1, 15);
+    wanted += p.wants_features(DraftLengthPolicy::kFeatureLead, 1) ? 1 : 0;
+  }
+  EXPECT_LE(wanted, 60) << "the model's features only before its probes";
+  // A single-source policy never decides for a second source.
+  DraftLengthPolicy single(8);
+  single.choose(gpu, 1, 8);
+  EXPECT_EQ(single.chosen(1), 0);
+  EXPECT_GT(single.chosen(0), 0);
 }
 
 // A probe costs a draft: a draft model as slow as a decode step probes at

@@ -121,6 +121,40 @@ TEST(AutoDrafter, BenchesADraftModelThatKeepsNothingAndProbesIt) {
   EXPECT_FALSE(d.model_benched());
 }
 
+// Each source drafts within its own budget (DraftBudget::source_nodes, the
+// policy's length for it): a model the policy keeps off is not called where
+// the lookup has nothing (no draft then), nor does it contest the lookup; a
+// lookup kept off leaves the step to the model; a shorter budget is kept.
+TEST(AutoDrafter, EachSourceDraftsWithinItsOwnBudget) {
+  std::vector<int32_t> ref(400);
+  for (size_t i = 0; i < ref.size(); ++i) ref[i] = int32_t(1000 + i % 50);  // repeats every 50
+  auto model = std::make_unique<FakeModel>(ref, 6);
+  FakeModel* m = model.get();
+  AutoDrafter d(std::make_unique<NgramDrafter>(1, 4), std::move(model));
+  const std::span<const int32_t> fresh = std::span<const int32_t>(ref).first(20);    // nothing to look up
+  const std::span<const int32_t> repeat = std::span<const int32_t>(ref).first(120);  // the lookup finds it
+  runtime::DraftTree t;
+  runtime::DraftBudget lookup_only{.max_nodes = 6, .max_depth = 6, .source_nodes = {6, 0}};
+  d.draft(fresh, lookup_only, t);
+  EXPECT_TRUE(t.empty());
+  EXPECT_EQ(m->calls, 0);
+  for (int i = 0; i < 40; ++i) {
+    d.draft(repeat, lookup_only, t);
+    EXPECT_EQ(d.last_source(), AutoDrafter::kNgram);
+    EXPECT_FALSE(t.empty());
+  }
+  EXPECT_EQ(m->calls, 0) << "the model never contests a lookup while the policy keeps it off";
+  runtime::DraftBudget model_only{.max_nodes = 6, .max_depth = 6, .source_nodes = {0, 3}};
+  d.draft(repeat, model_only, t);
+  EXPECT_EQ(d.last_source(), AutoDrafter::kModel);
+  EXPECT_EQ(m->calls, 1);
+  EXPECT_EQ(t.size(), 3) << "the model's own budget";
+  runtime::DraftBudget short_lookup{.max_nodes = 6, .max_depth = 6, .source_nodes = {2, 0}};
+  d.draft(repeat, short_lookup, t);
+  EXPECT_EQ(d.last_source(), AutoDrafter::kNgram);
+  EXPECT_EQ(t.size(), 2);
+}
+
 // Requests pass on what they learnt: the next request's drafter starts
 // with the model benched (no fresh trials, each a draft and a verify), with
 // the probe interval reached; a drafter without the shared record starts
