@@ -15,6 +15,9 @@
 //                                       head, the expert products)
 //   matvec_bench TYPE ROWS COLS TOKENS (one matvec, e.g. for a profiler)
 //   matvec_bench experts GATE_TYPE DOWN_TYPE TOKENS (one layer's experts)
+//   matvec_bench batch                 (the dense products of a 32- and 64-row
+//                                       decode batch at 30b-a3b's Q4_K_M shapes;
+//                                       MOESERVE_CUDA_KQ_SPLIT=0: unsplit K)
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -36,13 +39,13 @@ namespace {
 
 using namespace moeserve;
 
-#define CHECK_CUDA(call)                                                                     \
-  do {                                                                                       \
-    cudaError_t e_ = (call);                                                                 \
-    if (e_ != cudaSuccess) {                                                                 \
+#define CHECK_CUDA(call)                                                                         \
+  do {                                                                                           \
+    cudaError_t e_ = (call);                                                                     \
+    if (e_ != cudaSuccess) {                                                                     \
       std::fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #call, cudaGetErrorString(e_)); \
-      std::exit(1);                                                                          \
-    }                                                                                        \
+      std::exit(1);                                                                              \
+    }                                                                                            \
   } while (0)
 
 void check(const Status& st) {
@@ -68,18 +71,27 @@ std::vector<uint8_t> random_weights(DType t, int64_t rows, int64_t cols, uint64_
     const size_t at = k * bb;
     switch (t) {
       case DType::Q8_0:
-      case DType::Q4_0: set16(at); break;
+      case DType::Q4_0:
+        set16(at);
+        break;
       case DType::Q4_K:
-      case DType::Q5_K: set16(at), set16(at + 2); break;
-      case DType::Q6_K: set16(at + 208); break;
+      case DType::Q5_K:
+        set16(at), set16(at + 2);
+        break;
+      case DType::Q6_K:
+        set16(at + 208);
+        break;
       case DType::F16:
-      case DType::BF16: set16(at); break;  // elements: every one of them
+      case DType::BF16:
+        set16(at);
+        break;  // elements: every one of them
       case DType::F32: {
         const float v = float(k % 7) * 0.01f;
         std::memcpy(&b[at], &v, 4);
         break;
       }
-      default: break;
+      default:
+        break;
     }
   }
   return b;
@@ -89,12 +101,16 @@ struct DeviceBuffer {
   void* p = nullptr;
   size_t bytes = 0;
   explicit DeviceBuffer(size_t n) : bytes(std::max<size_t>(n, 16)) { CHECK_CUDA(cudaMalloc(&p, bytes)); }
-  DeviceBuffer(const void* host, size_t n) : DeviceBuffer(n) { CHECK_CUDA(cudaMemcpy(p, host, n, cudaMemcpyHostToDevice)); }
+  DeviceBuffer(const void* host, size_t n) : DeviceBuffer(n) {
+    CHECK_CUDA(cudaMemcpy(p, host, n, cudaMemcpyHostToDevice));
+  }
   ~DeviceBuffer() { cudaFree(p); }
   DeviceBuffer(const DeviceBuffer&) = delete;
   DeviceBuffer& operator=(const DeviceBuffer&) = delete;
   template <class T>
-  T* as() const { return static_cast<T*>(p); }
+  T* as() const {
+    return static_cast<T*>(p);
+  }
 };
 
 DeviceBuffer random_floats_on_device(size_t n, uint32_t seed) {
@@ -141,7 +157,9 @@ double copy_gbps() {
   const size_t n = size_t(1) << 30;
   DeviceBuffer src(n), dst(n);
   CHECK_CUDA(cudaMemset(src.p, 1, n));
-  const double us = time_us([&](int, cudaStream_t s) { CHECK_CUDA(cudaMemcpyAsync(dst.p, src.p, n, cudaMemcpyDeviceToDevice, s)); }, 1, 10);
+  const double us = time_us(
+      [&](int, cudaStream_t s) { CHECK_CUDA(cudaMemcpyAsync(dst.p, src.p, n, cudaMemcpyDeviceToDevice, s)); },
+      1, 10);
   return 2.0 * double(n) / (us * 1e3);
 }
 
@@ -173,14 +191,19 @@ void bench_matvec(DType t, int64_t rows, int64_t cols, int copies, double roof,
     a.w_type = t, a.n_rows = rows, a.n_cols = cols, a.row_bytes = dtype_row_bytes(t, cols);
     a.x = x.as<float>(), a.x_stride = cols, a.n_tokens = nt, a.y = y.as<float>(), a.y_stride = rows;
     a.scratch = scratch.p, a.scratch_bytes = cuda::gemm_scratch_bytes(t, nt, cols);
-    const double us = time_us([&](int i, cudaStream_t s) {
-      a.w = w[size_t(i)]->p;
-      check(tc ? cuda::matvec_multi(&a, 1, s) : cuda::matmul(a, s));
-    }, copies);
+    const double us = time_us(
+        [&](int i, cudaStream_t s) {
+          a.w = w[size_t(i)]->p;
+          check(tc ? cuda::matvec_multi(&a, 1, s) : cuda::matmul(a, s));
+        },
+        copies);
     const double gbps = double(bytes) / (us * 1e3);
     std::printf("%s %-7s %-5s %6ld -> %-6ld tokens %2d: %8.2f us  %7.0f GB/s  %5.1f%% of copy\n",
-                tc ? "mv_tc " : integer ? "int   " : "matvec", label,
-                std::string(dtype_name(t)).c_str(), long(cols), long(rows), nt, us, gbps, 100.0 * gbps / roof);
+                tc        ? "mv_tc "
+                : integer ? "int   "
+                          : "matvec",
+                label, std::string(dtype_name(t)).c_str(), long(cols), long(rows), nt, us, gbps,
+                100.0 * gbps / roof);
   }
 }
 
@@ -192,11 +215,12 @@ void bench_gemm(DType t, int64_t tokens, int64_t rows, int64_t cols) {
   cuda::MatmulArgs a;
   a.w = w.p, a.w_type = t, a.n_rows = rows, a.n_cols = cols, a.row_bytes = dtype_row_bytes(t, cols);
   a.x = x.as<float>(), a.x_stride = cols, a.n_tokens = tokens, a.y = y.as<float>(), a.y_stride = rows;
-  DeviceBuffer scratch(std::max<size_t>(16, cuda::gemm_scratch_bytes(t, tokens, cols)));
+  // What the engine gives a dense product (a decode batch's split K included).
+  DeviceBuffer scratch(std::max<size_t>(16, cuda::gemm_scratch_bytes(a)));
   a.scratch = scratch.p, a.scratch_bytes = scratch.bytes;
   const double us = time_us([&](int, cudaStream_t s) { check(cuda::gemm(a, s)); }, 4, 20);
-  std::printf("gemm   %-5s %ld x %ld -> %ld: %8.1f us  %6.1f TFLOP/s\n", std::string(dtype_name(t)).c_str(), long(tokens),
-              long(cols), long(rows), us, 2.0 * double(tokens * rows * cols) / (us * 1e6));
+  std::printf("gemm   %-5s %ld x %ld -> %ld: %8.1f us  %6.1f TFLOP/s\n", std::string(dtype_name(t)).c_str(),
+              long(tokens), long(cols), long(rows), us, 2.0 * double(tokens * rows * cols) / (us * 1e6));
 }
 
 // One MoE layer's expert products: n_tokens tokens, top-8 of 128 experts,
@@ -225,7 +249,8 @@ void bench_experts(DType t, DType down_t, int64_t n_tokens, double roof) {
     for (int32_t e : expert_of_pair) offsets[size_t(e + 1)]++;
     for (size_t e = 0; e < size_t(n_expert); ++e) offsets[e + 1] += offsets[e];
     std::vector<int32_t> fill(offsets.begin(), offsets.end() - 1);
-    for (size_t p = 0; p < expert_of_pair.size(); ++p) pairs[size_t(fill[size_t(expert_of_pair[p])]++)] = int32_t(p);
+    for (size_t p = 0; p < expert_of_pair.size(); ++p)
+      pairs[size_t(fill[size_t(expert_of_pair[p])]++)] = int32_t(p);
     for (int64_t e = 0; e < n_expert; ++e) r.active += offsets[size_t(e + 1)] > offsets[size_t(e)];
     r.pairs = std::make_unique<DeviceBuffer>(pairs.data(), pairs.size() * 4);
     r.offsets = std::make_unique<DeviceBuffer>(offsets.data(), offsets.size() * 4);
@@ -239,7 +264,8 @@ void bench_experts(DType t, DType down_t, int64_t n_tokens, double roof) {
     d.matrix_stride = size_t(rows) * d.row_bytes;
     return std::make_pair(d, std::make_unique<DeviceBuffer>(host.data(), host.size()));
   };
-  auto gate = stack(t, n_ff, n_embd, 1), up = stack(t, n_ff, n_embd, 2), down = stack(down_t, n_embd, n_ff, 3);
+  auto gate = stack(t, n_ff, n_embd, 1), up = stack(t, n_ff, n_embd, 2),
+       down = stack(down_t, n_embd, n_ff, 3);
   DeviceBuffer x = random_floats_on_device(size_t(n_tokens * n_embd), 7);
   DeviceBuffer h(size_t(n_tokens * n_used * n_ff) * 4), y(size_t(n_tokens * n_used * n_embd) * 4);
   auto groups = [&](int i) {
@@ -253,28 +279,33 @@ void bench_experts(DType t, DType down_t, int64_t n_tokens, double roof) {
   gu.gate = gate.first, gu.up = up.first, gu.gate.w = gate.second->p, gu.up.w = up.second->p;
   gu.x = x.as<float>(), gu.h = h.as<float>();
   DeviceBuffer scratch(std::max<size_t>({size_t(16), cuda::gemm_scratch_bytes(t, n_tokens, n_embd),
-                                          cuda::gemm_scratch_bytes(down_t, n_tokens * n_used, n_ff)}));
+                                         cuda::gemm_scratch_bytes(down_t, n_tokens * n_used, n_ff)}));
   gu.scratch = scratch.p, gu.scratch_bytes = scratch.bytes;
   cuda::ExpertDownArgs dn;
   dn.down = down.first, dn.down.w = down.second->p, dn.h = h.as<float>(), dn.y = y.as<float>();
   dn.scratch = scratch.p, dn.scratch_bytes = scratch.bytes;
-  const double us_gu = time_us([&](int i, cudaStream_t s) {
-    cuda::ExpertGateUpArgs a = gu;
-    a.groups = groups(i);
-    check(cuda::expert_gate_up(a, s));
-  }, kRoutings, 20);
-  const double us_dn = time_us([&](int i, cudaStream_t s) {
-    cuda::ExpertDownArgs a = dn;
-    a.groups = groups(i);
-    check(cuda::expert_down(a, s));
-  }, kRoutings, 20);
+  const double us_gu = time_us(
+      [&](int i, cudaStream_t s) {
+        cuda::ExpertGateUpArgs a = gu;
+        a.groups = groups(i);
+        check(cuda::expert_gate_up(a, s));
+      },
+      kRoutings, 20);
+  const double us_dn = time_us(
+      [&](int i, cudaStream_t s) {
+        cuda::ExpertDownArgs a = dn;
+        a.groups = groups(i);
+        check(cuda::expert_down(a, s));
+      },
+      kRoutings, 20);
   const double gu_bytes = mean_active * 2.0 * double(n_ff) * double(gu.gate.row_bytes);
   const double dn_bytes = mean_active * double(n_embd) * double(dn.down.row_bytes);
-  std::printf("experts %-5s/%-5s %3ld tokens (%5.1f experts): gate_up %8.2f us (%5.0f GB/s %5.1f%%)  "
-              "down %8.2f us (%5.0f GB/s %5.1f%%)  sum %8.2f us\n",
-              std::string(dtype_name(t)).c_str(), std::string(dtype_name(down_t)).c_str(), long(n_tokens), mean_active,
-              us_gu, gu_bytes / (us_gu * 1e3), 100.0 * gu_bytes / (us_gu * 1e3) / roof, us_dn, dn_bytes / (us_dn * 1e3),
-              100.0 * dn_bytes / (us_dn * 1e3) / roof, us_gu + us_dn);
+  std::printf(
+      "experts %-5s/%-5s %3ld tokens (%5.1f experts): gate_up %8.2f us (%5.0f GB/s %5.1f%%)  "
+      "down %8.2f us (%5.0f GB/s %5.1f%%)  sum %8.2f us\n",
+      std::string(dtype_name(t)).c_str(), std::string(dtype_name(down_t)).c_str(), long(n_tokens),
+      mean_active, us_gu, gu_bytes / (us_gu * 1e3), 100.0 * gu_bytes / (us_gu * 1e3) / roof, us_dn,
+      dn_bytes / (us_dn * 1e3), 100.0 * dn_bytes / (us_dn * 1e3) / roof, us_gu + us_dn);
 }
 
 // q, k and v of an attention layer from one input: one matvec_multi call
@@ -299,7 +330,8 @@ void bench_qkv(DType v_type, double roof) {
     cuda::MatmulArgs a[3];
     int64_t y_off = 0;
     for (int m = 0; m < 3; ++m) {
-      a[m].w_type = types[m], a[m].n_rows = rows[m], a[m].n_cols = cols, a[m].row_bytes = dtype_row_bytes(types[m], cols);
+      a[m].w_type = types[m], a[m].n_rows = rows[m], a[m].n_cols = cols,
+      a[m].row_bytes = dtype_row_bytes(types[m], cols);
       a[m].x = x.as<float>(), a[m].x_stride = cols, a[m].n_tokens = nt;
       a[m].y = y.as<float>() + y_off, a[m].y_stride = rows[m];
       y_off += 16 * rows[m];
@@ -307,15 +339,23 @@ void bench_qkv(DType v_type, double roof) {
     auto set_w = [&](int i) {
       for (int m = 0; m < 3; ++m) a[m].w = w[size_t(3 * i + m)]->p;
     };
-    const double us_multi = time_us([&](int i, cudaStream_t s) { set_w(i); check(cuda::matvec_multi(a, 3, s)); }, copies);
-    const double us_sep = time_us([&](int i, cudaStream_t s) {
-      set_w(i);
-      for (int m = 0; m < 3; ++m) check(cuda::matvec(a[m], s));
-    }, copies);
+    const double us_multi = time_us(
+        [&](int i, cudaStream_t s) {
+          set_w(i);
+          check(cuda::matvec_multi(a, 3, s));
+        },
+        copies);
+    const double us_sep = time_us(
+        [&](int i, cudaStream_t s) {
+          set_w(i);
+          for (int m = 0; m < 3; ++m) check(cuda::matvec(a[m], s));
+        },
+        copies);
     const double gbps = double(bytes) / (us_multi * 1e3);
-    std::printf("matvec qkv(v %-4s) 2048 -> 4096+512+512 tokens %2d: multi %8.2f us  %7.0f GB/s  %5.1f%% of copy;"
-                "  3 matvec %8.2f us\n", std::string(dtype_name(v_type)).c_str(), nt, us_multi, gbps,
-                100.0 * gbps / roof, us_sep);
+    std::printf(
+        "matvec qkv(v %-4s) 2048 -> 4096+512+512 tokens %2d: multi %8.2f us  %7.0f GB/s  %5.1f%% of copy;"
+        "  3 matvec %8.2f us\n",
+        std::string(dtype_name(v_type)).c_str(), nt, us_multi, gbps, 100.0 * gbps / roof, us_sep);
   }
 }
 
@@ -358,6 +398,15 @@ int main(int argc, char** argv) {
     bench_experts(*t, *dt, std::atol(argv[4]), 1.0);
     return 0;
   }
+  if (argc == 2 && std::string(argv[1]) == "batch") {
+    for (int64_t tokens : {32, 64}) {
+      bench_gemm(DType::Q4_K, tokens, 4096, 2048);  // q
+      bench_gemm(DType::Q4_K, tokens, 512, 2048);   // k (v: Q6_K in Q4_K_M)
+      bench_gemm(DType::Q6_K, tokens, 512, 2048);
+      bench_gemm(DType::Q4_K, tokens, 2048, 4096);  // output projection
+    }
+    return 0;
+  }
   if (argc == 5) {
     const auto type = dtype_from_name(argv[1]);
     if (!type) {
@@ -375,7 +424,8 @@ int main(int argc, char** argv) {
   }
   bench_matvec(DType::Q4_K, 6144, 2048, 12, roof);
   bench_matvec(DType::Q6_K, 151936, 2048, 2, roof);
-  for (DType t : {DType::Q4_0, DType::Q5_K, DType::Q8_0, DType::BF16, DType::F16}) bench_matvec(t, 6144, 2048, 8, roof);
+  for (DType t : {DType::Q4_0, DType::Q5_K, DType::Q8_0, DType::BF16, DType::F16})
+    bench_matvec(t, 6144, 2048, 8, roof);
   bench_matvec(DType::Q4_K, 2048, 4096, 12, roof);
   for (DType t : {DType::Q4_K, DType::BF16, DType::Q8_0, DType::Q6_K}) bench_gemm(t, 512, 4096, 4096);
   bench_gemm(DType::Q4_K, 512, 6144, 2048);

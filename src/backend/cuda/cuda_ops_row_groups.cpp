@@ -83,7 +83,7 @@ Status CudaOps::matmul_group(std::span<const MatmulOp> group) {
       continue;
     }
     if (op.n_tokens > cuda::kMatvecMaxTokens || cuda::integer_dense_decode(a.w_type, a.n_rows, a.n_cols)) {
-      a.scratch_bytes = cuda::gemm_scratch_bytes(a.w_type, a.n_tokens, a.n_cols);
+      a.scratch_bytes = cuda::gemm_scratch_bytes(a);
       if (a.scratch_bytes > 0) {
         MOESERVE_ASSIGN_OR_RETURN(a.scratch, q8_mem_.get(a.scratch_bytes, "workspace (gemm activations)"));
       }

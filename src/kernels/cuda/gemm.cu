@@ -543,6 +543,12 @@ size_t gemm_scratch_bytes(DType w_type, int64_t n_rows, int64_t n_cols) {
   return detail::gemm_kq_type(w_type) ? detail::gemm_kq_scratch_bytes(n_rows, n_cols) : 0;
 }
 
+size_t gemm_scratch_bytes(const MatmulArgs& a) {
+  if (!detail::gemm_kq_type(a.w_type)) return 0;
+  return detail::gemm_kq_scratch_bytes(a.n_tokens, a.n_cols) +
+         detail::gemm_kq_split_bytes(a.n_tokens, a.n_rows, a.n_cols);
+}
+
 Status matvec(const MatmulArgs& a, cudaStream_t stream) {
   if (a.n_tokens < 1 || a.n_tokens > kMatvecMaxTokens) {
     return make_error(StatusCode::kInvalidArgument, "matvec: n_tokens {} outside 1..{}", a.n_tokens,

@@ -35,6 +35,13 @@
 // each CTA instead (one launch less).
 // A token's result depends only on its own activation row and the weights:
 // not on the other rows of its tile, the tile size or the batch.
+// Split K: the dense products of a decode batch (17-64 rows: k, v, q and the
+// output projection of 32 sequences) make few CTAs, and each one's walk
+// along K through its pipeline is what bounds them (30b-a3b's k product:
+// 16 us for 0.6 MB in 8 CTAs). Then each CTA takes one 256-column block
+// (grid.z) and writes that block's float result; kq_reduce_kernel adds a
+// row's blocks in block order from 0, the same additions the whole walk
+// makes, so the bits do not change.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -203,7 +210,8 @@ __global__ void __launch_bounds__(32 * kWarps, 2) gemm_kq_kernel(const MmProblem
   const int tid = int(threadIdx.x), warp = tid >> 5, lane = tid & 31, g = lane >> 2, j = lane & 3;
   const bool gate_up = p.mode == MmMode::kGateUp;
 
-  // ---- the CTA's tokens and rows
+  // ---- the CTA's tokens, rows and blocks
+  const bool split = p.partials != nullptr;  // dense only: one block a CTA
   int64_t m0 = 0, begin = 0, expert = 0;
   int cnt;
   if (p.mode != MmMode::kDense) {
@@ -228,6 +236,7 @@ __global__ void __launch_bounds__(32 * kWarps, 2) gemm_kq_kernel(const MmProblem
   const uint8_t* const row_g = rows.row(g);
   const uint8_t* const row_g8 = rows.row(g + 8);
   const int64_t n_blocks = p.n_cols / 256;
+  const int64_t b_begin = split ? int64_t(blockIdx.z) : 0, b_end = split ? b_begin + 1 : n_blocks;
   const uint8_t* const q8 = static_cast<const uint8_t*>(p.scratch);
   // Scratch row of token t of the tile (t < cnt).
   auto x_row = [&](int t) -> int64_t {
@@ -248,12 +257,12 @@ __global__ void __launch_bounds__(32 * kWarps, 2) gemm_kq_kernel(const MmProblem
   };
   // Weights first (they do not depend on the kernels before), then the activations.
   for (int s = 0; s < kStages - 1; ++s) {
-    if (s < n_blocks) issue_weights(s);
+    if (b_begin + s < b_end) issue_weights(b_begin + s);
   }
   if (p.mode == MmMode::kDense) grid_dependency_wait();
   allow_dependents();
   for (int s = 0; s < kStages - 1; ++s) {
-    if (s < n_blocks) issue_x(s);
+    if (b_begin + s < b_end) issue_x(b_begin + s);
     cp_async_commit();
   }
   if constexpr (kInline) {  // visible after the first barrier below
@@ -271,10 +280,10 @@ __global__ void __launch_bounds__(32 * kWarps, 2) gemm_kq_kernel(const MmProblem
 #pragma unroll
   for (int nt = 0; nt < kNt; ++nt) acc[nt][0] = acc[nt][1] = acc[nt][2] = acc[nt][3] = 0.0f;
 
-  for (int64_t b = 0; b < n_blocks; ++b) {
+  for (int64_t b = b_begin; b < b_end; ++b) {
     cp_async_wait<kStages - 2>();
     __syncthreads();  // block b's copies are visible; every warp is done with block b - 1
-    if (b + kStages - 1 < n_blocks) {
+    if (b + kStages - 1 < b_end) {
       issue_weights(b + kStages - 1);
       issue_x(b + kStages - 1);
     }
@@ -377,7 +386,8 @@ __global__ void __launch_bounds__(32 * kWarps, 2) gemm_kq_kernel(const MmProblem
       const int t = 8 * nt + 2 * j + h;
       if (t >= cnt) continue;
       const int64_t out_row = p.mode == MmMode::kDense ? m0 + t : int64_t(__ldg(p.pairs + begin + t));
-      float* y = p.y + out_row * p.y_stride;
+      float* y =
+          split ? p.partials + (b_begin * p.n_tokens + out_row) * p.n_rows : p.y + out_row * p.y_stride;
       if (gate_up) {
         const int64_t f = rows.index(g);
         if (f < p.n_rows) y[f] = silu(acc[nt][h]) * acc[nt][2 + h];
@@ -388,6 +398,19 @@ __global__ void __launch_bounds__(32 * kWarps, 2) gemm_kq_kernel(const MmProblem
       }
     }
   }
+}
+
+// A split product's rows: y = the blocks' results added in block order from 0.
+__global__ void __launch_bounds__(256) kq_reduce_kernel(const MmProblem p) {
+  grid_dependency_wait();  // launch.cuh: the partials are written by the kernel before
+  allow_dependents();
+  const int64_t t = blockIdx.y, r = int64_t(blockIdx.x) * 256 + threadIdx.x;
+  if (r >= p.n_rows) return;
+  const int64_t n_blocks = p.n_cols / 256, stride = p.n_tokens * p.n_rows;
+  const float* src = p.partials + t * p.n_rows + r;
+  float acc = 0.0f;
+  for (int64_t b = 0; b < n_blocks; ++b) acc = __fadd_rn(acc, src[b * stride]);
+  p.y[t * p.y_stride + r] = acc;
 }
 
 // ---- host side ----------------------------------------------------------------
@@ -416,7 +439,7 @@ Status quantize_into_scratch(const MmProblem& p, cudaStream_t stream) {
 }
 
 template <DType T, int kBn, int kWarps, bool kInline = false>
-Status launch_kq(const MmProblem& p, int64_t n_slots, cudaStream_t stream) {
+Status launch_kq(const MmProblem& p, int64_t n_slots, cudaStream_t stream, int64_t splits = 1) {
   if constexpr (!kInline) MOESERVE_RETURN_IF_ERROR(quantize_into_scratch(p, stream));
   constexpr size_t bytes = sizeof(KqStage<T, kBn, kWarps>) * kStagesOf<T, kBn> +
                            (kInline ? size_t(kInlineBlocks) * kBn * kQ8Bytes : 0);
@@ -426,7 +449,7 @@ Status launch_kq(const MmProblem& p, int64_t n_slots, cudaStream_t stream) {
     return make_error(StatusCode::kInvalidArgument, "gemm: {} rows x {} tiles is too many", p.n_rows,
                       n_slots);
   }
-  const dim3 grid{unsigned(n_slots), unsigned(row_tiles), 1u};
+  const dim3 grid{unsigned(n_slots), unsigned(row_tiles), unsigned(splits)};
   static std::atomic<bool> opted[kMaxDevices];
   int dev = 0;
   cudaError_t err = cudaGetDevice(&dev);
@@ -441,6 +464,10 @@ Status launch_kq(const MmProblem& p, int64_t n_slots, cudaStream_t stream) {
                       cudaGetErrorString(err));
   }
   detail::launch(gemm_kq_kernel<T, kBn, kWarps, kInline>, grid, 32 * kWarps, bytes, stream, p);
+  if (p.partials != nullptr) {
+    const dim3 reduce_grid{unsigned((p.n_rows + 255) / 256), unsigned(p.n_tokens), 1u};
+    detail::launch(kq_reduce_kernel, reduce_grid, 256, 0, stream, p);
+  }
   err = cudaGetLastError();
   if (err != cudaSuccess) {
     return make_error(StatusCode::kInternal, "gemm ({}): launch failed: {}", dtype_name(T),
@@ -458,6 +485,24 @@ int sm_count_of_device() {
     counts[dev].store(n, std::memory_order_relaxed);
   }
   return n > 0 ? n : 132;
+}
+
+// Whether a dense product splits K (header): decode batches of 17-64 rows
+// whose 16-token tiles of 128 rows leave more than half the SMs idle.
+// MOESERVE_CUDA_KQ_SPLIT=0 keeps the whole walk (comparisons).
+bool dense_splits_k(int64_t n_tokens, int64_t n_rows, int64_t n_cols) {
+  static const bool off = [] {
+    const char* v = std::getenv("MOESERVE_CUDA_KQ_SPLIT");
+    return v != nullptr && std::strcmp(v, "0") == 0;
+  }();
+  if (off || n_tokens <= 16 || n_tokens > 64 || n_cols / 256 < 2) return false;
+  const int64_t ctas = (n_tokens + 15) / 16 * ((n_rows + 127) / 128);
+  return 2 * ctas <= sm_count_of_device();
+}
+
+// The partials' place in the scratch: after the Q8_K rows, 256-byte aligned.
+size_t split_offset(int64_t n_tokens, int64_t n_cols) {
+  return (gemm_kq_scratch_bytes(n_tokens, n_cols) + 255) / 256 * 256;
 }
 
 // MOESERVE_CUDA_KQ_POLICY=legacy: expert tiles by token count (comparisons).
@@ -501,6 +546,14 @@ Status launch_kq_type(const MmProblem& p, cudaStream_t stream) {
     // Q6_K head: 16 tokens 151 us in these, 8 tokens 240 us in 8-token
     // tiles of four stages); a token's bits are the same in every tile.
     if (p.n_tokens <= 16) return launch_kq<T, 16, 4>(p, 1, stream);
+    if (dense_splits_k(p.n_tokens, p.n_rows, p.n_cols) &&
+        p.scratch_bytes >= gemm_kq_scratch_bytes(p.n_tokens, p.n_cols) +
+                               gemm_kq_split_bytes(p.n_tokens, p.n_rows, p.n_cols)) {
+      MmProblem split = p;
+      split.partials =
+          reinterpret_cast<float*>(static_cast<uint8_t*>(p.scratch) + split_offset(p.n_tokens, p.n_cols));
+      return launch_kq<T, 16, 8>(split, (p.n_tokens + 15) / 16, stream, p.n_cols / 256);
+    }
     // 32 tokens a CTA, 16 where that leaves SMs idle (k/v products of a
     // 512-token prompt: 4 row tiles of 128). (Smaller CTAs of 1-2 warps
     // for the small products of a 32-row decode batch measured slower on an
@@ -542,6 +595,12 @@ bool gemm_kq_type(DType t) {
 
 size_t gemm_kq_scratch_bytes(int64_t n_rows, int64_t n_cols) {
   return size_t(std::max<int64_t>(n_rows, 0)) * size_t(std::max<int64_t>(n_cols, 0) / 256) * kQ8Bytes;
+}
+
+size_t gemm_kq_split_bytes(int64_t n_tokens, int64_t n_rows, int64_t n_cols) {
+  if (!dense_splits_k(n_tokens, n_rows, n_cols)) return 0;
+  const size_t partials = size_t(n_cols / 256) * size_t(n_tokens) * size_t(n_rows) * sizeof(float);
+  return split_offset(n_tokens, n_cols) - gemm_kq_scratch_bytes(n_tokens, n_cols) + partials;
 }
 
 Status launch_gemm_kq(const MmProblem& p, cudaStream_t stream) {

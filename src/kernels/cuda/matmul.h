@@ -62,6 +62,10 @@ struct MatmulArgs {
 // Scratch a gemm() over `n_rows` activation rows of `n_cols` needs (0 for
 // the weight types that convert nothing ahead).
 size_t gemm_scratch_bytes(DType w_type, int64_t n_rows, int64_t n_cols);
+// What a dense product's gemm() can use: the above, plus the per-block
+// results of a K-quant decode batch (17-64 rows) that splits K over more
+// CTAs (gemm_kq.cu; same bits). With less it runs unsplit.
+size_t gemm_scratch_bytes(const MatmulArgs& a);
 
 // Rows up to which matmul() takes the matrix x vector path (the weight
 // types integer_dense_decode() leaves there).

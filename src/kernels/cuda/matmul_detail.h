@@ -43,6 +43,9 @@ struct MmProblem {
   // gemm scratch (MatmulArgs::scratch).
   void* scratch = nullptr;
   size_t scratch_bytes = 0;
+  // Dense K-quant products split along K (gemm_kq.cu): [n_blocks][n_tokens]
+  // [n_rows] per-block results, summed in block order into y after.
+  float* partials = nullptr;
 };
 
 // Validation shared by the public entry points: the weight pointer/rows/type
@@ -74,5 +77,9 @@ bool expert_decode_on_tc();
 // activation rows are quantized into p.scratch first (gemm_kq_scratch_bytes).
 Status launch_gemm_kq(const MmProblem& p, cudaStream_t stream);
 size_t gemm_kq_scratch_bytes(int64_t n_rows, int64_t n_cols);
+// Scratch a dense K-quant product of n_tokens activation rows through an
+// n_rows x n_cols matrix can use beyond gemm_kq_scratch_bytes: its per-block
+// results where it splits K (decode batches of few CTAs; 0 where it does not).
+size_t gemm_kq_split_bytes(int64_t n_tokens, int64_t n_rows, int64_t n_cols);
 
 }  // namespace moeserve::cuda::detail

@@ -131,8 +131,10 @@ struct ProductRun {
 
 // Runs one product on device copies; checks that every output in the
 // strided y is written and that the stride padding stays poisoned.
+// split_scratch: the scratch gemm_scratch_bytes(args) asks (a K-quant
+// decode batch then splits K), else the Q8_K rows' only.
 ProductRun run_product(Path path, const QuantMatrix& m, const std::vector<float>& x, int64_t x_stride,
-                       int64_t n_tokens, int64_t y_pad = 3) {
+                       int64_t n_tokens, int64_t y_pad = 3, bool split_scratch = false) {
   DeviceArray<uint8_t> dw(m.bytes);
   DeviceArray<float> dx(x);
   const int64_t y_stride = m.rows + y_pad;
@@ -141,7 +143,8 @@ ProductRun run_product(Path path, const QuantMatrix& m, const std::vector<float>
   MatmulArgs a;
   a.w = dw.get(), a.w_type = m.type, a.n_rows = m.rows, a.n_cols = m.cols, a.row_bytes = m.row_bytes;
   a.x = dx.get(), a.x_stride = x_stride, a.n_tokens = n_tokens, a.y = dy.get(), a.y_stride = y_stride;
-  DeviceArray<uint8_t> scratch(cuda::gemm_scratch_bytes(m.type, n_tokens, m.cols));
+  DeviceArray<uint8_t> scratch(split_scratch ? cuda::gemm_scratch_bytes(a)
+                                             : cuda::gemm_scratch_bytes(m.type, n_tokens, m.cols));
   a.scratch = scratch.get(), a.scratch_bytes = scratch.size();
   ProductRun out;
   out.status = path == Path::kMatvec ? cuda::matvec(a, nullptr)
@@ -349,6 +352,42 @@ TEST_P(GemmGpu, KQuantDecodeBatchesEqualTheCpuAndPrefill) {
                                    << ": outputs unlike a 40-token product's";
     }
   }
+}
+
+// Dense K-quant decode batches of 17-64 rows whose tiles leave most SMs
+// idle split K (one 256-column block a CTA, the blocks' results added in
+// order after): the same bits as the whole walk and the CPU's, with partial
+// row tiles, 8 and 16 blocks; the split is asked for by the scratch size.
+TEST_P(GemmGpu, KQuantSplitKEqualsTheWholeWalkAndTheCpu) {
+  MOESERVE_REQUIRE_GPU();
+  const DType type = GetParam();
+  if (!testing::gemm_uses_q8k(type)) GTEST_SKIP() << dtype_name(type) << ": not the integer kernel";
+  for (const int64_t cols : {int64_t(2048), int64_t(4096)}) {
+    const int64_t rows = 133, x_stride = cols + 4;
+    const QuantMatrix m = make_matrix(type, rows, cols, uint32_t(60 + cols), row_pad(type));
+    for (const int64_t n : {17, 32, 64}) {
+      cuda::MatmulArgs probe;
+      probe.w_type = type, probe.n_rows = rows, probe.n_cols = cols, probe.n_tokens = n;
+      EXPECT_GT(cuda::gemm_scratch_bytes(probe), cuda::gemm_scratch_bytes(type, n, cols))
+          << n << " x " << cols << ": the split's partials";
+      const std::vector<float> x = random_floats(size_t(n * x_stride), uint32_t(61 + n));
+      const ProductRun split = run_product(Path::kGemm, m, x, x_stride, n, 3, true);
+      const ProductRun whole = run_product(Path::kGemm, m, x, x_stride, n);
+      ASSERT_TRUE(split.status.is_ok() && whole.status.is_ok()) << split.status.to_string();
+      const std::vector<float> cpu = cpu_reference(m, x, x_stride, n);
+      int64_t differ_whole = 0, differ_cpu = 0;
+      for (size_t i = 0; i < split.y.size(); ++i) {
+        differ_whole += std::memcmp(&split.y[i], &whole.y[i], sizeof(float)) != 0;
+        differ_cpu += std::memcmp(&split.y[i], &cpu[i], sizeof(float)) != 0;
+      }
+      EXPECT_EQ(differ_whole, 0) << dtype_name(type) << " " << n << " x " << cols;
+      EXPECT_EQ(differ_cpu, 0) << dtype_name(type) << " " << n << " x " << cols;
+    }
+  }
+  cuda::MatmulArgs prefill;
+  prefill.w_type = type, prefill.n_rows = 512, prefill.n_cols = 2048, prefill.n_tokens = 512;
+  EXPECT_EQ(cuda::gemm_scratch_bytes(prefill), cuda::gemm_scratch_bytes(type, 512, 2048))
+      << "prefill never splits";
 }
 
 std::string type_name(const ::testing::TestParamInfo<DType>& info) {
