@@ -186,6 +186,13 @@ TEST_P(HfParityGpu, BatchedDecodeRowsEqualSoloRows) {
 // types whose kernels change with the row count.
 class MixedForwardGpu : public ::testing::TestWithParam<GpuCase> {};
 
+// The five trained tiny models and their parity tolerances (max |dlogit|).
+const GpuCase kTinyModels[] = {GpuCase{"qwen3moe-tiny.bf16.gguf", "fixtures_qwen3moe.json", 0.03f},
+                               GpuCase{"qwen3-tiny.bf16.gguf", "fixtures_qwen3.json", 0.04f},
+                               GpuCase{"qwen35moe-tiny.bf16.gguf", "fixtures_qwen35moe.json", 0.04f},
+                               GpuCase{"qwen35-tiny.bf16.gguf", "fixtures_qwen35.json", 0.04f},
+                               GpuCase{"laguna-tiny.bf16.gguf", "fixtures_laguna.json", 0.04f}};
+
 TEST_P(MixedForwardGpu, DecodeRowsBesideAPromptChunkEqualSoloRows) {
   std::string why;
   auto e = gpu_engine(data_path(GetParam().gguf), &why);
@@ -209,23 +216,11 @@ TEST_P(MixedForwardGpu, VerifyRowsEqualDecodeRows) {
   testing::expect_verify_chains_equal_decode_rows(*e, *f);
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    TinyModels, MixedForwardGpu,
-    ::testing::Values(GpuCase{"qwen3moe-tiny.bf16.gguf", "fixtures_qwen3moe.json", 0.03f},
-                      GpuCase{"qwen3-tiny.bf16.gguf", "fixtures_qwen3.json", 0.04f},
-                      GpuCase{"qwen35moe-tiny.bf16.gguf", "fixtures_qwen35moe.json", 0.04f},
-                      GpuCase{"qwen35-tiny.bf16.gguf", "fixtures_qwen35.json", 0.04f},
-                      GpuCase{"laguna-tiny.bf16.gguf", "fixtures_laguna.json", 0.04f}),
-    [](const auto& info) { return testing::fixture_stem(info.param.fixture); });
+INSTANTIATE_TEST_SUITE_P(TinyModels, MixedForwardGpu, ::testing::ValuesIn(kTinyModels),
+                         [](const auto& info) { return testing::fixture_stem(info.param.fixture); });
 
-INSTANTIATE_TEST_SUITE_P(
-    TinyModels, HfParityGpu,
-    ::testing::Values(GpuCase{"qwen3moe-tiny.bf16.gguf", "fixtures_qwen3moe.json", 0.03f},
-                      GpuCase{"qwen3-tiny.bf16.gguf", "fixtures_qwen3.json", 0.04f},
-                      GpuCase{"qwen35moe-tiny.bf16.gguf", "fixtures_qwen35moe.json", 0.04f},
-                      GpuCase{"qwen35-tiny.bf16.gguf", "fixtures_qwen35.json", 0.04f},
-                      GpuCase{"laguna-tiny.bf16.gguf", "fixtures_laguna.json", 0.04f}),
-    [](const auto& info) { return testing::fixture_stem(info.param.fixture); });
+INSTANTIATE_TEST_SUITE_P(TinyModels, HfParityGpu, ::testing::ValuesIn(kTinyModels),
+                         [](const auto& info) { return testing::fixture_stem(info.param.fixture); });
 
 }  // namespace
 }  // namespace moeserve::models

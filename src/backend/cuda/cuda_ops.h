@@ -294,7 +294,7 @@ class CudaOps final : public Ops {
   // The last route()'s selections and groups.
   int32_t *selected_ = nullptr, *pairs_ = nullptr, *offsets_ = nullptr;
   float* weights_ = nullptr;
-  // Room for a mixed forward's groups cut at its decode rows (expert_rows).
+  // Room for a mixed forward's expert groups cut at its decode rows (local_experts).
   int32_t *cut_pairs_[2] = {}, *cut_offsets_[2] = {};
   int64_t routed_tokens_ = 0, n_expert_ = 0, n_used_ = 0;
   std::vector<int32_t> count_ids_;  // route()'s selections read back for counts
