@@ -8,10 +8,22 @@ void StepCostModel::record(int64_t rows, double seconds) {
   if (rows < 1 || rows > kMaxRows || !(seconds >= 0.0)) return;
   double& s = seconds_[size_t(rows)];
   int32_t& n = samples_[size_t(rows)];
-  // The first samples average plainly; later ones move it by 1/8, so the
-  // model follows a machine whose speed drifts (other load, placement swaps).
-  const double w = n < 8 ? 1.0 / double(n + 1) : 0.125;
-  s += w * (seconds - s);
+  if (n < kWarmUpSamples) {
+    // A GPU runs a new shape eagerly, maybe twice (a workspace that grew
+    // drops every recorded graph), then captures it, which costs more than
+    // the forward: the fastest of these is the closest to what the shape
+    // costs from then on.
+    s = n == 0 ? seconds : std::min(s, seconds);
+  } else {
+    // Then an average: plain for the next samples, by 1/8 after, so the
+    // model follows a machine whose speed drifts (other load, placement
+    // swaps). One sample moves it at most as far as twice the estimate
+    // would: a recapture (graphs dropped for a new request's buffers) is
+    // a one-off, not the shape's cost.
+    const int32_t steady = n - kWarmUpSamples;
+    const double w = steady < 8 ? 1.0 / double(steady + 2) : 0.125;
+    s += w * (std::min(seconds, 2.0 * s) - s);
+  }
   n = std::min(n + 1, 1 << 20);
 }
 

@@ -19,6 +19,8 @@ namespace moeserve::runtime {
 class StepCostModel {
  public:
   static constexpr int64_t kMaxRows = 128;
+  // Samples of a row count taken as its warm-up: the fastest one counts.
+  static constexpr int32_t kWarmUpSamples = 3;
   void record(int64_t rows, double seconds);
   // Seconds for `rows`: interpolated between measured counts, extended
   // along the last two past them (0 when nothing was measured yet).

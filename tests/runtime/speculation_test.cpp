@@ -107,6 +107,24 @@ TEST(StepCostModel, InterpolatesAndExtrapolatesAlongTheLastTwo) {
   EXPECT_NEAR(c.estimate(1), 0.010, 1e-12);
 }
 
+// A GPU's first forwards of a shape run eagerly and then capture its graph
+// (slower than a replay): the estimate keeps the fastest of them, and a
+// later one-off (a recapture) moves it at most as far as twice the estimate.
+TEST(StepCostModel, WarmUpKeepsTheFastestAndOneOffsMoveItLittle) {
+  StepCostModel c;
+  c.record(2, 0.0020);  // eager
+  c.record(2, 0.0090);  // capture + instantiation
+  c.record(2, 0.0012);  // replay
+  EXPECT_NEAR(c.estimate(2), 0.0012, 1e-12);
+  c.record(2, 0.0014);  // steady: averaged with the warm-up's best
+  EXPECT_NEAR(c.estimate(2), 0.0013, 1e-12);
+  for (int i = 0; i < 20; ++i) c.record(2, 0.0013);
+  c.record(2, 0.0500);  // a recapture: clamped to twice the estimate, then weighted 1/8
+  EXPECT_NEAR(c.estimate(2), 0.0013 + 0.125 * 0.0013, 1e-9);
+  for (int i = 0; i < 40; ++i) c.record(2, 0.0040);  // a machine that really slowed down
+  EXPECT_NEAR(c.estimate(2), 0.0040, 1e-4);
+}
+
 TEST(DraftLengthPolicy, DraftsWhenCheapAndStopsWhenDraftsMiss) {
   StepCostModel flat;  // a GPU-like machine: rows cost almost nothing
   for (int r = 1; r <= 17; ++r) flat.record(r, 0.010 + 0.0001 * r);

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <array>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <functional>
@@ -331,16 +332,26 @@ Status CudaOps::start_graph(const GraphKey& key) {
   if (auto it = graphs_.find(key); it != graphs_.end()) {
     if (it->second.exec != nullptr) {
       mode_ = Mode::kReplay;
+      log_graph("replay");
       return Status::ok();
     }
     if (graphs_.size() >= kMaxGraphs) forget_graphs();
+    log_graph("capture");
     MOESERVE_CUDA_RETURN_IF_ERROR(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
     mode_ = Mode::kCapture;
     capture_poisoned_ = false;
     return Status::ok();
   }
   graphs_.emplace(key, Graph{});  // seen once
+  log_graph("first");
   return Status::ok();
+}
+
+void CudaOps::log_graph(const char* what) const {
+  if (!graph_log()) return;
+  std::string k;
+  for (int64_t v : key_) k += std::to_string(v) + " ";
+  std::fprintf(stderr, "[cuda graph] %s: key %s(%zu graphs)\n", what, k.c_str(), graphs_.size());
 }
 
 // Ends a capture (instantiating and launching what was recorded) or
@@ -370,6 +381,7 @@ Status CudaOps::end_graph() {
   capture_layers_.clear();
   const Status served = serve_mailboxes(layers);
   if (capture_poisoned_) {
+    log_graph("poisoned");
     // Recorded with buffers that have moved since: valid for this run only,
     // and every other graph refers to the old buffers too.
     cudaStreamSynchronize(stream_);
@@ -412,6 +424,7 @@ void CudaOps::abandon_graph() {
 }
 
 void CudaOps::forget_graphs() {
+  if (!graphs_.empty()) log_graph("forget all");
   for (auto& [key, graph] : graphs_) {
     if (graph.exec != nullptr) cudaGraphExecDestroy(graph.exec);
   }

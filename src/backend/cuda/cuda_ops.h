@@ -203,6 +203,13 @@ class CudaOps final : public Ops {
     }();
     return on;
   }
+  // MOESERVE_CUDA_GRAPH_LOG=1: each first sight, capture, replay and drop on
+  // stderr (why a shape's forwards are not replayed).
+  static bool graph_log() {
+    static const bool on = std::getenv("MOESERVE_CUDA_GRAPH_LOG") != nullptr;
+    return on;
+  }
+  void log_graph(const char* what) const;
   Status start_graph(const GraphKey& key);
   void write_tree_layout(const BatchLayout& layout, uint8_t* at, size_t rows_bytes, size_t info_bytes);
   Status end_graph();
