@@ -9,6 +9,14 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 [ -d tests/server_e2e/node_modules ] || (cd tests/server_e2e && npm ci --no-audit --no-fund --loglevel=error)
 mkdir -p .nodedeps
-xz -T0 -6 -c "$(command -v node)" > .nodedeps/node.xz
+# Stripped and at xz's strongest preset (~22 MB), so that each half fits a
+# call beside the tracked files (.nodeparts/a and b: paged_gpu.sh nodepart).
+strip -o .nodedeps/node "$(readlink -f "$(command -v node)")"
+xz -T0 -9e -c .nodedeps/node > .nodedeps/node.xz
+rm .nodedeps/node
+rm -rf .nodeparts
+mkdir -p .nodeparts/a .nodeparts/b
+split -n 2 -d .nodedeps/node.xz .nodeparts/nodepart
+mv .nodeparts/nodepart00 .nodeparts/a/ && mv .nodeparts/nodepart01 .nodeparts/b/
 tar -C tests/server_e2e -cJf .nodedeps/modules.tar.xz --exclude=node_modules/playwright-core node_modules
-ls -la .nodedeps
+ls -la .nodedeps .nodeparts/*

@@ -3,8 +3,8 @@
 # serving runs with and without the block pool on make-model 30b-a3b.
 # Carry .devdeps for the build. The load generator needs node, which with
 # the tracked files does not fit one call's 64 MiB: scripts/device/fetch_node.sh
-# packs it, `split -n 2 -d .nodedeps/node.xz` cuts it into .nodeparts/a and
-# .nodeparts/b, and two calls carry one each (`nodepart` keeps it in /tmp).
+# packs it and cuts it into .nodeparts/a and .nodeparts/b (~11 MB each), and
+# two calls carry one each (`nodepart` keeps it in /tmp).
 #   scripts/device/paged_gpu.sh test       # build, start make-model in the background, GPU suites ($SUITES)
 #   scripts/device/paged_gpu.sh nodepart   # keep the carried .nodeparts/* in /tmp
 #   scripts/device/paged_gpu.sh bench      # waits for the model; bench/server/load_gen.mjs runs

@@ -6,16 +6,10 @@
 # gaps inside it (scripts/device/trace_gaps.py).
 #   scripts/device/verify_gaps.sh [preset] [type] [build|nobuild]
 set -uo pipefail
-cd "$(dirname "$0")/../.."
+source "$(dirname "$0")/common.sh"
 preset=${1:-small}
 type=${2:-q4_k_m}
-out=${OUT:-/tmp/out}
-mkdir -p "$out"
-export LD_LIBRARY_PATH=/tmp/devroot/usr/lib/x86_64-linux-gnu:${LD_LIBRARY_PATH:-}
-bin=build-gpu/bin/moeserve
-if [ "${3:-build}" = build ]; then
-  scripts/device/build.sh build-gpu 90a moeserve > "$out/build_gaps.log" 2>&1 || { tail -30 "$out/build_gaps.log"; exit 1; }
-fi
+[ "${3:-build}" != build ] || device_build build_gaps.log moeserve
 model=${MODEL:-/tmp/$preset-l8.$type.gguf}
 [ -f $model ] || $bin make-model --arch qwen3moe --preset $preset --layers 8 --type $type --quick-quant \
   --router-skew 0 -o $model --no-progress > /dev/null

@@ -26,9 +26,9 @@
 //     difference exact in f32), |r| <= 2^-24 |x| within f16's range
 //     (|x| < 65504; below |x| ~ 0.25 lo is subnormal: |r| <= 2^-25
 //     absolute). Exact f16 weights: as BF16, <= 1.4e-7 (1.7e-7 SwiGLU).
-//   F32 and the quantized types (Q8_0, Q4_0, Q4_K, Q5_K, Q6_K when the integer
-//     kernel is off, and Q4_1, Q5_0, Q5_1, IQ4_NL, IQ4_XS, MXFP4, Q2_K,
-//     Q3_K, IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S, IQ1_S, IQ1_M): 1 f16
+//   F32 and the quantized types (Q8_0, Q4_0, and Q2_K..Q6_K, IQ4_XS when the
+//     integer kernel is off, and Q4_1, Q5_0, Q5_1, IQ4_NL, MXFP4, IQ2_XXS,
+//     IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S, IQ1_S, IQ1_M): 1 f16
 //     term, x rounded to f16 once.
 //     The weight is rounded to f16 as well (a dequantized value, code *
 //     d*sc - dmin*m, has up to ~21 significant bits, an F32 weight 24), so

@@ -1,15 +1,18 @@
-// Products of K-quant weights (Q4_K, Q5_K, Q6_K) on integer tensor cores,
-// with the CPU's own arithmetic: prefill (gemm, the grouped expert products)
+// Products of K-quant weights (Q4_K, Q5_K, Q6_K, Q2_K, Q3_K) and IQ4_XS on
+// integer tensor cores, with the CPU's own arithmetic (each type's block
+// math: kq_blocks.cuh): prefill (gemm, the grouped expert products)
 // and the expert products of decode batches. The activations are quantized
 // to Q8_K (tensor/quantize.h: per 256 columns d = m / -127, m the value of
 // largest |x|, codes rounded to nearest even), each scale group's code
 // products are summed exactly in int32 by the MMA (m16n8k32 s8 for the
-// 32-column groups of Q4_K/Q5_K, m16n8k16 for Q6_K's 16-column groups), the
+// 32-column groups of Q4_K/Q5_K/IQ4_XS, m16n8k16 for the 16-column groups
+// of Q6_K/Q3_K/Q2_K), the
 // groups' sums are scaled by the integer scales in int32, the K-quant mins
 // (sum of m_G times the activations' group sums) are one more pair of MMAs,
 // and each 256-column block's float result is formed and added in f32
 // exactly as the CPU reference's vec_dot does it (kernels/cpu/ref/
-// quant_ref.cpp: the same operations in the same order, no contraction). A
+// quant_ref.cpp, quant_ref_lowbit.cpp: the same operations in the same
+// order, no contraction). A
 // row's result is bit for bit what the reference CPU kernels give; the
 // accuracy is that of Q8_K activations (~6e-3 relative on random data, as
 // the CPU path and llama.cpp's).
@@ -52,6 +55,7 @@
 #include <cstring>
 
 #include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/kq_blocks.cuh"
 #include "kernels/cuda/launch.cuh"
 #include "kernels/cuda/matmul_common.cuh"
 #include "kernels/cuda/matmul_detail.h"
@@ -60,68 +64,16 @@
 namespace moeserve::cuda::detail {
 namespace {
 
-// ---- integer MMAs -----------------------------------------------------------
-
-__device__ __forceinline__ void mma_k32(int (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
-  asm("mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-      "{%10,%10,%10,%10};\n"
-      : "=r"(c[0]), "=r"(c[1]), "=r"(c[2]), "=r"(c[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1), "r"(0));
-}
-__device__ __forceinline__ void mma_k16(int (&c)[4], uint32_t a0, uint32_t a1, uint32_t b0) {
-  asm("mma.sync.aligned.m16n8k16.row.col.s32.s8.s8.s32 {%0,%1,%2,%3}, {%4,%5}, {%6}, {%7,%7,%7,%7};\n"
-      : "=r"(c[0]), "=r"(c[1]), "=r"(c[2]), "=r"(c[3])
-      : "r"(a0), "r"(a1), "r"(b0), "r"(0));
-}
-
-__device__ __forceinline__ uint32_t lds32(const uint8_t* p) { return *reinterpret_cast<const uint32_t*>(p); }
-
-// ---- per type: the A fragments of a scale group and the block's float ------
-// MMA A fragment of rows g (a0, a2) and g + 8 (a1, a3), lane quad j: columns
-// 4j..4j+3 (a0, a1) and 16 + 4j.. (a2, a3) of the group (PTX m16n8k32 .s8).
-
-// Q4_K / Q5_K block {d, dmin, scales[12], (qh[32],) qs[128]}: group G's code l
-// is nibble G%2 of qs[32(G/2) + l] (plus bit G of qh[l] as bit 4 for Q5_K).
-template <bool kHigh>
-__device__ __forceinline__ uint32_t affine_codes(const uint8_t* blk, int G, int l0) {
-  constexpr int kQs = kHigh ? 48 : 16;
-  uint32_t c = (lds32(blk + kQs + 32 * (G >> 1) + l0) >> (4 * (G & 1))) & 0x0F0F0F0Fu;
-  if constexpr (kHigh) c |= ((lds32(blk + 16 + l0) >> G) & 0x01010101u) << 4;
-  return c;
-}
-
-// The 6-bit scales and mins of a Q4_K/Q5_K block's 8 groups (the CPU's
-// k_scale_min), a byte each: word 0 groups 0..3, word 1 groups 4..7.
-struct GroupScales {
-  uint32_t sc[2], m[2];
-};
-__device__ __forceinline__ GroupScales group_scales(const uint8_t* blk) {
-  const uint32_t w0 = lds32(blk + 4), w1 = lds32(blk + 8), w2 = lds32(blk + 12);
-  GroupScales g;
-  g.sc[0] = w0 & 0x3F3F3F3Fu;
-  g.m[0] = w1 & 0x3F3F3F3Fu;
-  g.sc[1] = (w2 & 0x0F0F0F0Fu) | ((w0 >> 2) & 0x30303030u);
-  g.m[1] = ((w2 >> 4) & 0x0F0F0F0Fu) | ((w1 >> 2) & 0x30303030u);
-  return g;
-}
-__device__ __forceinline__ int group_byte(const uint32_t (&w)[2], int G) {
-  return int((w[G >> 2] >> (8 * (G & 3))) & 0xFFu);
-}
-
-__device__ __forceinline__ float f16_at(const uint8_t* p) {
-  return qdec::half_bits_to_float(*reinterpret_cast<const uint16_t*>(p));
-}
+using kq::kQ8Bytes;
+using kq::kQ8D;
+using kq::kQ8Pieces;
+using kq::kQ8SumHi;
+using kq::kQ8SumLo;
 
 // ---- Q8_K activation rows (scratch) -------------------------------------------
-// Row r's 256-column block b at scratch + (r * n_blocks + b) * kQ8Bytes:
-// 256 codes; the 8 sums of 32 codes (the K-quant mins) as sum = 64 hi + lo,
-// hi (-64..63) and lo (0..63) bytes, so that the mins' products are one
-// more integer MMA; d (f32); padding. A CTA stages a block's rows whole (19
-// 16-byte pieces); the staged stride puts the B fragment loads of 8 rows in
-// distinct banks.
-constexpr int kQ8Bytes = 304;
-constexpr int kQ8SumHi = 256, kQ8SumLo = 264, kQ8D = 272;
-constexpr int kQ8Pieces = kQ8Bytes / 16;
+// Row r's 256-column block b at scratch + (r * n_blocks + b) * kQ8Bytes, in
+// kq_blocks.cuh's layout. A CTA stages a block's rows whole (19 16-byte
+// pieces).
 
 // One row's 256-column block, 8 columns a lane, as the CPU's Q8_K
 // (tensor/quantize.cpp: m = the value of largest |x|, ties to the positive;
@@ -294,88 +246,7 @@ __global__ void __launch_bounds__(32 * kWarps, 2) gemm_kq_kernel(const MmProblem
     auto xr = [&](int t) { return xb + t * kQ8Bytes; };
     const uint8_t* rg = &sb.w[16 * warp + g][0] + lead16(row_g + b * Q::kBlockBytes);
     const uint8_t* rg8 = &sb.w[16 * warp + g + 8][0] + lead16(row_g8 + b * Q::kBlockBytes);
-    int isum[kNt][4];
-#pragma unroll
-    for (int nt = 0; nt < kNt; ++nt) isum[nt][0] = isum[nt][1] = isum[nt][2] = isum[nt][3] = 0;
-
-    if constexpr (T == DType::Q6_K) {
-      // 16 groups of 16 columns: group q = 8hf + 2t + s, codes l = 16s + ..
-      // of quarter t of half hf (tc_decode.cuh's Tc<Q6_K>), minus 32.
-#pragma unroll
-      for (int q = 0; q < 16; ++q) {
-        const int hf = q >> 3, t = (q >> 1) & 3, s = q & 1;
-        uint32_t codes[2];
-#pragma unroll
-        for (int r = 0; r < 2; ++r) {
-          const uint8_t* row = r == 0 ? rg : rg8;
-          const uint32_t ql = tcdec::ld32_2(row + 64 * hf + 32 * (t & 1) + 16 * s + 4 * j);
-          const uint32_t qh = tcdec::ld32_2(row + 128 + 32 * hf + 16 * s + 4 * j);
-          const uint32_t c = ((ql >> (4 * (t >> 1))) & 0x0F0F0F0Fu) | (((qh >> (2 * t)) & 0x03030303u) << 4);
-          codes[r] = __vsub4(c, 0x20202020u);
-        }
-        const int sc0 = int(int8_t(rg[192 + q])), sc8 = int(int8_t(rg8[192 + q]));
-#pragma unroll
-        for (int nt = 0; nt < kNt; ++nt) {
-          int c[4];
-          mma_k16(c, codes[0], codes[1], lds32(xr(8 * nt + g) + 16 * q + 4 * j));
-          isum[nt][0] += c[0] * sc0, isum[nt][1] += c[1] * sc0;
-          isum[nt][2] += c[2] * sc8, isum[nt][3] += c[3] * sc8;
-        }
-      }
-      // x.d * d * total, as the CPU (left to right).
-      const float d0 = f16_at(rg + 208), d8 = f16_at(rg8 + 208);
-#pragma unroll
-      for (int nt = 0; nt < kNt; ++nt) {
-        const float xd0 = *reinterpret_cast<const float*>(xr(8 * nt + 2 * j) + kQ8D);
-        const float xd1 = *reinterpret_cast<const float*>(xr(8 * nt + 2 * j + 1) + kQ8D);
-        acc[nt][0] = __fadd_rn(acc[nt][0], __fmul_rn(__fmul_rn(xd0, d0), float(isum[nt][0])));
-        acc[nt][1] = __fadd_rn(acc[nt][1], __fmul_rn(__fmul_rn(xd1, d0), float(isum[nt][1])));
-        acc[nt][2] = __fadd_rn(acc[nt][2], __fmul_rn(__fmul_rn(xd0, d8), float(isum[nt][2])));
-        acc[nt][3] = __fadd_rn(acc[nt][3], __fmul_rn(__fmul_rn(xd1, d8), float(isum[nt][3])));
-      }
-    } else {
-      constexpr bool kHigh = T == DType::Q5_K;
-      const GroupScales gs0 = group_scales(rg), gs8 = group_scales(rg8);
-#pragma unroll
-      for (int G = 0; G < 8; ++G) {
-        const uint32_t a[4] = {affine_codes<kHigh>(rg, G, 4 * j), affine_codes<kHigh>(rg8, G, 4 * j),
-                               affine_codes<kHigh>(rg, G, 16 + 4 * j),
-                               affine_codes<kHigh>(rg8, G, 16 + 4 * j)};
-#pragma unroll
-        for (int nt = 0; nt < kNt; ++nt) {
-          const uint8_t* xq = xr(8 * nt + g) + 32 * G + 4 * j;
-          int c[4];
-          mma_k32(c, a, lds32(xq), lds32(xq + 16));
-          const int sc0 = group_byte(gs0.sc, G), sc8 = group_byte(gs8.sc, G);
-          isum[nt][0] += c[0] * sc0, isum[nt][1] += c[1] * sc0;
-          isum[nt][2] += c[2] * sc8, isum[nt][3] += c[3] * sc8;
-        }
-      }
-      // mins = sum over G of m_G * xsum_G: K = 8 (lanes j = 2, 3 hold zero
-      // A columns), xsum = 64 hi + lo, as two MMAs.
-      const uint32_t am0 = j == 0 ? gs0.m[0] : j == 1 ? gs0.m[1] : 0u;
-      const uint32_t am8 = j == 0 ? gs8.m[0] : j == 1 ? gs8.m[1] : 0u;
-      // x.d * (d * scaled - dmin * mins), as the CPU.
-      const float d0 = f16_at(rg), dm0 = f16_at(rg + 2), d8 = f16_at(rg8), dm8 = f16_at(rg8 + 2);
-#pragma unroll
-      for (int nt = 0; nt < kNt; ++nt) {
-        const uint8_t* xg = xr(8 * nt + g);
-        int hi[4], lo[4], mins[4];
-        mma_k16(hi, am0, am8, lds32(xg + kQ8SumHi + 4 * j));
-        mma_k16(lo, am0, am8, lds32(xg + kQ8SumLo + 4 * j));
-#pragma unroll
-        for (int e = 0; e < 4; ++e) mins[e] = 64 * hi[e] + lo[e];
-        const float xd[2] = {*reinterpret_cast<const float*>(xr(8 * nt + 2 * j) + kQ8D),
-                             *reinterpret_cast<const float*>(xr(8 * nt + 2 * j + 1) + kQ8D)};
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const float d = e < 2 ? d0 : d8, dm = e < 2 ? dm0 : dm8;
-          const float blk = __fmul_rn(
-              xd[e & 1], __fsub_rn(__fmul_rn(d, float(isum[nt][e])), __fmul_rn(dm, float(mins[e]))));
-          acc[nt][e] = __fadd_rn(acc[nt][e], blk);
-        }
-      }
-    }
+    kq::Block<T>::template dot<kNt>(rg, rg8, xr, g, j, acc);
   }
 
   // ---- outputs: rows g and g + 8 of the warp's tile, tokens 8nt + 2j, + 1
@@ -584,7 +455,7 @@ Status launch_kq_type(const MmProblem& p, cudaStream_t stream) {
 }  // namespace
 
 bool gemm_kq_type(DType t) {
-  if (t != DType::Q4_K && t != DType::Q5_K && t != DType::Q6_K) return false;
+  if (!kq::kq_type(t)) return false;
   // MOESERVE_CUDA_KQ_GEMM=0: the f16 kernel of gemm.cu (for comparisons).
   static const bool enabled = [] {
     const char* v = std::getenv("MOESERVE_CUDA_KQ_GEMM");
@@ -614,10 +485,17 @@ Status launch_gemm_kq(const MmProblem& p, cudaStream_t stream) {
       return launch_kq_type<DType::Q5_K>(p, stream);
     case DType::Q6_K:
       return launch_kq_type<DType::Q6_K>(p, stream);
+    case DType::Q2_K:
+      return launch_kq_type<DType::Q2_K>(p, stream);
+    case DType::Q3_K:
+      return launch_kq_type<DType::Q3_K>(p, stream);
+    case DType::IQ4_XS:
+      return launch_kq_type<DType::IQ4_XS>(p, stream);
     default:
       break;
   }
-  return make_error(StatusCode::kUnsupported, "gemm_kq: weight type {} is not a K-quant", dtype_name(p.type));
+  return make_error(StatusCode::kUnsupported, "gemm_kq: weight type {} has no integer kernel",
+                    dtype_name(p.type));
 }
 
 }  // namespace moeserve::cuda::detail

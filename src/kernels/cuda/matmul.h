@@ -33,7 +33,7 @@ namespace moeserve::cuda {
 // added in f32 (the same ~1e-7);
 // gemm multiplies on tensor cores, accumulating in f32: F16 and BF16
 // weights are exact operands and x enters as 2 f16 (3 bf16) terms that
-// carry all its bits (~1.5e-7); K-quant weights (Q4_K, Q5_K, Q6_K) take
+// carry all its bits (~1.5e-7); K-quant weights (Q2_K..Q6_K) and IQ4_XS take
 // the CPU's arithmetic: x quantized to Q8_K, integer block sums, bit for
 // bit the reference CPU kernels (Q8_K's accuracy, ~6e-3 on random data;
 // gemm_kq.cu); the other types (F32, Q8_0, Q4_0) are rounded to f16, and x

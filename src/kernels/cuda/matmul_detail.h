@@ -70,9 +70,10 @@ Status launch_gemm(const MmProblem& p, cudaStream_t stream);
 // Whether launch_gemm hands this weight type to the integer kernel.
 bool gemm_kq_type(DType t);
 // MOESERVE_CUDA_EXPERT_DECODE=tc: K-quant experts of decode batches on
-// matvec_tc.cu (exact activations) instead of the integer kernel.
+// matvec_tc.cu (exact activations; Q2_K, Q3_K, IQ4_XS: matvec.cu) instead
+// of the integer kernel.
 bool expert_decode_on_tc();
-// Integer tensor-core kernels for Q4_K/Q5_K/Q6_K with Q8_K activations (the
+// Integer tensor-core kernels for Q2_K..Q6_K and IQ4_XS with Q8_K activations (the
 // CPU's arithmetic, bit for bit the reference CPU kernels): any batch. The
 // activation rows are quantized into p.scratch first (gemm_kq_scratch_bytes).
 Status launch_gemm_kq(const MmProblem& p, cudaStream_t stream);

@@ -1,11 +1,11 @@
 // Matrix x vector products on CUDA cores, reading weight blocks as stored:
 // the decode path (1..16 tokens) and the grouped expert products of a
-// decode step. The grouped expert products of the quantized types that have
-// a tensor-core decoder (Q8_0, Q4_0 and the K-quants Q4_K..Q6_K;
-// tc_decode.cuh), and matvec_multi of those, take the tensor-core kernels of
-// matvec_tc.cu instead (launch_matvec hands them over); the other quantized
-// types (Q4_1, Q5_0, Q5_1, IQ4_NL, IQ4_XS, MXFP4, Q2_K, Q3_K, and the
-// i-quants IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S, IQ1_S, IQ1_M) run here.
+// decode step. The grouped expert products of the K-quants and IQ4_XS take
+// gemm_kq.cu's integer kernel, those of Q8_0 and Q4_0 (types with a
+// tensor-core decoder, tc_decode.cuh) and matvec_multi of those the
+// tensor-core kernels of matvec_tc.cu (launch_matvec hands them over); the
+// other quantized types' (Q4_1, Q5_0, Q5_1, IQ4_NL, MXFP4, and the i-quants
+// IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S, IQ1_S, IQ1_M) run here.
 //
 // Memory-bound at one token, and x is f32 (4 bytes a column against about
 // half a byte of weight), so the layout makes x nearly free and the weight
@@ -591,15 +591,15 @@ Status launch_matvec(const MmProblem& p, cudaStream_t stream) {
   // expert with few pairs costs what one token does). Dense products stay
   // here: at one token this kernel measured faster on an H100 (q 2048 -> 4096
   // Q4_K: 5.6 us against 7.5; matvec_tc.cu's header has the numbers).
-  if (p.mode != MmMode::kDense && matvec_tc_type(p.type)) {
-    // K-quant experts: the integer kernel of gemm_kq.cu (Q8_K activations,
-    // the CPU's arithmetic), measured faster than the exact one at every
-    // decode batch (H100, 30b-a3b shapes, gate_up + down: 1 token 28.1 us
-    // against 33.0; 8 tokens 110 against 278; 16: 167 against 814).
-    // MOESERVE_CUDA_EXPERT_DECODE=tc keeps them on matvec_tc.cu (exact x).
-    if (!expert_decode_on_tc() && gemm_kq_type(p.type)) return launch_gemm_kq(p, stream);
-    return launch_matvec_tc(p, stream);
-  }
+  // K-quant (and IQ4_XS) experts: the integer kernel of gemm_kq.cu (Q8_K
+  // activations, the CPU's arithmetic), measured faster than the exact one
+  // at every decode batch (H100, 30b-a3b shapes, gate_up + down: 1 token
+  // 28.1 us against 33.0; 8 tokens 110 against 278; 16: 167 against 814).
+  // MOESERVE_CUDA_EXPERT_DECODE=tc keeps them on matvec_tc.cu (exact x)
+  // where it decodes them, else here.
+  if (p.mode != MmMode::kDense && !expert_decode_on_tc() && gemm_kq_type(p.type))
+    return launch_gemm_kq(p, stream);
+  if (p.mode != MmMode::kDense && matvec_tc_type(p.type)) return launch_matvec_tc(p, stream);
   // Dense products of the tensor-core types on matvec_tc.cu at every token
   // count (MOESERVE_CUDA_DENSE_MATVEC=tc): the same bits at 1..16 tokens as
   // here, and a 16-token product costs ~2x one token there against ~5x here

@@ -69,7 +69,8 @@ MOESERVE_QDEC uint32_t bf16x2_add(uint32_t a, uint32_t neg) {
 #else
   uint32_t out = 0;
   for (int h = 0; h < 2; ++h) {
-    const float v = bf16_bits_to_float((a >> (16 * h)) & 0xFFFFu) + bf16_bits_to_float((neg >> (16 * h)) & 0xFFFFu);
+    const float v =
+        bf16_bits_to_float((a >> (16 * h)) & 0xFFFFu) + bf16_bits_to_float((neg >> (16 * h)) & 0xFFFFu);
     uint32_t b;
     std::memcpy(&b, &v, 4);
     out |= (b >> 16) << (16 * h);  // exact: the values are small integers
@@ -196,7 +197,8 @@ struct Tc<DType::Q6_K> {
   }
   MOESERVE_QDEC static void scales(const uint8_t* row, int half, float* e) {
     const float d = qdec::half_bits_to_float(qdec::load_u16(row + 208));
-    for (int i = 8 * half; i < 8 * half + 8; ++i) e[i] = d * static_cast<float>(static_cast<int8_t>(row[192 + i]));
+    for (int i = 8 * half; i < 8 * half + 8; ++i)
+      e[i] = d * static_cast<float>(static_cast<int8_t>(row[192 + i]));
   }
 };
 
@@ -212,7 +214,8 @@ struct Tc<DType::Q8_0> {
     out[1] = signed_pair<1>(w);
   }
   MOESERVE_QDEC static void scales(const uint8_t* row, int half, float* e) {
-    for (int g = 4 * half; g < 4 * half + 4; ++g) e[2 * g] = qdec::half_bits_to_float(qdec::load_u16(row + 34 * g));
+    for (int g = 4 * half; g < 4 * half + 4; ++g)
+      e[2 * g] = qdec::half_bits_to_float(qdec::load_u16(row + 34 * g));
   }
 };
 
@@ -230,9 +233,25 @@ struct Tc<DType::Q4_0> {
     out[1] = code_pair<1>(codes, neg_offset(8));
   }
   MOESERVE_QDEC static void scales(const uint8_t* row, int half, float* e) {
-    for (int g = 4 * half; g < 4 * half + 4; ++g) e[2 * g] = qdec::half_bits_to_float(qdec::load_u16(row + 18 * g));
+    for (int g = 4 * half; g < 4 * half + 4; ++g)
+      e[2 * g] = qdec::half_bits_to_float(qdec::load_u16(row + 18 * g));
   }
 };
+
+// Staging geometry only, for gemm_kq.cu's integer kernel (kq_blocks.cuh
+// decodes these; no bf16 decoder here, so tc_type() leaves them out): one
+// 256-column block a chunk.
+template <int kBytes>
+struct StageOnly {
+  static constexpr int kChunkBytes = kBytes, kBlockElems = 256, kBlockBytes = kBytes;
+  static constexpr bool kAligned = kBytes % 16 == 0;
+};
+template <>
+struct Tc<DType::Q2_K> : StageOnly<84> {};
+template <>
+struct Tc<DType::Q3_K> : StageOnly<110> {};
+template <>
+struct Tc<DType::IQ4_XS> : StageOnly<136> {};
 
 // Whether the tensor-core path decodes this type.
 constexpr bool tc_type(DType t) {

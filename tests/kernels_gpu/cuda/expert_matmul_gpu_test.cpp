@@ -33,12 +33,12 @@ constexpr double kDecodeTol = 1e-5;
 // the f32 accumulation (truncating tensor-core adds) remains; measured
 // <= 1.9e-7 on an H100, through SwiGLU.
 constexpr double kPrefillTolExactW = 1e-6;
-// K-quants (gemm_kq.cu, decode batches too): Q8_K activations, the CPU's
+// K-quants and IQ4_XS (gemm_kq.cu, decode batches too): Q8_K activations, the CPU's
 // arithmetic (checked bit for bit below); against the double reference,
 // Q8_K's ~6e-3.
 constexpr double kPrefillTolQ8K = 2e-2;
-// Other types (F32, Q8_0, Q4_0, and Q4_1, Q5_0, Q5_1, IQ4_NL, IQ4_XS, MXFP4,
-// Q2_K, Q3_K, which have no integer kernel): the weights and the
+// Other types (F32, Q8_0, Q4_0, and Q4_1, Q5_0, Q5_1, IQ4_NL, MXFP4 and the
+// codebook i-quants, which have no integer kernel): the weights and the
 // activations are each rounded to f16, ~2^-11 relative each: measured
 // 2.6e-4 .. 3.0e-4 (down) and 3.7e-4 .. 4.3e-4 (gate/up: SwiGLU's output
 // carries both the gate's and the up's error) on an H100; a product's

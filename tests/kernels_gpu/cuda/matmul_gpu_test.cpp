@@ -30,13 +30,13 @@ constexpr double kMatvecTol = 1e-5;
 // f32 accumulation on the tensor cores (truncating adds) remains; measured
 // <= 1.5e-7 on an H100.
 constexpr double kGemmTolExactW = 1e-6;
-// K-quants (Q4_K, Q5_K, Q6_K; gemm_kq.cu): the CPU's arithmetic, Q8_K
+// K-quants and IQ4_XS (gemm_kq.cu): the CPU's arithmetic, Q8_K
 // activations and integer block sums, bit for bit the reference CPU
 // kernels; against the double reference that is Q8_K's accuracy (~6e-3 on
 // normal data: a step of max|x| / 127 per 256 columns).
 constexpr double kGemmTolQ8K = 2e-2;
-// Other types (F32, Q8_0, Q4_0, and Q4_1, Q5_0, Q5_1, IQ4_NL, IQ4_XS, MXFP4,
-// Q2_K, Q3_K, which have no integer kernel): the weight (a dequantized
+// Other types (F32, Q8_0, Q4_0, and Q4_1, Q5_0, Q5_1, IQ4_NL, MXFP4 and the
+// codebook i-quants, which have no integer kernel): the weight (a dequantized
 // value has up to ~21 significant bits; F32 24) and the activation are each
 // rounded to f16, ~2^-11 relative each: measured 2.6e-4 .. 3.6e-4 on an
 // H100 (about 3e-4 RMS expected); a product's error is at most about
