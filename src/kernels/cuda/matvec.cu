@@ -1,11 +1,11 @@
 // Matrix x vector products on CUDA cores, reading weight blocks as stored:
 // the decode path (1..16 tokens) and the grouped expert products of a
-// decode step. The grouped expert products of the K-quants and IQ4_XS take
-// gemm_kq.cu's integer kernel, those of Q8_0 and Q4_0 (types with a
-// tensor-core decoder, tc_decode.cuh) and matvec_multi of those the
-// tensor-core kernels of matvec_tc.cu (launch_matvec hands them over); the
-// other quantized types' (Q4_1, Q5_0, Q5_1, IQ4_NL, MXFP4, and the i-quants
-// IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S, IQ1_S, IQ1_M) run here.
+// decode step. launch_matvec hands some of them over: the grouped expert
+// products of the K-quants and IQ4_XS to gemm_kq.cu's integer kernel, those
+// of Q8_0 and Q4_0 (types with a tensor-core decoder, tc_decode.cuh) and
+// matvec_multi of those to matvec_tc.cu. The other quantized types (Q4_1,
+// Q5_0, Q5_1, IQ4_NL, MXFP4, and the i-quants IQ2_XXS, IQ2_XS, IQ2_S,
+// IQ3_XXS, IQ3_S, IQ1_S, IQ1_M) run here.
 //
 // Memory-bound at one token, and x is f32 (4 bytes a column against about
 // half a byte of weight), so the layout makes x nearly free and the weight
