@@ -586,7 +586,7 @@ bool integer_dense_decode(DType w_type, int64_t n_rows, int64_t n_cols) {
     const char* v = std::getenv("MOESERVE_CUDA_DENSE_DECODE");
     return v != nullptr && std::string(v) == "exact";
   }();
-  return !exact && detail::gemm_kq_type(w_type) && n_rows * n_cols >= kIntegerDecodeMinWeights;
+  return !exact && detail::gemm_kq_matches_cpu(w_type) && n_rows * n_cols >= kIntegerDecodeMinWeights;
 }
 
 Status matmul(const MatmulArgs& a, cudaStream_t stream) {

@@ -1,4 +1,5 @@
-// Products of K-quant weights (Q4_K, Q5_K, Q6_K, Q2_K, Q3_K) and IQ4_XS on
+// Products of K-quant weights (Q4_K, Q5_K, Q6_K, Q2_K, Q3_K), IQ4_XS and the
+// codebook i-quants on
 // integer tensor cores, with the CPU's own arithmetic (each type's block
 // math: kq_blocks.cuh): prefill (gemm, the grouped expert products)
 // and the expert products of decode batches. The activations are quantized
@@ -16,6 +17,11 @@
 // row's result is bit for bit what the reference CPU kernels give; the
 // accuracy is that of Q8_K activations (~6e-3 relative on random data, as
 // the CPU path and llama.cpp's).
+// The codebook i-quants (IQ2_XXS..IQ1_M) take the same kernel with their
+// grid codes as int8 (kq_blocks_iquants.cuh): expert products at 8 tokens
+// 3-4.6x faster than on matvec.cu. Their CPU reference dequantizes to
+// floats first, so they agree with it to Q8_K's accuracy, not bit for bit
+// (gemm_kq_matches_cpu).
 //
 // Why (H100, 30b-a3b shapes): the f16 kernel (gemm.cu) decodes every weight
 // to a scaled f16 value and multiplies 16x16x16 f16 tiles; with 32 pairs an
@@ -55,7 +61,7 @@
 #include <cstring>
 
 #include "kernels/cuda/cuda_check.h"
-#include "kernels/cuda/kq_blocks.cuh"
+#include "kernels/cuda/kq_blocks_iquants.cuh"
 #include "kernels/cuda/launch.cuh"
 #include "kernels/cuda/matmul_common.cuh"
 #include "kernels/cuda/matmul_detail.h"
@@ -464,6 +470,8 @@ bool gemm_kq_type(DType t) {
   return enabled;
 }
 
+bool gemm_kq_matches_cpu(DType t) { return gemm_kq_type(t) && kq::kq_cpu_exact_type(t); }
+
 size_t gemm_kq_scratch_bytes(int64_t n_rows, int64_t n_cols) {
   return size_t(std::max<int64_t>(n_rows, 0)) * size_t(std::max<int64_t>(n_cols, 0) / 256) * kQ8Bytes;
 }
@@ -491,6 +499,20 @@ Status launch_gemm_kq(const MmProblem& p, cudaStream_t stream) {
       return launch_kq_type<DType::Q3_K>(p, stream);
     case DType::IQ4_XS:
       return launch_kq_type<DType::IQ4_XS>(p, stream);
+    case DType::IQ2_XXS:
+      return launch_kq_type<DType::IQ2_XXS>(p, stream);
+    case DType::IQ2_XS:
+      return launch_kq_type<DType::IQ2_XS>(p, stream);
+    case DType::IQ2_S:
+      return launch_kq_type<DType::IQ2_S>(p, stream);
+    case DType::IQ3_XXS:
+      return launch_kq_type<DType::IQ3_XXS>(p, stream);
+    case DType::IQ3_S:
+      return launch_kq_type<DType::IQ3_S>(p, stream);
+    case DType::IQ1_S:
+      return launch_kq_type<DType::IQ1_S>(p, stream);
+    case DType::IQ1_M:
+      return launch_kq_type<DType::IQ1_M>(p, stream);
     default:
       break;
   }

@@ -342,8 +342,8 @@ struct Block<DType::IQ4_XS> {
   }
 };
 
-// The types this kernel takes.
-constexpr bool kq_type(DType t) {
+// The types whose results are bit for bit the reference CPU kernels'.
+constexpr bool kq_cpu_exact_type(DType t) {
   return t == DType::Q4_K || t == DType::Q5_K || t == DType::Q6_K || t == DType::Q2_K || t == DType::Q3_K ||
          t == DType::IQ4_XS;
 }

@@ -36,7 +36,9 @@ namespace moeserve::cuda {
 // carry all its bits (~1.5e-7); K-quant weights (Q2_K..Q6_K) and IQ4_XS take
 // the CPU's arithmetic: x quantized to Q8_K, integer block sums, bit for
 // bit the reference CPU kernels (Q8_K's accuracy, ~6e-3 on random data;
-// gemm_kq.cu); the other types (F32, Q8_0, Q4_0) are rounded to f16, and x
+// gemm_kq.cu), and the codebook i-quants the same integer arithmetic (their
+// CPU reference dequantizes first: equal to it to Q8_K's accuracy); the
+// other types (F32, Q8_0, Q4_0) are rounded to f16, and x
 // once too (~3e-4; gemm.cu).
 // Both are deterministic,
 // and a token's row of y does not depend on the other tokens of the batch
@@ -72,9 +74,11 @@ size_t gemm_scratch_bytes(const MatmulArgs& a);
 inline constexpr int64_t kMatvecMaxTokens = 16;
 
 // Whether matmul() takes the integer kernel of gemm_kq.cu (Q8_K
-// activations, the CPU's arithmetic) at every token count: K-quant products
-// of at least kIntegerDecodeMinWeights weights (LM heads, the FFNs of large
-// dense models). At decode batches (2..16 rows: batched decode, a verify)
+// activations, the CPU's arithmetic) at every token count: K-quant (and
+// IQ4_XS) products of at least kIntegerDecodeMinWeights weights (LM heads,
+// the FFNs of large dense models); not the codebook i-quants, whose grid
+// lookups make that kernel slower than the f32 one at one token. At decode
+// batches (2..16 rows: batched decode, a verify)
 // the f32 matrix x vector kernels pay an FMA and an activation load per
 // weight and token; the integer kernel reads each weight once into an MMA
 // (H200, the 2048 x 151936 Q6_K LM head: 1 / 8 / 16 tokens 139 / 422 / 961

@@ -69,12 +69,17 @@ Status launch_matvec(const MmProblem& p, cudaStream_t stream);
 Status launch_gemm(const MmProblem& p, cudaStream_t stream);
 // Whether launch_gemm hands this weight type to the integer kernel.
 bool gemm_kq_type(DType t);
+// Whether that kernel's results are bit for bit the reference CPU kernels'
+// (the K-quants and IQ4_XS; the codebook i-quants' CPU reference
+// dequantizes to floats first: Q8_K's accuracy, kq_iquant_codes.cuh).
+bool gemm_kq_matches_cpu(DType t);
 // MOESERVE_CUDA_EXPERT_DECODE=tc: K-quant experts of decode batches on
 // matvec_tc.cu (exact activations; Q2_K, Q3_K, IQ4_XS: matvec.cu) instead
 // of the integer kernel.
 bool expert_decode_on_tc();
-// Integer tensor-core kernels for Q2_K..Q6_K and IQ4_XS with Q8_K activations (the
-// CPU's arithmetic, bit for bit the reference CPU kernels): any batch. The
+// Integer tensor-core kernels for Q2_K..Q6_K, IQ4_XS and the codebook
+// i-quants with Q8_K activations (the CPU's arithmetic, bit for bit the
+// reference CPU kernels where gemm_kq_matches_cpu): any batch. The
 // activation rows are quantized into p.scratch first (gemm_kq_scratch_bytes).
 Status launch_gemm_kq(const MmProblem& p, cudaStream_t stream);
 size_t gemm_kq_scratch_bytes(int64_t n_rows, int64_t n_cols);

@@ -1,11 +1,12 @@
 // Matrix x vector products on CUDA cores, reading weight blocks as stored:
 // the decode path (1..16 tokens) and the grouped expert products of a
 // decode step. launch_matvec hands some of them over: the grouped expert
-// products of the K-quants and IQ4_XS to gemm_kq.cu's integer kernel, those
-// of Q8_0 and Q4_0 (types with a tensor-core decoder, tc_decode.cuh) and
-// matvec_multi of those to matvec_tc.cu. The other quantized types (Q4_1,
-// Q5_0, Q5_1, IQ4_NL, MXFP4, and the i-quants IQ2_XXS, IQ2_XS, IQ2_S,
-// IQ3_XXS, IQ3_S, IQ1_S, IQ1_M) run here.
+// products of the K-quants, IQ4_XS and the codebook i-quants (IQ2_XXS,
+// IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S, IQ1_S, IQ1_M) to gemm_kq.cu's integer
+// kernel, those of Q8_0 and Q4_0 (types with a tensor-core decoder,
+// tc_decode.cuh) and matvec_multi of those to matvec_tc.cu. The other
+// quantized types (Q4_1, Q5_0, Q5_1, IQ4_NL, MXFP4) and the dense products
+// of the codebook i-quants run here.
 //
 // Memory-bound at one token, and x is f32 (4 bytes a column against about
 // half a byte of weight), so the layout makes x nearly free and the weight
@@ -595,6 +596,8 @@ Status launch_matvec(const MmProblem& p, cudaStream_t stream) {
   // activations, the CPU's arithmetic), measured faster than the exact one
   // at every decode batch (H100, 30b-a3b shapes, gate_up + down: 1 token
   // 28.1 us against 33.0; 8 tokens 110 against 278; 16: 167 against 814).
+  // The codebook i-quants' experts too (H200, the same shapes: 8 tokens
+  // 127-150 us against 437-583 here; 1 token 34.8-41.3 against 35.2-37.4).
   // MOESERVE_CUDA_EXPERT_DECODE=tc keeps them on matvec_tc.cu (exact x)
   // where it decodes them, else here.
   if (p.mode != MmMode::kDense && !expert_decode_on_tc() && gemm_kq_type(p.type))

@@ -252,6 +252,20 @@ template <>
 struct Tc<DType::Q3_K> : StageOnly<110> {};
 template <>
 struct Tc<DType::IQ4_XS> : StageOnly<136> {};
+template <>
+struct Tc<DType::IQ2_XXS> : StageOnly<66> {};
+template <>
+struct Tc<DType::IQ2_XS> : StageOnly<74> {};
+template <>
+struct Tc<DType::IQ2_S> : StageOnly<82> {};
+template <>
+struct Tc<DType::IQ3_XXS> : StageOnly<98> {};
+template <>
+struct Tc<DType::IQ3_S> : StageOnly<110> {};
+template <>
+struct Tc<DType::IQ1_S> : StageOnly<50> {};
+template <>
+struct Tc<DType::IQ1_M> : StageOnly<56> {};
 
 // Whether the tensor-core path decodes this type.
 constexpr bool tc_type(DType t) {

@@ -100,18 +100,20 @@ std::vector<float> reference(const QuantMatrix& m, const std::vector<float>& x, 
 }
 
 // The reference CPU kernels' products (Q8_K activations), for the types
-// whose gemm reproduces them.
+// whose gemm reproduces them (the codebook i-quants: the kernel's integer
+// formula on the host, cpu_reference_dot.h).
 std::vector<float> cpu_reference(const QuantMatrix& m, const std::vector<float>& x, int64_t x_stride,
                                  int64_t n_tokens) {
   const size_t q_bytes = dtype_row_bytes(DType::Q8_K, m.cols);
   std::vector<uint8_t> q(size_t(n_tokens) * q_bytes);
   for (int64_t t = 0; t < n_tokens; ++t)
     quantize_row(DType::Q8_K, x.data() + t * x_stride, q.data() + t * q_bytes, m.cols);
-  const cpu::VecDotFn dot = cpu::cpu_kernels_for(cpu::SimdLevel::kReference)->vec_dot[dtype_slot(m.type)];
   std::vector<float> y(size_t(n_tokens * m.rows));
   for (int64_t t = 0; t < n_tokens; ++t) {
-    for (int64_t r = 0; r < m.rows; ++r)
-      y[size_t(t * m.rows + r)] = dot(m.cols, m.bytes.data() + r * m.row_bytes, q.data() + t * q_bytes);
+    for (int64_t r = 0; r < m.rows; ++r) {
+      y[size_t(t * m.rows + r)] = testing::gpu_reference_dot_q8k(m.type, m.bytes.data() + r * m.row_bytes,
+                                                                 q.data() + t * q_bytes, m.cols);
+    }
   }
   return y;
 }
@@ -301,8 +303,8 @@ TEST_P(GemmGpu, TokenResultsDoNotDependOnTheBatch) {
 }
 
 // matmul(): the matrix x vector kernels up to 16 tokens, except for large
-// K-quant products, which take the integer kernel at every size
-// (integer_dense_decode).
+// K-quant (and IQ4_XS) products, which take the integer kernel at every size
+// (integer_dense_decode); the codebook i-quants take it only above 16.
 TEST_P(GemmGpu, MatmulPicksMatvecUpTo16Tokens) {
   MOESERVE_REQUIRE_GPU();
   const DType type = GetParam();
@@ -310,7 +312,7 @@ TEST_P(GemmGpu, MatmulPicksMatvecUpTo16Tokens) {
   const QuantMatrix m = make_matrix(type, rows, cols, 21);
   EXPECT_FALSE(cuda::integer_dense_decode(type, rows, cols)) << dtype_name(type);
   EXPECT_EQ(cuda::integer_dense_decode(type, cuda::kIntegerDecodeMinWeights / 2048, 2048),
-            testing::gemm_uses_q8k(type))
+            cuda::detail::gemm_kq_matches_cpu(type))
       << dtype_name(type);
   for (int64_t n : {16, 17}) {
     const std::vector<float> x = random_floats(size_t(n * cols), uint32_t(22 + n));

@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "kernels/cuda/kq_iquant_codes.cuh"
 #include "kernels/cuda/matmul_detail.h"
 #include "kernels/cuda/quant_decode.cuh"
 #include "kernels_gpu/cuda/gpu_test_util.h"
@@ -150,6 +151,47 @@ TEST(QuantDecodeHost, RunsOfEveryGpuTypeMatchTheDequantizer) {
   check_type<DType::IQ3_S>(21);
   check_type<DType::IQ1_S>(22);
   check_type<DType::IQ1_M>(23);
+}
+
+// The codebook i-quants as integers (kq_iquant_codes.cuh, gemm_kq.cu's
+// integer kernel): dfac * iscale * code is every element of
+// dequantize_row's, bit for bit (each product is exact: an f16 d times a
+// power of two, a 5-bit odd scale and a 7-bit code), and the codes fit the
+// s8 MMA operand.
+template <DType T>
+void check_integer_split(uint32_t seed) {
+  const std::string name(dtype_name(T));
+  const int64_t n = 6 * 256;
+  const std::vector<float> src = random_floats(size_t(n), seed);
+  std::vector<uint8_t> row(dtype_row_bytes(T, n));
+  testing::weight_row(T, src.data(), row.data(), n, seed);
+  std::vector<float> want(static_cast<size_t>(n));
+  dequantize_row(T, row.data(), want.data(), n);
+  const size_t block_bytes = dtype_traits(T).block_bytes;
+  for (int64_t b = 0; b < n / 256; ++b) {
+    const uint8_t* blk = row.data() + size_t(b) * block_bytes;
+    const float dfac = cuda::qdec::IqInt<T>::dfac(blk);
+    for (int c = 0; c < 256; ++c) {
+      const uint32_t codes = cuda::qdec::iq_codes4<T>(blk, c >> 3, (c >> 2) & 1);
+      const int code = int8_t(uint8_t(codes >> (8 * (c & 3))));
+      const int scale = cuda::qdec::IqInt<T>::iscale(blk, c >> 4);
+      ASSERT_TRUE(scale % 2 == 1 && scale > 0 && scale < 32) << name << " scale " << scale;
+      ASSERT_LE(std::abs(code), 64) << name;
+      ASSERT_EQ(dfac * float(scale) * float(code), want[size_t(b * 256 + c)])
+          << name << " block " << b << " column " << c << ": dfac " << dfac << " scale " << scale << " code "
+          << code;
+    }
+  }
+}
+
+TEST(QuantDecodeHost, CodebookIQuantsAsIntegersMatchTheDequantizer) {
+  check_integer_split<DType::IQ2_XXS>(31);
+  check_integer_split<DType::IQ2_XS>(32);
+  check_integer_split<DType::IQ2_S>(33);
+  check_integer_split<DType::IQ3_XXS>(34);
+  check_integer_split<DType::IQ3_S>(35);
+  check_integer_split<DType::IQ1_S>(36);
+  check_integer_split<DType::IQ1_M>(37);
 }
 
 // The device copies of the codebooks (iquant_grids_device.cuh; plain host
