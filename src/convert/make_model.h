@@ -27,8 +27,9 @@ struct MakeModelOptions {
   uint64_t seed = 0;
   double router_skew = 0.0;  // >= 0; see make_model_weights.h
   int n_threads = 0;         // ThreadPool semantics: <= 0 means one per physical core
-  // K-quant scales from each block's plain range instead of the search
-  // (tensor/quantize.h QuantEffort::kQuick): ~15x faster, other bytes.
+  // Scales from each block's plain range instead of the search (K-quants,
+  // IQ4_XS, the IQ2/IQ3 i-quants; tensor/quantize.h QuantEffort::kQuick):
+  // 10-25x faster, other bytes.
   bool quick_quant = false;
   // Called on the calling thread as tensor data is produced: bytes done, bytes in all.
   std::function<void(uint64_t done, uint64_t total)> on_progress;

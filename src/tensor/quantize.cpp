@@ -274,6 +274,14 @@ size_t quantize_rows(DType t, const float* src, void* dst, int64_t n_rows, int64
     if (t == DType::Q4_K) fn = quant_detail::quantize_q4_k_quick;
     if (t == DType::Q5_K) fn = quant_detail::quantize_q5_k_quick;
     if (t == DType::Q6_K) fn = quant_detail::quantize_q6_k_quick;
+    if (t == DType::Q2_K) fn = quant_detail::quantize_q2_k_quick;
+    if (t == DType::Q3_K) fn = quant_detail::quantize_q3_k_quick;
+    if (t == DType::IQ4_XS) fn = quant_detail::quantize_iq4_xs_quick;
+    if (t == DType::IQ2_XXS) fn = quant_detail::quantize_iq2_xxs_quick;
+    if (t == DType::IQ2_XS) fn = quant_detail::quantize_iq2_xs_quick;
+    if (t == DType::IQ2_S) fn = quant_detail::quantize_iq2_s_quick;
+    if (t == DType::IQ3_XXS) fn = quant_detail::quantize_iq3_xxs_quick;
+    if (t == DType::IQ3_S) fn = quant_detail::quantize_iq3_s_quick;
   }
   auto* out = static_cast<uint8_t*>(dst);
   for (int64_t r = 0; r < n_rows; ++r) fn(src + r * n_per_row, out + size_t(r) * row_bytes, n_per_row);

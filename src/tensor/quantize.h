@@ -38,12 +38,16 @@ bool dtype_has_quantizer(DType t);
 // quantize_row over n_rows consecutive rows; returns the bytes written.
 size_t quantize_rows(DType t, const float* src, void* dst, int64_t n_rows, int64_t n_per_row);
 
-// How hard the K-quant quantizers (Q4_K, Q5_K, Q6_K) search for scales.
+// How hard the K-quant quantizers (Q2_K..Q6_K), IQ4_XS and the IQ2/IQ3
+// codebook quantizers search for scales.
 // kBest is what quantize_row does (files for people to use). kQuick takes
 // each sub-block's plain range (Q4_K/Q5_K: [min(x, 0), max(x)]; Q6_K: the
 // value of largest magnitude on level -32) with no search or refit: about
 // 15x faster and ~1.12x the RMS error on N(0,1) rows; for synthetic models, where only
-// the shapes and types matter (make-model --quick-quant). Other types are
+// the shapes and types matter (make-model --quick-quant). Q2_K, Q3_K,
+// IQ4_XS (plain range fits, quantize_lowbit.cpp) and the codebook i-quants
+// IQ2_XXS..IQ3_S (sub-block scales from the largest magnitude,
+// quantize_iquants.cpp) likewise skip their searches. Other types are
 // quantized as quantize_row does.
 enum class QuantEffort { kBest, kQuick };
 size_t quantize_rows(DType t, const float* src, void* dst, int64_t n_rows, int64_t n_per_row,

@@ -86,6 +86,14 @@ void quantize_q4_k(const float* src, void* dst, int64_t n);
 void quantize_q4_k_quick(const float* src, void* dst, int64_t n);
 void quantize_q5_k_quick(const float* src, void* dst, int64_t n);
 void quantize_q6_k_quick(const float* src, void* dst, int64_t n);
+void quantize_q2_k_quick(const float* src, void* dst, int64_t n);  // quantize_lowbit.cpp
+void quantize_q3_k_quick(const float* src, void* dst, int64_t n);
+void quantize_iq4_xs_quick(const float* src, void* dst, int64_t n);
+void quantize_iq2_xxs_quick(const float* src, void* dst, int64_t n);  // quantize_iquants.cpp
+void quantize_iq2_xs_quick(const float* src, void* dst, int64_t n);
+void quantize_iq2_s_quick(const float* src, void* dst, int64_t n);
+void quantize_iq3_xxs_quick(const float* src, void* dst, int64_t n);
+void quantize_iq3_s_quick(const float* src, void* dst, int64_t n);
 void quantize_q5_k(const float* src, void* dst, int64_t n);
 void quantize_q6_k(const float* src, void* dst, int64_t n);
 // Issue 43's types (quantize_lowbit.cpp).

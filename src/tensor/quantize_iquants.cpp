@@ -18,6 +18,11 @@
 //
 // Weights: w null means plain squared error (unit weights); with an
 // imatrix, the importance of each column (quantize.h).
+//
+// QuantEffort::kQuick (make-model --quick-quant, synthetic files where only
+// the types and shapes matter): each sub-block's scale is its largest
+// magnitude over the codebook's top and d the largest of those over 15.5
+// units, no search: one choice of entries a sub-block instead of ~20.
 #include <algorithm>
 #include <array>
 #include <bit>
@@ -143,21 +148,22 @@ struct Scales {
   float d = 0.0f;
   int ls[16] = {};
 };
-Scales fit_block_scales(const Codebook& cb, const SubBlock* sbs, const float* s, int n_sub, float unit) {
+Scales fit_block_scales(const Codebook& cb, const SubBlock* sbs, const float* s, int n_sub, float unit,
+                        bool quick) {
   float smax = 0.0f;
   for (int i = 0; i < n_sub; ++i) smax = std::max(smax, s[i]);
   Scales best;
   if (smax == 0.0f) return best;
   double best_err = INFINITY;
   int e[32];
-  for (int k = -4; k <= 2; ++k) {
+  for (int k = quick ? 0 : -4; k <= (quick ? 0 : 2); ++k) {
     Scales c;
     c.d = fp16_to_fp32(fp32_to_fp16(smax / (15.5f * unit) * (1.0f + 0.025f * float(k))));
     if (c.d <= 0.0f) continue;
     double err = 0.0;
     for (int i = 0; i < n_sub; ++i) {
       c.ls[i] = std::clamp(int(std::lround(s[i] / (c.d * unit) - 0.5f)), 0, 15);
-      err += error_at(cb, sbs[i], c.d * (0.5f + float(c.ls[i])) * unit, e);
+      if (!quick) err += error_at(cb, sbs[i], c.d * (0.5f + float(c.ls[i])) * unit, e);
     }
     if (err < best_err) best_err = err, best = c;
   }
@@ -171,7 +177,14 @@ struct IqLayout {
   int sub = 32;        // values a scale covers
   float unit = 0.25f;  // sub-block scale d * (0.5 + ls) * unit
   bool parity = true;  // 7 stored sign bits a group
+  bool quick = false;  // QuantEffort::kQuick
 };
+
+float quick_scale(const Codebook& cb, const SubBlock& sb) {
+  float amax = 0.0f;
+  for (int i = 0; i < sb.n; ++i) amax = std::max(amax, std::fabs(sb.t[i]));
+  return amax / cb.top;
+}
 
 template <class Block, class Encode>
 void quantize_iq(const float* src, const float* w, void* dst, int64_t n, const IqLayout& lay, Encode encode) {
@@ -187,9 +200,9 @@ void quantize_iq(const float* src, const float* w, void* dst, int64_t n, const I
     float s[16];
     for (int i = 0; i < n_sub; ++i) {
       prepare(x + i * sub, wb != nullptr ? wb + i * sub : nullptr, sub, lay.parity, sbs[i]);
-      s[i] = fit_scale(cb, sbs[i]);
+      s[i] = lay.quick ? quick_scale(cb, sbs[i]) : fit_scale(cb, sbs[i]);
     }
-    const Scales sc = fit_block_scales(cb, sbs, s, n_sub, unit);
+    const Scales sc = fit_block_scales(cb, sbs, s, n_sub, unit, lay.quick);
     Block& blk = out[b];
     std::memset(&blk, 0, sizeof(blk));
     blk.d = fp32_to_fp16(sc.d);
@@ -201,10 +214,8 @@ void quantize_iq(const float* src, const float* w, void* dst, int64_t n, const I
   }
 }
 
-}  // namespace
-
-void quantize_iq2_xxs_weighted(const float* src, const float* w, void* dst, int64_t n) {
-  quantize_iq<BlockIQ2_XXS>(src, w, dst, n, {&iq2xxs_book(), 32, 0.25f, true},
+void quantize_iq2_xxs_effort(const float* src, const float* w, void* dst, int64_t n, bool quick) {
+  quantize_iq<BlockIQ2_XXS>(src, w, dst, n, {&iq2xxs_book(), 32, 0.25f, true, quick},
                             [](BlockIQ2_XXS& b, int ib, int ls, const int* e, const uint8_t* signs) {
                               uint32_t idx = 0, aux = uint32_t(ls) << 28;
                               for (int l = 0; l < 4; ++l) {
@@ -216,9 +227,9 @@ void quantize_iq2_xxs_weighted(const float* src, const float* w, void* dst, int6
                             });
 }
 
-void quantize_iq2_xs_weighted(const float* src, const float* w, void* dst, int64_t n) {
+void quantize_iq2_xs_effort(const float* src, const float* w, void* dst, int64_t n, bool quick) {
   // Sub-blocks of 16 (two groups), two 4-bit scales a byte.
-  quantize_iq<BlockIQ2_XS>(src, w, dst, n, {&iq2xs_book(), 16, 0.25f, true},
+  quantize_iq<BlockIQ2_XS>(src, w, dst, n, {&iq2xs_book(), 16, 0.25f, true, quick},
                            [](BlockIQ2_XS& b, int i, int ls, const int* e, const uint8_t* signs) {
                              const int ib = i / 2, half = i % 2;
                              b.scales[ib] |= uint8_t(ls << (4 * half));
@@ -227,8 +238,8 @@ void quantize_iq2_xs_weighted(const float* src, const float* w, void* dst, int64
                            });
 }
 
-void quantize_iq3_xxs_weighted(const float* src, const float* w, void* dst, int64_t n) {
-  quantize_iq<BlockIQ3_XXS>(src, w, dst, n, {&iq3xxs_book(), 32, 0.5f, true},
+void quantize_iq3_xxs_effort(const float* src, const float* w, void* dst, int64_t n, bool quick) {
+  quantize_iq<BlockIQ3_XXS>(src, w, dst, n, {&iq3xxs_book(), 32, 0.5f, true, quick},
                             [](BlockIQ3_XXS& b, int ib, int ls, const int* e, const uint8_t* signs) {
                               for (int k = 0; k < 8; ++k) b.qs[8 * ib + k] = uint8_t(e[k]);
                               uint32_t aux = uint32_t(ls) << 28;
@@ -237,9 +248,9 @@ void quantize_iq3_xxs_weighted(const float* src, const float* w, void* dst, int6
                             });
 }
 
-void quantize_iq2_s_weighted(const float* src, const float* w, void* dst, int64_t n) {
+void quantize_iq2_s_effort(const float* src, const float* w, void* dst, int64_t n, bool quick) {
   // As IQ2_XS, with 10-bit indices (bits 8-9 in qh) and 8 stored signs.
-  quantize_iq<BlockIQ2_S>(src, w, dst, n, {&iq2s_book(), 16, 0.25f, false},
+  quantize_iq<BlockIQ2_S>(src, w, dst, n, {&iq2s_book(), 16, 0.25f, false, quick},
                           [](BlockIQ2_S& b, int i, int ls, const int* e, const uint8_t* signs) {
                             const int ib = i / 2, half = i % 2;
                             b.scales[ib] |= uint8_t(ls << (4 * half));
@@ -252,9 +263,9 @@ void quantize_iq2_s_weighted(const float* src, const float* w, void* dst, int64_
                           });
 }
 
-void quantize_iq3_s_weighted(const float* src, const float* w, void* dst, int64_t n) {
+void quantize_iq3_s_effort(const float* src, const float* w, void* dst, int64_t n, bool quick) {
   // Scale d (1 + 2 ls) = d * 2 * (0.5 + ls); 9-bit indices (bit 8 in qh), 8 stored signs.
-  quantize_iq<BlockIQ3_S>(src, w, dst, n, {&iq3s_book(), 32, 2.0f, false},
+  quantize_iq<BlockIQ3_S>(src, w, dst, n, {&iq3s_book(), 32, 2.0f, false, quick},
                           [](BlockIQ3_S& b, int ib, int ls, const int* e, const uint8_t* signs) {
                             b.scales[ib / 2] |= uint8_t(ls << (4 * (ib % 2)));
                             for (int k = 0; k < 8; ++k) {
@@ -265,6 +276,38 @@ void quantize_iq3_s_weighted(const float* src, const float* w, void* dst, int64_
                           });
 }
 
+}  // namespace
+
+void quantize_iq2_xxs_weighted(const float* src, const float* w, void* dst, int64_t n) {
+  quantize_iq2_xxs_effort(src, w, dst, n, false);
+}
+void quantize_iq2_xxs_quick(const float* src, void* dst, int64_t n) {
+  quantize_iq2_xxs_effort(src, nullptr, dst, n, true);
+}
+void quantize_iq2_xs_weighted(const float* src, const float* w, void* dst, int64_t n) {
+  quantize_iq2_xs_effort(src, w, dst, n, false);
+}
+void quantize_iq2_xs_quick(const float* src, void* dst, int64_t n) {
+  quantize_iq2_xs_effort(src, nullptr, dst, n, true);
+}
+void quantize_iq3_xxs_weighted(const float* src, const float* w, void* dst, int64_t n) {
+  quantize_iq3_xxs_effort(src, w, dst, n, false);
+}
+void quantize_iq3_xxs_quick(const float* src, void* dst, int64_t n) {
+  quantize_iq3_xxs_effort(src, nullptr, dst, n, true);
+}
+void quantize_iq2_s_weighted(const float* src, const float* w, void* dst, int64_t n) {
+  quantize_iq2_s_effort(src, w, dst, n, false);
+}
+void quantize_iq2_s_quick(const float* src, void* dst, int64_t n) {
+  quantize_iq2_s_effort(src, nullptr, dst, n, true);
+}
+void quantize_iq3_s_weighted(const float* src, const float* w, void* dst, int64_t n) {
+  quantize_iq3_s_effort(src, w, dst, n, false);
+}
+void quantize_iq3_s_quick(const float* src, void* dst, int64_t n) {
+  quantize_iq3_s_effort(src, nullptr, dst, n, true);
+}
 void quantize_iq2_s(const float* src, void* dst, int64_t n) { quantize_iq2_s_weighted(src, nullptr, dst, n); }
 void quantize_iq3_s(const float* src, void* dst, int64_t n) { quantize_iq3_s_weighted(src, nullptr, dst, n); }
 void quantize_iq2_xxs(const float* src, void* dst, int64_t n) {

@@ -121,7 +121,8 @@ void quantize_iq4_nl(const float* src, const float* w_row, void* dst, int64_t n)
 }
 
 template <typename Block>
-void dequantize_table32(const void* src, float* dst, int64_t n, const int8_t* values, float (*scale)(const Block&)) {
+void dequantize_table32(const void* src, float* dst, int64_t n, const int8_t* values,
+                        float (*scale)(const Block&)) {
   const auto* in = static_cast<const Block*>(src);
   for (int64_t b = 0; b < n / 32; ++b) {
     const float d = scale(in[b]);
@@ -172,7 +173,8 @@ void quantize_mxfp4(const float* src, void* dst, int64_t n) {
 }
 
 void dequantize_mxfp4(const void* src, float* dst, int64_t n) {
-  dequantize_table32<BlockMXFP4>(src, dst, n, kMxfp4Values, [](const BlockMXFP4& b) { return mxfp4_scale(b.e); });
+  dequantize_table32<BlockMXFP4>(src, dst, n, kMxfp4Values,
+                                 [](const BlockMXFP4& b) { return mxfp4_scale(b.e); });
 }
 
 }  // namespace
@@ -189,8 +191,12 @@ void quantize_q4_1_weighted(const float* src, const float* w, void* dst, int64_t
 void quantize_q5_1_weighted(const float* src, const float* w, void* dst, int64_t n) {
   quantize_affine32<BlockQ5_1, 5>(src, w, dst, n);
 }
-void dequantize_q4_1(const void* src, float* dst, int64_t n) { dequantize_affine32<BlockQ4_1, 4>(src, dst, n); }
-void dequantize_q5_1(const void* src, float* dst, int64_t n) { dequantize_affine32<BlockQ5_1, 5>(src, dst, n); }
+void dequantize_q4_1(const void* src, float* dst, int64_t n) {
+  dequantize_affine32<BlockQ4_1, 4>(src, dst, n);
+}
+void dequantize_q5_1(const void* src, float* dst, int64_t n) {
+  dequantize_affine32<BlockQ5_1, 5>(src, dst, n);
+}
 void quantize_q5_0_row(const float* src, void* dst, int64_t n) { quantize_q5_0(src, nullptr, dst, n); }
 void quantize_q5_0_weighted(const float* src, const float* w, void* dst, int64_t n) {
   quantize_q5_0(src, w, dst, n);
@@ -240,13 +246,29 @@ float signed_super_scale(const float* x, const float* w, const float* scales, co
   return best;
 }
 
+// QuantEffort::kQuick (make-model --quick-quant: synthetic files, where only
+// the types and shapes matter): plain range fits, no search. An affine fit
+// from [min(x, 0), max(x)]; a level fit mapping the value of largest
+// magnitude to the lowest level.
+Affine quick_affine(const float* x, int n, int nmax) {
+  float lo = 0.0f, hi = 0.0f;
+  for (int i = 0; i < n; ++i) lo = std::min(lo, x[i]), hi = std::max(hi, x[i]);
+  return {(hi - lo) / float(nmax), lo};
+}
+float quick_levels(const float* x, int n, const Levels& levels) {
+  float m = 0.0f;
+  for (int i = 0; i < n; ++i) m = std::fabs(x[i]) > std::fabs(m) ? x[i] : m;
+  return m / levels.v[0];
+}
+
 // Q2_K: per sub-block of 16 an affine fit (q in 0..3, min >= 0); the 4-bit
 // scale and min codes against d = max scale / 15, dmin = max min / 15.
+template <bool kQuick>
 void quantize_q2_k_block(const float* x, const float* w, BlockQ2_K& blk) {
   Affine fits[16];
   float max_scale = 0.0f, max_min = 0.0f;
   for (int s = 0; s < 16; ++s) {
-    fits[s] = fit_affine(x + 16 * s, w + 16 * s, 16, 3, true);
+    fits[s] = kQuick ? quick_affine(x + 16 * s, 16, 3) : fit_affine(x + 16 * s, w + 16 * s, 16, 3, true);
     max_scale = std::max(max_scale, fits[s].scale);
     max_min = std::max(max_min, -fits[s].offset);
   }
@@ -274,7 +296,8 @@ void dequantize_q2_k_block(const BlockQ2_K& blk, float* y) {
       for (int l = 0; l < 32; ++l) {
         const int sub = 8 * h + 2 * t + l / 16;
         const int q = (blk.qs[32 * h + l] >> (2 * t)) & 3;
-        y[128 * h + 32 * t + l] = d * float(blk.scales[sub] & 15) * float(q) - dmin * float(blk.scales[sub] >> 4);
+        y[128 * h + 32 * t + l] =
+            d * float(blk.scales[sub] & 15) * float(q) - dmin * float(blk.scales[sub] >> 4);
       }
     }
   }
@@ -282,11 +305,13 @@ void dequantize_q2_k_block(const BlockQ2_K& blk, float* y) {
 
 // Q3_K: per sub-block of 16 a signed fit on -4..3; the 6-bit scales (s -
 // 32) against d = the largest-magnitude scale / -32.
+template <bool kQuick>
 void quantize_q3_k_block(const float* x, const float* w, BlockQ3_K& blk) {
   const Levels levels = uniform_levels(-4, 3);
   float scales[16];
   for (int s = 0; s < 16; ++s) {
-    scales[s] = fit_levels(x + 16 * s, w + 16 * s, 16, levels);
+    scales[s] =
+        kQuick ? quick_levels(x + 16 * s, 16, levels) : fit_levels(x + 16 * s, w + 16 * s, 16, levels);
   }
   const HalfScale d = half_scale(signed_super_scale<16, 16>(x, w, scales, levels));
   blk.d = d.bits;
@@ -329,11 +354,13 @@ void dequantize_q3_k_block(const BlockQ3_K& blk, float* y) {
 
 // IQ4_XS: per sub-block of 32 an IQ4_NL fit; the 6-bit scales (ls - 32)
 // against d = the largest-magnitude scale / -32.
+template <bool kQuick>
 void quantize_iq4_xs_block(const float* x, const float* w, BlockIQ4_XS& blk) {
-  const Levels levels = table_levels(kIq4nlValues, 16);
+  static const Levels levels = table_levels(kIq4nlValues, 16);
   float scales[8];
   for (int s = 0; s < 8; ++s) {
-    scales[s] = fit_levels(x + 32 * s, w + 32 * s, 32, levels);
+    scales[s] =
+        kQuick ? quick_levels(x + 32 * s, 32, levels) : fit_levels(x + 32 * s, w + 32 * s, 32, levels);
   }
   const HalfScale d = half_scale(signed_super_scale<8, 32>(x, w, scales, levels));
   blk.d = d.bits;
@@ -381,13 +408,22 @@ void quantize_iq4_xs(const float* src, void* dst, int64_t n) {
   quantize_iq4_xs_weighted(src, nullptr, dst, n);
 }
 void quantize_q2_k_weighted(const float* src, const float* w, void* dst, int64_t n) {
-  quantize_super<BlockQ2_K, quantize_q2_k_block>(src, w, dst, n);
+  quantize_super<BlockQ2_K, quantize_q2_k_block<false>>(src, w, dst, n);
 }
 void quantize_q3_k_weighted(const float* src, const float* w, void* dst, int64_t n) {
-  quantize_super<BlockQ3_K, quantize_q3_k_block>(src, w, dst, n);
+  quantize_super<BlockQ3_K, quantize_q3_k_block<false>>(src, w, dst, n);
 }
 void quantize_iq4_xs_weighted(const float* src, const float* w, void* dst, int64_t n) {
-  quantize_super<BlockIQ4_XS, quantize_iq4_xs_block>(src, w, dst, n);
+  quantize_super<BlockIQ4_XS, quantize_iq4_xs_block<false>>(src, w, dst, n);
+}
+void quantize_q2_k_quick(const float* src, void* dst, int64_t n) {
+  quantize_super<BlockQ2_K, quantize_q2_k_block<true>>(src, nullptr, dst, n);
+}
+void quantize_q3_k_quick(const float* src, void* dst, int64_t n) {
+  quantize_super<BlockQ3_K, quantize_q3_k_block<true>>(src, nullptr, dst, n);
+}
+void quantize_iq4_xs_quick(const float* src, void* dst, int64_t n) {
+  quantize_super<BlockIQ4_XS, quantize_iq4_xs_block<true>>(src, nullptr, dst, n);
 }
 
 // Q4_0 with weights: the plain quantizer (quantize.cpp) maps the value of

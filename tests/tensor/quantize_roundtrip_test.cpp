@@ -249,11 +249,17 @@ TEST(QuantizeRows, MatchesRowByRow) {
 // QuantEffort::kQuick (make-model --quick-quant): valid blocks of the same
 // type whose error is larger than the search's but bounded (measured on
 // these rows: Q4_K 7.83% vs 6.95%, Q5_K 3.80% vs 3.43%, Q6_K 1.89% vs
-// 1.69%: 1.11-1.13x), and kBest is exactly quantize_rows.
+// 1.69%: 1.11-1.13x; Q2_K 32.86% vs 26.63% (1.23x), IQ4_XS 8.02% vs 7.80%,
+// IQ2_XXS 35.82% vs 32.74%, IQ2_XS 30.83% vs 28.41%, IQ2_S 26.25% vs
+// 23.80%, IQ3_XXS 18.72% vs 17.63%, IQ3_S 13.72% vs 12.88%: 1.03-1.10x;
+// Q3_K 15.57% vs 16.20%: on these unweighted rows the plain range, which
+// maps the largest magnitude to the extra level -4, does better than the
+// per-sub-block scale search), and kBest is exactly quantize_rows.
 TEST(QuantizeRows, QuickEffortIsBoundedAndBestIsTheDefault) {
   const auto x = gaussian_rows(12, false);
   const int64_t rows = int64_t(x.size()) / kRowElems;
-  for (DType t : {DType::Q4_K, DType::Q5_K, DType::Q6_K}) {
+  for (DType t : {DType::Q4_K, DType::Q5_K, DType::Q6_K, DType::Q2_K, DType::Q3_K, DType::IQ4_XS,
+                  DType::IQ2_XXS, DType::IQ2_XS, DType::IQ2_S, DType::IQ3_XXS, DType::IQ3_S}) {
     const size_t bytes = dtype_row_bytes(t, kRowElems) * size_t(rows);
     std::vector<uint8_t> best(bytes), quick(bytes), plain(bytes);
     quantize_rows(t, x.data(), plain.data(), rows, kRowElems);
@@ -269,8 +275,9 @@ TEST(QuantizeRows, QuickEffortIsBoundedAndBestIsTheDefault) {
       return relative_rmse_pct(x, y);
     };
     const double e_best = error_pct(best), e_quick = error_pct(quick);
-    EXPECT_GT(e_quick, e_best) << dtype_name(t) << ": the quick effort should skip the search";
-    EXPECT_LT(e_quick, 1.2 * e_best) << dtype_name(t) << ": quick " << e_quick << "%, best " << e_best << "%";
+    EXPECT_NE(std::memcmp(best.data(), quick.data(), bytes), 0)
+        << dtype_name(t) << ": the quick effort should skip the search";
+    EXPECT_LT(e_quick, 1.3 * e_best) << dtype_name(t) << ": quick " << e_quick << "%, best " << e_best << "%";
   }
 }
 

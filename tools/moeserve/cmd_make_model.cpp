@@ -161,9 +161,9 @@ void register_make_model(CLI::App& app) {
   cmd->add_option("--threads", cli->threads,
                   "Threads generating and quantizing rows (default: one per physical core)");
   cmd->add_flag("--quick-quant", cli->quick_quant,
-                "K-quant scales from each block's plain range, no least-squares search: about 15x faster\n"
-                "to write and ~1.12x the quantization error; the same shapes, types and speed to run.\n"
-                "For speed benchmarks (scripts/device/bench_30b.sh)");
+                "Scales from each block's plain range, no search (K-quants, IQ4_XS, IQ2/IQ3 i-quants):\n"
+                "10-25x faster to write and up to 1.25x the quantization error; the same shapes, types\n"
+                "and speed to run. For speed benchmarks (scripts/device/bench_30b.sh, lowbit_30b.sh)");
   cmd->add_option("-o,--output", cli->output, "GGUF file to write (via FILE.tmp, then renamed)")->required();
   cmd->add_flag("--progress", cli->progress, "Show the progress bar even when stderr is not a terminal");
   cmd->add_flag("--no-progress", cli->no_progress, "Never show the progress bar");
