@@ -201,8 +201,13 @@ function statsOf(v) {
 export function summarize(results, seconds, requests) {
   const ok = results.filter((r) => r.ok);
   const ttft = ok.map((r) => r.ttft).filter((v) => v !== null);
-  // Time per output token after the first, per request; and every gap between tokens.
-  const tpot = ok.filter((r) => r.tokens > 1).map((r) => (r.end - r.start - r.ttft) / (r.tokens - 1));
+  // Time per output token after the first, per request, counting the tokens
+  // usage reports (vLLM's definition: a server that holds text back, e.g. the
+  // pieces of a multi-byte character, streams fewer events than tokens); and
+  // every gap between streamed token events.
+  const outputsOf = (r) => r.usage.completion_tokens ?? r.tokens;
+  const tpot = ok.filter((r) => outputsOf(r) > 1 && r.ttft !== null)
+    .map((r) => (r.end - r.start - r.ttft) / (outputsOf(r) - 1));
   const itl = [];
   for (const r of ok) {
     for (let k = 1; k < r.tokenTimes.length; ++k) itl.push(r.tokenTimes[k] - r.tokenTimes[k - 1]);
@@ -221,6 +226,9 @@ export function summarize(results, seconds, requests) {
     totalTokS: (outputTokens + promptTokens) / seconds, promptTokens, outputTokens,
     prefixHitRate: promptTokens > 0 ? cached / promptTokens : 0,
     ttftMs: stats(ttft), tpotMs: stats(tpot), itlMs: stats(itl),
+    // Per request (completed or not), for looking into a run afterwards.
+    perRequest: results.map((r) => ({ ok: r.ok, events: r.tokens, outputTokens: r.usage?.completion_tokens ?? null,
+                                      ttftMs: r.ttft, e2eMs: r.end - r.start })),
   };
 }
 
@@ -236,6 +244,8 @@ export function report(s, title) {
       `prefix cache hit ${f(100 * s.prefixHitRate)}% of prompt tokens`,
     '| ms | mean | p50 | p90 | p99 |', '|---|---:|---:|---:|---:|',
     line('TTFT', s.ttftMs), line('TPOT', s.tpotMs), line('ITL', s.itlMs),
+    ...(s.tokenMismatches ? [`${s.tokenMismatches} of ${s.completed} requests streamed fewer token events than usage ` +
+                             'counted (text held back): TTFT and ITL are by events, TPOT by usage'] : []),
     ...(s.longPrompt ? [line(`ITL while the long prompt was prefilled (${s.itlDuringLongMs.n} gaps)`, s.itlDuringLongMs),
                         `long prompt: ${s.longPrompt.promptTokens} tokens, first token after ` +
                         `${f(s.longPrompt.ttftMs)} ms${s.longPrompt.ok ? '' : ` (failed: ${s.longPrompt.error})`}`] : []),

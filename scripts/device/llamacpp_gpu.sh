@@ -19,6 +19,7 @@
 #   there: scripts/device/llamacpp_gpu.sh serve FILE [llama-server args]   # waits for the build,
 #          # starts bin/llama-server in the background (log /tmp/llama-server.log, pid /tmp/llama-server.pid)
 #          # and returns once it listens (model loaded) or has died
+#   there: LLAMA_JOBS=8 ... build   # fewer compile jobs, when other work shares the machine
 #   here:  scripts/device/llamacpp_gpu.sh prep    # only extracts the source to /tmp/llama-src, with the stub
 #
 # `pack` leaves out tools/ui (the bundle has it: 8 MB of web UI sources that its CMake builds with npm
@@ -114,7 +115,7 @@ case "${1:-}" in
     touch /tmp/llama-build.started
     setsid nohup sh -c "cmake -S $src -B $build -G Ninja -DCMAKE_BUILD_TYPE=Release -DGGML_CUDA=ON \
       -DCMAKE_CUDA_ARCHITECTURES=90 -DGGML_NATIVE=ON -DLLAMA_BUILD_SERVER=$server -DLLAMA_BUILD_TESTS=OFF \
-      -DLLAMA_BUILD_EXAMPLES=ON -DLLAMA_BUILD_APP=OFF -DLLAMA_OPENSSL=OFF && ninja -C $build $targets \
+      -DLLAMA_BUILD_EXAMPLES=ON -DLLAMA_BUILD_APP=OFF -DLLAMA_OPENSSL=OFF && ninja -C $build ${LLAMA_JOBS:+-j $LLAMA_JOBS} $targets \
       && touch $build/.done" > /tmp/llama-build.log 2>&1 < /dev/null &
     echo "build of$missing started (log: /tmp/llama-build.log)";;
   bench)

@@ -6,6 +6,7 @@
 # packs it and cuts it into .nodeparts/a and .nodeparts/b (~11 MB each), and
 # two calls carry one each (`nodepart` keeps it in /tmp).
 #   scripts/device/paged_gpu.sh test       # build, start make-model in the background, GPU suites ($SUITES)
+#   scripts/device/paged_gpu.sh model      # make-model 30b-a3b in the foreground, if missing (build-gpu or $BIN)
 #   scripts/device/paged_gpu.sh nodepart   # keep the carried .nodeparts/* in /tmp
 #   scripts/device/paged_gpu.sh bench      # waits for the model; bench/server/load_gen.mjs runs
 #   scripts/device/paged_gpu.sh decode     # build and model if missing; batched decode steps, contiguous
@@ -19,8 +20,12 @@ export LD_LIBRARY_PATH=/tmp/devroot/usr/lib/x86_64-linux-gnu:${LD_LIBRARY_PATH:-
 out=${OUT:-/tmp/out}
 mkdir -p "$out"
 model=/tmp/30b-a3b.q4_k_m.quick.gguf
-bin=build-gpu/bin/moeserve
+bin=${BIN:-build-gpu/bin/moeserve}
 case "${1:-}" in
+  model)
+    [ -f "$model.done" ] || { $bin make-model --arch qwen3moe --preset 30b-a3b --type q4_k_m --quick-quant -o $model \
+      > /tmp/make30.log 2>&1 && touch $model.done; }
+    ls -la $model || tail -5 /tmp/make30.log;;
   test)
     scripts/device/build.sh build-gpu 90a moeserve > "$out/build.log" 2>&1 || { tail -30 "$out/build.log"; exit 1; }
     cp "$bin" /tmp/moeserve-mm
@@ -60,6 +65,9 @@ case "${1:-}" in
     }
     shared="--workload shared-prefix --mode closed --clients 32 --requests 96 --input 300:700 --output 64:128 --seed 1"
     peer llama_shared "-np 32 -c 131072 --cache-reuse 256" $shared
+    # Issue 42's target workload: a shared system prompt at 64 concurrent clients.
+    shared64="--workload shared-prefix --mode closed --clients 64 --requests 192 --input 300:700 --output 64:128 --seed 4"
+    peer llama_shared64 "-np 64 -c 262144 --cache-reuse 256" $shared64
     pressure="--workload sharegpt --mode closed --clients 64 --requests 128 --input 200:500 --output 128:256 --seed 2"
     peer llama_pressure "-np 16 -c 65536 --cache-reuse 256" $pressure;;
   nodepart)
@@ -91,6 +99,8 @@ with lzma.open('/tmp/node.xz') as src, open('/tmp/node/bin/node', 'wb') as dst: 
     run shared_slots "--parallel 32 --ctx-size 4096" $shared
     run shared_paged "--parallel 32 --ctx-size 4096 --kv-mem 12G" $shared  # the slots' 32 x 4096 positions
     run shared_paged_small "--parallel 32 --ctx-size 4096 --kv-mem 2G" $shared
+    shared64="--workload shared-prefix --mode closed --clients 64 --requests 192 --input 300:700 --output 64:128 --seed 4"
+    run shared64_paged "--parallel 64 --ctx-size 4096 --kv-mem 24G" $shared64  # llama-server's 64 x 4096 positions
     pressure="--workload sharegpt --mode closed --clients 64 --requests 128 --input 200:500 --output 128:256 --seed 2"
     run pressure_slots "--parallel 16 --ctx-size 4096" $pressure
     run pressure_paged "--parallel 64 --ctx-size 4096 --kv-mem 6G" $pressure
@@ -100,6 +110,6 @@ with lzma.open('/tmp/node.xz') as src, open('/tmp/node/bin/node', 'wb') as dst: 
     run long_chunk128 "--parallel 9 --ctx-size 32768 --kv-mem 8G --prefill-chunk 128" $long
     run long_chunk64 "--parallel 9 --ctx-size 32768 --kv-mem 8G --prefill-chunk 64" $long;;
   *)
-    echo "usage: $0 test|bench" >&2
+    echo "usage: $0 test|model|nodepart|bench|decode|peer" >&2
     exit 2;;
 esac

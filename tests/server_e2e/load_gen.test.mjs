@@ -6,7 +6,7 @@
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { startServer, MODEL_MOE_NAME } from './server.mjs';
-import { makeRequests, runLoad, report } from '../../bench/server/load_gen.mjs';
+import { makeRequests, runLoad, report, summarize } from '../../bench/server/load_gen.mjs';
 
 let srv;
 before(async () => {
@@ -21,6 +21,19 @@ function checkNothingLost(s, what) {
   assert.equal(s.shortAnswers, 0, `${what}: an answer stopped before max_tokens despite ignore_eos`);
   assert.ok(s.outputTokS > 0 && s.ttftMs.p50 > 0 && s.tpotMs.p99 >= s.tpotMs.p50, `${what}: figures`);
 }
+
+// A server that holds text back (llama-server on pieces of multi-byte
+// characters) streams fewer events than tokens: TPOT counts usage's tokens
+// (vLLM's definition), and the report says events and usage differ.
+test('TPOT counts the tokens usage reports, not stream events', () => {
+  const r = { ok: true, start: 0, end: 1000, ttft: 100, tokens: 2, tokenTimes: [100, 1000],
+              usage: { completion_tokens: 10, prompt_tokens: 5 } };
+  const s = summarize([r], 1, [{ maxTokens: 10 }]);
+  assert.equal(s.tpotMs.p50, 100);  // (1000 - 100) / (10 - 1)
+  assert.equal(s.tokenMismatches, 1);
+  assert.deepEqual(s.perRequest[0], { ok: true, events: 2, outputTokens: 10, ttftMs: 100, e2eMs: 1000 });
+  assert.match(report(s, 't'), /1 of 1 requests streamed fewer token events than usage counted/);
+});
 
 test('closed loop: 4 clients, 12 requests, every one complete', async () => {
   const requests = makeRequests({ requests: 12, input: [20, 60], output: [8, 24], seed: 7 });
