@@ -180,6 +180,13 @@ void WeightPlacement::add_experts(backend::Device* d, WeightView& gate, WeightVi
   add(d, down, backend::WeightUse::kExpertDown, n_expert, false, split);
 }
 
+void WeightPlacement::add_layer(backend::Device* d, std::initializer_list<WeightView*> vectors,
+                                std::initializer_list<WeightView*> matrices, const LayerExperts& experts) {
+  for (WeightView* v : vectors) add(d, *v, backend::WeightUse::kVector);
+  for (WeightView* v : matrices) add(d, *v, backend::WeightUse::kMatrix);
+  add_experts(d, *experts.gate, *experts.up, *experts.down, experts.n_expert, experts.split);
+}
+
 void WeightPlacement::add_io(const Placement& p, int64_t n_layer, WeightView& token_embd,
                              WeightView& output_norm, WeightView& output, bool tied_output) {
   const bool tied = tied_output || output.data == token_embd.data;

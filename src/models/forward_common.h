@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cstdint>
 #include <functional>
+#include <initializer_list>
 #include <memory>
 #include <span>
 #include <string_view>
@@ -231,6 +232,16 @@ class WeightPlacement {
   // A layer's expert stacks; `split` (null: all on d) shares them with the host.
   void add_experts(backend::Device* d, WeightView& gate, WeightView& up, WeightView& down, int64_t n_expert,
                    backend::ExpertSplit* split);
+  // One layer on d: the weights it uses elementwise (norms, biases, conv
+  // taps), its matrices and its expert stacks (absent views are skipped:
+  // one list serves a family's dense and MoE, attention and recurrent layers).
+  struct LayerExperts {
+    WeightView *gate = nullptr, *up = nullptr, *down = nullptr;
+    int64_t n_expert = 0;
+    backend::ExpertSplit* split = nullptr;
+  };
+  void add_layer(backend::Device* d, std::initializer_list<WeightView*> vectors,
+                 std::initializer_list<WeightView*> matrices, const LayerExperts& experts);
   // The embedding on the placement's io, the final norm and output head on
   // its output() device. A tied output's rows are also read by embedding
   // lookups (the device must keep them).

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "models/model_loading.h"
 #include "models/walk_layers.h"
 
 namespace moeserve::models {
@@ -266,21 +267,14 @@ Result<std::unique_ptr<LagunaModel>> LagunaModel::create(LagunaHParams hp, Lagun
 }
 
 Status LagunaModel::place_weights() {
-  using backend::WeightUse;
   WeightPlacement placement;
   for (int64_t il = 0; il < hp_.n_layer; ++il) {
-    Device* d = placement_.layer(il);
     LagunaLayerWeights& l = w_.layers[size_t(il)];
-    for (WeightView* v : {&l.attn_norm, &l.ffn_norm, &l.attn_q_norm, &l.attn_k_norm, &l.ffn_exp_probs_b}) {
-      placement.add(d, *v, WeightUse::kVector);
-    }
-    for (WeightView* v :
-         {&l.attn_q, &l.attn_k, &l.attn_v, &l.attn_output, &l.attn_gate, &l.ffn_gate, &l.ffn_up, &l.ffn_down,
-          &l.ffn_gate_inp, &l.ffn_gate_shexp, &l.ffn_up_shexp, &l.ffn_down_shexp}) {
-      placement.add(d, *v, WeightUse::kMatrix);
-    }
-    placement.add_experts(d, l.ffn_gate_exps, l.ffn_up_exps, l.ffn_down_exps, hp_.n_expert,
-                          placement_.expert_split(il));
+    placement.add_layer(
+        placement_.layer(il), {&l.attn_norm, &l.ffn_norm, &l.attn_q_norm, &l.attn_k_norm, &l.ffn_exp_probs_b},
+        {&l.attn_q, &l.attn_k, &l.attn_v, &l.attn_output, &l.attn_gate, &l.ffn_gate, &l.ffn_up, &l.ffn_down,
+         &l.ffn_gate_inp, &l.ffn_gate_shexp, &l.ffn_up_shexp, &l.ffn_down_shexp},
+        {&l.ffn_gate_exps, &l.ffn_up_exps, &l.ffn_down_exps, hp_.n_expert, placement_.expert_split(il)});
   }
   placement.add_io(placement_, hp_.n_layer, w_.token_embd, w_.output_norm, w_.output, w_.tied_output);
   return placement.place();
@@ -298,11 +292,7 @@ Status LagunaModel::forward(const ForwardBatch& batch, Workspace& ws, ForwardPro
 }
 
 Result<std::unique_ptr<LanguageModel>> create_laguna(const GgufFile& file, const Placement& placement) {
-  MOESERVE_ASSIGN_OR_RETURN(LagunaHParams hp, load_laguna_hparams(file));
-  MOESERVE_ASSIGN_OR_RETURN(LagunaWeights w, load_laguna_weights(file, hp));
-  MOESERVE_ASSIGN_OR_RETURN(std::unique_ptr<LagunaModel> m,
-                            LagunaModel::create(std::move(hp), std::move(w), placement));
-  return std::unique_ptr<LanguageModel>(std::move(m));
+  return load_language_model<LagunaModel>(file, placement, load_laguna_hparams, load_laguna_weights);
 }
 
 }  // namespace moeserve::models

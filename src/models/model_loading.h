@@ -4,12 +4,14 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include "core/status.h"
 #include "format/gguf.h"
+#include "models/language_model.h"
 #include "tensor/weight_view.h"
 
 namespace moeserve::models {
@@ -42,5 +44,18 @@ struct EmbeddingWeights {
   int64_t n_vocab = 0;
 };
 Result<EmbeddingWeights> load_embeddings(TensorLoader& ld, int64_t n_embd);
+
+// An architecture's factory (registry.cpp): its hyperparameters and weights
+// read from the file, then Model::create over them (which places the weights).
+template <class Model, class HParams, class Weights>
+Result<std::unique_ptr<LanguageModel>> load_language_model(const GgufFile& file, const Placement& placement,
+                                                           Result<HParams> (*load_hparams)(const GgufFile&),
+                                                           Result<Weights> (*load_weights)(const GgufFile&,
+                                                                                           HParams&)) {
+  MOESERVE_ASSIGN_OR_RETURN(HParams hp, load_hparams(file));
+  MOESERVE_ASSIGN_OR_RETURN(Weights w, load_weights(file, hp));
+  MOESERVE_ASSIGN_OR_RETURN(std::unique_ptr<Model> m, Model::create(std::move(hp), std::move(w), placement));
+  return std::unique_ptr<LanguageModel>(std::move(m));
+}
 
 }  // namespace moeserve::models

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "models/model_loading.h"
 #include "models/walk_layers.h"
 
 namespace moeserve::models {
@@ -221,20 +222,14 @@ Result<std::unique_ptr<Qwen3Model>> Qwen3Model::create(Qwen3HParams hp, Qwen3Wei
 // Each device gets the weights of what it computes, in one call (one
 // progress bar, one pass).
 Status Qwen3Model::place_weights() {
-  using backend::WeightUse;
   WeightPlacement placement;
-  auto add = [&](Device* d, WeightView& v, WeightUse use) { placement.add(d, v, use); };
   for (int64_t il = 0; il < hp_.n_layer; ++il) {
-    Device* d = placement_.layer(il);
     Qwen3LayerWeights& l = w_.layers[size_t(il)];
-    for (WeightView* v : {&l.attn_norm, &l.attn_q_norm, &l.attn_k_norm, &l.ffn_norm})
-      add(d, *v, WeightUse::kVector);
-    for (WeightView* v : {&l.attn_q, &l.attn_k, &l.attn_v, &l.attn_output, &l.ffn_gate, &l.ffn_up,
-                          &l.ffn_down, &l.ffn_gate_inp}) {
-      add(d, *v, WeightUse::kMatrix);
-    }
-    placement.add_experts(d, l.ffn_gate_exps, l.ffn_up_exps, l.ffn_down_exps, hp_.n_expert,
-                          placement_.expert_split(il));
+    placement.add_layer(
+        placement_.layer(il), {&l.attn_norm, &l.attn_q_norm, &l.attn_k_norm, &l.ffn_norm},
+        {&l.attn_q, &l.attn_k, &l.attn_v, &l.attn_output, &l.ffn_gate, &l.ffn_up, &l.ffn_down,
+         &l.ffn_gate_inp},
+        {&l.ffn_gate_exps, &l.ffn_up_exps, &l.ffn_down_exps, hp_.n_expert, placement_.expert_split(il)});
   }
   placement.add_io(placement_, hp_.n_layer, w_.token_embd, w_.output_norm, w_.output, w_.tied_output);
   return placement.place();
@@ -251,11 +246,7 @@ Status Qwen3Model::forward(const ForwardBatch& batch, Workspace& ws, ForwardProf
 }
 
 Result<std::unique_ptr<LanguageModel>> create_qwen3(const GgufFile& file, const Placement& placement) {
-  MOESERVE_ASSIGN_OR_RETURN(Qwen3HParams hp, load_qwen3_hparams(file));
-  MOESERVE_ASSIGN_OR_RETURN(Qwen3Weights w, load_qwen3_weights(file, hp));
-  MOESERVE_ASSIGN_OR_RETURN(std::unique_ptr<Qwen3Model> m,
-                            Qwen3Model::create(std::move(hp), std::move(w), placement));
-  return std::unique_ptr<LanguageModel>(std::move(m));
+  return load_language_model<Qwen3Model>(file, placement, load_qwen3_hparams, load_qwen3_weights);
 }
 
 }  // namespace moeserve::models

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "models/model_loading.h"
 #include "models/walk_layers.h"
 
 namespace moeserve::models {
@@ -320,24 +321,17 @@ Result<std::unique_ptr<Qwen35Model>> Qwen35Model::create(Qwen35HParams hp, Qwen3
 }
 
 Status Qwen35Model::place_weights() {
-  using backend::WeightUse;
   WeightPlacement placement;
-  auto add = [&](Device* d, WeightView& v, WeightUse use) { placement.add(d, v, use); };
   for (int64_t il = 0; il < hp_.n_layer; ++il) {
-    Device* d = placement_.layer(il);
     Qwen35LayerWeights& l = w_.layers[size_t(il)];
-    for (WeightView* v : {&l.attn_norm, &l.post_attention_norm, &l.attn_q_norm, &l.attn_k_norm, &l.ssm_conv1d,
-                          &l.ssm_dt, &l.ssm_a, &l.ssm_norm}) {
-      add(d, *v, WeightUse::kVector);
-    }
-    for (WeightView* v :
-         {&l.attn_q, &l.attn_k, &l.attn_v, &l.attn_output, &l.attn_qkv, &l.attn_gate, &l.ssm_beta,
-          &l.ssm_alpha, &l.ssm_out, &l.ffn_gate, &l.ffn_up, &l.ffn_down, &l.ffn_gate_inp,
-          &l.ffn_gate_inp_shexp, &l.ffn_gate_shexp, &l.ffn_up_shexp, &l.ffn_down_shexp}) {
-      add(d, *v, WeightUse::kMatrix);
-    }
-    placement.add_experts(d, l.ffn_gate_exps, l.ffn_up_exps, l.ffn_down_exps, hp_.n_expert,
-                          placement_.expert_split(il));
+    placement.add_layer(
+        placement_.layer(il),
+        {&l.attn_norm, &l.post_attention_norm, &l.attn_q_norm, &l.attn_k_norm, &l.ssm_conv1d, &l.ssm_dt,
+         &l.ssm_a, &l.ssm_norm},
+        {&l.attn_q, &l.attn_k, &l.attn_v, &l.attn_output, &l.attn_qkv, &l.attn_gate, &l.ssm_beta,
+         &l.ssm_alpha, &l.ssm_out, &l.ffn_gate, &l.ffn_up, &l.ffn_down, &l.ffn_gate_inp,
+         &l.ffn_gate_inp_shexp, &l.ffn_gate_shexp, &l.ffn_up_shexp, &l.ffn_down_shexp},
+        {&l.ffn_gate_exps, &l.ffn_up_exps, &l.ffn_down_exps, hp_.n_expert, placement_.expert_split(il)});
   }
   placement.add_io(placement_, hp_.n_layer, w_.token_embd, w_.output_norm, w_.output, w_.tied_output);
   return placement.place();
@@ -355,11 +349,7 @@ Status Qwen35Model::forward(const ForwardBatch& batch, Workspace& ws, ForwardPro
 }
 
 Result<std::unique_ptr<LanguageModel>> create_qwen35(const GgufFile& file, const Placement& placement) {
-  MOESERVE_ASSIGN_OR_RETURN(Qwen35HParams hp, load_qwen35_hparams(file));
-  MOESERVE_ASSIGN_OR_RETURN(Qwen35Weights w, load_qwen35_weights(file, hp));
-  MOESERVE_ASSIGN_OR_RETURN(std::unique_ptr<Qwen35Model> m,
-                            Qwen35Model::create(std::move(hp), std::move(w), placement));
-  return std::unique_ptr<LanguageModel>(std::move(m));
+  return load_language_model<Qwen35Model>(file, placement, load_qwen35_hparams, load_qwen35_weights);
 }
 
 }  // namespace moeserve::models
