@@ -234,8 +234,9 @@ Result<cuda::ExpertGroups> CudaOps::local_groups(const int32_t* ids, int64_t n_l
 }
 
 // The groups' experts of the (possibly compact) stacks. Those of types
-// whose kernels choose their arithmetic by row count (all but the K-quants'
-// integer kernel) give a verify's rows, and a mixed forward's decode rows,
+// whose kernels choose their arithmetic by row count (all but those of
+// gemm_kq.cu's integer kernel: matmul.h, expert_kernel_ignores_batch) give
+// a verify's rows, and a mixed forward's decode rows,
 // the kernels their decode steps take: a verify (decoding rows of a
 // sequence with more than one row) runs the matvec kernels at any count; a
 // mixed forward's groups are cut at the decode rows, each part run as a

@@ -146,8 +146,9 @@ struct ExpertGroups {
 };
 
 // Whether a grouped product of this weight type gives a pair the same bits
-// at every n_tokens (the K-quants' integer kernel, decode and prefill
-// alike); the other types round differently above kMatvecMaxTokens.
+// at every n_tokens (gemm_kq.cu's integer kernel: the K-quants, IQ4_XS and
+// the codebook i-quants, decode and prefill alike); the other types round
+// differently above kMatvecMaxTokens.
 bool expert_kernel_ignores_batch(DType type);
 
 // A stack of n_expert matrices, matrix e at w + e * matrix_stride.
