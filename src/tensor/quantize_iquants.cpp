@@ -121,9 +121,14 @@ double error_at(const Codebook& cb, const SubBlock& sb, float s, int* e) {
 }
 
 // The sub-block's best scale (0: all zero).
-float fit_scale(const Codebook& cb, const SubBlock& sb) {
+float largest_magnitude(const SubBlock& sb) {
   float amax = 0.0f;
   for (int i = 0; i < sb.n; ++i) amax = std::max(amax, std::fabs(sb.t[i]));
+  return amax;
+}
+
+float fit_scale(const Codebook& cb, const SubBlock& sb) {
+  const float amax = largest_magnitude(sb);
   if (amax == 0.0f) return 0.0f;
   int e[32];
   float best_s = amax / cb.top;
@@ -180,11 +185,7 @@ struct IqLayout {
   bool quick = false;  // QuantEffort::kQuick
 };
 
-float quick_scale(const Codebook& cb, const SubBlock& sb) {
-  float amax = 0.0f;
-  for (int i = 0; i < sb.n; ++i) amax = std::max(amax, std::fabs(sb.t[i]));
-  return amax / cb.top;
-}
+float quick_scale(const Codebook& cb, const SubBlock& sb) { return largest_magnitude(sb) / cb.top; }
 
 template <class Block, class Encode>
 void quantize_iq(const float* src, const float* w, void* dst, int64_t n, const IqLayout& lay, Encode encode) {
