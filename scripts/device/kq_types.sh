@@ -2,7 +2,9 @@
 # Issue 43's weight types on gemm_kq.cu's integer kernel, on the device
 # machine: the GPU kernel tests, a tiny model quantized to each type
 # generating on cuda (and whether its greedy text is the CPU's), then the
-# decode products' bandwidth per type.
+# decode products' bandwidth per type (one-token expert products also with
+# MOESERVE_CUDA_KQ_VEC=0, gemm_kq.cu's tiles instead of kq_vec.cu; VEC_AB=0
+# skips those).
 #   scripts/device/kq_types.sh            # build, tests, smoke, bench
 #   STEPS="bench" scripts/device/kq_types.sh
 # Carry .devdeps for the build, or binaries built here (common.sh:
@@ -51,6 +53,8 @@ if [[ " $steps " == *" bench "* ]]; then
     for n in 1 8; do
       echo "$t $n: $($mv_bench experts $t $t $n 2>&1 | tail -2 | tr '\n' ' ')"
       [ "$ab" = 0 ] || echo "$t $n, KQ_GEMM=0: $(MOESERVE_CUDA_KQ_GEMM=0 $mv_bench experts $t $t $n 2>&1 | tail -2 | tr '\n' ' ')"
+      [ "$n" != 1 ] || [ "${VEC_AB:-1}" = 0 ] ||
+        echo "$t $n, KQ_VEC=0: $(MOESERVE_CUDA_KQ_VEC=0 $mv_bench experts $t $t $n 2>&1 | tail -2 | tr '\n' ' ')"
     done
   done | tee "$out/experts.txt"
 fi

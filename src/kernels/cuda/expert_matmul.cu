@@ -3,15 +3,16 @@
 // The pairs are grouped by expert on the device, so every grid is sized from
 // host-known bounds (n_tokens * n_used pairs, n_expert experts) and blocks
 // find their (expert, chunk of pairs) from expert_offsets, leaving at once
-// when there is none. K-quant experts (Q4_K, Q5_K, Q6_K) run the integer
-// kernels of gemm_kq.cu at every batch size (Q8_K activations, the CPU's
-// arithmetic; 8, 16 or 32 pairs of one expert a tile, the activations
-// quantized into the caller's scratch first). The other types: up to
+// when there is none. K-quant experts (Q4_K, Q5_K, Q6_K, Q2_K, Q3_K),
+// IQ4_XS and the codebook i-quants run the integer kernels of gemm_kq.cu
+// at every batch size (Q8_K activations, the CPU's arithmetic; 8, 16 or 32
+// pairs of one expert a tile, the activations quantized into the caller's
+// scratch first; one token: kq_vec.cu, a warp a row, the same bits). The
+// other types: up to
 // kMatvecMaxTokens tokens (decode, batched decode) the matrix x vector
 // kernels (matvec_tc.cu for Q8_0/Q4_0, matvec.cu for the float ones and the
-// quantized types without a tensor-core decoder: Q4_1, Q5_0, Q5_1, IQ4_NL,
-// IQ4_XS, MXFP4, Q2_K, Q3_K and the i-quants IQ2_XXS .. IQ1_M; f32
-// accuracy), all of an expert's pairs in one
+// quantized types without a tensor-core decoder: Q4_1, Q5_0, Q5_1, IQ4_NL
+// and MXFP4; f32 accuracy), all of an expert's pairs in one
 // slot so its rows are read once; larger batches (prefill) the tensor-core
 // kernels of gemm.cu, 64 pairs of one expert a tile.
 // Within each path a pair's result does not depend on how many other pairs
@@ -33,8 +34,8 @@ Status check_groups(const char* what, const ExpertGroups& g) {
   // n_used may exceed n_expert: the groups of a compact stack of a few
   // local experts (moe.h local_expert_groups) leave the other pairs out.
   if (g.n_tokens < 1 || g.n_expert < 1 || g.n_used < 1) {
-    return make_error(StatusCode::kInvalidArgument, "{}: bad groups: {} tokens, {} of {} experts", what, g.n_tokens,
-                      g.n_used, g.n_expert);
+    return make_error(StatusCode::kInvalidArgument, "{}: bad groups: {} tokens, {} of {} experts", what,
+                      g.n_tokens, g.n_used, g.n_expert);
   }
   return Status::ok();
 }
@@ -44,8 +45,8 @@ Status check_expert_weights(const char* what, const ExpertWeights& w) {
   const size_t align = detail::weight_row_align(w.type);
   if (w.matrix_stride < size_t(w.n_rows) * w.row_bytes || w.matrix_stride % align != 0) {
     return make_error(StatusCode::kInvalidArgument,
-                      "{}: matrix_stride {} (needs >= {} rows x {} bytes, a multiple of {})", what, w.matrix_stride,
-                      w.n_rows, w.row_bytes, align);
+                      "{}: matrix_stride {} (needs >= {} rows x {} bytes, a multiple of {})", what,
+                      w.matrix_stride, w.n_rows, w.row_bytes, align);
   }
   return Status::ok();
 }

@@ -62,6 +62,7 @@
 
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/kq_blocks_iquants.cuh"
+#include "kernels/cuda/kq_quantize.cuh"
 #include "kernels/cuda/launch.cuh"
 #include "kernels/cuda/matmul_common.cuh"
 #include "kernels/cuda/matmul_detail.h"
@@ -75,51 +76,12 @@ using kq::kQ8D;
 using kq::kQ8Pieces;
 using kq::kQ8SumHi;
 using kq::kQ8SumLo;
+using kq::quantize_block;
 
 // ---- Q8_K activation rows (scratch) -------------------------------------------
 // Row r's 256-column block b at scratch + (r * n_blocks + b) * kQ8Bytes, in
 // kq_blocks.cuh's layout. A CTA stages a block's rows whole (19 16-byte
 // pieces).
-
-// One row's 256-column block, 8 columns a lane, as the CPU's Q8_K
-// (tensor/quantize.cpp: m = the value of largest |x|, ties to the positive;
-// iscale = -127/m; codes rounded to nearest even and clamped; d = 1/iscale).
-__device__ __forceinline__ void quantize_block(const float (&v)[8], int lane, uint8_t* out) {
-  float hi = 0.0f, lo = 0.0f;
-#pragma unroll
-  for (int i = 0; i < 8; ++i) hi = fmaxf(hi, v[i]), lo = fminf(lo, v[i]);
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) {
-    hi = fmaxf(hi, __shfl_xor_sync(kFull, hi, o));
-    lo = fminf(lo, __shfl_xor_sync(kFull, lo, o));
-  }
-  const float m = -lo > hi ? lo : hi;
-  int c[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-  float d = 0.0f;
-  if (m != 0.0f) {
-    const float iscale = __fdiv_rn(-127.0f, m);
-#pragma unroll
-    for (int i = 0; i < 8; ++i) c[i] = __float2int_rn(fminf(fmaxf(__fmul_rn(iscale, v[i]), -127.0f), 127.0f));
-    d = __fdiv_rn(1.0f, iscale);
-  }
-  uint32_t w0 = 0, w1 = 0;
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    w0 |= uint32_t(c[i] & 0xFF) << (8 * i);
-    w1 |= uint32_t(c[4 + i] & 0xFF) << (8 * i);
-  }
-  *reinterpret_cast<uint2*>(out + 8 * lane) = make_uint2(w0, w1);
-  int sum = 0;
-#pragma unroll
-  for (int i = 0; i < 8; ++i) sum += c[i];
-  sum += __shfl_xor_sync(kFull, sum, 1);
-  sum += __shfl_xor_sync(kFull, sum, 2);  // |sum| <= 32 * 127
-  if ((lane & 3) == 0) {
-    out[kQ8SumHi + (lane >> 2)] = uint8_t(int8_t(sum >> 6));
-    out[kQ8SumLo + (lane >> 2)] = uint8_t(sum & 63);
-  }
-  if (lane == 0) *reinterpret_cast<float*>(out + kQ8D) = d;
-}
 
 // One warp a (row, block).
 __global__ void __launch_bounds__(256)
@@ -440,6 +402,7 @@ Status launch_kq_type(const MmProblem& p, cudaStream_t stream) {
     if (ctas32 < int64_t(sm_count_of_device())) return launch_kq<T, 16, 8>(p, (p.n_tokens + 15) / 16, stream);
     return launch_kq<T, 32, 8>(p, (p.n_tokens + 31) / 32, stream);
   }
+  if (kq_vec_takes(p)) return launch_kq_vec(p, stream);  // one token: kq_vec.cu, the same bits
   // Tiles of bn pairs an expert: at most n_pairs / bn full ones plus one
   // partial per non-empty expert; CTAs past the real count exit. Decode
   // tiles (8 or 16 pairs) take 64 weight rows a CTA (8 experts x 2048 rows:

@@ -87,5 +87,10 @@ size_t gemm_kq_scratch_bytes(int64_t n_rows, int64_t n_cols);
 // n_rows x n_cols matrix can use beyond gemm_kq_scratch_bytes: its per-block
 // results where it splits K (decode batches of few CTAs; 0 where it does not).
 size_t gemm_kq_split_bytes(int64_t n_tokens, int64_t n_rows, int64_t n_cols);
+// One decode token's grouped expert products of those types (kq_vec.cu): a
+// warp a row, gemm_kq.cu's bits; no scratch. launch_gemm_kq hands them over
+// where kq_vec_takes (MOESERVE_CUDA_KQ_VEC=0: never).
+bool kq_vec_takes(const MmProblem& p);
+Status launch_kq_vec(const MmProblem& p, cudaStream_t stream);
 
 }  // namespace moeserve::cuda::detail

@@ -597,7 +597,8 @@ Status launch_matvec(const MmProblem& p, cudaStream_t stream) {
   // at every decode batch (H100, 30b-a3b shapes, gate_up + down: 1 token
   // 28.1 us against 33.0; 8 tokens 110 against 278; 16: 167 against 814).
   // The codebook i-quants' experts too (H200, the same shapes: 8 tokens
-  // 127-150 us against 437-583 here; 1 token 34.8-41.3 against 35.2-37.4).
+  // 127-150 us against 437-583 here; 1 token 34.8-41.3 against 35.2-37.4,
+  // and 21.7-28.6 since one token runs on kq_vec.cu).
   // MOESERVE_CUDA_EXPERT_DECODE=tc keeps them on matvec_tc.cu (exact x)
   // where it decodes them, else here.
   if (p.mode != MmMode::kDense && !expert_decode_on_tc() && gemm_kq_type(p.type))

@@ -361,6 +361,43 @@ TEST_P(ExpertMatmulGpu, DecodeKernelsGiveEveryPairItsOneTokenBits) {
   }
 }
 
+// One token's products of the integer kernel's types run on kq_vec.cu (a
+// warp a row), more tokens on gemm_kq.cu's MMA tiles: the same bits, for
+// rows of many blocks (2,560 columns: two 8-block steps of a warp, the
+// second part-filled) and odd row counts; and (K-quants, IQ4_XS) the
+// reference CPU kernels' bits.
+TEST_P(ExpertMatmulGpu, OneTokenKernelGivesTheBatchBits) {
+  MOESERVE_REQUIRE_GPU();
+  const DType type = GetParam();
+  if (!testing::gemm_uses_q8k(type)) GTEST_SKIP() << dtype_name(type) << " has no integer kernel";
+  const int64_t n_embd = 10 * 256, n_ff = 3 * 256, n_expert = 9, n_used = 3;
+  const int64_t n_out = 77, batch = 6;  // gate/up outputs; down takes n_ff columns to n_embd rows
+  const ExpertStack gate = make_stack(type, n_expert, n_out, n_embd, 100);
+  const ExpertStack up = make_stack(type, n_expert, n_out, n_embd, 101);
+  const ExpertStack down = make_stack(type, n_expert, 203, n_ff, 102);
+  const Routing all = make_routing(batch, n_expert, n_used, 103);
+  const std::vector<float> x = random_floats(size_t(batch * n_embd), 104);
+  const std::vector<float> h_all = run_gate_up(all, gate, up, x);
+  const std::vector<float> hd = random_floats(size_t(batch * n_used * n_ff), 105);
+  const std::vector<float> y_all = run_down(all, down, hd);
+  for (const int64_t t : {int64_t(0), int64_t(4)}) {
+    const Routing one = sub_routing(all, t, 1);
+    const std::vector<float> x_one(x.begin() + t * n_embd, x.begin() + (t + 1) * n_embd);
+    const std::vector<float> h_one = run_gate_up(one, gate, up, x_one);
+    EXPECT_EQ(std::memcmp(h_one.data(), h_all.data() + t * n_used * n_out, h_one.size() * sizeof(float)), 0)
+        << dtype_name(type) << " gate_up, token " << t << " of " << batch;
+    const std::vector<float> hd_one(hd.begin() + t * n_used * n_ff, hd.begin() + (t + 1) * n_used * n_ff);
+    const std::vector<float> y_one = run_down(one, down, hd_one);
+    EXPECT_EQ(std::memcmp(y_one.data(), y_all.data() + t * n_used * 203, y_one.size() * sizeof(float)), 0)
+        << dtype_name(type) << " down, token " << t << " of " << batch;
+    if (cuda::detail::gemm_kq_matches_cpu(type)) {
+      const std::vector<float> cpu = reference_down(one, down, hd_one, Ref::kCpu);
+      EXPECT_EQ(std::memcmp(cpu.data(), y_one.data(), cpu.size() * sizeof(float)), 0)
+          << dtype_name(type) << " down, token " << t << ": differs from the reference CPU kernels";
+    }
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(AllWeightTypes, ExpertMatmulGpu, ::testing::ValuesIn(kGpuWeightDTypes),
                          [](const auto& info) { return std::string(dtype_name(info.param)); });
 
