@@ -371,10 +371,10 @@ TEST_P(ExpertMatmulGpu, OneTokenKernelGivesTheBatchBits) {
   const DType type = GetParam();
   if (!testing::gemm_uses_q8k(type)) GTEST_SKIP() << dtype_name(type) << " has no integer kernel";
   const int64_t n_embd = 10 * 256, n_ff = 3 * 256, n_expert = 9, n_used = 3;
-  const int64_t n_out = 77, batch = 6;  // gate/up outputs; down takes n_ff columns to n_embd rows
+  const int64_t n_out = 77, n_down_rows = 203, batch = 6;  // gate/up outputs; down: n_ff -> n_down_rows
   const ExpertStack gate = make_stack(type, n_expert, n_out, n_embd, 100);
   const ExpertStack up = make_stack(type, n_expert, n_out, n_embd, 101);
-  const ExpertStack down = make_stack(type, n_expert, 203, n_ff, 102);
+  const ExpertStack down = make_stack(type, n_expert, n_down_rows, n_ff, 102);
   const Routing all = make_routing(batch, n_expert, n_used, 103);
   const std::vector<float> x = random_floats(size_t(batch * n_embd), 104);
   const std::vector<float> h_all = run_gate_up(all, gate, up, x);
@@ -388,7 +388,8 @@ TEST_P(ExpertMatmulGpu, OneTokenKernelGivesTheBatchBits) {
         << dtype_name(type) << " gate_up, token " << t << " of " << batch;
     const std::vector<float> hd_one(hd.begin() + t * n_used * n_ff, hd.begin() + (t + 1) * n_used * n_ff);
     const std::vector<float> y_one = run_down(one, down, hd_one);
-    EXPECT_EQ(std::memcmp(y_one.data(), y_all.data() + t * n_used * 203, y_one.size() * sizeof(float)), 0)
+    EXPECT_EQ(
+        std::memcmp(y_one.data(), y_all.data() + t * n_used * n_down_rows, y_one.size() * sizeof(float)), 0)
         << dtype_name(type) << " down, token " << t << " of " << batch;
     if (cuda::detail::gemm_kq_matches_cpu(type)) {
       const std::vector<float> cpu = reference_down(one, down, hd_one, Ref::kCpu);
