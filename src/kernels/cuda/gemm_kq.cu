@@ -449,38 +449,8 @@ Status launch_gemm_kq(const MmProblem& p, cudaStream_t stream) {
   if (p.n_cols % 256 != 0) {
     return make_error(StatusCode::kInvalidArgument, "gemm: {} columns is not a multiple of 256", p.n_cols);
   }
-  switch (p.type) {
-    case DType::Q4_K:
-      return launch_kq_type<DType::Q4_K>(p, stream);
-    case DType::Q5_K:
-      return launch_kq_type<DType::Q5_K>(p, stream);
-    case DType::Q6_K:
-      return launch_kq_type<DType::Q6_K>(p, stream);
-    case DType::Q2_K:
-      return launch_kq_type<DType::Q2_K>(p, stream);
-    case DType::Q3_K:
-      return launch_kq_type<DType::Q3_K>(p, stream);
-    case DType::IQ4_XS:
-      return launch_kq_type<DType::IQ4_XS>(p, stream);
-    case DType::IQ2_XXS:
-      return launch_kq_type<DType::IQ2_XXS>(p, stream);
-    case DType::IQ2_XS:
-      return launch_kq_type<DType::IQ2_XS>(p, stream);
-    case DType::IQ2_S:
-      return launch_kq_type<DType::IQ2_S>(p, stream);
-    case DType::IQ3_XXS:
-      return launch_kq_type<DType::IQ3_XXS>(p, stream);
-    case DType::IQ3_S:
-      return launch_kq_type<DType::IQ3_S>(p, stream);
-    case DType::IQ1_S:
-      return launch_kq_type<DType::IQ1_S>(p, stream);
-    case DType::IQ1_M:
-      return launch_kq_type<DType::IQ1_M>(p, stream);
-    default:
-      break;
-  }
-  return make_error(StatusCode::kUnsupported, "gemm_kq: weight type {} has no integer kernel",
-                    dtype_name(p.type));
+  return kq::dispatch_type(p.type, "gemm_kq",
+                           [&](auto type) { return launch_kq_type<decltype(type)::value>(p, stream); });
 }
 
 }  // namespace moeserve::cuda::detail

@@ -10,7 +10,9 @@
 #pragma once
 
 #include <cstdint>
+#include <type_traits>
 
+#include "core/status.h"
 #include "kernels/cuda/kq_blocks.cuh"
 #include "kernels/cuda/kq_iquant_codes.cuh"
 #include "kernels/cuda/matmul_common.cuh"
@@ -73,5 +75,47 @@ struct Block<DType::IQ1_M> : IqBlock<DType::IQ1_M> {};
 
 // The types gemm_kq.cu takes.
 constexpr bool kq_type(DType t) { return kq_cpu_exact_type(t) || qdec::iq_codebook_type(t); }
+
+// A weight type as a value: a generic lambda takes it as its template argument.
+template <DType T>
+using TypeTag = std::integral_constant<DType, T>;
+
+// Calls launch(TypeTag<T>{}) for t, one of the types kq_type accepts: the
+// one list behind gemm_kq.cu's and kq_vec.cu's launches. `who` names the
+// kernel in the error for any other type.
+template <class Launch>
+Status dispatch_type(DType t, const char* who, Launch&& launch) {
+  switch (t) {
+    case DType::Q4_K:
+      return launch(TypeTag<DType::Q4_K>{});
+    case DType::Q5_K:
+      return launch(TypeTag<DType::Q5_K>{});
+    case DType::Q6_K:
+      return launch(TypeTag<DType::Q6_K>{});
+    case DType::Q2_K:
+      return launch(TypeTag<DType::Q2_K>{});
+    case DType::Q3_K:
+      return launch(TypeTag<DType::Q3_K>{});
+    case DType::IQ4_XS:
+      return launch(TypeTag<DType::IQ4_XS>{});
+    case DType::IQ2_XXS:
+      return launch(TypeTag<DType::IQ2_XXS>{});
+    case DType::IQ2_XS:
+      return launch(TypeTag<DType::IQ2_XS>{});
+    case DType::IQ2_S:
+      return launch(TypeTag<DType::IQ2_S>{});
+    case DType::IQ3_XXS:
+      return launch(TypeTag<DType::IQ3_XXS>{});
+    case DType::IQ3_S:
+      return launch(TypeTag<DType::IQ3_S>{});
+    case DType::IQ1_S:
+      return launch(TypeTag<DType::IQ1_S>{});
+    case DType::IQ1_M:
+      return launch(TypeTag<DType::IQ1_M>{});
+    default:
+      break;
+  }
+  return make_error(StatusCode::kUnsupported, "{}: weight type {} has no integer kernel", who, dtype_name(t));
+}
 
 }  // namespace moeserve::cuda::detail::kq

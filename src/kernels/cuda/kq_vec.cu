@@ -196,38 +196,8 @@ bool kq_vec_takes(const MmProblem& p) {
 }
 
 Status launch_kq_vec(const MmProblem& p, cudaStream_t stream) {
-  switch (p.type) {
-    case DType::Q4_K:
-      return launch_type<DType::Q4_K>(p, stream);
-    case DType::Q5_K:
-      return launch_type<DType::Q5_K>(p, stream);
-    case DType::Q6_K:
-      return launch_type<DType::Q6_K>(p, stream);
-    case DType::Q2_K:
-      return launch_type<DType::Q2_K>(p, stream);
-    case DType::Q3_K:
-      return launch_type<DType::Q3_K>(p, stream);
-    case DType::IQ4_XS:
-      return launch_type<DType::IQ4_XS>(p, stream);
-    case DType::IQ2_XXS:
-      return launch_type<DType::IQ2_XXS>(p, stream);
-    case DType::IQ2_XS:
-      return launch_type<DType::IQ2_XS>(p, stream);
-    case DType::IQ2_S:
-      return launch_type<DType::IQ2_S>(p, stream);
-    case DType::IQ3_XXS:
-      return launch_type<DType::IQ3_XXS>(p, stream);
-    case DType::IQ3_S:
-      return launch_type<DType::IQ3_S>(p, stream);
-    case DType::IQ1_S:
-      return launch_type<DType::IQ1_S>(p, stream);
-    case DType::IQ1_M:
-      return launch_type<DType::IQ1_M>(p, stream);
-    default:
-      break;
-  }
-  return make_error(StatusCode::kUnsupported, "kq_vec: weight type {} has no integer kernel",
-                    dtype_name(p.type));
+  return kq::dispatch_type(p.type, "kq_vec",
+                           [&](auto type) { return launch_type<decltype(type)::value>(p, stream); });
 }
 
 }  // namespace moeserve::cuda::detail
