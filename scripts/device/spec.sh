@@ -14,7 +14,10 @@
 #   scripts/device/spec.sh small_all  # everything in one call: build, target (TARGET_SECONDS, default 150)
 #                                  # while moeserve builds, its draft trained on its own greedy text as well
 #                                  # (DRAFT_SECONDS, default 110; DISTILL_SEQS), the target in Q4_K_M, then plain vs
-#                                  # ngram vs dflash chain / tree vs auto, all-GPU (and auto with --n-cpu-moe 4)
+#                                  # ngram vs dflash chain / tree vs auto, all-GPU (and auto with --n-cpu-moe 4);
+#                                  # TARGET_STEPS fixes the target's steps, EDIT_PAIRS adds rename-edit examples
+#                                  # to its corpus (corpus_tokenizer.py), SMALL_EXTRA_SPECS more --spec runs
+#                                  # ('_' for spaces), EXTRA_TARGETS more build targets
 #   scripts/device/spec.sh small_peer  # llama.cpp on small_all's trained target: llama-bench tg128 and llama-lookup
 #                                  # on each prompt set, all-GPU and -ncmoe 4 (the llama.cpp build as for peer)
 #   scripts/device/spec.sh peer    # llama.cpp on the same file: llama-bench tg128 and llama-lookup (its
@@ -35,9 +38,9 @@ train_small_target() {
   mkdir -p $ts/logs
   (scripts/device/build.sh build-gpu 90a moeserve "$@" > "$out/build.log" 2>&1; echo $? > $ts/build.rc) &
   python3 scripts/train_tiny/corpus_tokenizer.py --out $ts/data --template tests/reference/templates/qwen3.jinja \
-    > $ts/logs/corpus.log 2>&1 || { tail -5 $ts/logs/corpus.log; exit 1; }
+    --edit-pairs ${EDIT_PAIRS:-0} > $ts/logs/corpus.log 2>&1 || { tail -5 $ts/logs/corpus.log; exit 1; }
   python3 scripts/train_tiny/train_model.py --arch qwen3moe --preset small --data $ts/data \
-    --out $ts/hf/qwen3moe-small --summary $ts/train_small.json --seconds "$seconds" --lr ${LR:-1e-3} \
+    --out $ts/hf/qwen3moe-small --summary $ts/train_small.json --seconds "$seconds" --steps ${TARGET_STEPS:-0} --lr ${LR:-1e-3} \
     > $ts/logs/train.log 2>&1 || { tail -20 $ts/logs/train.log; cp $ts/logs/train.log "$out/"; exit 1; }
   grep -E 'params|heldout|steps' $ts/logs/train.log | cut -c1-300 | tail -3
   cp $ts/logs/train.log $ts/train_small.json "$out/" 2>/dev/null
@@ -155,11 +158,17 @@ def main():
     m=$ts/small.q4_k_m.gguf d=$ts/dflash.gguf
     for spec in "dflash --draft $d --spec-max 15" "auto --draft $d --spec-max 15" \
                 "dflash --draft $d --spec-max 15 --spec-tree 16" "dflash --draft $d --spec-max 7" "ngram" \
-                "auto --draft $d --spec-max 15 --n-cpu-moe 4"; do
-      echo "== qwen3moe-small q4_k_m, cuda, --spec $spec"
-      $bin bench -m $m -p 64 -n 128 -r 2 --device cuda --spec $spec 2>&1 \
+                "auto --draft $d --spec-max 15 --n-cpu-moe 4" ${SMALL_EXTRA_SPECS:-}; do
+      echo "== qwen3moe-small q4_k_m, cuda, --spec ${spec//_/ }"
+      $bin bench -m $m -p 64 -n 128 -r 2 --device cuda --spec ${spec//_/ } 2>&1 \
         | tee -a "$out/bench_small.txt" | sed -n '/speculative decoding/,$p' | grep -v '^$' | head -12
-    done;;
+    done
+    # What the target writes for the code-editing prompt (does it quote the code back?).
+    edit_prompt=$(python3 -c "import re; l=open('bench/spec_prompts.txt').readline().rstrip('\\n'); \
+print(re.sub(r'\\\\([n\\\\])', lambda m: '\\n' if m.group(1) == 'n' else '\\\\', l), end='')")
+    edit_prompt+=$'\n'  # $(...) dropped the prompt's final newline
+    $bin generate -m $m -p "$edit_prompt" -n 128 --temp 0 --device cuda --spec ngram > "$out/edit_output.txt" \
+      2> "$out/edit_output.err"; tail -2 "$out/edit_output.err";;
   small_corpus)
     # The DFlash draft in the engine on text like its training text: the target (TARGET_SECONDS) and its
     # draft (DRAFT_SECONDS, on the target's own greedy text too), then bench on three held-out corpus

@@ -5,7 +5,10 @@ library modules in sorted relative-path order, then the test suites in the
 same order, capped at --max-bytes. Every 40th file
 is held out. About 10% of the training files also appear wrapped in a
 ChatML exchange so the model sees <|im_start|>/<|im_end|> and the template's
-empty think block.
+empty think block. With --edit-pairs N (0 by default, so the committed tiny
+models' corpus is unchanged) each training file also gives up to N rename-edit
+examples (edit_pairs.py): the speculative-decoding target learns to quote code
+back with a change, as code models do.
 
 Writes to --out: tokenizer/ (tokenizer.json, tokenizer_config.json),
 train_ids.npy, heldout_ids.npy (uint16 token streams, documents separated by
@@ -15,9 +18,12 @@ import argparse
 import hashlib
 import json
 import os
+import random
 import sys
 import sysconfig
 import time
+
+from edit_pairs import edit_pairs
 
 # Exact pre-tokenizer regex of Qwen2/Qwen3 (design spec section 1).
 QWEN2_PATTERN = (r"(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])"
@@ -81,8 +87,9 @@ def chat_wrap(rel, text):
             f"```python\n{snippet}\n```<|im_end|>\n")
 
 
-def split_docs(docs):
-    train, heldout, chats = [], [], []
+def split_docs(docs, edits_per_file=0, seed=0):
+    train, heldout, chats, edits = [], [], [], []
+    rng = random.Random(seed)
     for i, (rel, text) in enumerate(docs):
         if i % HELDOUT_EVERY == HELDOUT_EVERY - 1:
             heldout.append(text)
@@ -90,7 +97,8 @@ def split_docs(docs):
         train.append(text)
         if i % CHAT_EVERY == 3:
             chats.append(chat_wrap(rel, text))
-    return train, heldout, chats
+        edits.extend(edit_pairs(rel, text, rng, edits_per_file))
+    return train, heldout, chats, edits
 
 
 def build_tokenizer(train_texts, vocab_size):
@@ -159,15 +167,17 @@ def main():
     ap.add_argument("--vocab-size", type=int, default=4096)
     ap.add_argument("--max-bytes", type=int, default=24_000_000)
     ap.add_argument("--max-length", type=int, default=2048)
+    ap.add_argument("--edit-pairs", type=int, default=0,
+                    help="rename-edit examples per training file (edit_pairs.py); 0 keeps the plain corpus")
     args = ap.parse_args()
     import numpy as np
     t0 = time.time()
     os.makedirs(os.path.join(args.out, "tokenizer"), exist_ok=True)
     root, docs, total = read_corpus(args.max_bytes)
-    train, heldout, chats = split_docs(docs)
+    train, heldout, chats, edits = split_docs(docs, args.edit_pairs)
     digest = hashlib.sha256("\0".join(t for _, t in docs).encode("utf-8")).hexdigest()
     print(f"corpus: {len(docs)} files, {total} bytes from {root}; train {len(train)}, "
-          f"heldout {len(heldout)}, chat-wrapped {len(chats)}; sha256 {digest[:16]}")
+          f"heldout {len(heldout)}, chat-wrapped {len(chats)}, edit pairs {len(edits)}; sha256 {digest[:16]}")
     tok = build_tokenizer(train, args.vocab_size)
     n = tok.get_vocab_size(with_added_tokens=True)
     ids = {t: tok.token_to_id(t) for t in SPECIAL_TOKENS + EXTRA_TOKENS}
@@ -181,16 +191,18 @@ def main():
     with open(os.path.join(tok_dir, "tokenizer_config.json"), "w", encoding="utf-8") as f:
         json.dump(tokenizer_config(tok, template, args.max_length), f, indent=2, ensure_ascii=False)
     sep = ids["<|endoftext|>"]
-    train_ids = encode_stream(tok, train + chats, sep)
+    train_ids = encode_stream(tok, train + chats + edits, sep)
     heldout_ids = encode_stream(tok, heldout, sep)
     np.save(os.path.join(args.out, "train_ids.npy"), train_ids)
     np.save(os.path.join(args.out, "heldout_ids.npy"), heldout_ids)
-    train_bytes = sum(len(t.encode("utf-8")) for t in train + chats)
+    train_bytes = sum(len(t.encode("utf-8")) for t in train + chats + edits)
     manifest = {
         "source": "Python standard library .py files (sysconfig stdlib)", "root": root,
         "python": sys.version, "files": len(docs), "bytes": total, "sha256": digest,
         "skip_dirs": sorted(SKIP_DIRS), "heldout_rule": f"file index % {HELDOUT_EVERY} == {HELDOUT_EVERY - 1}",
         "chat_rule": f"training file index % {CHAT_EVERY} == 3 also added as a ChatML exchange",
+        "edit_pairs_per_file": args.edit_pairs, "edit_pairs": len(edits),
+        "edit_pairs_bytes": sum(len(t.encode("utf-8")) for t in edits),
         "train_files": len(train), "heldout_files": len(heldout), "chat_samples": len(chats),
         "train_tokens": int(train_ids.size), "heldout_tokens": int(heldout_ids.size),
         "bytes_per_token_train": round(train_bytes / max(1, train_ids.size), 3),

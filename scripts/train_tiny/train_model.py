@@ -163,11 +163,14 @@ def train(model, batcher, args, log):
     opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1},
                              {"params": no_decay, "weight_decay": 0.0}],
                             lr=args.lr, betas=(0.9, 0.95), eps=1e-8, fused=True)
-    total = 10 ** 9  # fixed once the step time is measured (before warm-up ends)
+    # --steps: a fixed count (a run reproducible on a slower or busier
+    # machine); else fixed from --seconds once the step time is measured
+    # (before warm-up ends).
+    total = args.steps if args.steps > 0 else 10 ** 9
     step, t0, t_mark = 0, time.time(), None
     acc, acc_n, history = torch.zeros((), device="cuda"), 0, []
     model.train()
-    while step < total and time.time() - t0 < args.seconds * 1.25:
+    while step < total and (args.steps > 0 or time.time() - t0 < args.seconds * 1.25):
         for g in opt.param_groups:
             g["lr"] = lr_at(step, total, args.lr, args.warmup, 0.1)
         x = batcher.next()
@@ -186,7 +189,8 @@ def train(model, batcher, args, log):
         if step == 40:
             torch.cuda.synchronize()
             per_step = (time.time() - t_mark) / 30
-            total = max(args.warmup + 100, int((args.seconds - (time.time() - t0)) / per_step) + step)
+            if args.steps <= 0:
+                total = max(args.warmup + 100, int((args.seconds - (time.time() - t0)) / per_step) + step)
             log(f"step time {per_step * 1000:.1f} ms -> {total} steps")
         if step % 100 == 0 or step == total:
             mean = (acc / acc_n).item()
@@ -377,6 +381,8 @@ def main():
     ap.add_argument("--out", required=True, help="HF model dir to write")
     ap.add_argument("--summary", required=True, help="JSON summary to write")
     ap.add_argument("--seconds", type=float, default=170)
+    ap.add_argument("--steps", type=int, default=0,
+                    help="train exactly this many steps (0: as many as --seconds allows)")
     ap.add_argument("--preset", choices=("tiny", "small"), default="tiny",
                     help="tiny: the committed test models; small: a ~245M qwen3moe for speculative decoding's "
                          "measurements")

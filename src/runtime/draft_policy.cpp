@@ -67,7 +67,7 @@ std::pair<int64_t, double> DraftLengthPolicy::best_length(const Source& s, const
     const double expected = (1.0 - std::pow(a, double(n + 1))) / (1.0 - a);
     double t = cost.estimate(base_rows + n);
     if (t <= 0.0) t = plain;
-    t += s.draft_seconds;
+    t += draft_cost(s, plain);
     const double rate = expected / t;
     if (rate > best_rate) best_rate = rate, best = n;
   }
@@ -106,24 +106,43 @@ int64_t DraftLengthPolicy::choose_source(Source& s, const StepCostModel& cost, i
   // to hit. A probe costs a draft and the verify of its rows on top of a
   // step: the interval keeps that share of plain decoding's time at most
   // kProbeShare (a DFlash draft as slow as a step probes every 50 steps or
-  // more; n-gram's, ~free, every kProbeEvery on a GPU, where two more rows
-  // cost little, but rarely where they cost as much as a step each: cold
-  // experts on the CPU).
-  const double probe_rows = std::max(0.0, cost.estimate(base_rows + kProbeDraft) - plain);
-  const double steps_per_probe = (s.draft_seconds + probe_rows) / plain;
+  // more, further apart as its 8 rows cost more; n-gram's, ~free, every
+  // kProbeEvery on a GPU, where two more rows cost little, but rarely where
+  // they cost as much as a step each: cold experts on the CPU).
+  const double draft = draft_cost(s, plain);
+  const int64_t probe_draft = std::min(limit, draft >= 0.5 * plain ? kCostlyProbeDraft : kProbeDraft);
+  const double probe_rows = std::max(0.0, cost.estimate(base_rows + probe_draft) - plain);
+  const double steps_per_probe = (draft + probe_rows) / plain;
   const int64_t cost_floor = int64_t(std::ceil(steps_per_probe / kProbeShare));
   s.probe_every = std::clamp(std::max(s.probe_every, cost_floor), kProbeEvery, kProbeEveryMax);
   if (++s.idle_steps < s.probe_every) return 0;
   s.idle_steps = 0;
   s.probing = true;
-  s.chosen = std::min<int64_t>(limit, kProbeDraft);
+  s.chosen = probe_draft;
   return s.chosen;
+}
+
+double DraftLengthPolicy::draft_cost(const Source& s, double plain) {
+  return s.draft_samples >= kWarmUpDrafts ? s.draft_seconds : std::min(s.draft_seconds, plain);
 }
 
 void DraftLengthPolicy::observe_draft_time(double seconds, int source) {
   if (!(seconds >= 0.0)) return;
   Source& s = sources_[clamp_source(source)];
-  s.draft_seconds = s.timed ? s.draft_seconds + 0.25 * (seconds - s.draft_seconds) : seconds;
+  if (s.draft_samples < kWarmUpDrafts) {
+    s.draft_seconds = s.draft_samples == 0 ? seconds : std::min(s.draft_seconds, seconds);
+    ++s.draft_samples;
+  } else {
+    s.draft_seconds += 0.25 * (seconds - s.draft_seconds);
+  }
+  s.timed = true;
+}
+
+void DraftLengthPolicy::set_draft_time(double seconds, int32_t samples, int source) {
+  if (!(seconds >= 0.0) || samples <= 0) return;
+  Source& s = sources_[clamp_source(source)];
+  s.draft_seconds = seconds;
+  s.draft_samples = std::min(samples, kWarmUpDrafts);
   s.timed = true;
 }
 
@@ -146,8 +165,21 @@ void AcceptancePrior::add(const DraftLengthPolicy& finished) {
   for (int s = 0; s < finished.sources(); ++s) {
     if (finished.measured(s)) value_[s] += 0.25 * (finished.acceptance(s) - value_[s]);
     const double t = finished.draft_seconds(s);
+    const int32_t samples = finished.draft_samples(s);
     if (finished.source_used(s) && t >= 0.0) {
-      draft_seconds_[s] = timed_[s] ? draft_seconds_[s] + 0.25 * (t - draft_seconds_[s]) : t;
+      // A settled time moves the prior by a quarter; an unsettled one (a
+      // request with one or two drafts, the first of a process among them)
+      // only while no settled one is known, and then as a bound from above.
+      const bool settled = samples >= DraftLengthPolicy::kWarmUpDrafts;
+      const bool prior_settled = draft_samples_[s] >= DraftLengthPolicy::kWarmUpDrafts;
+      if (!timed_[s]) {
+        draft_seconds_[s] = t;
+      } else if (settled && prior_settled) {
+        draft_seconds_[s] += 0.25 * (t - draft_seconds_[s]);
+      } else if (settled || !prior_settled) {
+        draft_seconds_[s] = settled ? t : std::min(draft_seconds_[s], t);
+      }
+      draft_samples_[s] = std::max(draft_samples_[s], std::min(samples, DraftLengthPolicy::kWarmUpDrafts));
       timed_[s] = true;
     }
     probe_every_[s] = finished.probe_every(s);
@@ -158,7 +190,7 @@ DraftLengthPolicy AcceptancePrior::policy(int max_draft, int sources) const {
   DraftLengthPolicy p(max_draft, value_[0], sources);
   for (int s = 0; s < DraftLengthPolicy::kSources; ++s) {
     p.set_acceptance(value_[s], s);
-    if (timed_[s]) p.observe_draft_time(draft_seconds_[s], s);
+    if (timed_[s]) p.set_draft_time(draft_seconds_[s], draft_samples_[s], s);
     p.set_probe_every(probe_every_[s], s);
   }
   return p;

@@ -70,9 +70,17 @@ class DraftLengthPolicy {
   // `source` (0 for single-source drafters).
   void observe(int64_t drafted, int64_t accepted, int source = 0);
   // The time a draft took (a draft model's forward: the price of a step
-  // with a draft on top of its verify rows; n-gram lookup's is ~0).
+  // with a draft on top of its verify rows; n-gram lookup's is ~0). As a
+  // forward's cost (StepCostModel), the first kWarmUpDrafts samples keep the
+  // fastest: a process's first draft pays one-time set-up (CUDA graph
+  // capture, workspaces growing), 4x its steady time on the tiny CPU draft.
   void observe_draft_time(double seconds, int source = 0);
+  static constexpr int32_t kWarmUpDrafts = 3;
   double draft_seconds(int source = 0) const { return sources_[clamp_source(source)].draft_seconds; }
+  // Drafts timed so far (up to kWarmUpDrafts: past it the time is settled).
+  int32_t draft_samples(int source = 0) const { return sources_[clamp_source(source)].draft_samples; }
+  // A draft time from earlier requests, with how many drafts it rests on.
+  void set_draft_time(double seconds, int32_t samples, int source = 0);
   double acceptance(int source = 0) const { return sources_[clamp_source(source)].acceptance; }
   // Whether `source` drafted in this policy's request (or a prior's).
   bool source_used(int source) const { return sources_[clamp_source(source)].timed; }
@@ -101,6 +109,13 @@ class DraftLengthPolicy {
   }
   // The lead runtimes use: a DFlash block's worth of rows before a probe.
   static constexpr int64_t kFeatureLead = 16;
+  // Tokens a probe drafts: 2 for a free source (the lookup); more for one
+  // whose draft costs half a step or more (a model), whose forward is paid
+  // anyway and proposes a whole block, so that one probe tells its
+  // acceptance (observe() weighs a sample by its length) where two tokens
+  // told little: a model whose drafts would pay came back only after many
+  // probes, many requests later.
+  static constexpr int64_t kProbeDraft = 2, kCostlyProbeDraft = 8;
 
  private:
   // Steps between probes while a source is off: doubles after a probe that
@@ -108,11 +123,11 @@ class DraftLengthPolicy {
   // pays again — a prompt that never repeats costs ever fewer probes.
   static constexpr int64_t kProbeEvery = 16, kProbeEveryMax = 256;
   static constexpr double kProbeShare = 0.02;
-  static constexpr int64_t kProbeDraft = 2;  // tokens a probe drafts
   struct Source {
     double acceptance = kPriorAcceptance;
     bool observed = false;
     double draft_seconds = 0.0;  // moving average of observe_draft_time
+    int32_t draft_samples = 0;   // capped at kWarmUpDrafts
     bool timed = false;
     int64_t idle_steps = 0;  // steps since it last drafted
     int64_t probe_every = kProbeEvery;
@@ -120,6 +135,11 @@ class DraftLengthPolicy {
     int64_t chosen = 0;    // the last choose()'s nodes for it
   };
   static int clamp_source(int s) { return s == 1 ? 1 : 0; }
+  // What a draft of `s` is taken to cost: its measured time once settled;
+  // before that at most a decode step (`plain`), so that a slow first
+  // draft (set-up) does not turn the source off for good — off, it would
+  // draft only in rare probes and its time would never be measured again.
+  static double draft_cost(const Source& s, double plain);
   // The best draft length with source `s`'s estimates and its rate.
   std::pair<int64_t, double> best_length(const Source& s, const StepCostModel& cost, int64_t base_rows,
                                          int64_t limit) const;
@@ -153,7 +173,8 @@ class AcceptancePrior {
                                                 DraftLengthPolicy::kPriorAcceptance};
   double draft_seconds_[DraftLengthPolicy::kSources] = {0.0, 0.0};
   bool timed_[DraftLengthPolicy::kSources] = {false, false};
-  int64_t probe_every_[DraftLengthPolicy::kSources] = {0, 0};  // the last finished request's (0: none yet)
+  int32_t draft_samples_[DraftLengthPolicy::kSources] = {0, 0};  // the most any request timed
+  int64_t probe_every_[DraftLengthPolicy::kSources] = {0, 0};    // the last finished request's (0: none yet)
 };
 
 }  // namespace moeserve::runtime
