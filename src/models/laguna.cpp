@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "models/forward_state.h"
 #include "models/model_loading.h"
 #include "models/walk_layers.h"
 
@@ -80,10 +81,10 @@ ModelInfo make_info(const LagunaHParams& hp, const LagunaWeights& w) {
 
 }  // namespace
 
-class LagunaModel::Forward {
+class LagunaModel::Forward : ForwardState<LagunaHParams, LagunaWeights, LagunaWorkspace> {
  public:
   Forward(const LagunaModel& m, LagunaWorkspace& ws, ForwardProfile* profile)
-      : hp_(m.hp_), w_(m.w_), placement_(m.placement_), ws_(ws), profile_(profile) {}
+      : ForwardState(m.hp_, m.w_, m.placement_, ws, profile) {}
 
   Status run(const ForwardBatch& b);
 
@@ -91,24 +92,6 @@ class LagunaModel::Forward {
   Status attention_block(DeviceBuffers& d, int il, int64_t T);
   Status moe_block(DeviceBuffers& d, int il, int64_t T);
   Status shared_expert(DeviceBuffers& d, int il, int64_t T);
-  Status dense_ffn_block(DeviceBuffers& d, int il, int64_t T);
-  // out = down(silu(gate xn) * up xn) for a dense layer or the shared expert.
-  Status swiglu_ffn(DeviceBuffers& d, const WeightView& gate, const WeightView& up, const WeightView& down,
-                    int64_t n_ff, float* out, int64_t T);
-  // The next layer's input norm when it runs on the same device (the FFN
-  // block writes it along with the residual; attention_block then skips it).
-  const WeightView* next_attn_norm(int il) const {
-    if (il + 1 >= int(hp_.n_layer) || placement_.layer(il + 1) != placement_.layer(il)) return nullptr;
-    return &w_.layers[size_t(il + 1)].attn_norm;
-  }
-
-  const LagunaHParams& hp_;
-  const LagunaWeights& w_;
-  const Placement& placement_;
-  LagunaWorkspace& ws_;
-  ForwardProfile* profile_;
-  bool xn_ready_ = false;
-  std::span<int64_t> expert_counts_;
 };
 
 Status LagunaModel::Forward::run(const ForwardBatch& b) {
@@ -174,81 +157,37 @@ Status LagunaModel::Forward::attention_block(DeviceBuffers& d, int il, int64_t T
                            .eps = hp_.rms_eps});
 }
 
-Status LagunaModel::Forward::swiglu_ffn(DeviceBuffers& d, const WeightView& gate, const WeightView& up,
-                                        const WeightView& down, int64_t n_ff, float* out, int64_t T) {
-  Ops& ops = *d.ops;
-  float *xn = d.xn.as<float>(), *g = d.ff_gate.as<float>(), *u = d.ff_up.as<float>();
-  const MatmulOp gate_up[] = {{&gate, xn, g, T}, {&up, xn, u, T}};
-  MOESERVE_RETURN_IF_ERROR(ops.matmul(gate_up));
-  MOESERVE_RETURN_IF_ERROR(ops.swiglu(g, u, g, T, n_ff));
-  const MatmulOp down_proj[] = {{&down, g, out, T}};
-  return ops.matmul(down_proj);
-}
-
 // x += down(silu(gate xn) * up xn): always on, no gate of its own.
 Status LagunaModel::Forward::shared_expert(DeviceBuffers& d, int il, int64_t T) {
   const LagunaLayerWeights& l = w_.layers[size_t(il)];
-  MOESERVE_RETURN_IF_ERROR(
-      swiglu_ffn(d, l.ffn_gate_shexp, l.ffn_up_shexp, l.ffn_down_shexp, hp_.n_ff_shexp, d.o.as<float>(), T));
+  MOESERVE_RETURN_IF_ERROR(swiglu_ffn(*d.ops, {.gate = &l.ffn_gate_shexp,
+                                               .up = &l.ffn_up_shexp,
+                                               .down = &l.ffn_down_shexp,
+                                               .xn = d.xn.as<float>(),
+                                               .g = d.ff_gate.as<float>(),
+                                               .u = d.ff_up.as<float>(),
+                                               .out = d.o.as<float>(),
+                                               .rows = T,
+                                               .n_ff = hp_.n_ff_shexp}));
   return d.ops->add(d.x.as<float>(), d.o.as<float>(), T, hp_.n_embd);
 }
 
 Status LagunaModel::Forward::moe_block(DeviceBuffers& d, int il, int64_t T) {
   const LagunaLayerWeights& l = w_.layers[size_t(il)];
-  Ops& ops = *d.ops;
-  float* router = d.router.as<float>();
-  {
-    ScopedTimer timer(profile_, &ForwardProfile::router, ops);
-    const MatmulOp gate_inp[] = {{&l.ffn_gate_inp, d.xn.as<float>(), router, T}};
-    MOESERVE_RETURN_IF_ERROR(ops.matmul(gate_inp));
-    backend::RouteOpArgs r;
-    r.logits = router;
-    r.n_tokens = T, r.n_expert = hp_.n_expert, r.n_used = hp_.n_expert_used;
-    r.counts = expert_counts_.empty() ? nullptr : expert_counts_.data() + il * hp_.n_expert;
-    r.gating = hp_.sigmoid_gating ? backend::RouterGating::kSigmoid : backend::RouterGating::kSoftmax;
-    r.selection_bias = l.ffn_exp_probs_b.present() ? l.ffn_exp_probs_b.f32() : nullptr;
-    r.normalize = hp_.normalize_weights;
-    r.weight_scale = hp_.expert_weights_scale;
-    MOESERVE_RETURN_IF_ERROR(ops.route(r));
-  }
-  ScopedTimer timer(profile_, &ForwardProfile::experts, ops);
+  backend::RouteOpArgs r;
+  r.n_tokens = T, r.n_expert = hp_.n_expert, r.n_used = hp_.n_expert_used;
+  r.counts = routing_counts(il);
+  r.gating = hp_.sigmoid_gating ? backend::RouterGating::kSigmoid : backend::RouterGating::kSoftmax;
+  r.selection_bias = l.ffn_exp_probs_b.present() ? l.ffn_exp_probs_b.f32() : nullptr;
+  r.normalize = hp_.normalize_weights;
+  r.weight_scale = hp_.expert_weights_scale;
+  MOESERVE_RETURN_IF_ERROR(
+      route_rows(*d.ops, profile_, l.ffn_gate_inp, d.xn.as<float>(), d.router.as<float>(), r));
+  ScopedTimer timer(profile_, &ForwardProfile::experts, *d.ops);
   // The shared expert first: the routed experts' call adds into x and may
   // end with the next layer's norm of the finished sum.
   if (hp_.n_ff_shexp > 0) MOESERVE_RETURN_IF_ERROR(shared_expert(d, il, T));
-  backend::ExpertFfnArgs e;
-  e.layer = il;
-  e.xn = d.xn.as<float>();
-  e.x = d.x.as<float>();
-  e.n_tokens = T;
-  e.n_embd = hp_.n_embd;
-  e.n_ff = hp_.n_ff_exp;
-  e.gate = &l.ffn_gate_exps;
-  e.up = &l.ffn_up_exps;
-  e.down = &l.ffn_down_exps;
-  e.split = placement_.expert_split(il);
-  if (const WeightView* next = next_attn_norm(il)) {
-    e.norm_w = next->f32(), e.norm_out = d.xn.as<float>(), e.norm_eps = hp_.rms_eps;
-    xn_ready_ = true;
-  }
-  return ops.expert_ffn(e);
-}
-
-Status LagunaModel::Forward::dense_ffn_block(DeviceBuffers& d, int il, int64_t T) {
-  ScopedTimer timer(profile_, &ForwardProfile::dense_ffn, *d.ops);
-  const LagunaLayerWeights& l = w_.layers[size_t(il)];
-  float* o = d.o.as<float>();
-  MOESERVE_RETURN_IF_ERROR(swiglu_ffn(d, l.ffn_gate, l.ffn_up, l.ffn_down, hp_.n_ff, o, T));
-  if (const WeightView* next = next_attn_norm(il)) {
-    xn_ready_ = true;
-    return d.ops->add_rms_norm({.x = d.x.as<float>(),
-                                .delta = o,
-                                .w = next->f32(),
-                                .out = d.xn.as<float>(),
-                                .n_rows = T,
-                                .n_cols = hp_.n_embd,
-                                .eps = hp_.rms_eps});
-  }
-  return d.ops->add(d.x.as<float>(), o, T, hp_.n_embd);
+  return routed_experts_block(d, il, T);
 }
 
 // ---- the model ------------------------------------------------------------

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "models/forward_state.h"
 #include "models/model_loading.h"
 #include "models/walk_layers.h"
 
@@ -70,36 +71,19 @@ ModelInfo make_info(const Qwen3HParams& hp, const Qwen3Weights& w) {
 }  // namespace
 
 // One forward pass: the model's math against the ops of each layer's device.
-class Qwen3Model::Forward {
+class Qwen3Model::Forward : ForwardState<Qwen3HParams, Qwen3Weights, Qwen3Workspace> {
  public:
   Forward(const Qwen3Model& m, Qwen3Workspace& ws, ForwardProfile* profile)
-      : hp_(m.hp_), w_(m.w_), placement_(m.placement_), ws_(ws), profile_(profile) {}
+      : ForwardState(m.hp_, m.w_, m.placement_, ws, profile) {}
 
   Status run(const ForwardBatch& b);
 
  private:
   Status attention_block(DeviceBuffers& d, int il, int64_t T);
   Status moe_block(DeviceBuffers& d, int il, int64_t T);
-  Status dense_ffn_block(DeviceBuffers& d, int il, int64_t T);
-  // The next layer's input norm, when that layer runs on the same device:
-  // the FFN block then writes its normed rows along with the residual (a
-  // GPU fuses the two), and attention_block skips its own norm.
-  const WeightView* next_attn_norm(int il) const;
 
-  const Qwen3HParams& hp_;
-  const Qwen3Weights& w_;
-  const Placement& placement_;
-  Qwen3Workspace& ws_;
-  ForwardProfile* profile_;
-  bool xn_ready_ = false;             // xn already holds this layer's attention norm
-  std::span<int64_t> expert_counts_;  // the batch's routing statistics (empty: none)
-  backend::RopeSpec rope_;            // the layout's one RoPE (lives through the forward)
+  backend::RopeSpec rope_;  // the layout's one RoPE (lives through the forward)
 };
-
-const WeightView* Qwen3Model::Forward::next_attn_norm(int il) const {
-  if (il + 1 >= int(hp_.n_layer) || placement_.layer(il + 1) != placement_.layer(il)) return nullptr;
-  return &w_.layers[size_t(il + 1)].attn_norm;
-}
 
 Status Qwen3Model::Forward::run(const ForwardBatch& b) {
   rope_ = {.n_rot = hp_.n_rot, .freq_base = hp_.rope_freq_base};
@@ -147,61 +131,12 @@ Status Qwen3Model::Forward::attention_block(DeviceBuffers& d, int il, int64_t T)
       {.x = x, .delta = o, .w = l.ffn_norm.f32(), .out = xn, .n_rows = T, .n_cols = H, .eps = hp_.rms_eps});
 }
 
-Status Qwen3Model::Forward::dense_ffn_block(DeviceBuffers& d, int il, int64_t T) {
-  ScopedTimer timer(profile_, &ForwardProfile::dense_ffn, *d.ops);
-  const Qwen3LayerWeights& l = w_.layers[size_t(il)];
-  Ops& ops = *d.ops;
-  float *xn = d.xn.as<float>(), *g = d.ff_gate.as<float>(), *u = d.ff_up.as<float>(), *o = d.o.as<float>();
-  const backend::MatmulOp gate_up[] = {{&l.ffn_gate, xn, g, T}, {&l.ffn_up, xn, u, T}};
-  MOESERVE_RETURN_IF_ERROR(ops.matmul(gate_up));
-  MOESERVE_RETURN_IF_ERROR(ops.swiglu(g, u, g, T, hp_.n_ff));
-  const backend::MatmulOp down[] = {{&l.ffn_down, g, o, T}};
-  MOESERVE_RETURN_IF_ERROR(ops.matmul(down));
-  if (const WeightView* next = next_attn_norm(il)) {
-    xn_ready_ = true;
-    return ops.add_rms_norm({.x = d.x.as<float>(),
-                             .delta = o,
-                             .w = next->f32(),
-                             .out = d.xn.as<float>(),
-                             .n_rows = T,
-                             .n_cols = hp_.n_embd,
-                             .eps = hp_.rms_eps});
-  }
-  return ops.add(d.x.as<float>(), o, T, hp_.n_embd);
-}
-
 Status Qwen3Model::Forward::moe_block(DeviceBuffers& d, int il, int64_t T) {
-  const Qwen3LayerWeights& l = w_.layers[size_t(il)];
-  Ops& ops = *d.ops;
-  float* router = d.router.as<float>();
-  {
-    ScopedTimer timer(profile_, &ForwardProfile::router, ops);
-    const backend::MatmulOp gate_inp[] = {{&l.ffn_gate_inp, d.xn.as<float>(), router, T}};
-    MOESERVE_RETURN_IF_ERROR(ops.matmul(gate_inp));
-    MOESERVE_RETURN_IF_ERROR(
-        ops.route({.logits = router,
-                   .n_tokens = T,
-                   .n_expert = hp_.n_expert,
-                   .n_used = hp_.n_expert_used,
-                   .counts = expert_counts_.empty() ? nullptr : expert_counts_.data() + il * hp_.n_expert}));
-  }
-  ScopedTimer timer(profile_, &ForwardProfile::experts, ops);
-  backend::ExpertFfnArgs e;
-  e.layer = il;
-  e.xn = d.xn.as<float>();
-  e.x = d.x.as<float>();
-  e.n_tokens = T;
-  e.n_embd = hp_.n_embd;
-  e.n_ff = hp_.n_ff_exp;
-  e.gate = &l.ffn_gate_exps;
-  e.up = &l.ffn_up_exps;
-  e.down = &l.ffn_down_exps;
-  e.split = placement_.expert_split(il);
-  if (const WeightView* next = next_attn_norm(il)) {
-    e.norm_w = next->f32(), e.norm_out = d.xn.as<float>(), e.norm_eps = hp_.rms_eps;
-    xn_ready_ = true;
-  }
-  return ops.expert_ffn(e);
+  MOESERVE_RETURN_IF_ERROR(route_rows(
+      *d.ops, profile_, w_.layers[size_t(il)].ffn_gate_inp, d.xn.as<float>(), d.router.as<float>(),
+      {.n_tokens = T, .n_expert = hp_.n_expert, .n_used = hp_.n_expert_used, .counts = routing_counts(il)}));
+  ScopedTimer timer(profile_, &ForwardProfile::experts, *d.ops);
+  return routed_experts_block(d, il, T);
 }
 
 // ---- the model ------------------------------------------------------------

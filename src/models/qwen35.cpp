@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "models/forward_state.h"
 #include "models/model_loading.h"
 #include "models/walk_layers.h"
 
@@ -91,10 +92,10 @@ ModelInfo make_info(const Qwen35HParams& hp, const Qwen35Weights& w) {
 
 }  // namespace
 
-class Qwen35Model::Forward {
+class Qwen35Model::Forward : ForwardState<Qwen35HParams, Qwen35Weights, Qwen35Workspace> {
  public:
   Forward(const Qwen35Model& m, Qwen35Workspace& ws, ForwardProfile* profile)
-      : hp_(m.hp_), w_(m.w_), placement_(m.placement_), ws_(ws), profile_(profile) {}
+      : ForwardState(m.hp_, m.w_, m.placement_, ws, profile) {}
 
   Status run(const ForwardBatch& b);
 
@@ -106,21 +107,6 @@ class Qwen35Model::Forward {
   Status add_mixer_output(DeviceBuffers& d, int il, int64_t T);
   Status moe_block(DeviceBuffers& d, int il, int64_t T);
   Status shared_expert(DeviceBuffers& d, int il, int64_t T);
-  Status dense_ffn_block(DeviceBuffers& d, int il, int64_t T);
-  // The next layer's input norm when it runs on the same device (the FFN
-  // block writes it along with the residual; input_norm then skips it).
-  const WeightView* next_attn_norm(int il) const {
-    if (il + 1 >= int(hp_.n_layer) || placement_.layer(il + 1) != placement_.layer(il)) return nullptr;
-    return &w_.layers[size_t(il + 1)].attn_norm;
-  }
-
-  const Qwen35HParams& hp_;
-  const Qwen35Weights& w_;
-  const Placement& placement_;
-  Qwen35Workspace& ws_;
-  ForwardProfile* profile_;
-  bool xn_ready_ = false;
-  std::span<int64_t> expert_counts_;
 };
 
 Status Qwen35Model::Forward::run(const ForwardBatch& b) {
@@ -246,63 +232,14 @@ Status Qwen35Model::Forward::shared_expert(DeviceBuffers& d, int il, int64_t T) 
 }
 
 Status Qwen35Model::Forward::moe_block(DeviceBuffers& d, int il, int64_t T) {
-  const Qwen35LayerWeights& l = w_.layers[size_t(il)];
-  Ops& ops = *d.ops;
-  float* router = d.router.as<float>();
-  {
-    ScopedTimer timer(profile_, &ForwardProfile::router, ops);
-    const MatmulOp gate_inp[] = {{&l.ffn_gate_inp, d.xn.as<float>(), router, T}};
-    MOESERVE_RETURN_IF_ERROR(ops.matmul(gate_inp));
-    MOESERVE_RETURN_IF_ERROR(
-        ops.route({.logits = router,
-                   .n_tokens = T,
-                   .n_expert = hp_.n_expert,
-                   .n_used = hp_.n_expert_used,
-                   .counts = expert_counts_.empty() ? nullptr : expert_counts_.data() + il * hp_.n_expert}));
-  }
-  ScopedTimer timer(profile_, &ForwardProfile::experts, ops);
+  MOESERVE_RETURN_IF_ERROR(route_rows(
+      *d.ops, profile_, w_.layers[size_t(il)].ffn_gate_inp, d.xn.as<float>(), d.router.as<float>(),
+      {.n_tokens = T, .n_expert = hp_.n_expert, .n_used = hp_.n_expert_used, .counts = routing_counts(il)}));
+  ScopedTimer timer(profile_, &ForwardProfile::experts, *d.ops);
   // The shared expert first: the routed experts' call adds into x and may
   // end with the next layer's norm of the finished sum.
   if (hp_.n_ff_shexp > 0) MOESERVE_RETURN_IF_ERROR(shared_expert(d, il, T));
-  backend::ExpertFfnArgs e;
-  e.layer = il;
-  e.xn = d.xn.as<float>();
-  e.x = d.x.as<float>();
-  e.n_tokens = T;
-  e.n_embd = hp_.n_embd;
-  e.n_ff = hp_.n_ff_exp;
-  e.gate = &l.ffn_gate_exps;
-  e.up = &l.ffn_up_exps;
-  e.down = &l.ffn_down_exps;
-  e.split = placement_.expert_split(il);
-  if (const WeightView* next = next_attn_norm(il)) {
-    e.norm_w = next->f32(), e.norm_out = d.xn.as<float>(), e.norm_eps = hp_.rms_eps;
-    xn_ready_ = true;
-  }
-  return ops.expert_ffn(e);
-}
-
-Status Qwen35Model::Forward::dense_ffn_block(DeviceBuffers& d, int il, int64_t T) {
-  ScopedTimer timer(profile_, &ForwardProfile::dense_ffn, *d.ops);
-  const Qwen35LayerWeights& l = w_.layers[size_t(il)];
-  Ops& ops = *d.ops;
-  float *xn = d.xn.as<float>(), *g = d.ff_gate.as<float>(), *u = d.ff_up.as<float>(), *o = d.o.as<float>();
-  const MatmulOp gate_up[] = {{&l.ffn_gate, xn, g, T}, {&l.ffn_up, xn, u, T}};
-  MOESERVE_RETURN_IF_ERROR(ops.matmul(gate_up));
-  MOESERVE_RETURN_IF_ERROR(ops.swiglu(g, u, g, T, hp_.n_ff));
-  const MatmulOp down[] = {{&l.ffn_down, g, o, T}};
-  MOESERVE_RETURN_IF_ERROR(ops.matmul(down));
-  if (const WeightView* next = next_attn_norm(il)) {
-    xn_ready_ = true;
-    return ops.add_rms_norm({.x = d.x.as<float>(),
-                             .delta = o,
-                             .w = next->f32(),
-                             .out = xn,
-                             .n_rows = T,
-                             .n_cols = hp_.n_embd,
-                             .eps = hp_.rms_eps});
-  }
-  return ops.add(d.x.as<float>(), o, T, hp_.n_embd);
+  return routed_experts_block(d, il, T);
 }
 
 // ---- the model ------------------------------------------------------------

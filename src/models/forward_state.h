@@ -1,0 +1,64 @@
+// What one forward of an architecture keeps while it walks its layers —
+// the model's parts, the workspace, the profile, the batch's routing counts
+// and whether xn already holds the next layer's input norm — with the FFN
+// blocks every family runs the same way (ffn_blocks.h). Each model's
+// Forward derives from it and keeps only its own math.
+#pragma once
+
+#include <cstdint>
+#include <span>
+
+#include "models/ffn_blocks.h"
+#include "models/forward_common.h"
+
+namespace moeserve::models {
+
+// HParams has n_layer, n_embd, n_ff, n_ff_exp, n_expert and rms_eps;
+// Weights::layers[i] has attn_norm, ffn_gate/up/down and the expert stacks.
+template <typename HParams, typename Weights, typename Workspace>
+class ForwardState {
+ protected:
+  ForwardState(const HParams& hp, const Weights& w, const Placement& placement, Workspace& ws,
+               ForwardProfile* profile)
+      : hp_(hp), w_(w), placement_(placement), ws_(ws), profile_(profile) {}
+
+  // The next layer's input norm when that layer runs on the same device:
+  // the FFN block then writes its normed rows along with the residual (a
+  // GPU fuses the two), and the next layer skips its own norm.
+  const WeightView* next_attn_norm(int il) const {
+    if (il + 1 >= int(hp_.n_layer) || placement_.layer(il + 1) != placement_.layer(il)) return nullptr;
+    return &w_.layers[size_t(il + 1)].attn_norm;
+  }
+  // Layer il's routing counts in the batch's statistics (null: none asked).
+  int64_t* routing_counts(int il) const { return layer_counts(expert_counts_, il, hp_.n_expert); }
+
+  // A dense layer's FFN (x += SwiGLU of xn), timed as dense_ffn.
+  template <typename Buffers>
+  Status dense_ffn_block(Buffers& d, int il, int64_t T) {
+    ScopedTimer timer(profile_, &ForwardProfile::dense_ffn, *d.ops);
+    const WeightView* next = next_attn_norm(il);
+    if (next != nullptr) xn_ready_ = true;
+    return dense_swiglu_ffn(hp_, w_.layers[size_t(il)], d, T, next);
+  }
+  // The routed experts of layer il after its router (x += their sum), with
+  // the placement's split of the layer and the next layer's norm fused.
+  template <typename Buffers>
+  Status routed_experts_block(Buffers& d, int il, int64_t T) {
+    RoutedExpertsArgs e = routed_experts_args(hp_, w_.layers[size_t(il)], il, d.xn.template as<float>(),
+                                              d.x.template as<float>(), T);
+    e.split = placement_.expert_split(il);
+    e.next_norm = next_attn_norm(il);
+    if (e.next_norm != nullptr) xn_ready_ = true;
+    return routed_experts(*d.ops, e);
+  }
+
+  const HParams& hp_;
+  const Weights& w_;
+  const Placement& placement_;
+  Workspace& ws_;
+  ForwardProfile* profile_;
+  bool xn_ready_ = false;             // xn already holds this layer's input norm
+  std::span<int64_t> expert_counts_;  // the batch's routing statistics (empty: none)
+};
+
+}  // namespace moeserve::models
