@@ -109,8 +109,13 @@ int64_t DraftLengthPolicy::choose_source(Source& s, const StepCostModel& cost, i
   // more, further apart as its 8 rows cost more; n-gram's, ~free, every
   // kProbeEvery on a GPU, where two more rows cost little, but rarely where
   // they cost as much as a step each: cold experts on the CPU).
+  // A costly draft's probe verifies more of its block where those rows
+  // cost at most a step more (a GPU); where each row costs about a step
+  // (cold experts on the CPU) it stays at two.
   const double draft = draft_cost(s, plain);
-  const int64_t probe_draft = std::min(limit, draft >= 0.5 * plain ? kCostlyProbeDraft : kProbeDraft);
+  const bool rows_cheap = cost.estimate(base_rows + kCostlyProbeDraft) - plain <= plain;
+  const int64_t probe_draft =
+      std::min(limit, draft >= 0.5 * plain && rows_cheap ? kCostlyProbeDraft : kProbeDraft);
   const double probe_rows = std::max(0.0, cost.estimate(base_rows + probe_draft) - plain);
   const double steps_per_probe = (draft + probe_rows) / plain;
   const int64_t cost_floor = int64_t(std::ceil(steps_per_probe / kProbeShare));

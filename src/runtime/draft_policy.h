@@ -114,7 +114,9 @@ class DraftLengthPolicy {
   // anyway and proposes a whole block, so that one probe tells its
   // acceptance (observe() weighs a sample by its length) where two tokens
   // told little: a model whose drafts would pay came back only after many
-  // probes, many requests later.
+  // probes, many requests later. Only where 8 verify rows cost at most a
+  // step more than one: with cold experts on the CPU each row costs about
+  // a step, and such probes would break the probes' 2% share.
   static constexpr int64_t kProbeDraft = 2, kCostlyProbeDraft = 8;
 
  private:

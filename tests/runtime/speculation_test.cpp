@@ -341,6 +341,15 @@ TEST(DraftLengthPolicy, ACostlyDraftsProbeTellsItsAcceptance) {
   }
   EXPECT_GE(first_draft, 0) << "drafting resumed";
   EXPECT_LE(probes, 2);
+  // Where each verify row costs a step (cold experts on the CPU), the
+  // probe stays at two tokens.
+  StepCostModel steep;
+  for (int r = 1; r <= 17; ++r) steep.record(r, 0.010 * r);
+  DraftLengthPolicy q(15, 0.0);
+  for (int i = 0; i < 3; ++i) q.observe_draft_time(0.010);
+  int64_t probe = 0;
+  for (int i = 0; i < 400 && probe == 0; ++i) probe = q.choose(steep, 1, 15);
+  EXPECT_EQ(probe, DraftLengthPolicy::kProbeDraft);
 }
 
 // A probe's verify rows count too: where each row costs as much as a step
