@@ -22,6 +22,19 @@ class ForwardState {
                ForwardProfile* profile)
       : hp_(hp), w_(w), placement_(placement), ws_(ws), profile_(profile) {}
 
+  // walk_layers' spec for batch b (whose routing counts the blocks add to):
+  // `ropes` as the layout's (they must outlive the forward), n_expert the
+  // routed experts' count (0 for a dense model).
+  WalkSpec begin_walk(const ForwardBatch& b, std::span<const backend::RopeSpec> ropes, int64_t n_expert) {
+    expert_counts_ = b.expert_counts;
+    WalkSpec s;
+    s.placement = &placement_, s.profile = profile_;
+    s.limits = {hp_.n_layer, hp_.n_vocab, n_expert};
+    s.ropes = ropes, s.n_embd = hp_.n_embd;
+    s.token_embd = &w_.token_embd, s.output_norm = &w_.output_norm, s.output = &w_.output,
+    s.eps = hp_.rms_eps;
+    return s;
+  }
   // The next layer's input norm when that layer runs on the same device:
   // the FFN block then writes its normed rows along with the residual (a
   // GPU fuses the two), and the next layer skips its own norm.

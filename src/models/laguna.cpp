@@ -96,12 +96,7 @@ class LagunaModel::Forward : ForwardState<LagunaHParams, LagunaWeights, LagunaWo
 
 Status LagunaModel::Forward::run(const ForwardBatch& b) {
   const backend::RopeSpec ropes[] = {hp_.rope_full, hp_.rope_swa};  // LagunaHParams::rope_index
-  expert_counts_ = b.expert_counts;
-  WalkSpec s;
-  s.placement = &placement_, s.profile = profile_;
-  s.limits = {hp_.n_layer, hp_.n_vocab, hp_.n_expert};
-  s.ropes = ropes, s.n_embd = hp_.n_embd;
-  s.token_embd = &w_.token_embd, s.output_norm = &w_.output_norm, s.output = &w_.output, s.eps = hp_.rms_eps;
+  const WalkSpec s = begin_walk(b, ropes, hp_.n_expert);
   return walk_layers(
       b, ws_, s, [&](DeviceBuffers& d, int64_t rows) { return ensure_buffers(d, hp_, rows); },
       [&](DeviceBuffers& d, int il, int64_t T, bool moved) -> Status {

@@ -87,12 +87,7 @@ class Qwen3Model::Forward : ForwardState<Qwen3HParams, Qwen3Weights, Qwen3Worksp
 
 Status Qwen3Model::Forward::run(const ForwardBatch& b) {
   rope_ = {.n_rot = hp_.n_rot, .freq_base = hp_.rope_freq_base};
-  expert_counts_ = b.expert_counts;
-  WalkSpec s;
-  s.placement = &placement_, s.profile = profile_;
-  s.limits = {hp_.n_layer, hp_.n_vocab, hp_.n_expert};
-  s.ropes = {&rope_, 1}, s.n_embd = hp_.n_embd;
-  s.token_embd = &w_.token_embd, s.output_norm = &w_.output_norm, s.output = &w_.output, s.eps = hp_.rms_eps;
+  const WalkSpec s = begin_walk(b, {&rope_, 1}, hp_.n_expert);
   return walk_layers(
       b, ws_, s, [&](DeviceBuffers& d, int64_t rows) { return ensure_buffers(d, hp_, rows); },
       [&](DeviceBuffers& d, int il, int64_t T, bool) -> Status {

@@ -111,12 +111,7 @@ class Qwen35Model::Forward : ForwardState<Qwen35HParams, Qwen35Weights, Qwen35Wo
 
 Status Qwen35Model::Forward::run(const ForwardBatch& b) {
   const backend::RopeSpec rope{.n_rot = hp_.n_rot, .freq_base = hp_.rope_freq_base};
-  expert_counts_ = b.expert_counts;
-  WalkSpec s;
-  s.placement = &placement_, s.profile = profile_;
-  s.limits = {hp_.n_layer, hp_.n_vocab, hp_.moe ? hp_.n_expert : 0};
-  s.ropes = {&rope, 1}, s.n_embd = hp_.n_embd;
-  s.token_embd = &w_.token_embd, s.output_norm = &w_.output_norm, s.output = &w_.output, s.eps = hp_.rms_eps;
+  const WalkSpec s = begin_walk(b, {&rope, 1}, hp_.moe ? hp_.n_expert : 0);
   return walk_layers(
       b, ws_, s, [&](DeviceBuffers& d, int64_t rows) { return ensure_buffers(d, hp_, rows); },
       [&](DeviceBuffers& d, int il, int64_t T, bool) -> Status {
