@@ -93,12 +93,7 @@ uint64_t active_bytes(const LagunaWeights& w, const LagunaHParams& hp) {
 Result<LagunaWeights> load_laguna_weights(const GgufFile& file, LagunaHParams& hp) {
   LagunaWeights w;
   TensorLoader ld{file};
-  MOESERVE_ASSIGN_OR_RETURN(EmbeddingWeights e, load_embeddings(ld, hp.n_embd));
-  hp.n_vocab = e.n_vocab;
-  w.token_embd = e.token_embd;
-  w.output_norm = e.output_norm;
-  w.output = e.output;
-  w.tied_output = e.tied_output;
+  MOESERVE_RETURN_IF_ERROR(load_io_weights(ld, hp, w));
   w.layers.resize(size_t(hp.n_layer));
   for (int il = 0; il < int(hp.n_layer); ++il) {
     LagunaLayerWeights& l = w.layers[size_t(il)];

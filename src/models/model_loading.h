@@ -44,6 +44,18 @@ struct EmbeddingWeights {
   int64_t n_vocab = 0;
 };
 Result<EmbeddingWeights> load_embeddings(TensorLoader& ld, int64_t n_embd);
+// Those into an architecture's weights (token_embd, output_norm, output,
+// tied_output) and the vocabulary size into its hyperparameters.
+template <class HParams, class Weights>
+Status load_io_weights(TensorLoader& ld, HParams& hp, Weights& w) {
+  MOESERVE_ASSIGN_OR_RETURN(EmbeddingWeights e, load_embeddings(ld, hp.n_embd));
+  hp.n_vocab = e.n_vocab;
+  w.token_embd = e.token_embd;
+  w.output_norm = e.output_norm;
+  w.output = e.output;
+  w.tied_output = e.tied_output;
+  return Status::ok();
+}
 
 // An architecture's factory (registry.cpp): its hyperparameters and weights
 // read from the file, then Model::create over them (which places the weights).

@@ -86,12 +86,7 @@ uint64_t active_bytes(const Qwen35Weights& w, const Qwen35HParams& hp) {
 Result<Qwen35Weights> load_qwen35_weights(const GgufFile& file, Qwen35HParams& hp) {
   Qwen35Weights w;
   TensorLoader ld{file};
-  MOESERVE_ASSIGN_OR_RETURN(EmbeddingWeights e, load_embeddings(ld, hp.n_embd));
-  hp.n_vocab = e.n_vocab;
-  w.token_embd = e.token_embd;
-  w.output_norm = e.output_norm;
-  w.output = e.output;
-  w.tied_output = e.tied_output;
+  MOESERVE_RETURN_IF_ERROR(load_io_weights(ld, hp, w));
   w.layers.resize(size_t(hp.n_layer));
   for (int il = 0; il < int(hp.n_layer); ++il) {
     Qwen35LayerWeights& l = w.layers[size_t(il)];

@@ -61,12 +61,7 @@ uint64_t active_bytes(const Qwen3Weights& w, const Qwen3HParams& hp) {
 Result<Qwen3Weights> load_qwen3_weights(const GgufFile& file, Qwen3HParams& hp) {
   Qwen3Weights w;
   Loader ld{TensorLoader{file}, w};
-  MOESERVE_ASSIGN_OR_RETURN(EmbeddingWeights e, load_embeddings(ld.tensors, hp.n_embd));
-  hp.n_vocab = e.n_vocab;
-  w.token_embd = e.token_embd;
-  w.output_norm = e.output_norm;
-  w.output = e.output;
-  w.tied_output = e.tied_output;
+  MOESERVE_RETURN_IF_ERROR(load_io_weights(ld.tensors, hp, w));
   w.layers.resize(size_t(hp.n_layer));
   for (int il = 0; il < int(hp.n_layer); ++il) {
     MOESERVE_RETURN_IF_ERROR(load_layer(ld, hp, il, w.layers[size_t(il)]));
