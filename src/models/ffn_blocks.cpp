@@ -32,20 +32,4 @@ Status route_rows(backend::Ops& ops, ForwardProfile* profile, const WeightView& 
   return ops.route(route);
 }
 
-Status routed_experts(backend::Ops& ops, const RoutedExpertsArgs& a) {
-  backend::ExpertFfnArgs e;
-  e.layer = a.layer;
-  e.xn = a.xn;
-  e.x = a.x;
-  e.n_tokens = a.rows;
-  e.n_embd = a.n_embd;
-  e.n_ff = a.n_ff;
-  e.gate = a.gate;
-  e.up = a.up;
-  e.down = a.down;
-  e.split = a.split;
-  if (a.next_norm != nullptr) e.norm_w = a.next_norm->f32(), e.norm_out = a.xn, e.norm_eps = a.eps;
-  return ops.expert_ffn(e);
-}
-
 }  // namespace moeserve::models

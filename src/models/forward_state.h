@@ -43,26 +43,47 @@ class ForwardState {
     return &w_.layers[size_t(il + 1)].attn_norm;
   }
   // Layer il's routing counts in the batch's statistics (null: none asked).
-  int64_t* routing_counts(int il) const { return layer_counts(expert_counts_, il, hp_.n_expert); }
+  int64_t* routing_counts(int il) const {
+    return expert_counts_.empty() ? nullptr : expert_counts_.data() + int64_t(il) * hp_.n_expert;
+  }
 
-  // A dense layer's FFN (x += SwiGLU of xn), timed as dense_ffn.
+  // A dense layer's FFN from the buffers (xn, x, o, ff_gate, ff_up) and
+  // the layer's ffn_gate/up/down, timed as dense_ffn: x += SwiGLU of xn,
+  // and xn = the next layer's input norm where it runs on this device.
   template <typename Buffers>
   Status dense_ffn_block(Buffers& d, int il, int64_t T) {
     ScopedTimer timer(profile_, &ForwardProfile::dense_ffn, *d.ops);
+    const auto& l = w_.layers[size_t(il)];
+    float *xn = d.xn.template as<float>(), *o = d.o.template as<float>();
+    MOESERVE_RETURN_IF_ERROR(swiglu_ffn(*d.ops, {.gate = &l.ffn_gate,
+                                                 .up = &l.ffn_up,
+                                                 .down = &l.ffn_down,
+                                                 .xn = xn,
+                                                 .g = d.ff_gate.template as<float>(),
+                                                 .u = d.ff_up.template as<float>(),
+                                                 .out = o,
+                                                 .rows = T,
+                                                 .n_ff = hp_.n_ff}));
     const WeightView* next = next_attn_norm(il);
     if (next != nullptr) xn_ready_ = true;
-    return dense_swiglu_ffn(hp_, w_.layers[size_t(il)], d, T, next);
+    return add_residual(*d.ops, {.x = d.x.template as<float>(),
+                                 .delta = o,
+                                 .next_norm = next,
+                                 .xn = xn,
+                                 .rows = T,
+                                 .n_embd = hp_.n_embd,
+                                 .eps = hp_.rms_eps});
   }
   // The routed experts of layer il after its router (x += their sum), with
   // the placement's split of the layer and the next layer's norm fused.
   template <typename Buffers>
   Status routed_experts_block(Buffers& d, int il, int64_t T) {
-    RoutedExpertsArgs e = routed_experts_args(hp_, w_.layers[size_t(il)], il, d.xn.template as<float>(),
-                                              d.x.template as<float>(), T);
+    const WeightView* next = next_attn_norm(il);
+    backend::ExpertFfnArgs e = routed_experts_args(hp_, w_.layers[size_t(il)], il, d.xn.template as<float>(),
+                                                   d.x.template as<float>(), T, next);
     e.split = placement_.expert_split(il);
-    e.next_norm = next_attn_norm(il);
-    if (e.next_norm != nullptr) xn_ready_ = true;
-    return routed_experts(*d.ops, e);
+    if (next != nullptr) xn_ready_ = true;
+    return d.ops->expert_ffn(e);
   }
 
   const HParams& hp_;
