@@ -108,10 +108,9 @@ int64_t DraftLengthPolicy::choose_source(Source& s, const StepCostModel& cost, i
   // kProbeShare (a DFlash draft as slow as a step probes every 50 steps or
   // more, further apart as its 8 rows cost more; n-gram's, ~free, every
   // kProbeEvery on a GPU, where two more rows cost little, but rarely where
-  // they cost as much as a step each: cold experts on the CPU).
-  // A costly draft's probe verifies more of its block where those rows
-  // cost at most a step more (a GPU); where each row costs about a step
-  // (cold experts on the CPU) it stays at two.
+  // they cost as much as a step each: cold experts on the CPU). A costly
+  // draft probes with 8 tokens only where those rows cost at most a step
+  // more (kCostlyProbeDraft).
   const double draft = draft_cost(s, plain);
   const bool rows_cheap = cost.estimate(base_rows + kCostlyProbeDraft) - plain <= plain;
   const int64_t probe_draft =
